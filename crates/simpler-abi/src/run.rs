@@ -1,0 +1,67 @@
+//! The run launch descriptor: the one structure the host places in device memory for the
+//! two kernels of a run (spec `l2-runtime.md` §1, "Only `DeviceRuntimeLaunchDesc` crosses
+//! to the device").
+
+use crate::assert_layout;
+
+/// [`RunLaunchDesc::magic`]: "SMPL".
+pub const RUN_LAUNCH_MAGIC: u32 = 0x4c50_4d53;
+/// Current [`RunLaunchDesc::version`].
+pub const RUN_LAUNCH_VERSION: u32 = 1;
+/// Most kernel func ids a callable may use (`RUNTIME_MAX_FUNC_ID`).
+pub const MAX_FUNC_ID: usize = 1024;
+
+/// Everything the AICPU and AICore kernels need to execute one run. All addresses are
+/// device addresses; on the sim platform they are host addresses.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunLaunchDesc {
+    /// [`RUN_LAUNCH_MAGIC`].
+    pub magic: u32,
+    /// [`RUN_LAUNCH_VERSION`].
+    pub version: u32,
+    /// The run's epoch (non-zero, process-unique); stamped into the result record.
+    pub epoch: u64,
+    /// Address of the slot's [`RunResult`](crate::RunResult).
+    pub result_addr: u64,
+    /// Address of the orchestration entry function ([`OrchEntry`](crate::OrchEntry)).
+    pub orch_entry: u64,
+    /// Address of the run's [`OrchArgs`](crate::OrchArgs).
+    pub orch_args_addr: u64,
+    /// Address of a `[u64; func_count]` table: func id → kernel entry address (0 = none).
+    pub func_table_addr: u64,
+    /// Address of a `[u32; func_count]` table: func id → [`CoreType`](crate::CoreType) + 1
+    /// (0 = no kernel registered under that id).
+    pub func_core_types_addr: u64,
+    /// Number of entries in the two func tables (≤ [`MAX_FUNC_ID`]).
+    pub func_count: u32,
+    /// AICPU threads taking part (1 orchestrator + the rest schedulers), ≥ 2.
+    pub aicpu_thread_num: u32,
+    /// Address of the heap runtime-allocated outputs are carved from.
+    pub heap_addr: u64,
+    /// Size of that heap in bytes.
+    pub heap_size: u64,
+    /// Most tasks one run may submit (the task window).
+    pub task_window: u32,
+    /// No-progress watchdog of the scheduler, in milliseconds (0 = runtime default).
+    pub scheduler_timeout_ms: u32,
+}
+
+assert_layout!(
+    RunLaunchDesc,
+    size = 88,
+    magic = 0,
+    version = 4,
+    epoch = 8,
+    result_addr = 16,
+    orch_entry = 24,
+    orch_args_addr = 32,
+    func_table_addr = 40,
+    func_core_types_addr = 48,
+    func_count = 56,
+    aicpu_thread_num = 60,
+    heap_addr = 64,
+    heap_size = 72,
+    task_window = 80,
+    scheduler_timeout_ms = 84
+);

@@ -1,0 +1,179 @@
+//! Compiles a C program against `include/simpler/*.h` with the system C compiler (`cc`, or
+//! `$CC`), runs it, and checks that every size and offset it prints equals Rust's. The
+//! headers' own `_Static_assert`s make a drifted header fail to compile; this test makes a
+//! drifted Rust type fail too.
+
+use std::collections::BTreeMap;
+use std::mem::{offset_of, size_of};
+use std::path::PathBuf;
+use std::process::Command;
+
+use simpler_abi::*;
+
+const PROBE: &str = r#"
+#include <stdio.h>
+#include "simpler/kernel.h"
+#include "simpler/orchestration.h"
+#include "simpler/run.h"
+#define S(T) printf(#T " %zu\n", sizeof(T))
+#define O(T, f) printf(#T "." #f " %zu\n", offsetof(T, f))
+int main(void) {
+    S(SimplerChipTensor); O(SimplerChipTensor, start_offset); O(SimplerChipTensor, shapes);
+    O(SimplerChipTensor, strides); O(SimplerChipTensor, owner_task_id); O(SimplerChipTensor, ndims);
+    O(SimplerChipTensor, dtype); O(SimplerChipTensor, version); O(SimplerChipTensor, flags);
+    S(SimplerKernelArgs); S(SimplerLocalContext); S(SimplerGlobalContext);
+    O(SimplerGlobalContext, fatal_code);
+    S(SimplerOrchArgs); O(SimplerOrchArgs, tensors); O(SimplerOrchArgs, scalars);
+    S(SimplerTaskDesc); O(SimplerTaskDesc, kernel_ids); O(SimplerTaskDesc, tags);
+    O(SimplerTaskDesc, deps); O(SimplerTaskDesc, scalars); O(SimplerTaskDesc, tensors);
+    S(SimplerTaskOutputs); O(SimplerTaskOutputs, tensors);
+    S(SimplerOrchOps); O(SimplerOrchOps, submit_task); O(SimplerOrchOps, aiv_count);
+    S(SimplerRunResult); O(SimplerRunResult, completion_code); O(SimplerRunResult, payload);
+    S(SimplerRunLaunchDesc); O(SimplerRunLaunchDesc, heap_size); O(SimplerRunLaunchDesc, task_window);
+    printf("enum.FLOAT32 %d\nenum.UINT32 %d\nenum.OUTPUT_EXISTING %d\nenum.NO_DEP %d\n",
+        SIMPLER_DT_FLOAT32, SIMPLER_DT_UINT32, SIMPLER_OUTPUT_EXISTING, SIMPLER_NO_DEP);
+    return 0;
+}
+"#;
+
+fn c_layout() -> BTreeMap<String, usize> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = tempfile_dir();
+    let src = dir.join("probe.c");
+    let exe = dir.join("probe");
+    std::fs::write(&src, PROBE).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(root.join("include"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run the C compiler");
+    assert!(
+        out.status.success(),
+        "C headers failed to compile:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().expect("run the probe");
+    assert!(run.status.success());
+    let _ = std::fs::remove_dir_all(&dir);
+    String::from_utf8(run.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let (k, v) = l.rsplit_once(' ').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+fn tempfile_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("simpler-abi-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn c_headers_agree_with_rust_layouts() {
+    let c = c_layout();
+    let rust: Vec<(&str, usize)> = vec![
+        ("SimplerChipTensor", size_of::<ChipTensor>()),
+        (
+            "SimplerChipTensor.start_offset",
+            offset_of!(ChipTensor, start_offset),
+        ),
+        ("SimplerChipTensor.shapes", offset_of!(ChipTensor, shapes)),
+        ("SimplerChipTensor.strides", offset_of!(ChipTensor, strides)),
+        (
+            "SimplerChipTensor.owner_task_id",
+            offset_of!(ChipTensor, owner_task_id),
+        ),
+        ("SimplerChipTensor.ndims", offset_of!(ChipTensor, ndims)),
+        ("SimplerChipTensor.dtype", offset_of!(ChipTensor, dtype)),
+        ("SimplerChipTensor.version", offset_of!(ChipTensor, version)),
+        ("SimplerChipTensor.flags", offset_of!(ChipTensor, flags)),
+        ("SimplerKernelArgs", size_of::<KernelArgs>()),
+        ("SimplerLocalContext", size_of::<LocalContext>()),
+        ("SimplerGlobalContext", size_of::<GlobalContext>()),
+        (
+            "SimplerGlobalContext.fatal_code",
+            offset_of!(GlobalContext, fatal_code),
+        ),
+        ("SimplerOrchArgs", size_of::<OrchArgs>()),
+        ("SimplerOrchArgs.tensors", offset_of!(OrchArgs, tensors)),
+        ("SimplerOrchArgs.scalars", offset_of!(OrchArgs, scalars)),
+        ("SimplerTaskDesc", size_of::<TaskDesc>()),
+        (
+            "SimplerTaskDesc.kernel_ids",
+            offset_of!(TaskDesc, kernel_ids),
+        ),
+        ("SimplerTaskDesc.tags", offset_of!(TaskDesc, tags)),
+        ("SimplerTaskDesc.deps", offset_of!(TaskDesc, deps)),
+        ("SimplerTaskDesc.scalars", offset_of!(TaskDesc, scalars)),
+        ("SimplerTaskDesc.tensors", offset_of!(TaskDesc, tensors)),
+        ("SimplerTaskOutputs", size_of::<TaskOutputs>()),
+        (
+            "SimplerTaskOutputs.tensors",
+            offset_of!(TaskOutputs, tensors),
+        ),
+        ("SimplerOrchOps", size_of::<OrchOps>()),
+        (
+            "SimplerOrchOps.submit_task",
+            offset_of!(OrchOps, submit_task),
+        ),
+        ("SimplerOrchOps.aiv_count", offset_of!(OrchOps, aiv_count)),
+        ("SimplerRunResult", size_of::<RunResult>()),
+        (
+            "SimplerRunResult.completion_code",
+            offset_of!(RunResult, completion_code),
+        ),
+        ("SimplerRunResult.payload", offset_of!(RunResult, payload)),
+        ("SimplerRunLaunchDesc", size_of::<RunLaunchDesc>()),
+        (
+            "SimplerRunLaunchDesc.heap_size",
+            offset_of!(RunLaunchDesc, heap_size),
+        ),
+        (
+            "SimplerRunLaunchDesc.task_window",
+            offset_of!(RunLaunchDesc, task_window),
+        ),
+        ("enum.FLOAT32", DataType::Float32 as usize),
+        ("enum.UINT32", DataType::Uint32 as usize),
+        (
+            "enum.OUTPUT_EXISTING",
+            TensorArgType::OutputExisting as usize,
+        ),
+        ("enum.NO_DEP", TensorArgType::NoDep as usize),
+    ];
+    for (name, value) in &rust {
+        assert_eq!(c.get(*name), Some(value), "C and Rust disagree on {name}");
+    }
+    assert_eq!(
+        c.len(),
+        rust.len(),
+        "the probe printed entries this test does not check"
+    );
+}
+
+#[test]
+fn data_type_round_trips_and_sizes() {
+    for dt in DataType::ALL {
+        assert_eq!(DataType::from_raw(dt as u32), Some(dt));
+        assert_eq!(DataType::from_name(dt.name()), Some(dt));
+    }
+    assert_eq!(DataType::from_raw(11), None);
+    assert_eq!(DataType::Float32.size_bytes(), 4);
+    assert_eq!(DataType::Bfloat16.size_bytes(), 2);
+    assert_eq!(DataType::Uint64.size_bytes(), 8);
+}
+
+#[test]
+fn contiguous_tensor_has_row_major_strides() {
+    let t = ChipTensor::contiguous(0x1000, &[4, 3, 2], DataType::Float32);
+    assert_eq!(t.shape(), &[4, 3, 2]);
+    assert_eq!(&t.strides[..3], &[6, 2, 1]);
+    assert_eq!(t.buffer_size, 96);
+    assert_eq!(t.numel(), 24);
+}

@@ -1,0 +1,261 @@
+//! A callable's signature: the positional list of its arguments with their direction, dtype
+//! and (optionally) shape. It fixes argument order, decides which host tensors are staged to
+//! the device and copied back (`In` → copied in; `Out` → copied back; `InOut` → both), and
+//! lets the host reject mismatched arguments before anything touches the device.
+
+use serde::{Deserialize, Serialize};
+use simpler_abi::DataType;
+
+/// Direction of one argument, as the signature declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArgDirection {
+    /// A tensor read by the run: copied to the device, never copied back.
+    In,
+    /// A tensor written by the run: copied back to the host after the run.
+    Out,
+    /// A tensor read and written: copied in and copied back.
+    #[serde(rename = "inout")]
+    InOut,
+    /// A scalar passed by value as 64 raw bits.
+    Scalar,
+}
+
+impl ArgDirection {
+    /// True for the tensor directions.
+    pub fn is_tensor(self) -> bool {
+        !matches!(self, ArgDirection::Scalar)
+    }
+    /// True when the host copies the tensor to the device before the run.
+    pub fn copies_in(self) -> bool {
+        matches!(self, ArgDirection::In | ArgDirection::InOut)
+    }
+    /// True when the host copies the tensor back after the run.
+    pub fn copies_back(self) -> bool {
+        matches!(self, ArgDirection::Out | ArgDirection::InOut)
+    }
+    /// `"in"`, `"out"`, `"inout"` or `"scalar"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ArgDirection::In => "in",
+            ArgDirection::Out => "out",
+            ArgDirection::InOut => "inout",
+            ArgDirection::Scalar => "scalar",
+        }
+    }
+}
+
+/// One argument of a signature.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArgSpec {
+    /// Name used on the command line and in messages (unique within the signature).
+    pub name: String,
+    /// Direction.
+    pub direction: ArgDirection,
+    /// Element type (for a scalar, the type of its value).
+    #[serde(with = "dtype_name")]
+    pub dtype: DataType,
+    /// Exact shape the tensor must have; `None` accepts any shape. Always `None` for scalars.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<Vec<u64>>,
+}
+
+/// A callable's signature: its arguments in positional order, tensors before scalars.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Signature {
+    /// The arguments, tensors first.
+    pub args: Vec<ArgSpec>,
+}
+
+/// Why a signature is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureError {
+    /// Two arguments share a name.
+    #[error("argument name `{0}` appears twice in the signature")]
+    DuplicateName(String),
+    /// An argument name is empty.
+    #[error("argument {0} of the signature has an empty name")]
+    EmptyName(usize),
+    /// A tensor argument comes after a scalar.
+    #[error("tensor argument `{0}` comes after a scalar; tensors must come first")]
+    TensorAfterScalar(String),
+    /// A scalar declares a shape.
+    #[error("scalar argument `{0}` declares a shape")]
+    ScalarWithShape(String),
+    /// A tensor shape has no dimensions or more than five.
+    #[error("tensor argument `{name}` has {ndims} dimensions; 1..=5 are allowed")]
+    BadRank {
+        /// The argument.
+        name: String,
+        /// Its number of dimensions.
+        ndims: usize,
+    },
+    /// Too many tensors or scalars for one orchestration entry.
+    #[error("the signature has {count} {kind}; at most {max} are allowed")]
+    TooMany {
+        /// "tensors" or "scalars".
+        kind: &'static str,
+        /// How many it has.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+impl Signature {
+    /// Builds and validates a signature.
+    ///
+    /// # Errors
+    /// [`SignatureError`] naming the offending argument.
+    pub fn new(args: Vec<ArgSpec>) -> Result<Signature, SignatureError> {
+        let sig = Signature { args };
+        sig.validate()?;
+        Ok(sig)
+    }
+
+    /// Checks names, ordering, ranks and counts.
+    ///
+    /// # Errors
+    /// [`SignatureError`] naming the offending argument.
+    pub fn validate(&self) -> Result<(), SignatureError> {
+        let mut seen_scalar = false;
+        for (i, a) in self.args.iter().enumerate() {
+            if a.name.is_empty() {
+                return Err(SignatureError::EmptyName(i));
+            }
+            if self.args[..i].iter().any(|b| b.name == a.name) {
+                return Err(SignatureError::DuplicateName(a.name.clone()));
+            }
+            if a.direction.is_tensor() {
+                if seen_scalar {
+                    return Err(SignatureError::TensorAfterScalar(a.name.clone()));
+                }
+                if let Some(shape) = &a.shape {
+                    if shape.is_empty() || shape.len() > simpler_abi::MAX_TENSOR_DIMS {
+                        return Err(SignatureError::BadRank {
+                            name: a.name.clone(),
+                            ndims: shape.len(),
+                        });
+                    }
+                }
+            } else {
+                seen_scalar = true;
+                if a.shape.is_some() {
+                    return Err(SignatureError::ScalarWithShape(a.name.clone()));
+                }
+            }
+        }
+        let tensors = self.tensor_count();
+        if tensors > simpler_abi::MAX_ORCH_TENSORS {
+            return Err(SignatureError::TooMany {
+                kind: "tensors",
+                count: tensors,
+                max: simpler_abi::MAX_ORCH_TENSORS,
+            });
+        }
+        let scalars = self.args.len() - tensors;
+        if scalars > simpler_abi::MAX_ORCH_SCALARS {
+            return Err(SignatureError::TooMany {
+                kind: "scalars",
+                count: scalars,
+                max: simpler_abi::MAX_ORCH_SCALARS,
+            });
+        }
+        Ok(())
+    }
+
+    /// Number of tensor arguments.
+    pub fn tensor_count(&self) -> usize {
+        self.args.iter().filter(|a| a.direction.is_tensor()).count()
+    }
+
+    /// Position of the argument called `name`.
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.args.iter().position(|a| a.name == name)
+    }
+}
+
+mod dtype_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use simpler_abi::DataType;
+
+    pub fn serialize<S: Serializer>(dt: &DataType, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(dt.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DataType, D::Error> {
+        let name = String::deserialize(d)?;
+        DataType::from_name(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown dtype `{name}` (expected one of f32, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64)"
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(name: &str, d: ArgDirection) -> ArgSpec {
+        ArgSpec {
+            name: name.into(),
+            direction: d,
+            dtype: DataType::Float32,
+            shape: if d.is_tensor() { Some(vec![4]) } else { None },
+        }
+    }
+
+    #[test]
+    fn rejects_each_malformed_shape() {
+        use ArgDirection::*;
+        let cases: Vec<(Vec<ArgSpec>, SignatureError)> = vec![
+            (
+                vec![t("a", In), t("a", Out)],
+                SignatureError::DuplicateName("a".into()),
+            ),
+            (vec![t("", In)], SignatureError::EmptyName(0)),
+            (
+                vec![t("s", Scalar), t("a", In)],
+                SignatureError::TensorAfterScalar("a".into()),
+            ),
+            (
+                vec![ArgSpec {
+                    shape: Some(vec![1]),
+                    ..t("s", Scalar)
+                }],
+                SignatureError::ScalarWithShape("s".into()),
+            ),
+            (
+                vec![ArgSpec {
+                    shape: Some(vec![1; 6]),
+                    ..t("a", In)
+                }],
+                SignatureError::BadRank {
+                    name: "a".into(),
+                    ndims: 6,
+                },
+            ),
+        ];
+        for (args, want) in cases {
+            assert_eq!(Signature::new(args).unwrap_err(), want);
+        }
+        assert!(Signature::new(vec![t("a", In), t("b", Out), t("s", Scalar)]).is_ok());
+    }
+
+    #[test]
+    fn json_round_trip_uses_lowercase_names() {
+        let sig = Signature::new(vec![
+            t("a", ArgDirection::InOut),
+            t("s", ArgDirection::Scalar),
+        ])
+        .unwrap();
+        let text = serde_json::to_string(&sig).unwrap();
+        assert!(
+            text.contains("\"inout\"") && text.contains("\"f32\""),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<Signature>(&text).unwrap(), sig);
+    }
+}

@@ -1,0 +1,85 @@
+/*
+ * simpler/kernel.h — for AICore kernel authors.
+ *
+ * A kernel exports one symbol (default name "kernel_entry"):
+ *
+ *     SIMPLER_KERNEL void kernel_entry(int64_t *args);
+ *
+ * args[0..T) point to the task's SimplerChipTensor views (in submission order),
+ * args[T..T+S) hold the scalars as raw 64-bit patterns, args[48] points to the
+ * SimplerLocalContext (SPMD block index/count) and args[49] to the SimplerGlobalContext.
+ * Mirrors crates/simpler-abi/src/kernel.rs.
+ */
+#ifndef SIMPLER_KERNEL_H
+#define SIMPLER_KERNEL_H
+
+#include <string.h>
+#include "simpler/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SIMPLER_MAX_TASK_TENSORS 32
+#define SIMPLER_MAX_TASK_SCALARS 16
+#define SIMPLER_LOCAL_CONTEXT_SLOT 48
+#define SIMPLER_GLOBAL_CONTEXT_SLOT 49
+#define SIMPLER_KERNEL_ARG_SLOTS 64
+
+/* Marks an exported kernel entry. */
+#define SIMPLER_KERNEL __attribute__((visibility("default")))
+
+typedef struct SimplerKernelArgs {
+    uint64_t slots[SIMPLER_KERNEL_ARG_SLOTS];
+} SimplerKernelArgs;
+_Static_assert(sizeof(SimplerKernelArgs) == 512, "KernelArgs is 512 bytes");
+
+typedef struct SimplerLocalContext {
+    int32_t block_idx; /* 0..block_num */
+    int32_t block_num; /* >= 1 */
+} SimplerLocalContext;
+_Static_assert(sizeof(SimplerLocalContext) == 8, "LocalContext is 8 bytes");
+_Static_assert(offsetof(SimplerLocalContext, block_num) == 4, "LocalContext.block_num");
+
+typedef struct SimplerGlobalContext {
+    int32_t sub_block_id; /* lane within the cluster: AIV 0 or 1, AIC 0 */
+    uint32_t core_id;
+    uint32_t core_type;   /* SimplerCoreType */
+    int32_t fatal_code;   /* set non-zero to fail the run (see simpler_kernel_fail) */
+    uint64_t reserved[6];
+} SimplerGlobalContext;
+_Static_assert(sizeof(SimplerGlobalContext) == 64, "GlobalContext is 64 bytes");
+_Static_assert(offsetof(SimplerGlobalContext, core_id) == 4, "GlobalContext.core_id");
+_Static_assert(offsetof(SimplerGlobalContext, core_type) == 8, "GlobalContext.core_type");
+_Static_assert(offsetof(SimplerGlobalContext, fatal_code) == 12, "GlobalContext.fatal_code");
+
+/* Tensor argument i of a kernel. */
+static inline SimplerChipTensor *simpler_arg_tensor(int64_t *args, int i) {
+    return (SimplerChipTensor *)(uintptr_t)args[i];
+}
+/* Scalar at argument slot i (slot = tensor count + scalar index), raw bits. */
+static inline uint64_t simpler_arg_u64(int64_t *args, int slot) { return (uint64_t)args[slot]; }
+/* Scalar at argument slot i, interpreted as the f32 whose bits were passed. */
+static inline float simpler_arg_f32(int64_t *args, int slot) {
+    uint32_t bits = (uint32_t)(uint64_t)args[slot];
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+static inline SimplerLocalContext *simpler_local_context(int64_t *args) {
+    return (SimplerLocalContext *)(uintptr_t)args[SIMPLER_LOCAL_CONTEXT_SLOT];
+}
+static inline SimplerGlobalContext *simpler_global_context(int64_t *args) {
+    return (SimplerGlobalContext *)(uintptr_t)args[SIMPLER_GLOBAL_CONTEXT_SLOT];
+}
+static inline int32_t simpler_block_idx(int64_t *args) { return simpler_local_context(args)->block_idx; }
+static inline int32_t simpler_block_num(int64_t *args) { return simpler_local_context(args)->block_num; }
+/* Fails the run with KERNEL_FATAL; `code` (non-zero) is reported in the run's message. */
+static inline void simpler_kernel_fail(int64_t *args, int32_t code) {
+    simpler_global_context(args)->fatal_code = code ? code : 1;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SIMPLER_KERNEL_H */

@@ -1,0 +1,211 @@
+/*
+ * simpler/orchestration.h — for orchestration authors.
+ *
+ * An orchestration library exports one entry (default name "aicpu_orchestration_entry"):
+ *
+ *     SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
+ *                                                             const SimplerOrchArgs *args);
+ *
+ * It runs on an AICPU thread while the schedulers dispatch. It builds tasks with the
+ * simpler_task_* helpers, submits them with simpler_submit(), and opens nested scopes with
+ * simpler_scope_begin()/simpler_scope_end(). Returning non-zero fails the run
+ * (EXPLICIT_ORCH_FATAL). There is no link-time dependency on the runtime: every call goes
+ * through the versioned SimplerOrchOps table. Mirrors crates/simpler-abi/src/orch.rs.
+ */
+#ifndef SIMPLER_ORCHESTRATION_H
+#define SIMPLER_ORCHESTRATION_H
+
+#include <string.h>
+#include "simpler/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SIMPLER_MAX_ORCH_TENSORS 256
+#define SIMPLER_MAX_ORCH_SCALARS 128
+#define SIMPLER_TASK_MAX_TENSORS 32
+#define SIMPLER_TASK_MAX_SCALARS 16
+#define SIMPLER_MAX_TASK_DEPS 16
+#define SIMPLER_NO_KERNEL (-1)
+#define SIMPLER_SCOPE_AUTO 0u
+#define SIMPLER_SCOPE_MANUAL 1u
+#define SIMPLER_TASK_FLAG_REQUIRE_SYNC_START 1u
+#define SIMPLER_ORCH_OPS_VERSION 1u
+#define SIMPLER_LOG_ERROR 0u
+#define SIMPLER_LOG_WARN 1u
+#define SIMPLER_LOG_INFO 2u
+#define SIMPLER_LOG_DEBUG 3u
+
+/* Orchestrator error codes (upstream numbering). */
+#define SIMPLER_ORCH_INVALID_ARGS 5
+#define SIMPLER_ORCH_EXPLICIT_FATAL 9
+
+/* Marks an exported orchestration entry. */
+#define SIMPLER_ORCHESTRATION __attribute__((visibility("default")))
+
+typedef struct SimplerOrchArgs {
+    uint32_t tensor_count;
+    uint32_t scalar_count;
+    uint64_t reserved;
+    SimplerChipTensor tensors[SIMPLER_MAX_ORCH_TENSORS];
+    uint64_t scalars[SIMPLER_MAX_ORCH_SCALARS];
+} SimplerOrchArgs;
+_Static_assert(sizeof(SimplerOrchArgs) == 33808, "OrchArgs size");
+_Static_assert(offsetof(SimplerOrchArgs, scalar_count) == 4, "OrchArgs.scalar_count");
+_Static_assert(offsetof(SimplerOrchArgs, tensors) == 16, "OrchArgs.tensors");
+_Static_assert(offsetof(SimplerOrchArgs, scalars) == 32784, "OrchArgs.scalars");
+
+typedef struct SimplerTaskDesc {
+    uint32_t size;         /* sizeof(SimplerTaskDesc) */
+    uint32_t tensor_count;
+    uint32_t scalar_count;
+    uint32_t dep_count;
+    int32_t kernel_ids[3]; /* AIC, AIV0, AIV1; SIMPLER_NO_KERNEL when inactive */
+    int32_t block_num;     /* SPMD blocks, >= 1 */
+    uint32_t flags;        /* SIMPLER_TASK_FLAG_* */
+    uint32_t reserved;
+    uint32_t tags[SIMPLER_TASK_MAX_TENSORS]; /* SimplerTensorArgType */
+    uint64_t deps[SIMPLER_MAX_TASK_DEPS];    /* explicit dependencies (task ids) */
+    uint64_t scalars[SIMPLER_TASK_MAX_SCALARS];
+    SimplerChipTensor tensors[SIMPLER_TASK_MAX_TENSORS];
+} SimplerTaskDesc;
+_Static_assert(sizeof(SimplerTaskDesc) == 4520, "TaskDesc size");
+_Static_assert(offsetof(SimplerTaskDesc, kernel_ids) == 16, "TaskDesc.kernel_ids");
+_Static_assert(offsetof(SimplerTaskDesc, block_num) == 28, "TaskDesc.block_num");
+_Static_assert(offsetof(SimplerTaskDesc, flags) == 32, "TaskDesc.flags");
+_Static_assert(offsetof(SimplerTaskDesc, tags) == 40, "TaskDesc.tags");
+_Static_assert(offsetof(SimplerTaskDesc, deps) == 168, "TaskDesc.deps");
+_Static_assert(offsetof(SimplerTaskDesc, scalars) == 296, "TaskDesc.scalars");
+_Static_assert(offsetof(SimplerTaskDesc, tensors) == 424, "TaskDesc.tensors");
+
+typedef struct SimplerTaskOutputs {
+    uint64_t task_id;
+    uint32_t count;
+    uint32_t reserved;
+    SimplerChipTensor tensors[SIMPLER_TASK_MAX_TENSORS];
+} SimplerTaskOutputs;
+_Static_assert(sizeof(SimplerTaskOutputs) == 4112, "TaskOutputs size");
+_Static_assert(offsetof(SimplerTaskOutputs, count) == 8, "TaskOutputs.count");
+_Static_assert(offsetof(SimplerTaskOutputs, tensors) == 16, "TaskOutputs.tensors");
+
+typedef struct SimplerOrchOps {
+    uint32_t size;
+    uint32_t version;
+    void *runtime;
+    int32_t (*submit_task)(void *runtime, const SimplerTaskDesc *desc, SimplerTaskOutputs *outputs);
+    int32_t (*scope_begin)(void *runtime, uint32_t mode);
+    int32_t (*scope_end)(void *runtime);
+    void (*report_fatal)(void *runtime, int32_t code, const char *message);
+    int32_t (*is_fatal)(void *runtime);
+    void (*log)(void *runtime, uint32_t level, const char *message);
+    uint32_t (*cluster_count)(void *runtime);
+    uint32_t (*aiv_count)(void *runtime);
+} SimplerOrchOps;
+_Static_assert(sizeof(SimplerOrchOps) == 80, "OrchOps size");
+_Static_assert(offsetof(SimplerOrchOps, runtime) == 8, "OrchOps.runtime");
+_Static_assert(offsetof(SimplerOrchOps, submit_task) == 16, "OrchOps.submit_task");
+_Static_assert(offsetof(SimplerOrchOps, scope_begin) == 24, "OrchOps.scope_begin");
+_Static_assert(offsetof(SimplerOrchOps, scope_end) == 32, "OrchOps.scope_end");
+_Static_assert(offsetof(SimplerOrchOps, report_fatal) == 40, "OrchOps.report_fatal");
+_Static_assert(offsetof(SimplerOrchOps, is_fatal) == 48, "OrchOps.is_fatal");
+_Static_assert(offsetof(SimplerOrchOps, log) == 56, "OrchOps.log");
+_Static_assert(offsetof(SimplerOrchOps, cluster_count) == 64, "OrchOps.cluster_count");
+_Static_assert(offsetof(SimplerOrchOps, aiv_count) == 72, "OrchOps.aiv_count");
+
+/* ---- building a task ---------------------------------------------------------------- */
+
+/* Starts a task running kernel `func_id` on one core of `core_type`. */
+static inline void simpler_task_init(SimplerTaskDesc *d, SimplerCoreType core_type, int32_t func_id) {
+    memset(d, 0, sizeof *d);
+    d->size = (uint32_t)sizeof *d;
+    d->kernel_ids[0] = d->kernel_ids[1] = d->kernel_ids[2] = SIMPLER_NO_KERNEL;
+    d->kernel_ids[core_type == SIMPLER_CORE_AIC ? 0 : 1] = func_id;
+    d->block_num = 1;
+}
+
+/* Appends a tensor with a tag; returns its argument index, or -1 when the task is full. */
+static inline int simpler_task_add_tensor(SimplerTaskDesc *d, const SimplerChipTensor *t, SimplerTensorArgType tag) {
+    if (d->tensor_count >= SIMPLER_TASK_MAX_TENSORS) return -1;
+    d->tensors[d->tensor_count] = *t;
+    d->tags[d->tensor_count] = (uint32_t)tag;
+    return (int)d->tensor_count++;
+}
+static inline int simpler_task_add_input(SimplerTaskDesc *d, const SimplerChipTensor *t) {
+    return simpler_task_add_tensor(d, t, SIMPLER_INPUT);
+}
+static inline int simpler_task_add_inout(SimplerTaskDesc *d, const SimplerChipTensor *t) {
+    return simpler_task_add_tensor(d, t, SIMPLER_INOUT);
+}
+static inline int simpler_task_add_output_existing(SimplerTaskDesc *d, const SimplerChipTensor *t) {
+    return simpler_task_add_tensor(d, t, SIMPLER_OUTPUT_EXISTING);
+}
+static inline int simpler_task_add_no_dep(SimplerTaskDesc *d, const SimplerChipTensor *t) {
+    return simpler_task_add_tensor(d, t, SIMPLER_NO_DEP);
+}
+/* Appends a runtime-allocated, row-major output of the given shape and dtype. */
+static inline int simpler_task_add_output(SimplerTaskDesc *d, const uint64_t *shape, uint32_t ndims, SimplerDataType dtype) {
+    SimplerChipTensor t;
+    memset(&t, 0, sizeof t);
+    t.ndims = ndims;
+    t.dtype = (uint32_t)dtype;
+    t.owner_task_id = SIMPLER_NO_OWNER_TASK;
+    for (uint32_t i = 0; i < ndims && i < SIMPLER_MAX_TENSOR_DIMS; ++i) t.shapes[i] = shape[i];
+    return simpler_task_add_tensor(d, &t, SIMPLER_OUTPUT);
+}
+/* Appends a scalar (raw bits); returns its index among the scalars, or -1 when full. */
+static inline int simpler_task_add_scalar(SimplerTaskDesc *d, uint64_t bits) {
+    if (d->scalar_count >= SIMPLER_TASK_MAX_SCALARS) return -1;
+    d->scalars[d->scalar_count] = bits;
+    return (int)d->scalar_count++;
+}
+static inline int simpler_task_add_scalar_f32(SimplerTaskDesc *d, float v) {
+    uint32_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return simpler_task_add_scalar(d, (uint64_t)bits);
+}
+/* Adds an explicit dependency on an earlier task; -1 when full. */
+static inline int simpler_task_add_dep(SimplerTaskDesc *d, uint64_t task_id) {
+    if (d->dep_count >= SIMPLER_MAX_TASK_DEPS) return -1;
+    d->deps[d->dep_count] = task_id;
+    return (int)d->dep_count++;
+}
+
+/* ---- views ---------------------------------------------------------------------------- */
+
+/* A 1-D view of `len` elements starting `offset` elements into a 1-D tensor. */
+static inline SimplerChipTensor simpler_view_1d(const SimplerChipTensor *t, uint64_t offset, uint64_t len) {
+    SimplerChipTensor v = *t;
+    v.start_offset = t->start_offset + offset * t->strides[0];
+    v.shapes[0] = len;
+    return v;
+}
+/* A rows x cols view at (row0, col0) of a 2-D tensor. */
+static inline SimplerChipTensor simpler_view_2d(const SimplerChipTensor *t, uint64_t row0, uint64_t col0, uint64_t rows, uint64_t cols) {
+    SimplerChipTensor v = *t;
+    v.start_offset = t->start_offset + row0 * t->strides[0] + col0 * t->strides[1];
+    v.shapes[0] = rows;
+    v.shapes[1] = cols;
+    v.flags &= ~SIMPLER_TENSOR_FLAG_CONTIGUOUS;
+    if (cols == t->shapes[1] || rows == 1) v.flags |= (t->flags & SIMPLER_TENSOR_FLAG_CONTIGUOUS);
+    return v;
+}
+
+/* ---- calling the runtime ------------------------------------------------------------------- */
+
+static inline int32_t simpler_submit(const SimplerOrchOps *ops, const SimplerTaskDesc *d, SimplerTaskOutputs *outs) {
+    return ops->submit_task(ops->runtime, d, outs);
+}
+static inline int32_t simpler_scope_begin(const SimplerOrchOps *ops) { return ops->scope_begin(ops->runtime, SIMPLER_SCOPE_AUTO); }
+static inline int32_t simpler_scope_begin_manual(const SimplerOrchOps *ops) { return ops->scope_begin(ops->runtime, SIMPLER_SCOPE_MANUAL); }
+static inline int32_t simpler_scope_end(const SimplerOrchOps *ops) { return ops->scope_end(ops->runtime); }
+static inline void simpler_report_fatal(const SimplerOrchOps *ops, int32_t code, const char *msg) { ops->report_fatal(ops->runtime, code, msg); }
+static inline int32_t simpler_is_fatal(const SimplerOrchOps *ops) { return ops->is_fatal(ops->runtime); }
+static inline void simpler_log(const SimplerOrchOps *ops, uint32_t level, const char *msg) { ops->log(ops->runtime, level, msg); }
+static inline uint32_t simpler_cluster_count(const SimplerOrchOps *ops) { return ops->cluster_count(ops->runtime); }
+static inline uint32_t simpler_aiv_count(const SimplerOrchOps *ops) { return ops->aiv_count(ops->runtime); }
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SIMPLER_ORCHESTRATION_H */

@@ -1,0 +1,77 @@
+/*
+ * simpler/run.h — the host<->device run records: the launch descriptor and the run result
+ * record. Kernel and orchestration authors never need this; it exists so that a C or C++
+ * device runtime can share the contract. Mirrors crates/simpler-abi/src/run.rs and result.rs.
+ */
+#ifndef SIMPLER_RUN_H
+#define SIMPLER_RUN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SIMPLER_RUN_RESULT_PAYLOAD_BYTES 256
+#define SIMPLER_RUN_LAUNCH_MAGIC 0x4c504d53u
+#define SIMPLER_RUN_LAUNCH_VERSION 1u
+
+typedef enum SimplerRunVerdict { SIMPLER_VERDICT_NONE = 0, SIMPLER_VERDICT_OK = 1, SIMPLER_VERDICT_ERROR = 2 } SimplerRunVerdict;
+typedef enum SimplerCodeSource {
+    SIMPLER_CODE_SOURCE_NONE = 0,
+    SIMPLER_CODE_SOURCE_HEADER = 1,
+    SIMPLER_CODE_SOURCE_THREAD_RC = 2,
+    SIMPLER_CODE_SOURCE_SHUTDOWN_RC = 3
+} SimplerCodeSource;
+
+/* Written by the AICPU kernel at the end of a run; `published` (the epoch) is written last. */
+typedef struct SimplerRunResult {
+    uint64_t published;
+    uint32_t payload_bytes;
+    uint32_t verdict;       /* SimplerRunVerdict */
+    int32_t completion_code;
+    uint32_t code_source;   /* SimplerCodeSource */
+    uint8_t payload[SIMPLER_RUN_RESULT_PAYLOAD_BYTES];
+} SimplerRunResult;
+_Static_assert(sizeof(SimplerRunResult) == 280, "RunResult is 280 bytes");
+_Static_assert(offsetof(SimplerRunResult, payload_bytes) == 8, "RunResult.payload_bytes");
+_Static_assert(offsetof(SimplerRunResult, verdict) == 12, "RunResult.verdict");
+_Static_assert(offsetof(SimplerRunResult, completion_code) == 16, "RunResult.completion_code");
+_Static_assert(offsetof(SimplerRunResult, code_source) == 20, "RunResult.code_source");
+_Static_assert(offsetof(SimplerRunResult, payload) == 24, "RunResult.payload");
+
+typedef struct SimplerRunLaunchDesc {
+    uint32_t magic;
+    uint32_t version;
+    uint64_t epoch;
+    uint64_t result_addr;
+    uint64_t orch_entry;
+    uint64_t orch_args_addr;
+    uint64_t func_table_addr;
+    uint64_t func_core_types_addr;
+    uint32_t func_count;
+    uint32_t aicpu_thread_num;
+    uint64_t heap_addr;
+    uint64_t heap_size;
+    uint32_t task_window;
+    uint32_t scheduler_timeout_ms;
+} SimplerRunLaunchDesc;
+_Static_assert(sizeof(SimplerRunLaunchDesc) == 88, "RunLaunchDesc is 88 bytes");
+_Static_assert(offsetof(SimplerRunLaunchDesc, epoch) == 8, "RunLaunchDesc.epoch");
+_Static_assert(offsetof(SimplerRunLaunchDesc, result_addr) == 16, "RunLaunchDesc.result_addr");
+_Static_assert(offsetof(SimplerRunLaunchDesc, orch_entry) == 24, "RunLaunchDesc.orch_entry");
+_Static_assert(offsetof(SimplerRunLaunchDesc, orch_args_addr) == 32, "RunLaunchDesc.orch_args_addr");
+_Static_assert(offsetof(SimplerRunLaunchDesc, func_table_addr) == 40, "RunLaunchDesc.func_table_addr");
+_Static_assert(offsetof(SimplerRunLaunchDesc, func_core_types_addr) == 48, "RunLaunchDesc.func_core_types_addr");
+_Static_assert(offsetof(SimplerRunLaunchDesc, func_count) == 56, "RunLaunchDesc.func_count");
+_Static_assert(offsetof(SimplerRunLaunchDesc, aicpu_thread_num) == 60, "RunLaunchDesc.aicpu_thread_num");
+_Static_assert(offsetof(SimplerRunLaunchDesc, heap_addr) == 64, "RunLaunchDesc.heap_addr");
+_Static_assert(offsetof(SimplerRunLaunchDesc, heap_size) == 72, "RunLaunchDesc.heap_size");
+_Static_assert(offsetof(SimplerRunLaunchDesc, task_window) == 80, "RunLaunchDesc.task_window");
+_Static_assert(offsetof(SimplerRunLaunchDesc, scheduler_timeout_ms) == 84, "RunLaunchDesc.scheduler_timeout_ms");
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SIMPLER_RUN_H */
