@@ -9,6 +9,8 @@
 //! runtime only through `simpler_abi` structures placed in device memory. It must not reach
 //! into runtime internals.
 
+pub mod callable;
 pub mod signature;
 
+pub use callable::{CallableSpec, CodeImage, KernelSpec};
 pub use signature::{ArgDirection, ArgSpec, Signature, SignatureError};
