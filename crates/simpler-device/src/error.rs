@@ -1,0 +1,78 @@
+//! Device errors.
+
+use crate::{DevicePtr, EventId, StreamId};
+
+/// A device operation failed. Each variant names the handle or address at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    /// A size of zero, or larger than the device can hold.
+    #[error("invalid allocation size {0} bytes")]
+    InvalidSize(u64),
+    /// The device ran out of memory.
+    #[error("device out of memory allocating {0} bytes")]
+    OutOfMemory(u64),
+    /// The address is not inside any live allocation.
+    #[error("address {0:#x} is not inside any live device allocation")]
+    UnknownPointer(u64),
+    /// The pointer was already freed.
+    #[error("double free of device allocation at {0:#x}")]
+    DoubleFree(u64),
+    /// Free of an address inside an allocation rather than its base.
+    #[error("free of {ptr:#x}, which is inside the allocation at {base:#x}, not its base")]
+    NotAllocationBase {
+        /// The address passed.
+        ptr: u64,
+        /// Base of the allocation containing it.
+        base: u64,
+    },
+    /// A copy runs past the end of its allocation.
+    #[error("access of {len} bytes at {ptr:#x} overruns the allocation at {base:#x} of {size} bytes")]
+    OutOfRange {
+        /// Start of the access.
+        ptr: u64,
+        /// Its length in bytes.
+        len: u64,
+        /// Base of the allocation.
+        base: u64,
+        /// Size of the allocation.
+        size: u64,
+    },
+    /// The stream handle is unknown or destroyed.
+    #[error("unknown stream {0:?}")]
+    UnknownStream(StreamId),
+    /// The event handle is unknown or destroyed.
+    #[error("unknown event {0:?}")]
+    UnknownEvent(EventId),
+    /// A wait ran out of time.
+    #[error("timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    /// A timeout of zero was passed where a bounded wait is required.
+    #[error("a zero timeout is not allowed")]
+    ZeroTimeout,
+    /// A kernel on the stream ended with a fatal status (sticky).
+    #[error("a kernel on stream {stream:?} failed with device status {status}")]
+    KernelFault {
+        /// The stream.
+        stream: StreamId,
+        /// The kernel's status.
+        status: i32,
+    },
+    /// The launch shape is not possible on this device.
+    #[error("invalid launch: {0}")]
+    InvalidLaunch(String),
+    /// The device has been shut down.
+    #[error("the device is shut down")]
+    ShutDown,
+}
+
+impl DeviceError {
+    /// Builds an `OutOfRange` error.
+    pub(crate) fn out_of_range(ptr: DevicePtr, len: u64, base: u64, size: u64) -> DeviceError {
+        DeviceError::OutOfRange {
+            ptr: ptr.0,
+            len,
+            base,
+            size,
+        }
+    }
+}

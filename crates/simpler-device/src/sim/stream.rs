@@ -1,0 +1,227 @@
+//! Sim streams and events. A stream is an in-order queue served by its own worker thread
+//! (started with the stream, parked on a condvar while the queue is empty). An event is a
+//! pair of sequence numbers: how many records were requested and how far the streams have
+//! reached; re-recording bumps the first, so no reset is ever needed.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::memory::Memory;
+use super::pool::Pools;
+use crate::{AicoreKernel, AicpuKernel, DeviceError, DevicePtr, EventStatus, StreamId};
+
+/// Shared state of one event.
+#[derive(Default)]
+pub(crate) struct Event {
+    state: Mutex<EventState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct EventState {
+    /// Sequence number of the latest record requested (0 = never recorded).
+    recorded: u64,
+    /// Highest sequence number a stream has reached.
+    reached: u64,
+}
+
+impl Event {
+    /// Requests a new record; returns its sequence number.
+    pub(crate) fn begin_record(&self) -> u64 {
+        let mut s = self.state.lock();
+        s.recorded += 1;
+        s.recorded
+    }
+
+    /// The sequence number a waiter issued now must reach.
+    pub(crate) fn target(&self) -> u64 {
+        self.state.lock().recorded
+    }
+
+    fn reach(&self, seq: u64) {
+        let mut s = self.state.lock();
+        if seq > s.reached {
+            s.reached = seq;
+        }
+        self.cv.notify_all();
+    }
+
+    pub(crate) fn status(&self) -> EventStatus {
+        let s = self.state.lock();
+        if s.reached >= s.recorded {
+            EventStatus::Complete
+        } else {
+            EventStatus::Pending
+        }
+    }
+
+    /// Waits until `target` is reached or `deadline` passes; false on timeout.
+    pub(crate) fn wait_until(&self, target: u64, deadline: Option<Instant>) -> bool {
+        let mut s = self.state.lock();
+        while s.reached < target {
+            match deadline {
+                Some(d) => {
+                    if self.cv.wait_until(&mut s, d).timed_out() && s.reached < target {
+                        return false;
+                    }
+                }
+                None => self.cv.wait(&mut s),
+            }
+        }
+        true
+    }
+}
+
+/// One queued stream operation.
+pub(crate) enum Op {
+    Copy { dst: DevicePtr, bytes: Vec<u8> },
+    Aicore { kernel: AicoreKernel, arg: DevicePtr },
+    Aicpu { kernel: AicpuKernel, arg: DevicePtr, threads: u32 },
+    Record { event: Arc<Event>, seq: u64 },
+    Wait { event: Arc<Event>, seq: u64 },
+}
+
+#[derive(Default)]
+struct StreamState {
+    queue: VecDeque<Op>,
+    /// Operations enqueued and not yet finished (queued + running).
+    outstanding: u64,
+    /// First fatal status of a kernel on this stream (sticky).
+    fault: Option<i32>,
+    /// Set when the stream is being destroyed.
+    closing: bool,
+}
+
+struct Shared {
+    state: Mutex<StreamState>,
+    work: Condvar,
+    idle: Condvar,
+}
+
+/// An in-order stream with its worker thread.
+pub(crate) struct Stream {
+    id: StreamId,
+    shared: Arc<Shared>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl Stream {
+    pub(crate) fn start(
+        id: StreamId,
+        pools: Arc<Pools>,
+        memory: Arc<Memory>,
+    ) -> Result<Stream, DeviceError> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(StreamState::default()),
+            work: Condvar::new(),
+            idle: Condvar::new(),
+        });
+        let s = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("sim-stream-{}", id.0))
+            .spawn(move || serve(&s, &pools, &memory))
+            .map_err(|e| DeviceError::InvalidLaunch(format!("cannot start a stream thread: {e}")))?;
+        Ok(Stream {
+            id,
+            shared,
+            worker: Some(worker),
+        })
+    }
+
+    pub(crate) fn enqueue(&self, op: Op) -> Result<(), DeviceError> {
+        let mut st = self.shared.state.lock();
+        if st.closing {
+            return Err(DeviceError::UnknownStream(self.id));
+        }
+        st.queue.push_back(op);
+        st.outstanding += 1;
+        self.shared.work.notify_one();
+        Ok(())
+    }
+
+    pub(crate) fn is_idle(&self) -> bool {
+        self.shared.state.lock().outstanding == 0
+    }
+
+    pub(crate) fn synchronize(&self, timeout: Duration) -> Result<(), DeviceError> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.state.lock();
+        while st.outstanding > 0 {
+            if self.shared.idle.wait_until(&mut st, deadline).timed_out() && st.outstanding > 0 {
+                return Err(DeviceError::Timeout(timeout));
+            }
+        }
+        match st.fault {
+            Some(status) => Err(DeviceError::KernelFault {
+                stream: self.id,
+                status,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.shared.state.lock().closing = true;
+        self.shared.work.notify_all();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn serve(shared: &Shared, pools: &Pools, memory: &Memory) {
+    loop {
+        let op = {
+            let mut st = shared.state.lock();
+            loop {
+                if let Some(op) = st.queue.pop_front() {
+                    break op;
+                }
+                if st.closing {
+                    return;
+                }
+                shared.work.wait(&mut st);
+            }
+        };
+        let fault = match op {
+            Op::Copy { dst, bytes } => memory.copy_in(dst, &bytes).err().map(|_| -1),
+            Op::Aicore { kernel, arg } => {
+                pools.run_aicore(kernel, arg);
+                None
+            }
+            Op::Aicpu {
+                kernel,
+                arg,
+                threads,
+            } => Some(pools.run_aicpu(kernel, arg, threads)).filter(|&rc| rc != 0),
+            Op::Record { event, seq } => {
+                event.reach(seq);
+                None
+            }
+            Op::Wait { event, seq } => {
+                // Bounded slices so that destroying the stream never hangs on a wait whose
+                // event will not be recorded any more.
+                while !event.wait_until(seq, Some(Instant::now() + Duration::from_millis(100))) {
+                    if shared.state.lock().closing {
+                        break;
+                    }
+                }
+                None
+            }
+        };
+        let mut st = shared.state.lock();
+        if let Some(status) = fault {
+            st.fault.get_or_insert(status);
+        }
+        st.outstanding -= 1;
+        if st.outstanding == 0 {
+            shared.idle.notify_all();
+        }
+    }
+}

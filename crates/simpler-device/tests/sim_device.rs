@@ -1,0 +1,153 @@
+//! Behaviour of the sim device as the host relies on it: stream order, reusable events,
+//! stream-wait-event, kernel launch on every core, sticky fatal status seen only by a stream
+//! synchronize, and device threads that are started once.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use simpler_device::sim::SimDevice;
+use simpler_device::{AicoreContext, AicpuContext, Device, DeviceError, DevicePtr, EventStatus, Topology};
+
+const LONG: Duration = Duration::from_secs(20);
+
+static CORE_HITS: AtomicU32 = AtomicU32::new(0);
+
+fn count_core(_: &AicoreContext<'_>, _: DevicePtr) {
+    CORE_HITS.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn aicore_kernel_runs_once_on_every_core() {
+    let dev = SimDevice::new(Topology { clusters: 3, aicpu_threads: 2 }).unwrap();
+    let s = dev.create_stream().unwrap();
+    let before = CORE_HITS.load(Ordering::SeqCst);
+    dev.launch_aicore(s, count_core, DevicePtr(0)).unwrap();
+    dev.synchronize_stream(s, LONG).unwrap();
+    assert_eq!(CORE_HITS.load(Ordering::SeqCst) - before, 9);
+}
+
+/// Writes its thread index + 1 into slot `thread_idx` of the u64 array at `arg`.
+fn stamp_threads(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
+    // SAFETY: the test allocated 8 slots at `arg` and each thread writes its own slot.
+    unsafe { *(arg.0 as *mut u64).add(ctx.thread_idx as usize) = u64::from(ctx.thread_idx) + 1 };
+    0
+}
+
+fn fail_on_thread_1(ctx: &AicpuContext<'_>, _: DevicePtr) -> i32 {
+    if ctx.thread_idx == 1 {
+        -507
+    } else {
+        0
+    }
+}
+
+#[test]
+fn aicpu_kernel_runs_on_the_requested_threads() {
+    let dev = SimDevice::new(Topology::default()).unwrap();
+    let buf = dev.malloc(64).unwrap();
+    let s = dev.create_stream().unwrap();
+    dev.launch_aicpu(s, stamp_threads, buf, 3).unwrap();
+    dev.synchronize_stream(s, LONG).unwrap();
+    let mut out = [0u8; 64];
+    dev.copy_from_device(&mut out, buf).unwrap();
+    let words: Vec<u64> = out.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(words, vec![1, 2, 3, 0, 0, 0, 0, 0]);
+    assert!(matches!(dev.launch_aicpu(s, stamp_threads, buf, 5), Err(DeviceError::InvalidLaunch(_))));
+}
+
+#[test]
+fn kernel_fault_is_seen_only_by_stream_synchronize_and_is_sticky() {
+    let dev = SimDevice::new(Topology::default()).unwrap();
+    let s = dev.create_stream().unwrap();
+    let e = dev.create_event().unwrap();
+    dev.launch_aicpu(s, fail_on_thread_1, DevicePtr(0), 2).unwrap();
+    dev.record_event(e, s).unwrap();
+    dev.synchronize_event(e, LONG).unwrap();
+    assert_eq!(dev.query_event(e).unwrap(), EventStatus::Complete);
+    assert!(dev.query_stream(s).unwrap());
+    for _ in 0..2 {
+        assert_eq!(
+            dev.synchronize_stream(s, LONG),
+            Err(DeviceError::KernelFault { stream: s, status: -507 })
+        );
+    }
+}
+
+static GATE: AtomicU64 = AtomicU64::new(0);
+
+fn wait_for_gate(_: &AicpuContext<'_>, _: DevicePtr) -> i32 {
+    while GATE.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    0
+}
+
+#[test]
+fn events_rerecord_without_reset_and_order_other_streams() {
+    let dev = SimDevice::new(Topology::default()).unwrap();
+    let a = dev.create_stream().unwrap();
+    let b = dev.create_stream().unwrap();
+    let e = dev.create_event().unwrap();
+    assert_eq!(dev.query_event(e).unwrap(), EventStatus::Complete, "never recorded reads complete");
+    dev.record_event(e, a).unwrap();
+    dev.synchronize_event(e, LONG).unwrap();
+
+    // Re-record behind a blocked kernel: the event goes back to pending.
+    dev.launch_aicpu(a, wait_for_gate, DevicePtr(0), 2).unwrap();
+    dev.record_event(e, a).unwrap();
+    assert_eq!(dev.query_event(e).unwrap(), EventStatus::Pending);
+    assert_eq!(dev.synchronize_event(e, Duration::from_millis(30)), Err(DeviceError::Timeout(Duration::from_millis(30))));
+
+    // Stream b waits on the event: its copy must not land before the gate opens.
+    let buf = dev.malloc(8).unwrap();
+    dev.stream_wait_event(b, e).unwrap();
+    dev.copy_to_device_async(b, buf, vec![9; 8]).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    let mut out = [0u8; 8];
+    dev.copy_from_device(&mut out, buf).unwrap();
+    assert_eq!(out, [0; 8], "stream b ran ahead of the event it waits on");
+    assert!(!dev.query_stream(b).unwrap());
+
+    GATE.store(1, Ordering::SeqCst);
+    dev.synchronize_stream(b, LONG).unwrap();
+    dev.copy_from_device(&mut out, buf).unwrap();
+    assert_eq!(out, [9; 8]);
+    assert_eq!(dev.query_event(e).unwrap(), EventStatus::Complete);
+}
+
+#[test]
+fn bad_handles_and_zero_timeouts_are_refused() {
+    let dev = SimDevice::new(Topology::default()).unwrap();
+    let s = dev.create_stream().unwrap();
+    let e = dev.create_event().unwrap();
+    dev.destroy_event(e).unwrap();
+    assert_eq!(dev.query_event(e), Err(DeviceError::UnknownEvent(e)));
+    assert_eq!(dev.synchronize_stream(s, Duration::ZERO), Err(DeviceError::ZeroTimeout));
+    dev.destroy_stream(s).unwrap();
+    assert_eq!(dev.query_stream(s), Err(DeviceError::UnknownStream(s)));
+    assert!(dev.copy_to_device_async(s, DevicePtr(16), vec![1]).is_err());
+    assert!(SimDevice::new(Topology { clusters: 0, aicpu_threads: 4 }).is_err());
+}
+
+fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+}
+
+#[test]
+fn launches_reuse_the_device_threads() {
+    let dev = SimDevice::new(Topology::default()).unwrap();
+    let s = dev.create_stream().unwrap();
+    dev.launch_aicore(s, count_core, DevicePtr(0)).unwrap();
+    dev.synchronize_stream(s, LONG).unwrap();
+    let threads = thread_count();
+    for _ in 0..50 {
+        dev.launch_aicore(s, count_core, DevicePtr(0)).unwrap();
+        dev.launch_aicpu(s, stamp_threads_noop, DevicePtr(0), 4).unwrap();
+    }
+    dev.synchronize_stream(s, LONG).unwrap();
+    assert!(thread_count() <= threads, "launches started new threads");
+}
+
+fn stamp_threads_noop(_: &AicpuContext<'_>, _: DevicePtr) -> i32 {
+    0
+}
