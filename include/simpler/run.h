@@ -56,8 +56,10 @@ typedef struct SimplerRunLaunchDesc {
     uint64_t heap_size;
     uint32_t task_window;
     uint32_t scheduler_timeout_ms;
+    uint64_t core_mailbox_addr;
+    uint64_t runtime_state_addr;
 } SimplerRunLaunchDesc;
-_Static_assert(sizeof(SimplerRunLaunchDesc) == 88, "RunLaunchDesc is 88 bytes");
+_Static_assert(sizeof(SimplerRunLaunchDesc) == 104, "RunLaunchDesc is 104 bytes");
 _Static_assert(offsetof(SimplerRunLaunchDesc, epoch) == 8, "RunLaunchDesc.epoch");
 _Static_assert(offsetof(SimplerRunLaunchDesc, result_addr) == 16, "RunLaunchDesc.result_addr");
 _Static_assert(offsetof(SimplerRunLaunchDesc, orch_entry) == 24, "RunLaunchDesc.orch_entry");
@@ -70,6 +72,34 @@ _Static_assert(offsetof(SimplerRunLaunchDesc, heap_addr) == 64, "RunLaunchDesc.h
 _Static_assert(offsetof(SimplerRunLaunchDesc, heap_size) == 72, "RunLaunchDesc.heap_size");
 _Static_assert(offsetof(SimplerRunLaunchDesc, task_window) == 80, "RunLaunchDesc.task_window");
 _Static_assert(offsetof(SimplerRunLaunchDesc, scheduler_timeout_ms) == 84, "RunLaunchDesc.scheduler_timeout_ms");
+_Static_assert(offsetof(SimplerRunLaunchDesc, core_mailbox_addr) == 88, "RunLaunchDesc.core_mailbox_addr");
+_Static_assert(offsetof(SimplerRunLaunchDesc, runtime_state_addr) == 96, "RunLaunchDesc.runtime_state_addr");
+
+/* One dispatch buffer of a core: what the AICPU wrote for the AICore to run. 640 bytes. */
+typedef struct SimplerDispatchPayload {
+    uint64_t kernel_addr;   /* kernel entry address */
+    uint64_t task_id;
+    int32_t block_idx;      /* SimplerLocalContext */
+    int32_t block_num;
+    uint64_t reserved[5];
+    uint64_t args[64];      /* SimplerKernelArgs */
+    uint64_t reserved2[8];
+} SimplerDispatchPayload;
+_Static_assert(sizeof(SimplerDispatchPayload) == 640, "DispatchPayload is 640 bytes");
+_Static_assert(offsetof(SimplerDispatchPayload, block_idx) == 16, "DispatchPayload.local");
+_Static_assert(offsetof(SimplerDispatchPayload, args) == 64, "DispatchPayload.args");
+
+/* A core's mailbox: two dispatch buffers (selected by dispatch id parity) and its global context. */
+typedef struct SimplerCoreMailbox {
+    SimplerDispatchPayload payloads[2];
+    int32_t sub_block_id;   /* SimplerGlobalContext */
+    uint32_t core_id;
+    uint32_t core_type;
+    int32_t fatal_code;
+    uint64_t global_reserved[6];
+} SimplerCoreMailbox;
+_Static_assert(sizeof(SimplerCoreMailbox) == 1344, "CoreMailbox is 1344 bytes");
+_Static_assert(offsetof(SimplerCoreMailbox, fatal_code) == 1292, "CoreMailbox.global.fatal_code");
 
 #ifdef __cplusplus
 }

@@ -116,3 +116,45 @@ impl std::fmt::Display for CoreType {
 
 /// A kernel entry point: `void kernel_entry(int64_t *args)`.
 pub type KernelEntry = unsafe extern "C" fn(args: *mut i64);
+
+/// One dispatch buffer of a core: the kernel and arguments the AICPU published for the
+/// AICore to run. 640 bytes; `args` starts on its own cache line.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DispatchPayload {
+    /// Address of the kernel entry ([`KernelEntry`]).
+    pub kernel_addr: u64,
+    /// Id of the task being run (for diagnostics).
+    pub task_id: u64,
+    /// SPMD context of this dispatch; `args` slot 48 points here.
+    pub local: LocalContext,
+    /// Reserved, zero.
+    pub reserved: [u64; 5],
+    /// The kernel argument array.
+    pub args: KernelArgs,
+    /// Reserved, zero.
+    pub reserved2: [u64; 8],
+}
+
+assert_layout!(
+    DispatchPayload,
+    size = 640,
+    kernel_addr = 0,
+    task_id = 8,
+    local = 16,
+    args = 64
+);
+
+/// A core's mailbox in device memory: two dispatch buffers, selected by the parity of the
+/// dispatch id (so the next task can be written while the current one runs), and the core's
+/// [`GlobalContext`]. 1344 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CoreMailbox {
+    /// Dispatch buffers; buffer `id & 1` holds dispatch `id`.
+    pub payloads: [DispatchPayload; 2],
+    /// The core's global context; `args` slot 49 points here.
+    pub global: GlobalContext,
+}
+
+assert_layout!(CoreMailbox, size = 1344, payloads = 0, global = 1280);

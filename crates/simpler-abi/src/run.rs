@@ -45,11 +45,16 @@ pub struct RunLaunchDesc {
     pub task_window: u32,
     /// No-progress watchdog of the scheduler, in milliseconds (0 = runtime default).
     pub scheduler_timeout_ms: u32,
+    /// Address of `[CoreMailbox; core_count]`: each core's dispatch payloads.
+    pub core_mailbox_addr: u64,
+    /// Address of one zeroed 8-byte word through which the AICPU threads of a run share
+    /// their run state; the runtime returns it to zero before the kernel ends.
+    pub runtime_state_addr: u64,
 }
 
 assert_layout!(
     RunLaunchDesc,
-    size = 88,
+    size = 104,
     magic = 0,
     version = 4,
     epoch = 8,
@@ -63,5 +68,7 @@ assert_layout!(
     heap_addr = 64,
     heap_size = 72,
     task_window = 80,
-    scheduler_timeout_ms = 84
+    scheduler_timeout_ms = 84,
+    core_mailbox_addr = 88,
+    runtime_state_addr = 96
 );

@@ -30,6 +30,8 @@ int main(void) {
     S(SimplerOrchOps); O(SimplerOrchOps, submit_task); O(SimplerOrchOps, aiv_count);
     S(SimplerRunResult); O(SimplerRunResult, completion_code); O(SimplerRunResult, payload);
     S(SimplerRunLaunchDesc); O(SimplerRunLaunchDesc, heap_size); O(SimplerRunLaunchDesc, task_window);
+    O(SimplerRunLaunchDesc, runtime_state_addr);
+    S(SimplerDispatchPayload); O(SimplerDispatchPayload, args); S(SimplerCoreMailbox); O(SimplerCoreMailbox, fatal_code);
     printf("enum.FLOAT32 %d\nenum.UINT32 %d\nenum.OUTPUT_EXISTING %d\nenum.NO_DEP %d\n",
         SIMPLER_DT_FLOAT32, SIMPLER_DT_UINT32, SIMPLER_OUTPUT_EXISTING, SIMPLER_NO_DEP);
     return 0;
@@ -138,6 +140,20 @@ fn c_headers_agree_with_rust_layouts() {
         (
             "SimplerRunLaunchDesc.task_window",
             offset_of!(RunLaunchDesc, task_window),
+        ),
+        (
+            "SimplerRunLaunchDesc.runtime_state_addr",
+            offset_of!(RunLaunchDesc, runtime_state_addr),
+        ),
+        ("SimplerDispatchPayload", size_of::<DispatchPayload>()),
+        (
+            "SimplerDispatchPayload.args",
+            offset_of!(DispatchPayload, args),
+        ),
+        ("SimplerCoreMailbox", size_of::<CoreMailbox>()),
+        (
+            "SimplerCoreMailbox.fatal_code",
+            offset_of!(CoreMailbox, global) + offset_of!(GlobalContext, fatal_code),
         ),
         ("enum.FLOAT32", DataType::Float32 as usize),
         ("enum.UINT32", DataType::Uint32 as usize),
