@@ -1,0 +1,95 @@
+//! The AICPU kernel: splits the launched threads into one orchestrator (the top index) and
+//! schedulers (the rest), shares the run's state among them through the descriptor's state
+//! word, and has the last thread out publish the result record and free the state.
+
+mod orchestrator;
+mod scheduler;
+mod state;
+pub mod tensormap;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use simpler_abi::{
+    CodeSource, RunResult, RunVerdict, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION, RUN_RESULT_PAYLOAD_BYTES,
+};
+use simpler_device::{AicpuContext, DevicePtr};
+
+use self::state::RunShared;
+use crate::devmem;
+use crate::handshake::EXIT_SIGNAL;
+
+/// Device status returned when the launch descriptor is unusable.
+pub const STATUS_BAD_DESCRIPTOR: i32 = -1;
+
+/// The AICPU kernel of a run; `arg` is the address of its
+/// [`RunLaunchDesc`](simpler_abi::RunLaunchDesc). Returns 0, or a non-zero device status
+/// when the descriptor is unusable (nothing is published then).
+pub fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
+    let desc = match devmem::launch_desc(arg.0) {
+        Some(d) if d.magic == RUN_LAUNCH_MAGIC && d.version == RUN_LAUNCH_VERSION && d.epoch != 0
+            && d.runtime_state_addr != 0 && d.core_mailbox_addr != 0 && d.result_addr != 0 && ctx.thread_num >= 2 => d,
+        _ => {
+            // Release the cores so the AICore kernel can end too.
+            if ctx.thread_idx == 0 {
+                for regs in ctx.cores {
+                    regs.write_dmb(EXIT_SIGNAL);
+                }
+            }
+            return STATUS_BAD_DESCRIPTOR;
+        }
+    };
+    let word = devmem::state_word(desc.runtime_state_addr);
+    let schedulers = ctx.thread_num - 1;
+    let orchestrator_thread = ctx.thread_num - 1;
+    let shared: &RunShared = if ctx.thread_idx == orchestrator_thread {
+        let boxed = Box::new(RunShared::new(desc, schedulers as usize));
+        let p = Box::into_raw(boxed);
+        word.store(p as u64, Ordering::Release);
+        // SAFETY: just leaked; freed only by the last thread out, after every thread of the
+        // run has counted itself out.
+        unsafe { &*p }
+    } else {
+        let mut p = word.load(Ordering::Acquire);
+        while p == 0 {
+            std::thread::sleep(Duration::from_micros(20));
+            p = word.load(Ordering::Acquire);
+        }
+        // SAFETY: the orchestrator thread published a live `RunShared`; it stays alive until
+        // this thread counts itself out below.
+        unsafe { &*(p as *const RunShared) }
+    };
+
+    if ctx.thread_idx == orchestrator_thread {
+        orchestrator::Orchestrator::new(shared, ctx.topology.clusters).run();
+    } else {
+        scheduler::run(ctx, shared, ctx.thread_idx, schedulers);
+    }
+
+    if shared.exited.fetch_add(1, Ordering::AcqRel) + 1 == ctx.thread_num {
+        devmem::publish_result(desc.result_addr, &result_record(shared));
+        let p = word.swap(0, Ordering::AcqRel);
+        // SAFETY: every thread of the run has counted itself out, so no reference remains;
+        // `p` is the pointer leaked above.
+        drop(unsafe { Box::from_raw(p as *mut RunShared) });
+    }
+    0
+}
+
+fn result_record(shared: &RunShared) -> RunResult {
+    let mut r = RunResult::EMPTY;
+    r.published = shared.desc.epoch;
+    match shared.errors.verdict() {
+        None => r.verdict = RunVerdict::Ok as u32,
+        Some((code, message)) => {
+            r.verdict = RunVerdict::Error as u32;
+            r.completion_code = -code;
+            r.code_source = CodeSource::Header as u32;
+            let bytes = message.as_bytes();
+            let n = bytes.len().min(RUN_RESULT_PAYLOAD_BYTES);
+            r.payload[..n].copy_from_slice(&bytes[..n]);
+            r.payload_bytes = n as u32;
+        }
+    }
+    r
+}

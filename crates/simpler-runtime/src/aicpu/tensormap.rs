@@ -1,0 +1,188 @@
+//! Dependency discovery from tensor regions (spec `l2-runtime.md` §2.3), owned by the
+//! orchestrator thread.
+//!
+//! Accesses are keyed by buffer base address, so every view of one buffer is compared with
+//! every other. Two views overlap when their byte ranges intersect and — where both views
+//! share strides that nest (row-major style) — when their per-dimension index boxes
+//! intersect too; otherwise the byte-range answer stands (conservative: a false overlap
+//! only adds an edge). A reader waits for earlier overlapping writers (RAW); a writer waits
+//! for earlier overlapping writers (WAW) and readers (WAR). Entries of completed tasks are
+//! pruned as they are met.
+
+use std::collections::HashMap;
+
+use simpler_abi::{ChipTensor, MAX_TENSOR_DIMS};
+
+/// The part of a buffer a view touches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// First byte touched (absolute address).
+    pub lo: u64,
+    /// One past the last byte touched.
+    pub hi: u64,
+    elem: u64,
+    ndims: u32,
+    start: u64,
+    shapes: [u64; MAX_TENSOR_DIMS],
+    strides: [u64; MAX_TENSOR_DIMS],
+}
+
+impl Region {
+    /// The region of a view with element size `elem` bytes, or `None` for an empty view.
+    pub fn of(t: &ChipTensor, elem: u64) -> Option<Region> {
+        let nd = (t.ndims as usize).min(MAX_TENSOR_DIMS);
+        if nd == 0 || t.shapes[..nd].contains(&0) {
+            return None;
+        }
+        let mut last = t.start_offset;
+        for d in 0..nd {
+            last = last.checked_add((t.shapes[d] - 1).checked_mul(t.strides[d])?)?;
+        }
+        Some(Region {
+            lo: t.buffer_addr.checked_add(t.start_offset.checked_mul(elem)?)?,
+            hi: t.buffer_addr.checked_add(last.checked_add(1)?.checked_mul(elem)?)?,
+            elem,
+            ndims: nd as u32,
+            start: t.start_offset,
+            shapes: t.shapes,
+            strides: t.strides,
+        })
+    }
+
+    /// Per-dimension origin of the view, if its strides nest (each stride spans the whole
+    /// extent of the dimensions inside it) so that the decomposition is exact.
+    fn origin(&self) -> Option<[u64; MAX_TENSOR_DIMS]> {
+        let nd = self.ndims as usize;
+        for d in 0..nd {
+            if self.strides[d] == 0 {
+                return None;
+            }
+            if d + 1 < nd && self.strides[d] < self.strides[d + 1] * self.shapes[d + 1] {
+                return None;
+            }
+        }
+        let mut rem = self.start;
+        let mut o = [0u64; MAX_TENSOR_DIMS];
+        for d in 0..nd {
+            o[d] = rem / self.strides[d];
+            rem %= self.strides[d];
+        }
+        (rem == 0).then_some(o)
+    }
+
+    /// Whether two views of the same buffer may touch a common byte.
+    pub fn overlaps(&self, other: &Region) -> bool {
+        if self.lo >= other.hi || other.lo >= self.hi {
+            return false;
+        }
+        let nd = self.ndims as usize;
+        if self.elem != other.elem || self.ndims != other.ndims || self.strides[..nd] != other.strides[..nd] {
+            return true;
+        }
+        match (self.origin(), other.origin()) {
+            (Some(a), Some(b)) => (0..nd).all(|d| a[d] < b[d] + other.shapes[d] && b[d] < a[d] + self.shapes[d]),
+            _ => true,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Access {
+    task: u32,
+    region: Region,
+    write: bool,
+}
+
+/// The tensor map: recent accesses per buffer.
+#[derive(Default)]
+pub struct TensorMap {
+    buffers: HashMap<u64, Vec<Access>>,
+}
+
+impl TensorMap {
+    /// Collects into `deps` the tasks a new access of `region` in buffer `base` must wait
+    /// for, skipping (and pruning) tasks for which `is_done` holds.
+    pub fn conflicts(
+        &mut self,
+        base: u64,
+        region: &Region,
+        write: bool,
+        is_done: impl Fn(u32) -> bool,
+        deps: &mut Vec<u32>,
+    ) {
+        let Some(list) = self.buffers.get_mut(&base) else {
+            return;
+        };
+        list.retain(|a| !is_done(a.task));
+        for a in list.iter() {
+            if (write || a.write) && a.region.overlaps(region) && !deps.contains(&a.task) {
+                deps.push(a.task);
+            }
+        }
+    }
+
+    /// Records an access by `task`. A write drops earlier entries it fully covers with the
+    /// same geometry, which it now orders behind itself.
+    pub fn record(&mut self, base: u64, region: Region, write: bool, task: u32) {
+        let list = self.buffers.entry(base).or_default();
+        if write {
+            list.retain(|a| a.region != region);
+        }
+        list.push(Access { task, region, write });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use simpler_abi::DataType;
+
+    fn tile(base: u64, r0: u64, c0: u64, rows: u64, cols: u64) -> Region {
+        let mut t = ChipTensor::contiguous(base, &[512, 512], DataType::Float32);
+        t.start_offset = r0 * 512 + c0;
+        t.shapes[0] = rows;
+        t.shapes[1] = cols;
+        Region::of(&t, 4).unwrap()
+    }
+
+    #[test]
+    fn side_by_side_tiles_do_not_overlap_but_byte_ranges_do() {
+        let a = tile(0x1000, 0, 0, 64, 64);
+        let b = tile(0x1000, 0, 64, 64, 64);
+        assert!(a.lo < b.hi && b.lo < a.hi, "the byte ranges interleave");
+        assert!(!a.overlaps(&b));
+        assert!(a.overlaps(&tile(0x1000, 63, 63, 2, 2)));
+        assert!(!a.overlaps(&tile(0x1000, 64, 0, 64, 64)));
+    }
+
+    #[test]
+    fn raw_waw_and_war_edges() {
+        let mut m = TensorMap::default();
+        let r = tile(0x1000, 0, 0, 64, 64);
+        let none = |_| false;
+        let mut d = Vec::new();
+        m.record(0x1000, r, true, 1); // writer
+        m.conflicts(0x1000, &r, false, none, &mut d);
+        assert_eq!(d, vec![1], "RAW");
+        m.record(0x1000, r, false, 2); // reader
+        d.clear();
+        m.conflicts(0x1000, &r, true, none, &mut d);
+        assert_eq!(d, vec![1, 2], "WAW and WAR");
+        d.clear();
+        m.conflicts(0x1000, &r, true, |t| t == 1, &mut d);
+        assert_eq!(d, vec![2], "completed tasks are skipped");
+        d.clear();
+        m.conflicts(0x1000, &tile(0x1000, 64, 64, 8, 8), true, none, &mut d);
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn mismatched_geometry_falls_back_to_bytes() {
+        let a = tile(0x1000, 0, 0, 64, 64);
+        let mut t = ChipTensor::contiguous(0x1000, &[1024], DataType::Float32);
+        t.start_offset = 64;
+        t.shapes[0] = 4;
+        let flat = Region::of(&t, 4).unwrap();
+        assert!(a.overlaps(&flat), "different strides: byte ranges decide");
+    }
+}

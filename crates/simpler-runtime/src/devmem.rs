@@ -1,0 +1,73 @@
+//! Access to device memory by address. Every raw-pointer dereference of the runtime lives
+//! here, each with its justification; callers receive references or copies.
+//!
+//! The host guarantees (by the launch contract) that every address in a
+//! [`RunLaunchDesc`](simpler_abi::RunLaunchDesc) points to live device memory of the right
+//! type and size for the whole duration of both kernels of the run.
+
+use std::sync::atomic::AtomicU64;
+
+use simpler_abi::{CoreMailbox, OrchArgs, RunLaunchDesc, RunResult};
+
+/// Reads the launch descriptor.
+///
+/// Returns `None` for a null address.
+pub(crate) fn launch_desc(addr: u64) -> Option<RunLaunchDesc> {
+    if addr == 0 || addr % std::mem::align_of::<RunLaunchDesc>() as u64 != 0 {
+        return None;
+    }
+    // SAFETY: a non-null, aligned launch argument points to a `RunLaunchDesc` the host
+    // wrote before launching and keeps alive until the run is finalized.
+    Some(unsafe { std::ptr::read(addr as *const RunLaunchDesc) })
+}
+
+/// The run-state word shared by the AICPU threads of a run.
+pub(crate) fn state_word<'a>(addr: u64) -> &'a AtomicU64 {
+    // SAFETY: `runtime_state_addr` is a host-allocated, 8-byte aligned, zeroed word reserved
+    // for the runtime; `AtomicU64` has the layout of `u64`.
+    unsafe { &*(addr as *const AtomicU64) }
+}
+
+/// Mailbox of core `core`.
+pub(crate) fn mailbox(base: u64, core: u32) -> *mut CoreMailbox {
+    (base as *mut CoreMailbox).wrapping_add(core as usize)
+}
+
+/// Reads a copy of core `core`'s fatal code.
+pub(crate) fn mailbox_fatal_code(base: u64, core: u32) -> i32 {
+    // SAFETY: the mailbox array has one entry per core for the whole run; the core wrote
+    // the code before its FIN (release), which the caller observed (acquire).
+    unsafe { std::ptr::addr_of!((*mailbox(base, core)).global.fatal_code).read_volatile() }
+}
+
+/// The orchestration arguments.
+pub(crate) fn orch_args<'a>(addr: u64) -> &'a OrchArgs {
+    // SAFETY: the host wrote the run's `OrchArgs` at this address before the launch and
+    // nothing writes it during the run.
+    unsafe { &*(addr as *const OrchArgs) }
+}
+
+/// A `[T; count]` table in device memory, copied out.
+pub(crate) fn table<T: Copy>(addr: u64, count: usize) -> Vec<T> {
+    if addr == 0 || count == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the host allocated `count` entries of `T` at `addr` for this run.
+    unsafe { std::slice::from_raw_parts(addr as *const T, count).to_vec() }
+}
+
+/// Writes the run result record: every field first, then the epoch with release ordering.
+pub(crate) fn publish_result(addr: u64, record: &RunResult) {
+    let p = addr as *mut RunResult;
+    // SAFETY: `result_addr` is the slot's result region (a `RunResult`), owned by this run
+    // until the host reads it after both kernels complete.
+    unsafe {
+        std::ptr::addr_of_mut!((*p).payload_bytes).write(record.payload_bytes);
+        std::ptr::addr_of_mut!((*p).verdict).write(record.verdict);
+        std::ptr::addr_of_mut!((*p).completion_code).write(record.completion_code);
+        std::ptr::addr_of_mut!((*p).code_source).write(record.code_source);
+        std::ptr::addr_of_mut!((*p).payload).write(record.payload);
+        (*(std::ptr::addr_of!((*p).published) as *const AtomicU64))
+            .store(record.published, std::sync::atomic::Ordering::Release);
+    }
+}
