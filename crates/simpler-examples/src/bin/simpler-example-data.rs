@@ -1,0 +1,72 @@
+//! `simpler-example-data <example> <out-dir>`: writes an example's deterministic inputs as
+//! `<out-dir>/<NAME>.npy` and its reference outputs as `<out-dir>/<NAME>.ref.npy`, and prints
+//! each path written. The output directory is created if missing.
+//!
+//! Exit codes: 0 on success, 1 on an I/O error, 2 on a usage error (wrong arguments or an
+//! unknown example).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use simpler_examples::{inputs, reference, write_npy, Array, EXAMPLES};
+
+fn usage() -> String {
+    format!(
+        "usage: simpler-example-data <example> <out-dir>\n  examples: {}",
+        EXAMPLES.join(", ")
+    )
+}
+
+fn write_all(example: &str, out_dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let ins = inputs(example).ok_or_else(|| format!("unknown example {example:?}"))?;
+    let refs =
+        reference(example, &ins).ok_or_else(|| format!("no reference for example {example:?}"))?;
+    std::fs::create_dir_all(out_dir)
+        .map_err(|e| format!("cannot create {}: {e}", out_dir.display()))?;
+    let files: Vec<(PathBuf, &Array)> = ins
+        .iter()
+        .map(|a| (out_dir.join(format!("{}.npy", a.name)), a))
+        .chain(
+            refs.iter()
+                .map(|a| (out_dir.join(format!("{}.ref.npy", a.name)), a)),
+        )
+        .collect();
+    let mut written = Vec::with_capacity(files.len());
+    for (path, a) in files {
+        write_npy(&path, a).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{}", usage());
+        return ExitCode::SUCCESS;
+    }
+    let [example, out_dir] = args.as_slice() else {
+        eprintln!(
+            "error: expected 2 arguments, got {}\n{}",
+            args.len(),
+            usage()
+        );
+        return ExitCode::from(2);
+    };
+    if !EXAMPLES.contains(&example.as_str()) {
+        eprintln!("error: unknown example {example:?}\n{}", usage());
+        return ExitCode::from(2);
+    }
+    match write_all(example, Path::new(out_dir)) {
+        Ok(paths) => {
+            for p in paths {
+                println!("{}", p.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
