@@ -26,7 +26,9 @@ pub enum DeviceError {
         base: u64,
     },
     /// A copy runs past the end of its allocation.
-    #[error("access of {len} bytes at {ptr:#x} overruns the allocation at {base:#x} of {size} bytes")]
+    #[error(
+        "access of {len} bytes at {ptr:#x} overruns the allocation at {base:#x} of {size} bytes"
+    )]
     OutOfRange {
         /// Start of the access.
         ptr: u64,

@@ -148,7 +148,10 @@ mod tests {
         bell.ring();
         let t = std::time::Instant::now();
         bell.park(Duration::from_secs(10));
-        assert!(t.elapsed() < Duration::from_secs(5), "the early ring was lost");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the early ring was lost"
+        );
     }
 
     #[test]

@@ -105,10 +105,21 @@ mod tests {
 
     #[test]
     fn validate_names_the_bad_field() {
-        let bad = Topology { clusters: 0, aicpu_threads: 4 };
+        let bad = Topology {
+            clusters: 0,
+            aicpu_threads: 4,
+        };
         assert!(bad.validate().unwrap_err().contains("clusters"));
-        let bad = Topology { clusters: 8, aicpu_threads: 1 };
+        let bad = Topology {
+            clusters: 8,
+            aicpu_threads: 1,
+        };
         assert!(bad.validate().unwrap_err().contains("aicpu_threads"));
-        assert!(Topology { clusters: 24, aicpu_threads: 6 }.validate().is_ok());
+        assert!(Topology {
+            clusters: 24,
+            aicpu_threads: 6
+        }
+        .validate()
+        .is_ok());
     }
 }

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use simpler_device::sim::SimDevice;
-use simpler_device::{AicoreContext, AicpuContext, Device, DeviceError, DevicePtr, EventStatus, Topology};
+use simpler_device::{
+    AicoreContext, AicpuContext, Device, DeviceError, DevicePtr, EventStatus, Topology,
+};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -18,7 +20,11 @@ fn count_core(_: &AicoreContext<'_>, _: DevicePtr) {
 
 #[test]
 fn aicore_kernel_runs_once_on_every_core() {
-    let dev = SimDevice::new(Topology { clusters: 3, aicpu_threads: 2 }).unwrap();
+    let dev = SimDevice::new(Topology {
+        clusters: 3,
+        aicpu_threads: 2,
+    })
+    .unwrap();
     let s = dev.create_stream().unwrap();
     let before = CORE_HITS.load(Ordering::SeqCst);
     dev.launch_aicore(s, count_core, DevicePtr(0)).unwrap();
@@ -50,9 +56,15 @@ fn aicpu_kernel_runs_on_the_requested_threads() {
     dev.synchronize_stream(s, LONG).unwrap();
     let mut out = [0u8; 64];
     dev.copy_from_device(&mut out, buf).unwrap();
-    let words: Vec<u64> = out.chunks(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+    let words: Vec<u64> = out
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
     assert_eq!(words, vec![1, 2, 3, 0, 0, 0, 0, 0]);
-    assert!(matches!(dev.launch_aicpu(s, stamp_threads, buf, 5), Err(DeviceError::InvalidLaunch(_))));
+    assert!(matches!(
+        dev.launch_aicpu(s, stamp_threads, buf, 5),
+        Err(DeviceError::InvalidLaunch(_))
+    ));
 }
 
 #[test]
@@ -60,7 +72,8 @@ fn kernel_fault_is_seen_only_by_stream_synchronize_and_is_sticky() {
     let dev = SimDevice::new(Topology::default()).unwrap();
     let s = dev.create_stream().unwrap();
     let e = dev.create_event().unwrap();
-    dev.launch_aicpu(s, fail_on_thread_1, DevicePtr(0), 2).unwrap();
+    dev.launch_aicpu(s, fail_on_thread_1, DevicePtr(0), 2)
+        .unwrap();
     dev.record_event(e, s).unwrap();
     dev.synchronize_event(e, LONG).unwrap();
     assert_eq!(dev.query_event(e).unwrap(), EventStatus::Complete);
@@ -68,7 +81,10 @@ fn kernel_fault_is_seen_only_by_stream_synchronize_and_is_sticky() {
     for _ in 0..2 {
         assert_eq!(
             dev.synchronize_stream(s, LONG),
-            Err(DeviceError::KernelFault { stream: s, status: -507 })
+            Err(DeviceError::KernelFault {
+                stream: s,
+                status: -507
+            })
         );
     }
 }
@@ -88,7 +104,11 @@ fn events_rerecord_without_reset_and_order_other_streams() {
     let a = dev.create_stream().unwrap();
     let b = dev.create_stream().unwrap();
     let e = dev.create_event().unwrap();
-    assert_eq!(dev.query_event(e).unwrap(), EventStatus::Complete, "never recorded reads complete");
+    assert_eq!(
+        dev.query_event(e).unwrap(),
+        EventStatus::Complete,
+        "never recorded reads complete"
+    );
     dev.record_event(e, a).unwrap();
     dev.synchronize_event(e, LONG).unwrap();
 
@@ -96,7 +116,10 @@ fn events_rerecord_without_reset_and_order_other_streams() {
     dev.launch_aicpu(a, wait_for_gate, DevicePtr(0), 2).unwrap();
     dev.record_event(e, a).unwrap();
     assert_eq!(dev.query_event(e).unwrap(), EventStatus::Pending);
-    assert_eq!(dev.synchronize_event(e, Duration::from_millis(30)), Err(DeviceError::Timeout(Duration::from_millis(30))));
+    assert_eq!(
+        dev.synchronize_event(e, Duration::from_millis(30)),
+        Err(DeviceError::Timeout(Duration::from_millis(30)))
+    );
 
     // Stream b waits on the event: its copy must not land before the gate opens.
     let buf = dev.malloc(8).unwrap();
@@ -122,15 +145,24 @@ fn bad_handles_and_zero_timeouts_are_refused() {
     let e = dev.create_event().unwrap();
     dev.destroy_event(e).unwrap();
     assert_eq!(dev.query_event(e), Err(DeviceError::UnknownEvent(e)));
-    assert_eq!(dev.synchronize_stream(s, Duration::ZERO), Err(DeviceError::ZeroTimeout));
+    assert_eq!(
+        dev.synchronize_stream(s, Duration::ZERO),
+        Err(DeviceError::ZeroTimeout)
+    );
     dev.destroy_stream(s).unwrap();
     assert_eq!(dev.query_stream(s), Err(DeviceError::UnknownStream(s)));
     assert!(dev.copy_to_device_async(s, DevicePtr(16), vec![1]).is_err());
-    assert!(SimDevice::new(Topology { clusters: 0, aicpu_threads: 4 }).is_err());
+    assert!(SimDevice::new(Topology {
+        clusters: 0,
+        aicpu_threads: 4
+    })
+    .is_err());
 }
 
 fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| d.count())
+        .unwrap_or(0)
 }
 
 #[test]
@@ -142,7 +174,8 @@ fn launches_reuse_the_device_threads() {
     let threads = thread_count();
     for _ in 0..50 {
         dev.launch_aicore(s, count_core, DevicePtr(0)).unwrap();
-        dev.launch_aicpu(s, stamp_threads_noop, DevicePtr(0), 4).unwrap();
+        dev.launch_aicpu(s, stamp_threads_noop, DevicePtr(0), 4)
+            .unwrap();
     }
     dev.synchronize_stream(s, LONG).unwrap();
     assert!(thread_count() <= threads, "launches started new threads");

@@ -39,7 +39,8 @@ pub fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
         let id = value as u32;
         ctx.regs.write_cond(ack(id));
         let failed = run_dispatch(mailbox, id);
-        ctx.regs.write_cond(if failed { fin_error(id) } else { fin(id) });
+        ctx.regs
+            .write_cond(if failed { fin_error(id) } else { fin(id) });
     }
 }
 

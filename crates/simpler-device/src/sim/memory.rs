@@ -128,8 +128,7 @@ impl Memory {
     }
 
     fn check_locked(st: &State, ptr: DevicePtr, len: u64) -> Result<(), DeviceError> {
-        let (base, size) =
-            Self::containing(st, ptr.0).ok_or(DeviceError::UnknownPointer(ptr.0))?;
+        let (base, size) = Self::containing(st, ptr.0).ok_or(DeviceError::UnknownPointer(ptr.0))?;
         match ptr.0.checked_add(len) {
             Some(end) if end <= base + size => Ok(()),
             _ => Err(DeviceError::out_of_range(ptr, len, base, size)),
@@ -165,13 +164,25 @@ mod tests {
         let mut back = [0u8; 4];
         m.copy_out(&mut back, p.offset(96)).unwrap();
         assert_eq!(back, [1; 4]);
-        assert!(matches!(m.copy_in(p.offset(90), &[0; 20]), Err(DeviceError::OutOfRange { .. })));
-        assert!(matches!(m.copy_in(DevicePtr(8), &[0; 1]), Err(DeviceError::UnknownPointer(8))));
-        assert!(matches!(m.free(p.offset(8)), Err(DeviceError::NotAllocationBase { .. })));
+        assert!(matches!(
+            m.copy_in(p.offset(90), &[0; 20]),
+            Err(DeviceError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            m.copy_in(DevicePtr(8), &[0; 1]),
+            Err(DeviceError::UnknownPointer(8))
+        ));
+        assert!(matches!(
+            m.free(p.offset(8)),
+            Err(DeviceError::NotAllocationBase { .. })
+        ));
         assert!(matches!(m.alloc(0), Err(DeviceError::InvalidSize(0))));
         m.free(p).unwrap();
         assert_eq!(m.free(p), Err(DeviceError::DoubleFree(p.0)));
-        assert!(matches!(m.copy_out(&mut back, p), Err(DeviceError::UnknownPointer(_))));
+        assert!(matches!(
+            m.copy_out(&mut back, p),
+            Err(DeviceError::UnknownPointer(_))
+        ));
         assert_eq!(m.live_count(), 0);
     }
 

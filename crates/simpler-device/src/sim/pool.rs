@@ -9,7 +9,9 @@ use std::thread::JoinHandle;
 
 use crossbeam_utils::sync::WaitGroup;
 
-use crate::{AicoreContext, AicoreKernel, AicpuContext, AicpuKernel, CoreRegs, DevicePtr, Doorbell, Topology};
+use crate::{
+    AicoreContext, AicoreKernel, AicpuContext, AicpuKernel, CoreRegs, DevicePtr, Doorbell, Topology,
+};
 
 /// State shared by the device and its threads.
 pub(crate) struct Chip {
@@ -97,7 +99,12 @@ impl Pools {
                             };
                             let rc = kernel(&ctx, arg);
                             if rc != 0 {
-                                let _ = status.compare_exchange(0, rc, Ordering::AcqRel, Ordering::Acquire);
+                                let _ = status.compare_exchange(
+                                    0,
+                                    rc,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                );
                             }
                             drop(done);
                         }

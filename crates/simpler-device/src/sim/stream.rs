@@ -78,11 +78,27 @@ impl Event {
 
 /// One queued stream operation.
 pub(crate) enum Op {
-    Copy { dst: DevicePtr, bytes: Vec<u8> },
-    Aicore { kernel: AicoreKernel, arg: DevicePtr },
-    Aicpu { kernel: AicpuKernel, arg: DevicePtr, threads: u32 },
-    Record { event: Arc<Event>, seq: u64 },
-    Wait { event: Arc<Event>, seq: u64 },
+    Copy {
+        dst: DevicePtr,
+        bytes: Vec<u8>,
+    },
+    Aicore {
+        kernel: AicoreKernel,
+        arg: DevicePtr,
+    },
+    Aicpu {
+        kernel: AicpuKernel,
+        arg: DevicePtr,
+        threads: u32,
+    },
+    Record {
+        event: Arc<Event>,
+        seq: u64,
+    },
+    Wait {
+        event: Arc<Event>,
+        seq: u64,
+    },
 }
 
 #[derive(Default)]
@@ -124,7 +140,9 @@ impl Stream {
         let worker = std::thread::Builder::new()
             .name(format!("sim-stream-{}", id.0))
             .spawn(move || serve(&s, &pools, &memory))
-            .map_err(|e| DeviceError::InvalidLaunch(format!("cannot start a stream thread: {e}")))?;
+            .map_err(|e| {
+                DeviceError::InvalidLaunch(format!("cannot start a stream thread: {e}"))
+            })?;
         Ok(Stream {
             id,
             shared,

@@ -11,7 +11,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use simpler_abi::{
-    CodeSource, RunResult, RunVerdict, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION, RUN_RESULT_PAYLOAD_BYTES,
+    CodeSource, RunResult, RunVerdict, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION,
+    RUN_RESULT_PAYLOAD_BYTES,
 };
 use simpler_device::{AicpuContext, DevicePtr};
 
@@ -27,8 +28,17 @@ pub const STATUS_BAD_DESCRIPTOR: i32 = -1;
 /// when the descriptor is unusable (nothing is published then).
 pub fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
     let desc = match devmem::launch_desc(arg.0) {
-        Some(d) if d.magic == RUN_LAUNCH_MAGIC && d.version == RUN_LAUNCH_VERSION && d.epoch != 0
-            && d.runtime_state_addr != 0 && d.core_mailbox_addr != 0 && d.result_addr != 0 && ctx.thread_num >= 2 => d,
+        Some(d)
+            if d.magic == RUN_LAUNCH_MAGIC
+                && d.version == RUN_LAUNCH_VERSION
+                && d.epoch != 0
+                && d.runtime_state_addr != 0
+                && d.core_mailbox_addr != 0
+                && d.result_addr != 0
+                && ctx.thread_num >= 2 =>
+        {
+            d
+        }
         _ => {
             // Release the cores so the AICore kernel can end too.
             if ctx.thread_idx == 0 {

@@ -45,7 +45,9 @@ impl<'a> Orchestrator<'a> {
     pub(crate) fn run(&mut self) {
         let entry_addr = self.shared.desc.orch_entry;
         if entry_addr == 0 {
-            self.fail(ORCH_INVALID_ARGS, || "the run has no orchestration entry".into());
+            self.fail(ORCH_INVALID_ARGS, || {
+                "the run has no orchestration entry".into()
+            });
         } else {
             let ops = OrchOps {
                 size: std::mem::size_of::<OrchOps>() as u32,
@@ -91,7 +93,11 @@ impl<'a> Orchestrator<'a> {
     fn check_desc(&self, d: &TaskDesc) -> Result<(i32, u64, CoreType), i32> {
         if d.size as usize != std::mem::size_of::<TaskDesc>() {
             return Err(self.invalid(|| {
-                format!("TaskDesc.size is {} but this runtime expects {}", d.size, std::mem::size_of::<TaskDesc>())
+                format!(
+                    "TaskDesc.size is {} but this runtime expects {}",
+                    d.size,
+                    std::mem::size_of::<TaskDesc>()
+                )
             }));
         }
         if d.tensor_count as usize > MAX_TASK_TENSORS
@@ -106,7 +112,9 @@ impl<'a> Orchestrator<'a> {
             }));
         }
         if d.block_num != 1 {
-            return Err(self.invalid(|| format!("block_num {} is not supported; use 1", d.block_num)));
+            return Err(
+                self.invalid(|| format!("block_num {} is not supported; use 1", d.block_num))
+            );
         }
         let mut ids = d.kernel_ids;
         if ids[LANE_AIV0] == NO_KERNEL {
@@ -121,13 +129,19 @@ impl<'a> Orchestrator<'a> {
             }
             _ => {
                 return Err(self.invalid(|| {
-                    format!("a task names kernels on several lanes {:?}; MIX tasks are not supported", d.kernel_ids)
+                    format!(
+                        "a task names kernels on several lanes {:?}; MIX tasks are not supported",
+                        d.kernel_ids
+                    )
                 }));
             }
         };
-        let idx = usize::try_from(func_id).ok().filter(|&i| i < self.shared.func_addrs.len());
+        let idx = usize::try_from(func_id)
+            .ok()
+            .filter(|&i| i < self.shared.func_addrs.len());
         let Some(idx) = idx else {
-            return Err(self.invalid(|| format!("func id {func_id} is outside the callable's kernel table")));
+            return Err(self
+                .invalid(|| format!("func id {func_id} is outside the callable's kernel table")));
         };
         let addr = self.shared.func_addrs[idx];
         let registered = self.shared.func_types[idx];
@@ -157,11 +171,19 @@ impl<'a> Orchestrator<'a> {
             .try_fold(dtype.size_bytes() as u64, |acc, &s| acc.checked_mul(s))
             .filter(|&b| b > 0);
         let Some(bytes) = bytes else {
-            return Err(self.invalid(|| format!("output argument {arg} has an empty or overflowing shape {shape:?}")));
+            return Err(self.invalid(|| {
+                format!("output argument {arg} has an empty or overflowing shape {shape:?}")
+            }));
         };
         let addr = self.heap_next.div_ceil(OUTPUT_ALIGN) * OUTPUT_ALIGN;
-        if addr.checked_add(bytes).is_none_or(|end| end > self.heap_end) {
-            let (left, total) = (self.heap_end.saturating_sub(addr), self.shared.desc.heap_size);
+        if addr
+            .checked_add(bytes)
+            .is_none_or(|end| end > self.heap_end)
+        {
+            let (left, total) = (
+                self.heap_end.saturating_sub(addr),
+                self.shared.desc.heap_size,
+            );
             return Err(self.fail(ORCH_HEAP_RING_DEADLOCK, || {
                 format!("the output heap cannot fit {bytes} bytes for output argument {arg} ({left} of {total} bytes left)")
             }));
@@ -173,7 +195,11 @@ impl<'a> Orchestrator<'a> {
 
     fn submit(&mut self, d: &TaskDesc, outputs: Option<&mut TaskOutputs>) -> i32 {
         if self.shared.errors.is_fatal() {
-            return self.shared.errors.verdict().map_or(ORCH_EXPLICIT_FATAL, |(c, _)| c);
+            return self
+                .shared
+                .errors
+                .verdict()
+                .map_or(ORCH_EXPLICIT_FATAL, |(c, _)| c);
         }
         let (func_id, kernel_addr, core_type) = match self.check_desc(d) {
             Ok(k) => k,
@@ -192,7 +218,9 @@ impl<'a> Orchestrator<'a> {
         for (i, &raw) in d.tags[..n].iter().enumerate() {
             match TensorArgType::from_raw(raw) {
                 Some(tag) => tags[i] = tag,
-                None => return self.invalid(|| format!("tensor argument {i} has unknown tag {raw}")),
+                None => {
+                    return self.invalid(|| format!("tensor argument {i} has unknown tag {raw}"))
+                }
             }
         }
         // Validate existing views and allocate outputs before touching the tensor map.
@@ -233,7 +261,9 @@ impl<'a> Orchestrator<'a> {
         for &dep in &d.deps[..d.dep_count as usize] {
             if dep >= u64::from(id) {
                 self.deps = deps;
-                return self.invalid(|| format!("explicit dependency on task {dep}, which is not an earlier task"));
+                return self.invalid(|| {
+                    format!("explicit dependency on task {dep}, which is not an earlier task")
+                });
             }
             if !deps.contains(&(dep as u32)) {
                 deps.push(dep as u32);
@@ -244,12 +274,15 @@ impl<'a> Orchestrator<'a> {
         let tasks = &self.shared.tasks;
         if !manual {
             for i in 0..n {
-                let (Some(r), tag) = (regions[i], tags[i]) else { continue };
+                let (Some(r), tag) = (regions[i], tags[i]) else {
+                    continue;
+                };
                 if matches!(tag, TensorArgType::NoDep | TensorArgType::Output) {
                     continue;
                 }
                 let done = |t: u32| tasks.get(t).done.load(Ordering::Acquire);
-                self.map.conflicts(tensors[i].buffer_addr, &r, tag.writes(), done, &mut deps);
+                self.map
+                    .conflicts(tensors[i].buffer_addr, &r, tag.writes(), done, &mut deps);
             }
             for i in 0..n {
                 if let (Some(r), tag) = (regions[i], tags[i]) {
@@ -264,7 +297,8 @@ impl<'a> Orchestrator<'a> {
         for i in 0..n {
             args.slots[i] = &tensors[i] as *const ChipTensor as u64;
         }
-        args.slots[n..n + d.scalar_count as usize].copy_from_slice(&d.scalars[..d.scalar_count as usize]);
+        args.slots[n..n + d.scalar_count as usize]
+            .copy_from_slice(&d.scalars[..d.scalar_count as usize]);
         if let Some(out) = outputs {
             out.task_id = u64::from(id);
             out.count = 0;
@@ -277,7 +311,14 @@ impl<'a> Orchestrator<'a> {
         }
         let task = tasks.get(id);
         task.fanin.store(1, Ordering::Relaxed);
-        let _ = task.body.set(TaskBody { id, func_id, kernel_addr, core_type, tensors, args });
+        let _ = task.body.set(TaskBody {
+            id,
+            func_id,
+            kernel_addr,
+            core_type,
+            tensors,
+            args,
+        });
         self.shared.submitted.store(id + 1, Ordering::Release);
         for &p in &deps {
             let mut f = tasks.get(p).fanout.lock();
@@ -309,10 +350,16 @@ fn text(message: *const c_char) -> String {
         return String::new();
     }
     // SAFETY: the ops contract requires a NUL-terminated string or null.
-    unsafe { CStr::from_ptr(message) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(message) }
+        .to_string_lossy()
+        .into_owned()
 }
 
-unsafe extern "C" fn op_submit_task(rt: *mut c_void, desc: *const TaskDesc, outputs: *mut TaskOutputs) -> i32 {
+unsafe extern "C" fn op_submit_task(
+    rt: *mut c_void,
+    desc: *const TaskDesc,
+    outputs: *mut TaskOutputs,
+) -> i32 {
     // SAFETY: called by the orchestration through the table during the entry call.
     let o = unsafe { orch(rt) };
     if desc.is_null() {
@@ -354,7 +401,9 @@ unsafe extern "C" fn op_report_fatal(rt: *mut c_void, code: i32, message: *const
     // SAFETY: called through the table during the entry call.
     let o = unsafe { orch(rt) };
     let msg = text(message);
-    o.fail(ORCH_EXPLICIT_FATAL, || format!("the orchestration reported a fatal error (code {code}): {msg}"));
+    o.fail(ORCH_EXPLICIT_FATAL, || {
+        format!("the orchestration reported a fatal error (code {code}): {msg}")
+    });
 }
 
 unsafe extern "C" fn op_is_fatal(rt: *mut c_void) -> i32 {

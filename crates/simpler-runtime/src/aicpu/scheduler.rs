@@ -16,7 +16,9 @@ use simpler_device::AicpuContext;
 
 use super::state::RunShared;
 use crate::devmem;
-use crate::handshake::{dispatch_state, next_dispatch_id, ready, DispatchState, EXITED, EXIT_SIGNAL};
+use crate::handshake::{
+    dispatch_state, next_dispatch_id, ready, DispatchState, EXITED, EXIT_SIGNAL,
+};
 
 /// How long one park lasts before the thread looks around anyway.
 const PARK_SLICE: Duration = Duration::from_millis(50);
@@ -37,7 +39,12 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
     let mut cores: Vec<CoreExec> = (0..topo.clusters)
         .filter(|c| c % schedulers == index)
         .flat_map(|c| topo.cluster_cores(c))
-        .map(|id| CoreExec { id, ty: topo.core_type(id), running: None, last_dispatch: 0 })
+        .map(|id| CoreExec {
+            id,
+            ty: topo.core_type(id),
+            running: None,
+            last_dispatch: 0,
+        })
         .collect();
     for c in &cores {
         ctx.cores[c.id as usize].set_owner(Some(bell.clone()));
@@ -126,7 +133,9 @@ fn has_work(ctx: &AicpuContext<'_>, shared: &RunShared, cores: &[CoreExec]) -> b
         match c.running {
             Some((_, id)) => {
                 busy = true;
-                if dispatch_state(ctx.cores[c.id as usize].read_cond(), id) != DispatchState::Running {
+                if dispatch_state(ctx.cores[c.id as usize].read_cond(), id)
+                    != DispatchState::Running
+                {
                     return true;
                 }
             }
@@ -137,12 +146,19 @@ fn has_work(ctx: &AicpuContext<'_>, shared: &RunShared, cores: &[CoreExec]) -> b
             }
         }
     }
-    !busy && (shared.all_done() || (shared.errors.is_fatal() && shared.orch_done.load(Ordering::Acquire)))
+    !busy
+        && (shared.all_done()
+            || (shared.errors.is_fatal() && shared.orch_done.load(Ordering::Acquire)))
 }
 
 /// Writes the task into the core's next payload buffer and publishes the dispatch id.
 fn dispatch(ctx: &AicpuContext<'_>, shared: &RunShared, core: &mut CoreExec, task: u32) {
-    let body = shared.tasks.get(task).body.get().expect("a ready task has a published body");
+    let body = shared
+        .tasks
+        .get(task)
+        .body
+        .get()
+        .expect("a ready task has a published body");
     let id = next_dispatch_id(core.last_dispatch);
     core.last_dispatch = id;
     let mailbox = devmem::mailbox(shared.desc.core_mailbox_addr, core.id);
@@ -153,10 +169,14 @@ fn dispatch(ctx: &AicpuContext<'_>, shared: &RunShared, core: &mut CoreExec, tas
         let p = std::ptr::addr_of_mut!((*mailbox).payloads[(id & 1) as usize]);
         (*p).kernel_addr = body.kernel_addr;
         (*p).task_id = u64::from(body.id);
-        (*p).local = simpler_abi::LocalContext { block_idx: 0, block_num: 1 };
+        (*p).local = simpler_abi::LocalContext {
+            block_idx: 0,
+            block_num: 1,
+        };
         (*p).args = body.args;
         (*p).args.slots[simpler_abi::LOCAL_CONTEXT_SLOT] = std::ptr::addr_of!((*p).local) as u64;
-        (*p).args.slots[simpler_abi::GLOBAL_CONTEXT_SLOT] = std::ptr::addr_of!((*mailbox).global) as u64;
+        (*p).args.slots[simpler_abi::GLOBAL_CONTEXT_SLOT] =
+            std::ptr::addr_of!((*mailbox).global) as u64;
     }
     core.running = Some((task, id));
     ctx.cores[core.id as usize].write_dmb(u64::from(id));

@@ -58,7 +58,9 @@ impl TaskArena {
     fn new(window: u32) -> TaskArena {
         let n = (window as usize).div_ceil(CHUNK);
         TaskArena {
-            chunks: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            chunks: (0..n)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
         }
     }
 
@@ -107,7 +109,11 @@ pub(crate) struct ErrorWords {
 impl ErrorWords {
     /// Latches an orchestrator error; returns `code`.
     pub(crate) fn orch_fail(&self, code: i32, message: impl FnOnce() -> String) -> i32 {
-        if self.orch.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if self
+            .orch
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
             self.note(message());
         }
         code
@@ -115,7 +121,11 @@ impl ErrorWords {
 
     /// Latches a scheduler error.
     pub(crate) fn sched_fail(&self, code: i32, message: impl FnOnce() -> String) {
-        if self.sched.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+        if self
+            .sched
+            .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
             self.note(message());
         }
     }
@@ -135,7 +145,11 @@ impl ErrorWords {
     /// The orchestrator error if any, else the scheduler error, with the first message.
     pub(crate) fn verdict(&self) -> Option<(i32, String)> {
         let orch = self.orch.load(Ordering::Acquire);
-        let code = if orch != 0 { orch } else { self.sched.load(Ordering::Acquire) };
+        let code = if orch != 0 {
+            orch
+        } else {
+            self.sched.load(Ordering::Acquire)
+        };
         (code != 0).then(|| (code, self.message.lock().clone()))
     }
 }

@@ -39,8 +39,12 @@ impl Region {
             last = last.checked_add((t.shapes[d] - 1).checked_mul(t.strides[d])?)?;
         }
         Some(Region {
-            lo: t.buffer_addr.checked_add(t.start_offset.checked_mul(elem)?)?,
-            hi: t.buffer_addr.checked_add(last.checked_add(1)?.checked_mul(elem)?)?,
+            lo: t
+                .buffer_addr
+                .checked_add(t.start_offset.checked_mul(elem)?)?,
+            hi: t
+                .buffer_addr
+                .checked_add(last.checked_add(1)?.checked_mul(elem)?)?,
             elem,
             ndims: nd as u32,
             start: t.start_offset,
@@ -76,11 +80,16 @@ impl Region {
             return false;
         }
         let nd = self.ndims as usize;
-        if self.elem != other.elem || self.ndims != other.ndims || self.strides[..nd] != other.strides[..nd] {
+        if self.elem != other.elem
+            || self.ndims != other.ndims
+            || self.strides[..nd] != other.strides[..nd]
+        {
             return true;
         }
         match (self.origin(), other.origin()) {
-            (Some(a), Some(b)) => (0..nd).all(|d| a[d] < b[d] + other.shapes[d] && b[d] < a[d] + self.shapes[d]),
+            (Some(a), Some(b)) => {
+                (0..nd).all(|d| a[d] < b[d] + other.shapes[d] && b[d] < a[d] + self.shapes[d])
+            }
             _ => true,
         }
     }
@@ -128,7 +137,11 @@ impl TensorMap {
         if write {
             list.retain(|a| a.region != region);
         }
-        list.push(Access { task, region, write });
+        list.push(Access {
+            task,
+            region,
+            write,
+        });
     }
 }
 

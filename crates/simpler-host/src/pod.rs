@@ -1,0 +1,35 @@
+//! Byte views of the plain `#[repr(C)]` ABI records the host writes to and reads from device
+//! memory. Only types listed here (all-integer records without padding or pointers with
+//! validity rules) can be viewed, so every bit pattern read back is a valid value.
+
+use simpler_abi::{OrchArgs, RunLaunchDesc, RunResult};
+
+/// A record that is plain bytes: `#[repr(C)]`, integers and integer arrays only, no padding.
+///
+/// # Safety
+/// Implement only for types for which every bit pattern is valid and which have no padding.
+pub(crate) unsafe trait Plain: Copy {}
+
+// SAFETY: all three are #[repr(C)] records of u32/u64/i32/u8 fields and arrays thereof whose
+// layouts are asserted in simpler-abi to have no gaps.
+unsafe impl Plain for OrchArgs {}
+// SAFETY: as above.
+unsafe impl Plain for RunLaunchDesc {}
+// SAFETY: as above.
+unsafe impl Plain for RunResult {}
+
+/// The bytes of a plain record.
+pub(crate) fn bytes_of<T: Plain>(v: &T) -> &[u8] {
+    // SAFETY: `T: Plain` has no padding, so all `size_of::<T>()` bytes are initialized.
+    unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
+}
+
+/// A plain record read from bytes of exactly its size.
+pub(crate) fn from_bytes<T: Plain>(b: &[u8]) -> Option<T> {
+    if b.len() != std::mem::size_of::<T>() {
+        return None;
+    }
+    // SAFETY: the length matches and every bit pattern is a valid `T`; `read_unaligned`
+    // makes no alignment assumption about the slice.
+    Some(unsafe { std::ptr::read_unaligned(b.as_ptr() as *const T) })
+}

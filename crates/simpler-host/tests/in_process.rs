@@ -1,0 +1,412 @@
+//! Runs task graphs whose kernels and orchestration are in-process Rust functions: tiled
+//! vector add (independent tasks), a chain through an INOUT accumulator (RAW/WAW), a graph
+//! whose correctness needs WAR ordering, and run-level failures that must leave the worker
+//! usable and the host buffers untouched.
+
+use simpler_abi::*;
+use simpler_host::*;
+
+const N: usize = 1 << 16;
+const TILE: usize = 1024;
+
+fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
+    // SAFETY: the runtime passes tensor pointers in the first slots.
+    unsafe { &*(*args.add(i) as *const ChipTensor) }
+}
+
+fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
+    // SAFETY: a 1-D contiguous f32 view of device (= host) memory owned by the run.
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            (t.buffer_addr as *mut f32).add(t.start_offset as usize),
+            t.shapes[0] as usize,
+        )
+    }
+}
+
+/// c = a + b
+unsafe extern "C" fn add_kernel(args: *mut i64) {
+    let (a, b, c) = (tensor(args, 0), tensor(args, 1), tensor(args, 2));
+    let (a, b, c) = (data(a), data(b), data(c));
+    for i in 0..c.len() {
+        c[i] = a[i] + b[i];
+    }
+}
+
+/// acc += x (acc is INOUT)
+unsafe extern "C" fn accumulate_kernel(args: *mut i64) {
+    let (x, acc) = (data(tensor(args, 0)), data(tensor(args, 1)));
+    for i in 0..acc.len() {
+        acc[i] += x[i];
+    }
+}
+
+/// out = in * 2
+unsafe extern "C" fn double_kernel(args: *mut i64) {
+    let (x, y) = (data(tensor(args, 0)), data(tensor(args, 1)));
+    for i in 0..y.len() {
+        y[i] = x[i] * 2.0;
+    }
+}
+
+/// Always reports a fatal code.
+unsafe extern "C" fn failing_kernel(args: *mut i64) {
+    // SAFETY: slot 49 points to the core's GlobalContext.
+    unsafe { (*(*args.add(GLOBAL_CONTEXT_SLOT) as *mut GlobalContext)).fatal_code = 42 };
+}
+
+fn task(func: i32, core: usize) -> Box<TaskDesc> {
+    // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
+    let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
+    d.size = std::mem::size_of::<TaskDesc>() as u32;
+    d.kernel_ids = [NO_KERNEL; 3];
+    d.kernel_ids[core] = func;
+    d.block_num = 1;
+    d
+}
+
+fn push(d: &mut TaskDesc, t: ChipTensor, tag: TensorArgType) {
+    d.tensors[d.tensor_count as usize] = t;
+    d.tags[d.tensor_count as usize] = tag as u32;
+    d.tensor_count += 1;
+}
+
+fn view(t: &ChipTensor, off: usize, len: usize) -> ChipTensor {
+    let mut v = *t;
+    v.start_offset = off as u64;
+    v.shapes[0] = len as u64;
+    v
+}
+
+unsafe fn submit(ops: *const OrchOps, d: &TaskDesc) -> i32 {
+    // SAFETY: the caller passes the table it received.
+    unsafe { ((*ops).submit_task)((*ops).runtime, d, std::ptr::null_mut()) }
+}
+
+/// vector add tiled into N / TILE independent AIV tasks.
+unsafe extern "C" fn vadd_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid args.
+    let a = unsafe { &*args };
+    for t in 0..N / TILE {
+        let mut d = task(0, LANE_AIV0);
+        push(
+            &mut d,
+            view(&a.tensors[0], t * TILE, TILE),
+            TensorArgType::Input,
+        );
+        push(
+            &mut d,
+            view(&a.tensors[1], t * TILE, TILE),
+            TensorArgType::Input,
+        );
+        push(
+            &mut d,
+            view(&a.tensors[2], t * TILE, TILE),
+            TensorArgType::OutputExisting,
+        );
+        // SAFETY: `ops` is the runtime's table.
+        let rc = unsafe { submit(ops, &d) };
+        if rc != 0 {
+            return rc;
+        }
+    }
+    0
+}
+
+/// out = x + x + ... (8 times) through a zeroed accumulator: RAW/WAW chain on `out`;
+/// then y = 2*out on AIC (RAW across core types).
+unsafe extern "C" fn chain_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid args.
+    let a = unsafe { &*args };
+    for _ in 0..8 {
+        let mut d = task(1, LANE_AIV0);
+        push(&mut d, a.tensors[0], TensorArgType::Input);
+        push(&mut d, a.tensors[1], TensorArgType::Inout);
+        // SAFETY: `ops` is the runtime's table.
+        if unsafe { submit(ops, &d) } != 0 {
+            return 1;
+        }
+    }
+    let mut d = task(2, LANE_AIC);
+    push(&mut d, a.tensors[1], TensorArgType::Input);
+    push(&mut d, a.tensors[2], TensorArgType::OutputExisting);
+    // SAFETY: `ops` is the runtime's table.
+    unsafe { submit(ops, &d) }
+}
+
+/// WAR: y = 2*x reads x, then x is overwritten (x = x + x via a runtime output would not
+/// test it) — here task 2 writes x = a + b while task 1 may still read it. Correct y needs
+/// task 2 to wait for task 1.
+unsafe extern "C" fn war_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid args.
+    let a = unsafe { &*args };
+    let (x, y, p, q) = (a.tensors[0], a.tensors[1], a.tensors[2], a.tensors[3]);
+    let mut d = task(2, LANE_AIC);
+    push(&mut d, x, TensorArgType::Input);
+    push(&mut d, y, TensorArgType::OutputExisting);
+    // SAFETY: `ops` is the runtime's table.
+    if unsafe { submit(ops, &d) } != 0 {
+        return 1;
+    }
+    let mut d = task(0, LANE_AIV0);
+    push(&mut d, p, TensorArgType::Input);
+    push(&mut d, q, TensorArgType::Input);
+    push(&mut d, x, TensorArgType::OutputExisting);
+    // SAFETY: `ops` is the runtime's table.
+    unsafe { submit(ops, &d) }
+}
+
+unsafe extern "C" fn failing_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid args.
+    let a = unsafe { &*args };
+    let mut d = task(3, LANE_AIV0);
+    push(&mut d, a.tensors[0], TensorArgType::Inout);
+    // SAFETY: `ops` is the runtime's table.
+    unsafe { submit(ops, &d) }
+}
+
+unsafe extern "C" fn returns_error_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+    7
+}
+
+fn spec(name: &str, orch: OrchEntry, sig: Vec<(&str, ArgDirection)>) -> CallableSpec {
+    let kernels: [(u32, CoreType, KernelEntry); 4] = [
+        (0, CoreType::Aiv, add_kernel),
+        (1, CoreType::Aiv, accumulate_kernel),
+        (2, CoreType::Aic, double_kernel),
+        (3, CoreType::Aiv, failing_kernel),
+    ];
+    CallableSpec {
+        name: name.into(),
+        signature: Signature::new(
+            sig.into_iter()
+                .map(|(n, d)| ArgSpec {
+                    name: n.into(),
+                    direction: d,
+                    dtype: DataType::Float32,
+                    shape: None,
+                })
+                .collect(),
+        )
+        .unwrap(),
+        orchestration: CodeImage::Orchestration(orch),
+        kernels: kernels
+            .into_iter()
+            .map(|(func_id, core_type, f)| KernelSpec {
+                func_id,
+                core_type,
+                image: CodeImage::Kernel(f),
+            })
+            .collect(),
+    }
+}
+
+fn bytes(v: &mut [f32]) -> &mut [u8] {
+    // SAFETY: f32 has no invalid bit patterns and no padding.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, v.len() * 4) }
+}
+
+fn t(v: &mut [f32]) -> HostArg<'_> {
+    let n = v.len() as u64;
+    HostArg::Tensor(HostTensor {
+        bytes: bytes(v),
+        shape: vec![n],
+        dtype: DataType::Float32,
+    })
+}
+
+use ArgDirection::{In, InOut, Out};
+
+#[test]
+fn tiled_vector_add_matches_reference() {
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let id = w
+        .register(&spec(
+            "vadd",
+            vadd_orch,
+            vec![("a", In), ("b", In), ("c", Out)],
+        ))
+        .unwrap();
+    let mut a: Vec<f32> = (0..N).map(|i| i as f32).collect();
+    let mut b: Vec<f32> = (0..N).map(|i| (i % 7) as f32 * 0.5).collect();
+    let mut c = vec![f32::NAN; N];
+    w.run(id, &mut [t(&mut a), t(&mut b), t(&mut c)]).unwrap();
+    for i in 0..N {
+        assert_eq!(c[i], a[i] + b[i], "element {i}");
+    }
+}
+
+#[test]
+fn raw_waw_chain_and_cross_core_type_dependency() {
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let id = w
+        .register(&spec(
+            "chain",
+            chain_orch,
+            vec![("x", In), ("acc", InOut), ("y", Out)],
+        ))
+        .unwrap();
+    for round in 0..5 {
+        let mut x: Vec<f32> = (0..4096).map(|i| (i % 13) as f32).collect();
+        let mut acc = vec![1.0f32; 4096];
+        let mut y = vec![0.0f32; 4096];
+        w.run(id, &mut [t(&mut x), t(&mut acc), t(&mut y)]).unwrap();
+        for i in 0..4096 {
+            let want = 1.0 + 8.0 * x[i];
+            assert_eq!(acc[i], want, "round {round} element {i}");
+            assert_eq!(y[i], 2.0 * want, "round {round} element {i}");
+        }
+    }
+}
+
+#[test]
+fn war_hazard_is_ordered() {
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let id = w
+        .register(&spec(
+            "war",
+            war_orch,
+            vec![("x", InOut), ("y", Out), ("p", In), ("q", In)],
+        ))
+        .unwrap();
+    for _ in 0..20 {
+        let mut x = vec![3.0f32; 65536];
+        let mut y = vec![0.0f32; 65536];
+        let mut p = vec![10.0f32; 65536];
+        let mut q = vec![20.0f32; 65536];
+        w.run(id, &mut [t(&mut x), t(&mut y), t(&mut p), t(&mut q)])
+            .unwrap();
+        assert!(
+            y.iter().all(|&v| v == 6.0),
+            "the reader saw the later write"
+        );
+        assert!(x.iter().all(|&v| v == 30.0));
+    }
+}
+
+#[test]
+fn kernel_fatal_fails_the_run_and_leaves_outputs_and_worker_intact() {
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let bad = w
+        .register(&spec("bad", failing_orch, vec![("x", InOut)]))
+        .unwrap();
+    let mut x = vec![5.0f32; 16];
+    let err = w.run(bad, &mut [t(&mut x)]).unwrap_err();
+    match &err {
+        HostError::RunFailed {
+            code,
+            name,
+            message,
+        } => {
+            assert_eq!(*code, -SCHED_KERNEL_FATAL);
+            assert_eq!(*name, "KERNEL_FATAL");
+            assert!(message.contains("fatal code 42"), "{message}");
+        }
+        other => panic!("unexpected {other}"),
+    }
+    assert!(
+        x.iter().all(|&v| v == 5.0),
+        "a failed run must not copy back"
+    );
+
+    let rc = w
+        .register(&spec("rc", returns_error_orch, vec![("x", InOut)]))
+        .unwrap();
+    let err = w.run(rc, &mut [t(&mut x)]).unwrap_err();
+    assert!(
+        matches!(err, HostError::RunFailed { code, .. } if code == -ORCH_EXPLICIT_FATAL),
+        "{err}"
+    );
+    assert!(err.to_string().contains("returned 7"), "{err}");
+
+    let good = w
+        .register(&spec(
+            "vadd",
+            vadd_orch,
+            vec![("a", In), ("b", In), ("c", Out)],
+        ))
+        .unwrap();
+    let (mut a, mut b, mut c) = (vec![1.0f32; N], vec![2.0f32; N], vec![0.0f32; N]);
+    w.run(good, &mut [t(&mut a), t(&mut b), t(&mut c)]).unwrap();
+    assert!(
+        c.iter().all(|&v| v == 3.0),
+        "the worker is usable after run failures"
+    );
+}
+
+#[test]
+fn arguments_are_checked_against_the_signature() {
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let mut s = spec("vadd", vadd_orch, vec![("a", In), ("b", In), ("c", Out)]);
+    s.signature.args[0].shape = Some(vec![N as u64]);
+    let id = w.register(&s).unwrap();
+    let (mut a, mut b, mut c) = (vec![0.0f32; N], vec![0.0f32; N], vec![0.0f32; N]);
+    let err = w.run(id, &mut [t(&mut a), t(&mut b)]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            HostError::ArgumentCount {
+                expected: 3,
+                got: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let mut short = vec![0.0f32; 8];
+    let err = w
+        .run(id, &mut [t(&mut short), t(&mut b), t(&mut c)])
+        .unwrap_err();
+    assert!(
+        matches!(&err, HostError::InvalidArgument { arg, .. } if arg == "a"),
+        "{err}"
+    );
+    let err = w
+        .run(id, &mut [t(&mut a), HostArg::Scalar(1), t(&mut c)])
+        .unwrap_err();
+    assert!(
+        matches!(&err, HostError::InvalidArgument { arg, .. } if arg == "b"),
+        "{err}"
+    );
+    let mut wrong = HostTensor {
+        bytes: bytes(&mut c),
+        shape: vec![N as u64],
+        dtype: DataType::Int32,
+    };
+    wrong.dtype = DataType::Int32;
+    let err = w
+        .run(id, &mut [t(&mut a), t(&mut b), HostArg::Tensor(wrong)])
+        .unwrap_err();
+    assert!(err.to_string().contains("dtype is i32"), "{err}");
+    assert!(matches!(
+        w.run(CallableId(9), &mut []),
+        Err(HostError::UnknownCallable(9))
+    ));
+}
+
+#[test]
+fn register_rejects_malformed_callables() {
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let mut s = spec("dup", vadd_orch, vec![("a", In)]);
+    s.kernels[1].func_id = 0;
+    assert!(matches!(
+        w.register(&s),
+        Err(HostError::InvalidCallable { .. })
+    ));
+    let mut s = spec("far", vadd_orch, vec![("a", In)]);
+    s.kernels[0].func_id = 5000;
+    assert!(matches!(
+        w.register(&s),
+        Err(HostError::InvalidCallable { .. })
+    ));
+    let mut s = spec("kind", vadd_orch, vec![("a", In)]);
+    s.orchestration = CodeImage::Kernel(add_kernel);
+    assert!(matches!(w.register(&s), Err(HostError::Load(_))));
+    let mut s = spec("junk", vadd_orch, vec![("a", In)]);
+    s.orchestration = CodeImage::Library {
+        bytes: b"not an elf".to_vec(),
+        entry: "x".into(),
+    };
+    let err = w.register(&s).unwrap_err();
+    assert!(err.to_string().contains("orchestration"), "{err}");
+}
