@@ -1,0 +1,130 @@
+//! Endurance: 10,000 consecutive runs of a C callable (kernels and orchestration loaded
+//! from shared-library images) in one process. Threads, open file descriptors, live device
+//! allocations and resident memory must stay flat: nothing is started, opened or loaded per
+//! run (the upstream sim dies after about 185 runs from per-run library reloads).
+
+use std::path::Path;
+use std::process::Command;
+
+use simpler_abi::{CoreType, DataType};
+use simpler_host::*;
+
+const KERNEL: &str = r#"
+#include "simpler/kernel.h"
+SIMPLER_KERNEL void kernel_entry(int64_t *args) {
+    SimplerChipTensor *x = simpler_arg_tensor(args, 0);
+    SimplerChipTensor *y = simpler_arg_tensor(args, 1);
+    float *a = SIMPLER_TENSOR_DATA(float, x), *b = SIMPLER_TENSOR_DATA(float, y);
+    for (uint64_t i = 0; i < x->shapes[0]; ++i) b[i] = a[i] + 1.0f;
+}
+"#;
+
+const ORCH: &str = r#"
+#include "simpler/orchestration.h"
+SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops, const SimplerOrchArgs *args) {
+    /* y = x + 1 in 4 tiles, then z = y + 1 through a runtime-allocated intermediate. */
+    uint64_t n = args->tensors[0].shapes[0], tile = n / 4;
+    for (uint64_t t = 0; t < 4; ++t) {
+        SimplerTaskDesc d;
+        simpler_task_init(&d, SIMPLER_CORE_AIV, 0);
+        SimplerChipTensor in = simpler_view_1d(&args->tensors[0], t * tile, tile);
+        SimplerTaskOutputs outs;
+        simpler_task_add_input(&d, &in);
+        uint64_t shape[1] = {tile};
+        simpler_task_add_output(&d, shape, 1, SIMPLER_DT_FLOAT32);
+        int32_t rc = simpler_submit(ops, &d, &outs);
+        if (rc) return rc;
+        SimplerTaskDesc e;
+        simpler_task_init(&e, SIMPLER_CORE_AIV, 0);
+        SimplerChipTensor out = simpler_view_1d(&args->tensors[1], t * tile, tile);
+        simpler_task_add_input(&e, &outs.tensors[0]);
+        simpler_task_add_output_existing(&e, &out);
+        rc = simpler_submit(ops, &e, NULL);
+        if (rc) return rc;
+    }
+    return 0;
+}
+"#;
+
+fn compile(dir: &Path, name: &str, src: &str) -> Vec<u8> {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
+    let c = dir.join(format!("{name}.c"));
+    let so = dir.join(format!("{name}.so"));
+    std::fs::write(&c, src).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(cc)
+        .args(["-std=c11", "-O2", "-shared", "-fPIC", "-Werror", "-I"])
+        .arg(&include)
+        .arg(&c)
+        .arg("-o")
+        .arg(&so)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    std::fs::read(so).unwrap()
+}
+
+fn count_dir(path: &str) -> usize {
+    std::fs::read_dir(path).map(|d| d.count()).unwrap_or(0)
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn ten_thousand_runs_keep_threads_fds_and_memory_flat() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = CallableSpec {
+        name: "plus_two".into(),
+        signature: Signature::new(vec![
+            ArgSpec { name: "x".into(), direction: ArgDirection::In, dtype: DataType::Float32, shape: Some(vec![256]) },
+            ArgSpec { name: "z".into(), direction: ArgDirection::Out, dtype: DataType::Float32, shape: Some(vec![256]) },
+        ])
+        .unwrap(),
+        orchestration: CodeImage::Library { bytes: compile(dir.path(), "orch", ORCH), entry: "aicpu_orchestration_entry".into() },
+        kernels: vec![KernelSpec {
+            func_id: 0,
+            core_type: CoreType::Aiv,
+            image: CodeImage::Library { bytes: compile(dir.path(), "kernel", KERNEL), entry: "kernel_entry".into() },
+        }],
+    };
+    let worker = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let id = worker.register(&spec).unwrap();
+    let mut x: Vec<f32> = (0..256).map(|i| i as f32).collect();
+    let mut z = vec![0f32; 256];
+    let mut run = |i: usize| {
+        // SAFETY: f32 slices viewed as bytes; no padding, every pattern valid.
+        let (xb, zb) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(x.as_mut_ptr() as *mut u8, 1024),
+                std::slice::from_raw_parts_mut(z.as_mut_ptr() as *mut u8, 1024),
+            )
+        };
+        worker
+            .run(id, &mut [
+                HostArg::Tensor(HostTensor { bytes: xb, shape: vec![256], dtype: DataType::Float32 }),
+                HostArg::Tensor(HostTensor { bytes: zb, shape: vec![256], dtype: DataType::Float32 }),
+            ])
+            .unwrap_or_else(|e| panic!("run {i}: {e}"));
+        assert_eq!(z[255], 257.0, "run {i}");
+    };
+    for i in 0..500 {
+        run(i);
+    }
+    let (threads, fds, rss) = (count_dir("/proc/self/task"), count_dir("/proc/self/fd"), rss_kib());
+    for i in 500..10_000 {
+        run(i);
+    }
+    let (threads2, fds2, rss2) = (count_dir("/proc/self/task"), count_dir("/proc/self/fd"), rss_kib());
+    println!("threads {threads} -> {threads2}, fds {fds} -> {fds2}, rss {rss} KiB -> {rss2} KiB");
+    assert!(threads2 <= threads, "threads grew from {threads} to {threads2}");
+    assert!(fds2 <= fds, "open files grew from {fds} to {fds2}");
+    assert!(rss2 < rss + 16 * 1024, "resident memory grew from {rss} KiB to {rss2} KiB");
+}
