@@ -1,1 +1,194 @@
-fn main() {}
+//! # `simpler` — the command-line tool
+//!
+//! This file owns the command line (clap), dispatch to the subcommands, error printing and
+//! exit codes. The work lives in the modules: [`manifest`] (`simpler.toml`), [`build`]
+//! (compiling an example into a bundle), [`npy`] (`.npy` tensors) and [`run`] (matching a
+//! run's files against the callable's signature, executing, checking).
+//!
+//! Exit codes: `0` success, `1` the run, an output write or a `--check` failed, `2` usage or
+//! input errors (bad flags, manifest, sources, compile errors, bundle, `.npy` files,
+//! argument mismatches). Every error is printed to stderr as `error: <message>` followed by
+//! one `  caused by: <cause>` line per underlying cause.
+
+mod build;
+mod manifest;
+mod npy;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code of a failed run, output write or check.
+const EXIT_FAILURE: u8 = 1;
+/// Exit code of a usage or input error.
+const EXIT_USAGE: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "simpler",
+    version,
+    about = "Build and run simpler task-graph callables on the (simulated) NPU",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Compile an example directory (simpler.toml + C sources) into a .simpler bundle.
+    Build {
+        /// The example directory (or its simpler.toml).
+        example_dir: PathBuf,
+        /// Output file (or directory); default `<example-dir>/<name>.simpler`.
+        #[arg(short = 'o', long = "output", value_name = "OUT")]
+        output: Option<PathBuf>,
+    },
+    /// Run a callable once on .npy inputs; write and/or check its outputs.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// A .simpler bundle, or an example directory (built in memory first).
+    target: PathBuf,
+    /// Input tensor for an `in`/`inout` argument (repeatable).
+    #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_named_path)]
+    inputs: Vec<(String, PathBuf)>,
+    /// Where to write an `out`/`inout` argument after the run (repeatable).
+    #[arg(long = "output", value_name = "NAME=FILE.npy", value_parser = parse_named_path)]
+    outputs: Vec<(String, PathBuf)>,
+    /// Reference to compare an `out`/`inout` argument with, allclose-style (repeatable).
+    #[arg(long = "check", value_name = "NAME=REFERENCE.npy", value_parser = parse_named_path)]
+    checks: Vec<(String, PathBuf)>,
+    /// Value of a scalar argument: a number, or 0x-prefixed raw bits (repeatable).
+    #[arg(long = "scalar", value_name = "NAME=VALUE", value_parser = parse_named_value)]
+    scalars: Vec<(String, String)>,
+    /// Relative tolerance of --check: |actual - expected| <= atol + rtol * |expected|.
+    #[arg(long, default_value_t = 1e-5)]
+    rtol: f64,
+    /// Absolute tolerance of --check.
+    #[arg(long, default_value_t = 1e-5)]
+    atol: f64,
+}
+
+fn parse_named_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() && !value.is_empty() => {
+            Ok((name.to_string(), value.to_string()))
+        }
+        _ => Err(format!("expected NAME=VALUE, got `{s}`")),
+    }
+}
+
+fn parse_named_path(s: &str) -> Result<(String, PathBuf), String> {
+    parse_named_value(s).map(|(n, v)| (n, PathBuf::from(v)))
+}
+
+/// `error: <message>` followed by one `  caused by: <cause>` line per source.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = format!("error: {e}");
+    let mut last = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        // Some errors repeat their source in their own message; print each text once.
+        if !last.ends_with(&text) {
+            out.push_str(&format!("\n  caused by: {text}"));
+        }
+        last = text;
+        cause = c.source();
+    }
+    out
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result: Result<(), (u8, Box<dyn std::error::Error>)> = match cli.command {
+        Command::Build {
+            example_dir,
+            output,
+        } => build::command(&example_dir, output.as_deref())
+            .map(|_| ())
+            .map_err(|e| (EXIT_USAGE, e.into())),
+        Command::Run(a) => {
+            let req = run::RunRequest {
+                target: a.target,
+                inputs: a.inputs,
+                outputs: a.outputs,
+                checks: a.checks,
+                scalars: a.scalars,
+                rtol: a.rtol,
+                atol: a.atol,
+            };
+            run::command(&req).map_err(|e| {
+                let code = if e.exit_code() == 1 {
+                    EXIT_FAILURE
+                } else {
+                    EXIT_USAGE
+                };
+                (code, e.into())
+            })
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((code, e)) => {
+            eprintln!("{}", error_chain(e.as_ref()));
+            ExitCode::from(code)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn named_values() {
+        assert_eq!(parse_named_value("A=1"), Ok(("A".into(), "1".into())));
+        assert_eq!(parse_named_value("A=b=c"), Ok(("A".into(), "b=c".into())));
+        assert!(parse_named_value("A").is_err());
+        assert!(parse_named_value("=x").is_err());
+        assert!(parse_named_value("A=").is_err());
+    }
+
+    #[test]
+    fn error_chain_skips_a_cause_its_parent_already_printed() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer: {source}")]
+        struct Outer {
+            source: std::io::Error,
+        }
+        let e = Outer {
+            source: std::io::Error::other("inner"),
+        };
+        assert_eq!(error_chain(&e), "error: outer: inner");
+    }
+
+    #[test]
+    fn error_chain_prints_every_cause() {
+        let e = run::RunError::Build {
+            path: "ex".into(),
+            source: Box::new(build::BuildError::MissingSource {
+                path: "ex/k.c".into(),
+                field: "kernels[0].source".into(),
+                manifest: "ex/simpler.toml".into(),
+            }),
+        };
+        assert_eq!(
+            error_chain(&e),
+            "error: cannot build `ex`\n  caused by: source file `ex/k.c` does not exist \
+             (named by `kernels[0].source` in `ex/simpler.toml`)"
+        );
+    }
+}

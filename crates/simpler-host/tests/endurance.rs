@@ -60,7 +60,11 @@ fn compile(dir: &Path, name: &str, src: &str) -> Vec<u8> {
         .arg(&so)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     std::fs::read(so).unwrap()
 }
 
@@ -84,15 +88,31 @@ fn ten_thousand_runs_keep_threads_fds_and_memory_flat() {
     let spec = CallableSpec {
         name: "plus_two".into(),
         signature: Signature::new(vec![
-            ArgSpec { name: "x".into(), direction: ArgDirection::In, dtype: DataType::Float32, shape: Some(vec![256]) },
-            ArgSpec { name: "z".into(), direction: ArgDirection::Out, dtype: DataType::Float32, shape: Some(vec![256]) },
+            ArgSpec {
+                name: "x".into(),
+                direction: ArgDirection::In,
+                dtype: DataType::Float32,
+                shape: Some(vec![256]),
+            },
+            ArgSpec {
+                name: "z".into(),
+                direction: ArgDirection::Out,
+                dtype: DataType::Float32,
+                shape: Some(vec![256]),
+            },
         ])
         .unwrap(),
-        orchestration: CodeImage::Library { bytes: compile(dir.path(), "orch", ORCH), entry: "aicpu_orchestration_entry".into() },
+        orchestration: CodeImage::Library {
+            bytes: compile(dir.path(), "orch", ORCH),
+            entry: "aicpu_orchestration_entry".into(),
+        },
         kernels: vec![KernelSpec {
             func_id: 0,
             core_type: CoreType::Aiv,
-            image: CodeImage::Library { bytes: compile(dir.path(), "kernel", KERNEL), entry: "kernel_entry".into() },
+            image: CodeImage::Library {
+                bytes: compile(dir.path(), "kernel", KERNEL),
+                entry: "kernel_entry".into(),
+            },
         }],
     };
     let worker = ChipWorker::new(WorkerConfig::default()).unwrap();
@@ -108,23 +128,48 @@ fn ten_thousand_runs_keep_threads_fds_and_memory_flat() {
             )
         };
         worker
-            .run(id, &mut [
-                HostArg::Tensor(HostTensor { bytes: xb, shape: vec![256], dtype: DataType::Float32 }),
-                HostArg::Tensor(HostTensor { bytes: zb, shape: vec![256], dtype: DataType::Float32 }),
-            ])
+            .run(
+                id,
+                &mut [
+                    HostArg::Tensor(HostTensor {
+                        bytes: xb,
+                        shape: vec![256],
+                        dtype: DataType::Float32,
+                    }),
+                    HostArg::Tensor(HostTensor {
+                        bytes: zb,
+                        shape: vec![256],
+                        dtype: DataType::Float32,
+                    }),
+                ],
+            )
             .unwrap_or_else(|e| panic!("run {i}: {e}"));
         assert_eq!(z[255], 257.0, "run {i}");
     };
     for i in 0..500 {
         run(i);
     }
-    let (threads, fds, rss) = (count_dir("/proc/self/task"), count_dir("/proc/self/fd"), rss_kib());
+    let (threads, fds, rss) = (
+        count_dir("/proc/self/task"),
+        count_dir("/proc/self/fd"),
+        rss_kib(),
+    );
     for i in 500..10_000 {
         run(i);
     }
-    let (threads2, fds2, rss2) = (count_dir("/proc/self/task"), count_dir("/proc/self/fd"), rss_kib());
+    let (threads2, fds2, rss2) = (
+        count_dir("/proc/self/task"),
+        count_dir("/proc/self/fd"),
+        rss_kib(),
+    );
     println!("threads {threads} -> {threads2}, fds {fds} -> {fds2}, rss {rss} KiB -> {rss2} KiB");
-    assert!(threads2 <= threads, "threads grew from {threads} to {threads2}");
+    assert!(
+        threads2 <= threads,
+        "threads grew from {threads} to {threads2}"
+    );
     assert!(fds2 <= fds, "open files grew from {fds} to {fds2}");
-    assert!(rss2 < rss + 16 * 1024, "resident memory grew from {rss} KiB to {rss2} KiB");
+    assert!(
+        rss2 < rss + 16 * 1024,
+        "resident memory grew from {rss} KiB to {rss2} KiB"
+    );
 }

@@ -13,7 +13,7 @@ use simpler_abi::{CoreMailbox, OrchArgs, RunLaunchDesc, RunResult};
 ///
 /// Returns `None` for a null address.
 pub(crate) fn launch_desc(addr: u64) -> Option<RunLaunchDesc> {
-    if addr == 0 || addr % std::mem::align_of::<RunLaunchDesc>() as u64 != 0 {
+    if addr == 0 || !addr.is_multiple_of(std::mem::align_of::<RunLaunchDesc>() as u64) {
         return None;
     }
     // SAFETY: a non-null, aligned launch argument points to a `RunLaunchDesc` the host

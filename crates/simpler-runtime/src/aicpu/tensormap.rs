@@ -67,9 +67,9 @@ impl Region {
         }
         let mut rem = self.start;
         let mut o = [0u64; MAX_TENSOR_DIMS];
-        for d in 0..nd {
-            o[d] = rem / self.strides[d];
-            rem %= self.strides[d];
+        for (o, &stride) in o.iter_mut().zip(&self.strides[..nd]) {
+            *o = rem / stride;
+            rem %= stride;
         }
         (rem == 0).then_some(o)
     }

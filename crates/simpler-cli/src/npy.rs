@@ -1,0 +1,941 @@
+//! NumPy `.npy` files: how `simpler run` takes its input tensors and hands back its outputs.
+//! This module owns reading a file into an [`NpyArray`] (shape, [`DataType`], raw
+//! little-endian C-order bytes) and writing one back, atomically.
+//!
+//! The format (NumPy's `format.py`, versions 1.0, 2.0 and 3.0): the magic `\x93NUMPY`, a
+//! major and a minor version byte, the header length (`u16` LE for 1.x, `u32` LE for 2.x and
+//! 3.x), then the header — a Python dict literal
+//! `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }` in Latin-1 (UTF-8 for 3.x),
+//! padded with spaces and a final `\n` so that the data starts on a 64-byte boundary — then
+//! the raw elements. The header is parsed here rather than through `npyz`, because the runtime
+//! wants the raw bytes with a typed reason for every rejection, not typed element iterators;
+//! the tests cross-check both directions against `npyz`.
+//!
+//! Accepted element types are the [`DataType`]s NumPy can express: `f4`, `f2`, `i1`, `i2`,
+//! `i4`, `i8`, `u1`, `u2`, `u4`, `u8`, little-endian (or `|` for one-byte types). `bf16` has no
+//! NumPy type: a bf16 tensor travels as `<u2` holding the raw bits, and writing an
+//! [`NpyArray`] of dtype bf16 produces `<u2`. Rejected with their own message: `float64`
+//! ("convert to float32"), big-endian data, Fortran order, structured dtypes.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use simpler_abi::DataType;
+
+/// The 6 bytes every `.npy` file starts with.
+pub const NPY_MAGIC: &[u8; 6] = b"\x93NUMPY";
+
+/// A dense array as read from or written to a `.npy` file.
+#[derive(Clone, PartialEq, Eq)]
+pub struct NpyArray {
+    /// Extent of each dimension (empty for a 0-d array).
+    pub shape: Vec<u64>,
+    /// Element type.
+    pub dtype: DataType,
+    /// The elements, little-endian, C (row-major) order.
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Debug for NpyArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NpyArray")
+            .field("shape", &self.shape)
+            .field("dtype", &self.dtype)
+            .field("bytes_len", &self.bytes.len())
+            .finish()
+    }
+}
+
+/// Number of elements of `shape`: its product (1 for a 0-d array), `None` on overflow.
+pub fn numel(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// Why a `.npy` file could not be read or written. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum NpyError {
+    /// The file does not exist.
+    #[error("`{}` does not exist", path.display())]
+    Missing {
+        /// The file.
+        path: PathBuf,
+    },
+    /// Reading or writing failed.
+    #[error("cannot {op} `{}`", path.display())]
+    Io {
+        /// "read" or "write".
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file does not start with the `.npy` magic.
+    #[error("`{}` is not a .npy file (it does not start with \\x93NUMPY)", path.display())]
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The header is cut short, has an unknown version or does not parse.
+    #[error("`{}` has a malformed .npy header: {reason}", path.display())]
+    MalformedHeader {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The element type has no simpler [`DataType`].
+    #[error("`{}`: {reason}", path.display())]
+    UnsupportedDtype {
+        /// The file.
+        path: PathBuf,
+        /// The `descr` found.
+        descr: String,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// The data is stored in Fortran (column-major) order.
+    #[error(
+        "`{}` is stored in Fortran order; only C order is supported \
+         (save np.ascontiguousarray(arr) instead)",
+        path.display()
+    )]
+    FortranOrder {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The data is big-endian.
+    #[error(
+        "`{}` holds big-endian data (`{descr}`); only little-endian is supported \
+         (save arr.astype(arr.dtype.newbyteorder('<')) instead)",
+        path.display()
+    )]
+    BigEndian {
+        /// The file.
+        path: PathBuf,
+        /// The `descr` found.
+        descr: String,
+    },
+    /// The data section does not hold exactly shape × element size bytes.
+    #[error(
+        "`{}`: data length mismatch: shape {shape:?} of {dtype} needs {expected} bytes, got {got}",
+        path.display()
+    )]
+    DataLength {
+        /// The file.
+        path: PathBuf,
+        /// The shape.
+        shape: Vec<u64>,
+        /// The element type.
+        dtype: DataType,
+        /// Bytes the shape needs.
+        expected: u64,
+        /// Bytes present.
+        got: u64,
+    },
+}
+
+/// A Python literal, as far as `.npy` headers use them.
+#[derive(Debug, Clone, PartialEq)]
+enum Lit {
+    Str(String),
+    Int(u64),
+    Bool(bool),
+    Seq(Vec<Lit>, char),
+    Dict(Vec<(Lit, Lit)>),
+}
+
+struct LitParser<'a> {
+    chars: std::iter::Peekable<std::str::Chars<'a>>,
+}
+
+impl LitParser<'_> {
+    fn skip_ws(&mut self) {
+        while self.chars.peek().is_some_and(|c| c.is_whitespace()) {
+            self.chars.next();
+        }
+    }
+
+    fn expect(&mut self, want: char) -> Result<(), String> {
+        self.skip_ws();
+        match self.chars.next() {
+            Some(c) if c == want => Ok(()),
+            Some(c) => Err(format!("expected `{want}`, found `{c}`")),
+            None => Err(format!("expected `{want}`, found the end of the header")),
+        }
+    }
+
+    /// Parses the items of a sequence or dict up to `close`, allowing a trailing comma.
+    fn items(&mut self, close: char, dict: bool) -> Result<Vec<(Lit, Option<Lit>)>, String> {
+        let mut out = Vec::new();
+        loop {
+            self.skip_ws();
+            if self.chars.peek() == Some(&close) {
+                self.chars.next();
+                return Ok(out);
+            }
+            let key = self.value()?;
+            let val = if dict {
+                self.expect(':')?;
+                Some(self.value()?)
+            } else {
+                None
+            };
+            out.push((key, val));
+            self.skip_ws();
+            match self.chars.next() {
+                Some(',') => {}
+                Some(c) if c == close => return Ok(out),
+                Some(c) => return Err(format!("expected `,` or `{close}`, found `{c}`")),
+                None => return Err(format!("missing `{close}`")),
+            }
+        }
+    }
+
+    fn value(&mut self) -> Result<Lit, String> {
+        self.skip_ws();
+        match self.chars.peek().copied() {
+            None => Err("unexpected end of the header".into()),
+            Some(q @ ('\'' | '"')) => {
+                self.chars.next();
+                let mut s = String::new();
+                loop {
+                    match self.chars.next() {
+                        None => return Err("unterminated string".into()),
+                        Some('\\') => match self.chars.next() {
+                            Some(c) => s.push(c),
+                            None => return Err("unterminated string".into()),
+                        },
+                        Some(c) if c == q => return Ok(Lit::Str(s)),
+                        Some(c) => s.push(c),
+                    }
+                }
+            }
+            Some(c) if c.is_ascii_digit() => {
+                let mut s = String::new();
+                while let Some(&d) = self.chars.peek() {
+                    if d.is_ascii_digit() {
+                        s.push(d);
+                        self.chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                // Python 2 wrote long integers as `3L`.
+                if self.chars.peek() == Some(&'L') {
+                    self.chars.next();
+                }
+                s.parse()
+                    .map(Lit::Int)
+                    .map_err(|_| format!("integer `{s}` is too large"))
+            }
+            Some(open @ ('(' | '[')) => {
+                self.chars.next();
+                let close = if open == '(' { ')' } else { ']' };
+                let items = self.items(close, false)?;
+                Ok(Lit::Seq(items.into_iter().map(|(k, _)| k).collect(), open))
+            }
+            Some('{') => {
+                self.chars.next();
+                let items = self.items('}', true)?;
+                Ok(Lit::Dict(
+                    items
+                        .into_iter()
+                        .map(|(k, v)| (k, v.expect("dict items have values")))
+                        .collect(),
+                ))
+            }
+            Some(c) if c.is_alphabetic() => {
+                let mut s = String::new();
+                while let Some(&d) = self.chars.peek() {
+                    if d.is_alphanumeric() || d == '_' {
+                        s.push(d);
+                        self.chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                match s.as_str() {
+                    "True" => Ok(Lit::Bool(true)),
+                    "False" => Ok(Lit::Bool(false)),
+                    _ => Err(format!("unexpected `{s}`")),
+                }
+            }
+            Some(c) => Err(format!("unexpected `{c}`")),
+        }
+    }
+}
+
+/// NumPy `descr` for a [`DataType`] (bf16 is written as its raw bits, `<u2`).
+pub fn descr_of(dtype: DataType) -> &'static str {
+    match dtype {
+        DataType::Float32 => "<f4",
+        DataType::Float16 => "<f2",
+        DataType::Int32 => "<i4",
+        DataType::Int16 => "<i2",
+        DataType::Int8 => "|i1",
+        DataType::Uint8 => "|u1",
+        DataType::Bfloat16 | DataType::Uint16 => "<u2",
+        DataType::Int64 => "<i8",
+        DataType::Uint64 => "<u8",
+        DataType::Uint32 => "<u4",
+    }
+}
+
+fn dtype_of(descr: &str, path: &Path) -> Result<DataType, NpyError> {
+    let unsupported = |reason: String| NpyError::UnsupportedDtype {
+        path: path.to_path_buf(),
+        descr: descr.to_string(),
+        reason,
+    };
+    let mut chars = descr.chars();
+    let order = chars.next().unwrap_or(' ');
+    let body = chars.as_str();
+    if !matches!(order, '<' | '>' | '|' | '=') {
+        return Err(unsupported(format!(
+            "dtype `{descr}` is not supported (expected a byte-order character first)"
+        )));
+    }
+    let one_byte = matches!(body, "i1" | "u1" | "b1");
+    if order == '>' && !one_byte {
+        return Err(NpyError::BigEndian {
+            path: path.to_path_buf(),
+            descr: descr.to_string(),
+        });
+    }
+    if order == '=' {
+        return Err(unsupported(format!(
+            "dtype `{descr}` has native byte order, which a file cannot pin down; \
+             expected `<` (little-endian)"
+        )));
+    }
+    Ok(match body {
+        "f4" => DataType::Float32,
+        "f2" => DataType::Float16,
+        "i1" => DataType::Int8,
+        "i2" => DataType::Int16,
+        "i4" => DataType::Int32,
+        "i8" => DataType::Int64,
+        "u1" => DataType::Uint8,
+        "u2" => DataType::Uint16,
+        "u4" => DataType::Uint32,
+        "u8" => DataType::Uint64,
+        "f8" => {
+            return Err(unsupported(
+                "float64 is not supported; convert to float32 (arr.astype(np.float32))".into(),
+            ))
+        }
+        "b1" => {
+            return Err(unsupported(
+                "bool is not supported; convert to uint8 (arr.astype(np.uint8))".into(),
+            ))
+        }
+        _ => {
+            return Err(unsupported(format!(
+                "dtype `{descr}` is not supported (supported: float32, float16, int8, int16, \
+                 int32, int64, uint8, uint16, uint32, uint64)"
+            )))
+        }
+    })
+}
+
+/// Parses the contents of a `.npy` file; `path` is only used in messages.
+///
+/// # Errors
+/// [`NpyError`] naming `path`.
+pub fn parse(data: &[u8], path: &Path) -> Result<NpyArray, NpyError> {
+    let malformed = |reason: String| NpyError::MalformedHeader {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if data.len() < NPY_MAGIC.len() || &data[..NPY_MAGIC.len()] != NPY_MAGIC {
+        return Err(NpyError::BadMagic {
+            path: path.to_path_buf(),
+        });
+    }
+    if data.len() < 8 {
+        return Err(malformed("the file ends before the version bytes".into()));
+    }
+    let (major, minor) = (data[6], data[7]);
+    let (len_bytes, utf8) = match major {
+        1 => (2, false),
+        2 => (4, false),
+        3 => (4, true),
+        _ => {
+            return Err(malformed(format!(
+                "unsupported format version {major}.{minor} (1.0, 2.0 and 3.0 are supported)"
+            )))
+        }
+    };
+    let start = 8 + len_bytes;
+    if data.len() < start {
+        return Err(malformed("the file ends inside the header length".into()));
+    }
+    let header_len = if len_bytes == 2 {
+        u16::from_le_bytes([data[8], data[9]]) as usize
+    } else {
+        u32::from_le_bytes(data[8..12].try_into().expect("4 bytes")) as usize
+    };
+    let data_start = start
+        .checked_add(header_len)
+        .filter(|&e| e <= data.len())
+        .ok_or_else(|| {
+            malformed(format!(
+                "the header claims {header_len} bytes but the file has only {}",
+                data.len() - start
+            ))
+        })?;
+    let raw = &data[start..data_start];
+    let text: String = if utf8 {
+        std::str::from_utf8(raw)
+            .map_err(|e| malformed(format!("the header is not UTF-8: {e}")))?
+            .to_string()
+    } else {
+        raw.iter().map(|&b| b as char).collect()
+    };
+    let mut p = LitParser {
+        chars: text.chars().peekable(),
+    };
+    let lit = p.value().map_err(malformed)?;
+    p.skip_ws();
+    if let Some(c) = p.chars.next() {
+        return Err(malformed(format!("unexpected `{c}` after the header dict")));
+    }
+    let Lit::Dict(items) = lit else {
+        return Err(malformed("the header is not a dict".into()));
+    };
+    let mut descr = None;
+    let mut fortran = None;
+    let mut shape = None;
+    for (k, v) in items {
+        let Lit::Str(k) = k else {
+            return Err(malformed("a header key is not a string".into()));
+        };
+        match k.as_str() {
+            "descr" => descr = Some(v),
+            "fortran_order" => fortran = Some(v),
+            "shape" => shape = Some(v),
+            other => return Err(malformed(format!("unexpected header key `{other}`"))),
+        }
+    }
+    let descr = match descr {
+        Some(Lit::Str(s)) => s,
+        Some(Lit::Seq(..)) => {
+            return Err(NpyError::UnsupportedDtype {
+                path: path.to_path_buf(),
+                descr: "(structured)".into(),
+                reason: "structured (record) dtypes are not supported".into(),
+            })
+        }
+        Some(_) => return Err(malformed("`descr` is not a string".into())),
+        None => return Err(malformed("the header has no `descr`".into())),
+    };
+    let fortran = match fortran {
+        Some(Lit::Bool(b)) => b,
+        Some(_) => return Err(malformed("`fortran_order` is not True or False".into())),
+        None => return Err(malformed("the header has no `fortran_order`".into())),
+    };
+    let shape: Vec<u64> = match shape {
+        Some(Lit::Seq(items, '(')) => items
+            .into_iter()
+            .map(|d| match d {
+                Lit::Int(n) => Ok(n),
+                _ => Err(malformed("`shape` holds a non-integer".into())),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(malformed("`shape` is not a tuple".into())),
+        None => return Err(malformed("the header has no `shape`".into())),
+    };
+    let dtype = dtype_of(&descr, path)?;
+    // Fortran and C order coincide when at most one dimension is longer than 1.
+    if fortran && shape.iter().filter(|&&d| d > 1).count() > 1 {
+        return Err(NpyError::FortranOrder {
+            path: path.to_path_buf(),
+        });
+    }
+    let body = &data[data_start..];
+    let expected = numel(&shape).and_then(|n| n.checked_mul(dtype.size_bytes() as u64));
+    if expected != Some(body.len() as u64) {
+        return Err(NpyError::DataLength {
+            path: path.to_path_buf(),
+            shape,
+            dtype,
+            expected: expected.unwrap_or(u64::MAX),
+            got: body.len() as u64,
+        });
+    }
+    Ok(NpyArray {
+        shape,
+        dtype,
+        bytes: body.to_vec(),
+    })
+}
+
+/// Reads a `.npy` file.
+///
+/// # Errors
+/// [`NpyError`] naming the file: missing, unreadable, not a `.npy`, malformed header,
+/// unsupported dtype or order, data length mismatch.
+pub fn read(path: &Path) -> Result<NpyArray, NpyError> {
+    let data = match std::fs::read(path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(NpyError::Missing {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(source) => {
+            return Err(NpyError::Io {
+                op: "read",
+                path: path.to_path_buf(),
+                source,
+            })
+        }
+    };
+    parse(&data, path)
+}
+
+/// The bytes of a `.npy` file (format 1.0, or 2.0 when the header needs it) holding `array`.
+///
+/// # Panics
+/// If `array.bytes` does not hold exactly shape × element size bytes ([`write()`] checks this
+/// first and reports it as an error).
+pub fn encode(array: &NpyArray) -> Vec<u8> {
+    assert_eq!(
+        numel(&array.shape).map(|n| n * array.dtype.size_bytes() as u64),
+        Some(array.bytes.len() as u64),
+        "array bytes do not match its shape"
+    );
+    let dims: Vec<String> = array.shape.iter().map(|d| d.to_string()).collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
+        descr_of(array.dtype)
+    );
+    // Pad with spaces and a final newline so the data starts on a 64-byte boundary.
+    let (major, len_bytes) = if header.len() + 1 + 64 <= u16::MAX as usize {
+        (1u8, 2)
+    } else {
+        (2u8, 4)
+    };
+    let preamble = 8 + len_bytes;
+    let total = (preamble + header.len() + 1).div_ceil(64) * 64;
+    while preamble + header.len() + 1 < total {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = Vec::with_capacity(total + array.bytes.len());
+    out.extend_from_slice(NPY_MAGIC);
+    out.extend_from_slice(&[major, 0]);
+    if len_bytes == 2 {
+        out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    } else {
+        out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    }
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&array.bytes);
+    out
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed,
+/// then renamed over `path`. On failure `path` is untouched and no temporary file remains.
+///
+/// # Errors
+/// The I/O error.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    }
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    #[cfg(unix)]
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// Writes `array` to `path` as a `.npy` file, atomically.
+///
+/// # Errors
+/// [`NpyError::DataLength`] if the bytes do not match the shape (nothing is written), or
+/// [`NpyError::Io`].
+pub fn write(path: &Path, array: &NpyArray) -> Result<(), NpyError> {
+    let expected = numel(&array.shape).and_then(|n| n.checked_mul(array.dtype.size_bytes() as u64));
+    if expected != Some(array.bytes.len() as u64) {
+        return Err(NpyError::DataLength {
+            path: path.to_path_buf(),
+            shape: array.shape.clone(),
+            dtype: array.dtype,
+            expected: expected.unwrap_or(u64::MAX),
+            got: array.bytes.len() as u64,
+        });
+    }
+    write_atomic(path, &encode(array)).map_err(|source| NpyError::Io {
+        op: "write",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use npyz::WriterBuilder;
+
+    fn arr(shape: &[u64], dtype: DataType) -> NpyArray {
+        let n = numel(shape).unwrap() as usize * dtype.size_bytes();
+        NpyArray {
+            shape: shape.to_vec(),
+            dtype,
+            bytes: (0..n).map(|i| (i * 7 + 3) as u8).collect(),
+        }
+    }
+
+    /// A header-level file with the given header text (padded like NumPy does) and data.
+    fn raw_file(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut h = header.to_string();
+        let pad = (64 - (10 + h.len() + 1) % 64) % 64;
+        h.push_str(&" ".repeat(pad));
+        h.push('\n');
+        let mut out = NPY_MAGIC.to_vec();
+        out.extend_from_slice(&[1, 0]);
+        out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(data);
+        out
+    }
+
+    fn p() -> &'static Path {
+        Path::new("x.npy")
+    }
+
+    #[test]
+    fn round_trip_every_dtype_through_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let shapes: [&[u64]; 4] = [&[5], &[2, 3], &[2, 1, 4], &[]];
+        for dtype in DataType::ALL {
+            for shape in shapes {
+                let a = arr(shape, dtype);
+                let path = dir.path().join(format!("{dtype}.npy"));
+                write(&path, &a).unwrap();
+                let bytes = std::fs::read(&path).unwrap();
+                // Data is 64-byte aligned, as NumPy writes it.
+                assert_eq!((bytes.len() - a.bytes.len()) % 64, 0);
+                let back = read(&path).unwrap();
+                // bf16 has no NumPy type and comes back as its raw u16 bits.
+                let want_dtype = if dtype == DataType::Bfloat16 {
+                    DataType::Uint16
+                } else {
+                    dtype
+                };
+                assert_eq!(back.dtype, want_dtype);
+                assert_eq!(back.shape, a.shape);
+                assert_eq!(back.bytes, a.bytes);
+            }
+        }
+        // Only the written files are there: no temporary files left behind.
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            DataType::ALL.len()
+        );
+    }
+
+    #[test]
+    fn files_we_write_read_back_with_npyz() {
+        let a = NpyArray {
+            shape: vec![2, 3],
+            dtype: DataType::Float32,
+            bytes: [1.5f32, -2.0, 3.25, 0.0, 1e-3, 7.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        };
+        let bytes = encode(&a);
+        let f = npyz::NpyFile::new(&bytes[..]).unwrap();
+        assert_eq!(f.shape(), &[2, 3]);
+        assert_eq!(f.order(), npyz::Order::C);
+        assert_eq!(
+            f.into_vec::<f32>().unwrap(),
+            vec![1.5, -2.0, 3.25, 0.0, 1e-3, 7.0]
+        );
+        let b = NpyArray {
+            shape: vec![4],
+            dtype: DataType::Int64,
+            bytes: [-1i64, 2, i64::MIN, i64::MAX]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        };
+        let eb = encode(&b);
+        let f = npyz::NpyFile::new(&eb[..]).unwrap();
+        assert_eq!(f.shape(), &[4]);
+        assert_eq!(
+            f.into_vec::<i64>().unwrap(),
+            vec![-1, 2, i64::MIN, i64::MAX]
+        );
+    }
+
+    #[test]
+    fn files_npyz_writes_read_back_here() {
+        fn npyz_bytes<T: npyz::AutoSerialize>(shape: &[u64], data: Vec<T>) -> Vec<u8> {
+            let mut buf = Vec::new();
+            let mut w = npyz::WriteOptions::new()
+                .default_dtype()
+                .shape(shape)
+                .writer(&mut buf)
+                .begin_nd()
+                .unwrap();
+            w.extend(data).unwrap();
+            w.finish().unwrap();
+            buf
+        }
+        let a = parse(&npyz_bytes(&[2, 2], vec![1.0f32, 2.0, 3.0, 4.0]), p()).unwrap();
+        assert_eq!((a.dtype, a.shape.clone()), (DataType::Float32, vec![2, 2]));
+        assert_eq!(
+            a.bytes,
+            [1.0f32, 2.0, 3.0, 4.0]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>()
+        );
+        let a = parse(&npyz_bytes(&[3], vec![1u8, 2, 255]), p()).unwrap();
+        assert_eq!((a.dtype, a.bytes), (DataType::Uint8, vec![1, 2, 255]));
+        let a = parse(&npyz_bytes(&[1, 2], vec![-5i16, 300]), p()).unwrap();
+        assert_eq!(a.dtype, DataType::Int16);
+        assert_eq!(
+            a.bytes,
+            [-5i16, 300]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>()
+        );
+        let a = parse(&npyz_bytes(&[2], vec![7u32, 9]), p()).unwrap();
+        assert_eq!(a.dtype, DataType::Uint32);
+    }
+
+    #[test]
+    fn accepts_numpy_header_variants() {
+        // Double quotes, no trailing comma, keys in another order, Python 2 longs.
+        let f = raw_file(
+            "{\"shape\": (2L, 1), \"fortran_order\": False, \"descr\": \"<i4\"}",
+            &[0; 8],
+        );
+        let a = parse(&f, p()).unwrap();
+        assert_eq!((a.dtype, a.shape), (DataType::Int32, vec![2, 1]));
+        // Fortran order is harmless when only one dimension is longer than 1.
+        let f = raw_file(
+            "{'descr': '<f2', 'fortran_order': True, 'shape': (1, 3), }",
+            &[0; 6],
+        );
+        assert_eq!(parse(&f, p()).unwrap().shape, vec![1, 3]);
+        // A one-byte type with `<` is the same as `|`.
+        let f = raw_file(
+            "{'descr': '<u1', 'fortran_order': False, 'shape': (2,), }",
+            &[1, 2],
+        );
+        assert_eq!(parse(&f, p()).unwrap().dtype, DataType::Uint8);
+        // Version 2.0 and 3.0 headers.
+        for major in [2u8, 3] {
+            let h = "{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }\n";
+            let mut f = NPY_MAGIC.to_vec();
+            f.extend_from_slice(&[major, 0]);
+            f.extend_from_slice(&(h.len() as u32).to_le_bytes());
+            f.extend_from_slice(h.as_bytes());
+            f.extend_from_slice(&42i64.to_le_bytes());
+            assert_eq!(parse(&f, p()).unwrap().dtype, DataType::Int64);
+        }
+    }
+
+    #[test]
+    fn missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = read(&dir.path().join("nope.npy")).unwrap_err();
+        assert!(matches!(e, NpyError::Missing { .. }), "{e:?}");
+        assert!(e.to_string().contains("nope.npy"), "{e}");
+    }
+
+    #[test]
+    fn bad_magic() {
+        for data in [&b"PK\x03\x04 a zip"[..], b"", b"\x93NUM"] {
+            let e = parse(data, p()).unwrap_err();
+            assert!(matches!(e, NpyError::BadMagic { .. }), "{e:?}");
+            assert!(
+                e.to_string().contains("x.npy") && e.to_string().contains("not a .npy"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_headers() {
+        let good = encode(&arr(&[2], DataType::Float32));
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (good[..7].to_vec(), "version"),
+            (
+                {
+                    let mut f = good.clone();
+                    f[6] = 9;
+                    f
+                },
+                "version 9.0",
+            ),
+            (good[..9].to_vec(), "header length"),
+            (good[..40].to_vec(), "claims"),
+            (
+                raw_file("{'descr': '<f4', 'fortran_order': False}", &[]),
+                "no `shape`",
+            ),
+            (
+                raw_file(
+                    "{'descr': '<f4', 'fortran_order': 0, 'shape': (1,)}",
+                    &[0; 4],
+                ),
+                "True or False",
+            ),
+            (
+                raw_file(
+                    "{'descr': '<f4', 'fortran_order': False, 'shape': [1]}",
+                    &[0; 4],
+                ),
+                "not a tuple",
+            ),
+            (
+                raw_file(
+                    "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}",
+                    &[0; 4],
+                ),
+                "key `x`",
+            ),
+            (
+                raw_file(
+                    "{'descr': '<f4', 'fortran_order': False, 'shape': (1,",
+                    &[0; 4],
+                ),
+                "end of the header",
+            ),
+            (raw_file("['descr']", &[]), "not a dict"),
+            (raw_file("{'descr': <f4}", &[]), "unexpected `<`"),
+        ];
+        for (data, want) in cases {
+            let e = parse(&data, p()).unwrap_err();
+            assert!(
+                matches!(e, NpyError::MalformedHeader { .. }),
+                "{want}: {e:?}"
+            );
+            assert!(e.to_string().contains(want), "want {want:?} in: {e}");
+        }
+    }
+
+    #[test]
+    fn unsupported_dtypes() {
+        let h = |d: &str| {
+            raw_file(
+                &format!("{{'descr': '{d}', 'fortran_order': False, 'shape': (1,), }}"),
+                &[0; 8],
+            )
+        };
+        let e = parse(&h("<f8"), p()).unwrap_err();
+        assert!(matches!(e, NpyError::UnsupportedDtype { .. }), "{e:?}");
+        assert!(
+            e.to_string()
+                .contains("float64 is not supported; convert to float32"),
+            "{e}"
+        );
+        let e = parse(&h("|b1"), p()).unwrap_err();
+        assert!(e.to_string().contains("bool is not supported"), "{e}");
+        let e = parse(&h("<c8"), p()).unwrap_err();
+        assert!(e.to_string().contains("`<c8` is not supported"), "{e}");
+        let e = parse(
+            &raw_file(
+                "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }",
+                &[0; 4],
+            ),
+            p(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("structured"), "{e}");
+    }
+
+    #[test]
+    fn big_endian_is_rejected() {
+        let f = raw_file(
+            "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }",
+            &[0; 8],
+        );
+        let e = parse(&f, p()).unwrap_err();
+        assert!(matches!(e, NpyError::BigEndian { .. }), "{e:?}");
+        assert!(e.to_string().contains("big-endian"), "{e}");
+        // A one-byte type has no byte order.
+        let f = raw_file(
+            "{'descr': '>u1', 'fortran_order': False, 'shape': (2,), }",
+            &[0; 2],
+        );
+        assert!(parse(&f, p()).is_ok());
+    }
+
+    #[test]
+    fn fortran_order_is_rejected() {
+        let f = raw_file(
+            "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
+            &[0; 24],
+        );
+        let e = parse(&f, p()).unwrap_err();
+        assert!(matches!(e, NpyError::FortranOrder { .. }), "{e:?}");
+        assert!(e.to_string().contains("Fortran order"), "{e}");
+    }
+
+    #[test]
+    fn data_length_mismatch() {
+        let mut f = encode(&arr(&[2, 3], DataType::Int32));
+        f.pop();
+        let e = parse(&f, p()).unwrap_err();
+        match &e {
+            NpyError::DataLength { expected, got, .. } => assert_eq!((*expected, *got), (24, 23)),
+            other => panic!("{other:?}"),
+        }
+        assert!(e.to_string().contains("needs 24 bytes, got 23"), "{e}");
+        f.extend_from_slice(&[0, 0]);
+        assert!(matches!(
+            parse(&f, p()).unwrap_err(),
+            NpyError::DataLength { .. }
+        ));
+        // Writing refuses too, and leaves nothing behind.
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = arr(&[2], DataType::Float32);
+        a.bytes.pop();
+        let e = write(&dir.path().join("o.npy"), &a).unwrap_err();
+        assert!(matches!(e, NpyError::DataLength { .. }), "{e:?}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn write_replaces_atomically_and_reports_io_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("o.npy");
+        std::fs::write(&path, b"old").unwrap();
+        write(&path, &arr(&[3], DataType::Uint8)).unwrap();
+        assert_eq!(read(&path).unwrap().shape, vec![3]);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let e = write(
+            &dir.path().join("missing-dir/o.npy"),
+            &arr(&[3], DataType::Uint8),
+        )
+        .unwrap_err();
+        assert!(matches!(e, NpyError::Io { op: "write", .. }), "{e:?}");
+        assert!(e.to_string().contains("missing-dir"), "{e}");
+    }
+}

@@ -1,0 +1,385 @@
+//! Command-line tests of the `simpler` binary: `simpler build` on tiny examples written into
+//! temporary directories (compiled with the system C compiler against `include/`), and the
+//! exit codes and messages of `simpler run`'s argument checking.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use simpler_abi::{CoreType, DataType};
+use simpler_host::{ArgDirection, Bundle};
+
+const BIN: &str = env!("CARGO_BIN_EXE_simpler");
+
+const ORCH_C: &str = r#"#include "simpler/orchestration.h"
+
+SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
+                                                        const SimplerOrchArgs *args) {
+    (void)ops;
+    return args->tensor_count == 2 ? 0 : 1;
+}
+"#;
+
+const KERNEL_C: &str = r#"#include "simpler/kernel.h"
+
+SIMPLER_KERNEL void kernel_entry(int64_t *args) {
+    SimplerChipTensor *x = simpler_arg_tensor(args, 0);
+    (void)x;
+}
+"#;
+
+const MANIFEST: &str = r#"name = "tiny"
+
+[orchestration]
+source = "orchestration.c"
+
+[[kernels]]
+func_id = 5
+core = "aiv"
+source = "kernels/copy.c"
+
+[[args]]
+name = "x"
+direction = "in"
+dtype = "f32"
+shape = [4]
+
+[[args]]
+name = "y"
+direction = "out"
+dtype = "f32"
+shape = [4]
+"#;
+
+/// A tiny example directory: manifest, orchestration and one kernel.
+fn example() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::create_dir(p.join("kernels")).unwrap();
+    std::fs::write(p.join("simpler.toml"), MANIFEST).unwrap();
+    std::fs::write(p.join("orchestration.c"), ORCH_C).unwrap();
+    std::fs::write(p.join("kernels/copy.c"), KERNEL_C).unwrap();
+    dir
+}
+
+fn simpler(args: &[&str], cwd: &Path) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("the simpler binary runs")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn build_writes_a_valid_bundle_next_to_the_manifest() {
+    let ex = example();
+    let o = simpler(&["build", path_str(ex.path())], ex.path());
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        out.contains("orchestration.c") && out.contains("kernels/copy.c"),
+        "{out}"
+    );
+    let path = ex.path().join("tiny.simpler");
+    assert!(out.contains(path_str(&path)), "{out}");
+    let b = Bundle::read(&path).unwrap();
+    assert_eq!(b.name, "tiny");
+    assert_eq!(b.orchestration.entry, "aicpu_orchestration_entry");
+    assert_eq!(b.kernels.len(), 1);
+    assert_eq!(b.kernels[0].func_id, 5);
+    assert_eq!(b.kernels[0].core_type, CoreType::Aiv);
+    assert_eq!(b.kernels[0].code.entry, "kernel_entry");
+    assert!(b.kernels[0].code.image.starts_with(b"\x7fELF"));
+    assert_eq!(b.signature.args[1].direction, ArgDirection::Out);
+    assert_eq!(b.signature.args[1].dtype, DataType::Float32);
+    // Nothing else was left in the example directory.
+    let mut names: Vec<String> = std::fs::read_dir(ex.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["kernels", "orchestration.c", "simpler.toml", "tiny.simpler"]
+    );
+}
+
+#[test]
+fn build_honours_dash_o_file_and_directory() {
+    let ex = example();
+    let out_dir = tempfile::tempdir().unwrap();
+    let file = out_dir.path().join("custom.bundle");
+    let o = simpler(
+        &["build", path_str(ex.path()), "-o", path_str(&file)],
+        ex.path(),
+    );
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(Bundle::read(&file).is_ok());
+    let o = simpler(
+        &[
+            "build",
+            path_str(ex.path()),
+            "--output",
+            path_str(out_dir.path()),
+        ],
+        ex.path(),
+    );
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(Bundle::read(out_dir.path().join("tiny.simpler")).is_ok());
+    assert!(!ex.path().join("tiny.simpler").exists());
+}
+
+#[test]
+fn compile_error_shows_file_and_line_and_exits_2() {
+    let ex = example();
+    std::fs::write(
+        ex.path().join("kernels/copy.c"),
+        "#include \"simpler/kernel.h\"\n\nSIMPLER_KERNEL void kernel_entry(int64_t *args) {\n    this is not C;\n}\n",
+    )
+    .unwrap();
+    let o = simpler(&["build", path_str(ex.path())], ex.path());
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(err.contains("compiling"), "{err}");
+    assert!(
+        err.contains("copy.c:4:"),
+        "compiler diagnostics with file:line expected:\n{err}"
+    );
+    // A failed build writes nothing.
+    assert!(!ex.path().join("tiny.simpler").exists());
+}
+
+#[test]
+fn missing_source_file_exits_2() {
+    let ex = example();
+    std::fs::remove_file(ex.path().join("kernels/copy.c")).unwrap();
+    let o = simpler(&["build", path_str(ex.path())], ex.path());
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("copy.c` does not exist"), "{err}");
+    assert!(err.contains("kernels[0].source"), "{err}");
+}
+
+#[test]
+fn bad_manifest_names_the_field_and_exits_2() {
+    let ex = example();
+    std::fs::write(
+        ex.path().join("simpler.toml"),
+        MANIFEST.replace("core = \"aiv\"", "core = \"aiv\"\nblock_dim = 8"),
+    )
+    .unwrap();
+    let o = simpler(&["build", path_str(ex.path())], ex.path());
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("simpler.toml"), "{err}");
+    assert!(err.contains("unknown field `block_dim`"), "{err}");
+}
+
+#[test]
+fn missing_manifest_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = simpler(&["build", path_str(dir.path())], dir.path());
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("simpler.toml` does not exist"), "{err}");
+}
+
+#[test]
+fn compiler_that_cannot_start_exits_2() {
+    let ex = example();
+    let o = Command::new(BIN)
+        .args(["build", path_str(ex.path())])
+        .env("CC", "/nonexistent/simpler-test-cc")
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot run the C compiler"), "{err}");
+}
+
+/// Writes a little-endian f32 `.npy` file by hand (format 1.0).
+fn write_f32_npy(path: &Path, shape: &[u64], values: &[f32]) {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    let shape_txt = if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_txt}, }}");
+    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
+    header.push_str(&" ".repeat(pad));
+    header.push('\n');
+    let mut data = b"\x93NUMPY\x01\x00".to_vec();
+    data.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    data.extend_from_slice(header.as_bytes());
+    for v in values {
+        data.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, data).unwrap();
+}
+
+fn run_err(args: &[&str], cwd: &Path) -> String {
+    let o = simpler(args, cwd);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("error: "), "{err}");
+    err
+}
+
+#[test]
+fn run_checks_arguments_against_the_signature() {
+    let ex = example();
+    let p = ex.path();
+    write_f32_npy(&p.join("x.npy"), &[4], &[1.0, 2.0, 3.0, 4.0]);
+    write_f32_npy(&p.join("x_wrong.npy"), &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    // Build once into a bundle and use it for the file-target cases.
+    assert!(simpler(&["build", path_str(p)], p).status.success());
+    let bundle = p.join("tiny.simpler");
+    let b = path_str(&bundle);
+    let dir = path_str(p);
+
+    let err = run_err(&["run", b], p);
+    assert!(err.contains("missing --input for `x`"), "{err}");
+    let err = run_err(&["run", dir, "--input", "q=x.npy"], p);
+    assert!(err.contains("no argument `q`"), "{err}");
+    let err = run_err(&["run", b, "--input", "x=x_wrong.npy"], p);
+    assert!(
+        err.contains("wrong shape") && err.contains("[4]") && err.contains("[2, 2]"),
+        "{err}"
+    );
+    let err = run_err(&["run", b, "--input", "x=x.npy", "--input", "y=x.npy"], p);
+    assert!(err.contains("--input given 2 times"), "{err}");
+    let err = run_err(&["run", b, "--input", "x=absent.npy"], p);
+    assert!(err.contains("absent.npy` does not exist"), "{err}");
+    let err = run_err(&["run", b, "--input", "x"], p);
+    assert!(err.contains("NAME=VALUE"), "{err}");
+    let err = run_err(&["run", &format!("{b}.missing")], p);
+    assert!(
+        err.contains("neither a bundle file nor an example directory"),
+        "{err}"
+    );
+
+    // A corrupt bundle is refused with its cause.
+    let mut bytes = std::fs::read(&bundle).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    let corrupt: PathBuf = p.join("corrupt.simpler");
+    std::fs::write(&corrupt, bytes).unwrap();
+    let err = run_err(&["run", path_str(&corrupt), "--input", "x=x.npy"], p);
+    assert!(err.contains("checksum mismatch"), "{err}");
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = simpler(&["--help"], dir.path());
+    assert!(o.status.success());
+    assert!(text(&o).0.contains("build") && text(&o).0.contains("run"));
+    assert!(simpler(&["--version"], dir.path()).status.success());
+    // An unknown subcommand is a usage error.
+    assert_eq!(simpler(&["frobnicate"], dir.path()).status.code(), Some(2));
+}
+
+/// The `formula` example from the repository, run end to end on the sim device against the
+/// independent reference of `simpler-examples`.
+#[test]
+fn run_formula_end_to_end_pass_and_fail() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/formula");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    let ins = simpler_examples::inputs("formula").unwrap();
+    let refs = simpler_examples::reference("formula", &ins).unwrap();
+    for a in &ins {
+        write_f32_npy(&p.join(format!("{}.npy", a.name)), &a.shape, &a.data);
+    }
+    let f = &refs[0];
+    assert_eq!(f.name, "f");
+    write_f32_npy(&p.join("f.ref.npy"), &f.shape, &f.data);
+    let mut wrong = f.data.clone();
+    wrong[7] += 1.0;
+    write_f32_npy(&p.join("f.wrong.npy"), &f.shape, &wrong);
+
+    let base = [
+        "run", example, "--input", "a=a.npy", "--input", "b=b.npy", "--output", "f=f.npy",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--check", "f=f.ref.npy"]);
+    let o = simpler(&args, p);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("PASS f: 16384 elements"), "{out}");
+    // The output file holds the result, bit for bit what the reference check accepted.
+    let written = std::fs::read(p.join("f.npy")).unwrap();
+    let data = &written[written.len() - 4 * f.data.len()..];
+    let got: Vec<f32> = data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert!(simpler_examples::allclose(&got, &f.data, 1e-5, 1e-5).is_ok());
+
+    let mut args = base.to_vec();
+    args.extend(["--check", "f=f.wrong.npy"]);
+    let o = simpler(&args, p);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("FAIL f: 1 of 16384 elements differ"), "{out}");
+    assert!(out.contains("first mismatch at [7]"), "{out}");
+    assert!(err.contains("error: check failed for `f`"), "{err}");
+}
+
+#[test]
+fn outputs_are_written_only_after_a_successful_run() {
+    let ex = example();
+    let p = ex.path();
+    write_f32_npy(&p.join("x.npy"), &[4], &[1.0, 2.0, 3.0, 4.0]);
+    assert!(simpler(&["build", path_str(p)], p).status.success());
+    // The tiny orchestration submits nothing and succeeds: y comes back as allocated.
+    let o = simpler(
+        &[
+            "run",
+            "tiny.simpler",
+            "--input",
+            "x=x.npy",
+            "--output",
+            "y=y.npy",
+        ],
+        p,
+    );
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    let y = std::fs::read(p.join("y.npy")).unwrap();
+    assert_eq!(&y[y.len() - 16..], &[0u8; 16]);
+    std::fs::remove_file(p.join("y.npy")).unwrap();
+
+    // An orchestration that fails the run: exit 1, no output file.
+    std::fs::write(
+        p.join("orchestration.c"),
+        ORCH_C.replace("args->tensor_count == 2 ? 0 : 1", "7"),
+    )
+    .unwrap();
+    let o = simpler(
+        &[
+            "run",
+            path_str(p),
+            "--input",
+            "x=x.npy",
+            "--output",
+            "y=y.npy",
+        ],
+        p,
+    );
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("error: running `tiny` failed"), "{err}");
+    assert!(!p.join("y.npy").exists());
+}
