@@ -31,7 +31,7 @@ extern "C" {
 #define SIMPLER_SCOPE_AUTO 0u
 #define SIMPLER_SCOPE_MANUAL 1u
 #define SIMPLER_TASK_FLAG_REQUIRE_SYNC_START 1u
-#define SIMPLER_ORCH_OPS_VERSION 1u
+#define SIMPLER_ORCH_OPS_VERSION 2u
 #define SIMPLER_LOG_ERROR 0u
 #define SIMPLER_LOG_WARN 1u
 #define SIMPLER_LOG_INFO 2u
@@ -101,8 +101,11 @@ typedef struct SimplerOrchOps {
     void (*log)(void *runtime, uint32_t level, const char *message);
     uint32_t (*cluster_count)(void *runtime);
     uint32_t (*aiv_count)(void *runtime);
+    /* v2 */
+    int32_t (*get_tensor_data)(void *runtime, const SimplerChipTensor *tensor, void *dst, uint64_t dst_bytes);
+    int32_t (*set_tensor_data)(void *runtime, const SimplerChipTensor *tensor, const void *src, uint64_t src_bytes);
 } SimplerOrchOps;
-_Static_assert(sizeof(SimplerOrchOps) == 80, "OrchOps size");
+_Static_assert(sizeof(SimplerOrchOps) == 96, "OrchOps size");
 _Static_assert(offsetof(SimplerOrchOps, runtime) == 8, "OrchOps.runtime");
 _Static_assert(offsetof(SimplerOrchOps, submit_task) == 16, "OrchOps.submit_task");
 _Static_assert(offsetof(SimplerOrchOps, scope_begin) == 24, "OrchOps.scope_begin");
@@ -112,6 +115,8 @@ _Static_assert(offsetof(SimplerOrchOps, is_fatal) == 48, "OrchOps.is_fatal");
 _Static_assert(offsetof(SimplerOrchOps, log) == 56, "OrchOps.log");
 _Static_assert(offsetof(SimplerOrchOps, cluster_count) == 64, "OrchOps.cluster_count");
 _Static_assert(offsetof(SimplerOrchOps, aiv_count) == 72, "OrchOps.aiv_count");
+_Static_assert(offsetof(SimplerOrchOps, get_tensor_data) == 80, "OrchOps.get_tensor_data");
+_Static_assert(offsetof(SimplerOrchOps, set_tensor_data) == 88, "OrchOps.set_tensor_data");
 
 /* ---- building a task ---------------------------------------------------------------- */
 
@@ -122,6 +127,28 @@ static inline void simpler_task_init(SimplerTaskDesc *d, SimplerCoreType core_ty
     d->kernel_ids[0] = d->kernel_ids[1] = d->kernel_ids[2] = SIMPLER_NO_KERNEL;
     d->kernel_ids[core_type == SIMPLER_CORE_AIC ? 0 : 1] = func_id;
     d->block_num = 1;
+}
+
+/* Starts a MIX task: one AIC kernel plus up to two AIV kernels (SIMPLER_NO_KERNEL to leave a
+ * lane empty) sharing the arguments, launched together on one cluster, never partially. */
+static inline void simpler_task_init_mix(SimplerTaskDesc *d, int32_t aic, int32_t aiv0, int32_t aiv1) {
+    simpler_task_init(d, SIMPLER_CORE_AIC, aic);
+    d->kernel_ids[1] = aiv0;
+    d->kernel_ids[2] = aiv1;
+}
+
+/* Starts a dummy task: dependencies only, never dispatched to a core. With OUTPUT arguments
+ * it is an allocation-only task (alloc_tensors): its outputs are allocated and returned. */
+static inline void simpler_task_init_dummy(SimplerTaskDesc *d) {
+    simpler_task_init(d, SIMPLER_CORE_AIC, SIMPLER_NO_KERNEL);
+}
+
+/* SPMD: run the task as `block_num` logical blocks (kernels read simpler_block_idx/num).
+ * With `sync_start`, all blocks start together or the submit fails. */
+static inline void simpler_task_set_blocks(SimplerTaskDesc *d, int32_t block_num, int sync_start) {
+    d->block_num = block_num;
+    if (sync_start) d->flags |= SIMPLER_TASK_FLAG_REQUIRE_SYNC_START;
+    else d->flags &= ~SIMPLER_TASK_FLAG_REQUIRE_SYNC_START;
 }
 
 /* Appends a tensor with a tag; returns its argument index, or -1 when the task is full. */
@@ -193,6 +220,8 @@ static inline SimplerChipTensor simpler_view_2d(const SimplerChipTensor *t, uint
 
 /* ---- calling the runtime ------------------------------------------------------------------- */
 
+/* Submits a task. `outs` may be NULL when the task has no OUTPUT argument; the views it
+ * returns are valid only inside the enclosing scope (their memory is reclaimed after it). */
 static inline int32_t simpler_submit(const SimplerOrchOps *ops, const SimplerTaskDesc *d, SimplerTaskOutputs *outs) {
     return ops->submit_task(ops->runtime, d, outs);
 }
@@ -204,6 +233,24 @@ static inline int32_t simpler_is_fatal(const SimplerOrchOps *ops) { return ops->
 static inline void simpler_log(const SimplerOrchOps *ops, uint32_t level, const char *msg) { ops->log(ops->runtime, level, msg); }
 static inline uint32_t simpler_cluster_count(const SimplerOrchOps *ops) { return ops->cluster_count(ops->runtime); }
 static inline uint32_t simpler_aiv_count(const SimplerOrchOps *ops) { return ops->aiv_count(ops->runtime); }
+/* Waits for the producers of the view, then copies it (packed row-major) into dst. */
+static inline int32_t simpler_get_tensor_data(const SimplerOrchOps *ops, const SimplerChipTensor *t, void *dst, uint64_t bytes) {
+    return ops->get_tensor_data(ops->runtime, t, dst, bytes);
+}
+/* Waits for earlier readers and writers of the view, then writes src (packed row-major) into it. */
+static inline int32_t simpler_set_tensor_data(const SimplerOrchOps *ops, const SimplerChipTensor *t, const void *src, uint64_t bytes) {
+    return ops->set_tensor_data(ops->runtime, t, src, bytes);
+}
+/* Allocates `count` tensors described by shapes/ndims/dtypes through an allocation-only task;
+ * outs->task_id can be used as an explicit dependency. */
+static inline int32_t simpler_alloc_tensors(const SimplerOrchOps *ops, uint32_t count, const uint64_t (*shapes)[SIMPLER_MAX_TENSOR_DIMS],
+                                            const uint32_t *ndims, const SimplerDataType *dtypes, SimplerTaskOutputs *outs) {
+    SimplerTaskDesc d;
+    simpler_task_init_dummy(&d);
+    for (uint32_t i = 0; i < count; ++i)
+        if (simpler_task_add_output(&d, shapes[i], ndims[i], dtypes[i]) < 0) return SIMPLER_ORCH_INVALID_ARGS;
+    return simpler_submit(ops, &d, outs);
+}
 
 #ifdef __cplusplus
 }

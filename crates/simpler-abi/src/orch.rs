@@ -20,7 +20,7 @@ pub const DEFAULT_ORCH_ENTRY: &str = "aicpu_orchestration_entry";
 /// Default name of a kernel entry symbol.
 pub const DEFAULT_KERNEL_ENTRY: &str = "kernel_entry";
 /// Current [`OrchOps::version`].
-pub const ORCH_OPS_VERSION: u32 = 1;
+pub const ORCH_OPS_VERSION: u32 = 2;
 
 /// The run's arguments as the orchestration sees them, in signature order.
 #[repr(C)]
@@ -193,11 +193,29 @@ pub struct OrchOps {
     pub cluster_count: unsafe extern "C" fn(runtime: *mut c_void) -> u32,
     /// Number of AIV cores available to the run.
     pub aiv_count: unsafe extern "C" fn(runtime: *mut c_void) -> u32,
+    /// (v2) Waits until every earlier task writing an overlapping region has completed, then
+    /// copies the view's elements, packed in row-major order, into `dst` (`dst_bytes` must
+    /// equal numel × element size). Times out with `ORCH_TENSOR_WAIT_TIMEOUT`.
+    pub get_tensor_data: unsafe extern "C" fn(
+        runtime: *mut c_void,
+        tensor: *const ChipTensor,
+        dst: *mut c_void,
+        dst_bytes: u64,
+    ) -> i32,
+    /// (v2) Waits until every earlier task reading or writing an overlapping region has
+    /// completed, then writes `src` (packed row-major, `src_bytes` = numel × element size)
+    /// into the view. Later tasks see the new data.
+    pub set_tensor_data: unsafe extern "C" fn(
+        runtime: *mut c_void,
+        tensor: *const ChipTensor,
+        src: *const c_void,
+        src_bytes: u64,
+    ) -> i32,
 }
 
 assert_layout!(
     OrchOps,
-    size = 80,
+    size = 96,
     size = 0,
     version = 4,
     runtime = 8,
@@ -208,7 +226,9 @@ assert_layout!(
     is_fatal = 48,
     log = 56,
     cluster_count = 64,
-    aiv_count = 72
+    aiv_count = 72,
+    get_tensor_data = 80,
+    set_tensor_data = 88
 );
 
 /// The orchestration entry: `int32_t entry(const SimplerOrchOps *ops, const SimplerOrchArgs *args)`.

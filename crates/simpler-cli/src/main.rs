@@ -6,9 +6,10 @@
 //! run's files against the callable's signature, executing, checking).
 //!
 //! Exit codes: `0` success, `1` the run, an output write or a `--check` failed, `2` usage or
-//! input errors (bad flags, manifest, sources, compile errors, bundle, `.npy` files,
-//! argument mismatches). Every error is printed to stderr as `error: <message>` followed by
-//! one `  caused by: <cause>` line per underlying cause.
+//! input errors (bad flags, manifest, sources, compile errors, bundle, code that does not
+//! load such as a missing entry symbol, `.npy` files, argument mismatches). Every error is
+//! printed to stderr as `error: <message>` followed by one `  caused by: <cause>` line per
+//! underlying cause.
 
 mod build;
 mod manifest;

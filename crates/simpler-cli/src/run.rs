@@ -85,7 +85,8 @@ pub struct RunReport {
     pub device_time: Duration,
 }
 
-/// Error type of [`execute`]: whatever the worker reports.
+/// The error a [`RunError::Load`] or [`RunError::Execute`] carries: whatever the worker
+/// reports.
 pub type ExecError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why `simpler run` failed.
@@ -279,6 +280,16 @@ pub enum RunError {
         which: &'static str,
         /// The value.
         value: f64,
+    },
+    /// The callable's code could not be registered: an image that does not load, an entry
+    /// symbol it does not export, a malformed kernel table. Nothing ran.
+    #[error("cannot load `{callable}`")]
+    Load {
+        /// The callable.
+        callable: String,
+        /// What the worker reported.
+        #[source]
+        source: ExecError,
     },
     /// The run itself failed.
     #[error("running `{callable}` failed")]
@@ -654,11 +665,23 @@ pub fn prepare_with(spec: CallableSpec, req: &RunRequest) -> Result<PreparedRun,
 /// `prepared.args`.
 ///
 /// # Errors
-/// Whatever the worker reports (bring-up, registration/loading, the run).
-pub fn execute(prepared: &mut PreparedRun) -> Result<RunReport, ExecError> {
+/// [`RunError::Load`] when the callable's code cannot be registered (exit code 2: the bundle
+/// or manifest is at fault, nothing ran), [`RunError::Execute`] for whatever else the worker
+/// reports (bring-up, the run).
+pub fn execute(prepared: &mut PreparedRun) -> Result<RunReport, RunError> {
     use simpler_host::{ChipWorker, HostArg, HostTensor, WorkerConfig};
-    let worker = ChipWorker::new(WorkerConfig::default())?;
-    let id = worker.register(&prepared.spec)?;
+    let callable = prepared.spec.name.clone();
+    let failed = |source: simpler_host::HostError| RunError::Execute {
+        callable: callable.clone(),
+        source: source.into(),
+    };
+    let worker = ChipWorker::new(WorkerConfig::default()).map_err(failed)?;
+    let id = worker
+        .register(&prepared.spec)
+        .map_err(|source| RunError::Load {
+            callable: callable.clone(),
+            source: source.into(),
+        })?;
     let mut args: Vec<HostArg<'_>> = prepared
         .args
         .iter_mut()
@@ -671,7 +694,7 @@ pub fn execute(prepared: &mut PreparedRun) -> Result<RunReport, ExecError> {
             ArgValue::Scalar(v) => HostArg::Scalar(*v),
         })
         .collect();
-    let report = worker.run(id, &mut args)?;
+    let report = worker.run(id, &mut args).map_err(failed)?;
     Ok(RunReport {
         total_time: report.total_time,
         device_time: report.device_time,
@@ -1011,10 +1034,7 @@ pub fn finish(prepared: &PreparedRun) -> Result<(), RunError> {
 /// [`RunError`]; see [`RunError::exit_code`].
 pub fn command(req: &RunRequest) -> Result<(), RunError> {
     let mut prepared = prepare(req)?;
-    let report = execute(&mut prepared).map_err(|source| RunError::Execute {
-        callable: prepared.spec.name.clone(),
-        source,
-    })?;
+    let report = execute(&mut prepared)?;
     println!(
         "ran `{}` in {:.3} ms ({:.3} ms on the device)",
         prepared.spec.name,

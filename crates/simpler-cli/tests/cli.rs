@@ -2,13 +2,14 @@
 //! temporary directories (compiled with the system C compiler against `include/`), and the
 //! exit codes and messages of `simpler run`'s argument checking.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{path_str, simpler, text, write_f32_npy, BIN};
 use simpler_abi::{CoreType, DataType};
 use simpler_host::{ArgDirection, Bundle};
-
-const BIN: &str = env!("CARGO_BIN_EXE_simpler");
 
 const ORCH_C: &str = r#"#include "simpler/orchestration.h"
 
@@ -59,25 +60,6 @@ fn example() -> tempfile::TempDir {
     std::fs::write(p.join("orchestration.c"), ORCH_C).unwrap();
     std::fs::write(p.join("kernels/copy.c"), KERNEL_C).unwrap();
     dir
-}
-
-fn simpler(args: &[&str], cwd: &Path) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("the simpler binary runs")
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn path_str(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 #[test]
@@ -206,27 +188,6 @@ fn compiler_that_cannot_start_exits_2() {
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("cannot run the C compiler"), "{err}");
-}
-
-/// Writes a little-endian f32 `.npy` file by hand (format 1.0).
-fn write_f32_npy(path: &Path, shape: &[u64], values: &[f32]) {
-    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
-    let shape_txt = if dims.len() == 1 {
-        format!("({},)", dims[0])
-    } else {
-        format!("({})", dims.join(", "))
-    };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_txt}, }}");
-    let pad = (64 - (10 + header.len() + 1) % 64) % 64;
-    header.push_str(&" ".repeat(pad));
-    header.push('\n');
-    let mut data = b"\x93NUMPY\x01\x00".to_vec();
-    data.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    data.extend_from_slice(header.as_bytes());
-    for v in values {
-        data.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(path, data).unwrap();
 }
 
 fn run_err(args: &[&str], cwd: &Path) -> String {

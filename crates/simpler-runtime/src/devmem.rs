@@ -71,3 +71,55 @@ pub(crate) fn publish_result(addr: u64, record: &RunResult) {
             .store(record.published, std::sync::atomic::Ordering::Release);
     }
 }
+
+/// Calls `f(byte address, element index)` for every element of a view, row-major.
+fn for_each_element(t: &simpler_abi::ChipTensor, elem: u64, mut f: impl FnMut(u64, usize)) {
+    let nd = (t.ndims as usize).min(simpler_abi::MAX_TENSOR_DIMS);
+    let shape = &t.shapes[..nd];
+    if nd == 0 || shape.contains(&0) {
+        return;
+    }
+    let mut idx = [0u64; simpler_abi::MAX_TENSOR_DIMS];
+    let mut n = 0usize;
+    loop {
+        let off = t.start_offset + (0..nd).map(|d| idx[d] * t.strides[d]).sum::<u64>();
+        f(t.buffer_addr + off * elem, n);
+        n += 1;
+        let mut d = nd;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < shape[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Copies a view's elements, packed row-major, into `out` (`out.len()` = numel × elem size).
+pub(crate) fn read_view(t: &simpler_abi::ChipTensor, out: &mut [u8]) {
+    let elem = t.data_type().map_or(1, |d| d.size_bytes()) as u64;
+    let e = elem as usize;
+    for_each_element(t, elem, |addr, n| {
+        // SAFETY: the caller checked that the view lies inside its buffer, a live device
+        // allocation of this run, and that `out` holds numel × elem bytes.
+        let src = unsafe { std::slice::from_raw_parts(addr as *const u8, e) };
+        out[n * e..(n + 1) * e].copy_from_slice(src);
+    });
+}
+
+/// Writes `data`, packed row-major, into a view's elements.
+pub(crate) fn write_view(t: &simpler_abi::ChipTensor, data: &[u8]) {
+    let elem = t.data_type().map_or(1, |d| d.size_bytes()) as u64;
+    let e = elem as usize;
+    for_each_element(t, elem, |addr, n| {
+        // SAFETY: as in `read_view`; no task touches the region (the caller waited for its
+        // readers and writers), so the write does not race.
+        let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, e) };
+        dst.copy_from_slice(&data[n * e..(n + 1) * e]);
+    });
+}

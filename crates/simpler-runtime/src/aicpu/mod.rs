@@ -3,20 +3,28 @@
 //! word, and has the last thread out publish the result record and free the state.
 
 mod orchestrator;
+mod ring;
 mod scheduler;
 mod state;
+mod submit;
+mod task;
 pub mod tensormap;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use simpler_abi::{
-    CodeSource, RunResult, RunVerdict, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION,
+    CodeSource, RunResult, RunVerdict, ORCH_INVALID_ARGS, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION,
     RUN_RESULT_PAYLOAD_BYTES,
 };
 use simpler_device::{AicpuContext, DevicePtr};
 
+pub use self::ring::RING_COUNT;
 use self::state::RunShared;
+pub use self::state::{
+    DEFAULT_DEP_POOL, DEFAULT_SCHEDULER_TIMEOUT_MS, DEFAULT_TENSOR_WAIT_TIMEOUT_MS,
+};
+pub use self::task::TaskId;
 use crate::devmem;
 use crate::handshake::EXIT_SIGNAL;
 
@@ -53,8 +61,21 @@ pub fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
     let schedulers = ctx.thread_num - 1;
     let orchestrator_thread = ctx.thread_num - 1;
     let shared: &RunShared = if ctx.thread_idx == orchestrator_thread {
-        let boxed = Box::new(RunShared::new(desc, schedulers as usize));
-        let p = Box::into_raw(boxed);
+        let window = desc.task_window;
+        let valid = window >= 4 && window.is_power_of_two();
+        let windows = [if valid { window } else { 4 }; RING_COUNT];
+        let shared = RunShared::new(
+            desc,
+            schedulers as usize,
+            windows,
+            [DEFAULT_DEP_POOL; RING_COUNT],
+        );
+        if !valid {
+            shared.errors.orch_fail(ORCH_INVALID_ARGS, || {
+                format!("the task window must be a power of two ≥ 4, got {window}")
+            });
+        }
+        let p = Box::into_raw(Box::new(shared));
         word.store(p as u64, Ordering::Release);
         // SAFETY: just leaked; freed only by the last thread out, after every thread of the
         // run has counted itself out.
@@ -71,7 +92,14 @@ pub fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
     };
 
     if ctx.thread_idx == orchestrator_thread {
-        orchestrator::Orchestrator::new(shared, ctx.topology.clusters).run();
+        let _ = shared.orch_bell.set(ctx.doorbell.clone());
+        if !shared.errors.is_fatal() {
+            orchestrator::Orchestrator::new(shared, ctx.doorbell.clone(), ctx.topology.clusters)
+                .run();
+        } else {
+            shared.orch_done.store(true, Ordering::Release);
+            shared.ring_schedulers();
+        }
     } else {
         scheduler::run(ctx, shared, ctx.thread_idx, schedulers);
     }

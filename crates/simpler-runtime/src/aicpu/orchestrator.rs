@@ -1,47 +1,81 @@
-//! The orchestrator: runs the user's orchestration entry on the top AICPU thread and serves
-//! its calls through the [`OrchOps`] table — task submission with dependency discovery,
-//! runtime-allocated outputs, scopes, fatal reports and logging.
+//! The orchestrator: runs the user's orchestration entry on the top AICPU thread inside an
+//! outer scope and serves its calls through the [`OrchOps`] table — task submission
+//! ([`submit`](super::submit)), scopes, tensor data access, fatal reports and logging.
+//!
+//! Scopes (spec `l2-runtime.md` §2.4, `manual-scope.md`): each open scope pins the tasks
+//! submitted in it; closing it releases those pins, so its intermediates can be reclaimed.
+//! A task goes to ring `min(depth, 3)`, the outer scope being depth 0. A MANUAL scope skips
+//! the tensor map: only explicit dependencies apply inside it; an AUTO scope may not open
+//! inside a MANUAL one.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 use simpler_abi::*;
+use simpler_device::Doorbell;
 
-use super::state::{RunShared, TaskBody};
+use super::ring::{HeapRing, HEAP_ALIGN, RING_COUNT};
+use super::state::{RunShared, DEFAULT_TENSOR_WAIT_TIMEOUT_MS};
+use super::task::{TaskId, NO_TASK};
 use super::tensormap::{Region, TensorMap};
+use crate::devmem;
 
 /// Most nested scopes (`PTO2_MAX_SCOPE_DEPTH`).
 pub const MAX_SCOPE_DEPTH: usize = 64;
-/// Alignment of runtime-allocated outputs in the heap, bytes.
-pub const OUTPUT_ALIGN: u64 = 1024;
+/// How long one park of the orchestrator lasts before it looks again.
+pub(crate) const PARK_SLICE: Duration = Duration::from_millis(20);
+
+/// An open scope.
+pub(crate) struct Scope {
+    pub(crate) mode: u32,
+    /// Index into `scope_tasks` of its first task.
+    pub(crate) begin: usize,
+}
 
 /// Orchestrator-thread state behind the `runtime` pointer of the ops table.
 pub(crate) struct Orchestrator<'a> {
-    shared: &'a RunShared,
-    map: TensorMap,
-    /// Open scopes (mode per level), innermost last.
-    scopes: Vec<u32>,
-    heap_next: u64,
-    heap_end: u64,
-    deps: Vec<u32>,
-    clusters: u32,
+    pub(crate) shared: &'a RunShared,
+    pub(crate) bell: Arc<Doorbell>,
+    pub(crate) map: TensorMap,
+    pub(crate) scopes: Vec<Scope>,
+    /// Tasks of all open scopes, innermost last.
+    pub(crate) scope_tasks: Vec<TaskId>,
+    pub(crate) scope_tasks_cap: usize,
+    pub(crate) heaps: [HeapRing; RING_COUNT],
+    pub(crate) deps: Vec<TaskId>,
+    pub(crate) clusters: u32,
+    pub(crate) tensor_wait_ms: u64,
 }
 
 impl<'a> Orchestrator<'a> {
-    pub(crate) fn new(shared: &'a RunShared, clusters: u32) -> Orchestrator<'a> {
+    pub(crate) fn new(
+        shared: &'a RunShared,
+        bell: Arc<Doorbell>,
+        clusters: u32,
+    ) -> Orchestrator<'a> {
         let d = &shared.desc;
+        let base = d.heap_addr.div_ceil(HEAP_ALIGN) * HEAP_ALIGN;
+        let usable = d.heap_size.saturating_sub(base - d.heap_addr);
+        let per_ring = usable / RING_COUNT as u64 / HEAP_ALIGN * HEAP_ALIGN;
+        let window_total: usize = shared.rings.iter().map(|r| r.window as usize).sum();
         Orchestrator {
             shared,
+            bell,
             map: TensorMap::default(),
-            scopes: Vec::new(),
-            heap_next: d.heap_addr,
-            heap_end: d.heap_addr.saturating_add(d.heap_size),
+            scopes: Vec::with_capacity(MAX_SCOPE_DEPTH),
+            scope_tasks: Vec::new(),
+            scope_tasks_cap: window_total,
+            heaps: std::array::from_fn(|r| HeapRing::new(base + r as u64 * per_ring, per_ring)),
             deps: Vec::with_capacity(64),
             clusters,
+            tensor_wait_ms: u64::from(DEFAULT_TENSOR_WAIT_TIMEOUT_MS),
         }
     }
 
-    /// Runs the orchestration entry inside an outer scope, then marks the orchestration done.
+    /// Runs the orchestration entry inside an outer scope, closes every scope, then marks
+    /// the orchestration done.
     pub(crate) fn run(&mut self) {
         let entry_addr = self.shared.desc.orch_entry;
         if entry_addr == 0 {
@@ -61,9 +95,14 @@ impl<'a> Orchestrator<'a> {
                 log: op_log,
                 cluster_count: op_cluster_count,
                 aiv_count: op_aiv_count,
+                get_tensor_data: op_get_tensor_data,
+                set_tensor_data: op_set_tensor_data,
             };
-            let args = crate::devmem::orch_args(self.shared.desc.orch_args_addr);
-            self.scopes.push(SCOPE_AUTO);
+            let args = devmem::orch_args(self.shared.desc.orch_args_addr);
+            self.scopes.push(Scope {
+                mode: SCOPE_AUTO,
+                begin: 0,
+            });
             // SAFETY: `orch_entry` is the resolved entry of the registered orchestration,
             // which follows the `OrchEntry` contract; `ops` and `args` outlive the call.
             let rc = unsafe {
@@ -75,263 +114,149 @@ impl<'a> Orchestrator<'a> {
                     format!("the orchestration returned {rc}")
                 });
             }
-            self.scopes.clear();
+            while !self.scopes.is_empty() {
+                self.close_scope();
+            }
         }
         self.shared.orch_done.store(true, Ordering::Release);
+        self.shared.progress();
         self.shared.ring_schedulers();
     }
 
-    fn fail(&self, code: i32, message: impl FnOnce() -> String) -> i32 {
+    pub(crate) fn fail(&self, code: i32, message: impl FnOnce() -> String) -> i32 {
         self.shared.errors.orch_fail(code, message)
     }
 
-    fn invalid(&self, message: impl FnOnce() -> String) -> i32 {
+    pub(crate) fn invalid(&self, message: impl FnOnce() -> String) -> i32 {
         self.fail(ORCH_INVALID_ARGS, message)
     }
 
-    /// Checks a submission and resolves its kernel: (func id, address, core type).
-    fn check_desc(&self, d: &TaskDesc) -> Result<(i32, u64, CoreType), i32> {
-        if d.size as usize != std::mem::size_of::<TaskDesc>() {
-            return Err(self.invalid(|| {
-                format!(
-                    "TaskDesc.size is {} but this runtime expects {}",
-                    d.size,
-                    std::mem::size_of::<TaskDesc>()
-                )
-            }));
+    /// Depth of the innermost open scope (the outer scope is 0).
+    pub(crate) fn depth(&self) -> usize {
+        self.scopes.len().saturating_sub(1)
+    }
+
+    /// True inside a MANUAL scope.
+    pub(crate) fn manual(&self) -> bool {
+        self.scopes.last().is_some_and(|s| s.mode == SCOPE_MANUAL)
+    }
+
+    fn close_scope(&mut self) {
+        let Some(scope) = self.scopes.pop() else {
+            return;
+        };
+        for i in scope.begin..self.scope_tasks.len() {
+            let id = self.scope_tasks[i];
+            self.shared
+                .task(id)
+                .in_open_scope
+                .store(false, Ordering::Release);
+            self.shared.unpin(id);
         }
-        if d.tensor_count as usize > MAX_TASK_TENSORS
-            || d.scalar_count as usize > MAX_TASK_SCALARS
-            || d.dep_count as usize > MAX_TASK_DEPS
-        {
-            return Err(self.invalid(|| {
-                format!(
-                    "a task has {} tensors, {} scalars and {} dependencies; the limits are {MAX_TASK_TENSORS}, {MAX_TASK_SCALARS} and {MAX_TASK_DEPS}",
-                    d.tensor_count, d.scalar_count, d.dep_count
-                )
-            }));
-        }
-        if d.block_num != 1 {
-            return Err(
-                self.invalid(|| format!("block_num {} is not supported; use 1", d.block_num))
-            );
-        }
-        let mut ids = d.kernel_ids;
-        if ids[LANE_AIV0] == NO_KERNEL {
-            ids[LANE_AIV0] = ids[LANE_AIV1];
-            ids[LANE_AIV1] = NO_KERNEL;
-        }
-        let (func_id, core_type) = match (ids[LANE_AIC], ids[LANE_AIV0], ids[LANE_AIV1]) {
-            (f, NO_KERNEL, NO_KERNEL) if f != NO_KERNEL => (f, CoreType::Aic),
-            (NO_KERNEL, f, NO_KERNEL) if f != NO_KERNEL => (f, CoreType::Aiv),
-            (NO_KERNEL, NO_KERNEL, NO_KERNEL) => {
-                return Err(self.invalid(|| "a task names no kernel".into()));
+        self.scope_tasks.truncate(scope.begin);
+    }
+
+    /// Advances every ring past its consumed tasks and frees their heap blocks.
+    pub(crate) fn reclaim(&mut self) {
+        for (r, ring) in self.shared.rings.iter().enumerate() {
+            let next = ring.next.load(Ordering::Relaxed);
+            let mut last = ring.last_alive.load(Ordering::Relaxed);
+            while last != next && ring.slot(last).consumed.load(Ordering::Acquire) {
+                last = last.wrapping_add(1);
             }
-            _ => {
-                return Err(self.invalid(|| {
-                    format!(
-                        "a task names kernels on several lanes {:?}; MIX tasks are not supported",
-                        d.kernel_ids
-                    )
+            ring.last_alive.store(last, Ordering::Release);
+            let alive_from = last;
+            self.heaps[r].release_while(|t| (alive_from.wrapping_sub(t as u32) as i32) > 0);
+        }
+    }
+
+    /// Parks until something changes (a completion or consumption rings the bell).
+    pub(crate) fn park(&self) {
+        self.bell.park(PARK_SLICE);
+    }
+
+    /// Waits until every task in `tasks` has completed, bounded by the tensor-data timeout.
+    fn wait_done(&mut self, tasks: &[TaskId], what: &str) -> Result<(), i32> {
+        let start = self.shared.now_ms();
+        loop {
+            let pending = tasks.iter().find(|&&t| !self.shared.task(t).is_done(t));
+            let Some(&t) = pending else { return Ok(()) };
+            if self.shared.errors.is_fatal() {
+                return Err(self.shared.errors.code().unwrap_or(ORCH_EXPLICIT_FATAL));
+            }
+            if self.shared.now_ms() - start > self.tensor_wait_ms {
+                let ms = self.tensor_wait_ms;
+                return Err(self.fail(ORCH_TENSOR_WAIT_TIMEOUT, || {
+                    format!("{what} waited {ms} ms for task {t:#x} to complete")
                 }));
             }
-        };
-        let idx = usize::try_from(func_id)
-            .ok()
-            .filter(|&i| i < self.shared.func_addrs.len());
-        let Some(idx) = idx else {
-            return Err(self
-                .invalid(|| format!("func id {func_id} is outside the callable's kernel table")));
-        };
-        let addr = self.shared.func_addrs[idx];
-        let registered = self.shared.func_types[idx];
-        if addr == 0 || registered == 0 {
-            return Err(self.invalid(|| format!("no kernel is registered under func id {func_id}")));
+            self.bell.prepare_park();
+            if self.shared.task(t).is_done(t) {
+                self.bell.cancel_park();
+            } else {
+                self.park();
+            }
         }
-        if registered != core_type as u32 + 1 {
-            return Err(self.invalid(|| {
-                format!("func id {func_id} is registered for another core type than {core_type}")
-            }));
-        }
-        Ok((func_id, addr, core_type))
     }
 
-    /// Carves an output buffer out of the heap.
-    fn alloc_output(&mut self, t: &mut ChipTensor, arg: usize) -> Result<(), i32> {
-        let nd = t.ndims as usize;
-        let dtype = t.data_type();
-        let Some(dtype) = dtype.filter(|_| (1..=MAX_TENSOR_DIMS).contains(&nd)) else {
+    /// Shared front of get/set tensor data: checks the view and waits for the tasks it
+    /// conflicts with (writers for a read; readers and writers for a write).
+    fn tensor_access(
+        &mut self,
+        t: *const ChipTensor,
+        bytes: u64,
+        write: bool,
+    ) -> Result<ChipTensor, i32> {
+        let what = if write {
+            "set_tensor_data"
+        } else {
+            "get_tensor_data"
+        };
+        if t.is_null() {
+            return Err(self.invalid(|| format!("{what} was passed a null tensor")));
+        }
+        // SAFETY: a non-null tensor pointer from the orchestration points to a ChipTensor.
+        let t = unsafe { *t };
+        let Some(dt) = t
+            .data_type()
+            .filter(|_| (1..=MAX_TENSOR_DIMS as u32).contains(&t.ndims))
+        else {
             return Err(self.invalid(|| {
-                format!("output argument {arg} has ndims {} and dtype {}; need 1..=5 dims and a known dtype", t.ndims, t.dtype)
+                format!(
+                    "{what}: the tensor has ndims {} and dtype {}",
+                    t.ndims, t.dtype
+                )
             }));
         };
-        let shape: Vec<u64> = t.shapes[..nd].to_vec();
-        let bytes = shape
-            .iter()
-            .try_fold(dtype.size_bytes() as u64, |acc, &s| acc.checked_mul(s))
-            .filter(|&b| b > 0);
-        let Some(bytes) = bytes else {
-            return Err(self.invalid(|| {
-                format!("output argument {arg} has an empty or overflowing shape {shape:?}")
-            }));
-        };
-        let addr = self.heap_next.div_ceil(OUTPUT_ALIGN) * OUTPUT_ALIGN;
-        if addr
-            .checked_add(bytes)
-            .is_none_or(|end| end > self.heap_end)
-        {
-            let (left, total) = (
-                self.heap_end.saturating_sub(addr),
-                self.shared.desc.heap_size,
-            );
-            return Err(self.fail(ORCH_HEAP_RING_DEADLOCK, || {
-                format!("the output heap cannot fit {bytes} bytes for output argument {arg} ({left} of {total} bytes left)")
-            }));
-        }
-        self.heap_next = addr + bytes;
-        *t = ChipTensor::contiguous(addr, &shape, dtype);
-        Ok(())
-    }
-
-    fn submit(&mut self, d: &TaskDesc, outputs: Option<&mut TaskOutputs>) -> i32 {
-        if self.shared.errors.is_fatal() {
-            return self
-                .shared
-                .errors
-                .verdict()
-                .map_or(ORCH_EXPLICIT_FATAL, |(c, _)| c);
-        }
-        let (func_id, kernel_addr, core_type) = match self.check_desc(d) {
-            Ok(k) => k,
-            Err(code) => return code,
-        };
-        let id = self.shared.submitted.load(Ordering::Relaxed);
-        if id >= self.shared.desc.task_window || !self.shared.tasks.ensure(id) {
-            let window = self.shared.desc.task_window;
-            return self.fail(ORCH_FLOW_CONTROL_DEADLOCK, || {
-                format!("the run submitted more than {window} tasks (the task window)")
-            });
-        }
-        let n = d.tensor_count as usize;
-        let mut tensors: Box<[ChipTensor]> = d.tensors[..n].into();
-        let mut tags = [TensorArgType::Input; MAX_TASK_TENSORS];
-        for (i, &raw) in d.tags[..n].iter().enumerate() {
-            match TensorArgType::from_raw(raw) {
-                Some(tag) => tags[i] = tag,
-                None => {
-                    return self.invalid(|| format!("tensor argument {i} has unknown tag {raw}"))
-                }
-            }
-        }
-        // Validate existing views and allocate outputs before touching the tensor map.
-        let mut regions: [Option<Region>; MAX_TASK_TENSORS] = [None; MAX_TASK_TENSORS];
-        for i in 0..n {
-            if tags[i] == TensorArgType::Output {
-                if let Err(code) = self.alloc_output(&mut tensors[i], i) {
-                    return code;
-                }
-                tensors[i].owner_task_id = u64::from(id);
-            }
-            let t = &tensors[i];
-            let elem = match t.data_type() {
-                Some(dt) if (1..=MAX_TENSOR_DIMS as u32).contains(&t.ndims) => dt.size_bytes() as u64,
-                _ => {
-                    return self.invalid(|| {
-                        format!("tensor argument {i} has ndims {} and dtype {}; need 1..=5 dims and a known dtype", t.ndims, t.dtype)
-                    })
-                }
-            };
-            let region = Region::of(t, elem);
-            let end = t.buffer_addr.saturating_add(t.buffer_size);
-            match region {
-                Some(r) if r.lo >= t.buffer_addr && r.hi <= end => regions[i] = Some(r),
-                _ => {
-                    return self.invalid(|| {
-                        format!(
-                            "tensor argument {i} (shape {:?}, start offset {}) reaches outside its buffer of {} bytes",
-                            t.shape(), t.start_offset, t.buffer_size
-                        )
-                    })
-                }
-            }
-        }
-        // Explicit dependencies.
-        let mut deps = std::mem::take(&mut self.deps);
-        deps.clear();
-        for &dep in &d.deps[..d.dep_count as usize] {
-            if dep >= u64::from(id) {
-                self.deps = deps;
-                return self.invalid(|| {
-                    format!("explicit dependency on task {dep}, which is not an earlier task")
-                });
-            }
-            if !deps.contains(&(dep as u32)) {
-                deps.push(dep as u32);
-            }
-        }
-        // Discovered dependencies (none inside a MANUAL scope).
-        let manual = self.scopes.last() == Some(&SCOPE_MANUAL);
-        let tasks = &self.shared.tasks;
-        if !manual {
-            for i in 0..n {
-                let (Some(r), tag) = (regions[i], tags[i]) else {
-                    continue;
-                };
-                if matches!(tag, TensorArgType::NoDep | TensorArgType::Output) {
-                    continue;
-                }
-                let done = |t: u32| tasks.get(t).done.load(Ordering::Acquire);
-                self.map
-                    .conflicts(tensors[i].buffer_addr, &r, tag.writes(), done, &mut deps);
-            }
-            for i in 0..n {
-                if let (Some(r), tag) = (regions[i], tags[i]) {
-                    if tag != TensorArgType::NoDep {
-                        self.map.record(tensors[i].buffer_addr, r, tag.writes(), id);
-                    }
-                }
-            }
-        }
-        // Publish the body, then wire the producers.
-        let mut args = KernelArgs::default();
-        for i in 0..n {
-            args.slots[i] = &tensors[i] as *const ChipTensor as u64;
-        }
-        args.slots[n..n + d.scalar_count as usize]
-            .copy_from_slice(&d.scalars[..d.scalar_count as usize]);
-        if let Some(out) = outputs {
-            out.task_id = u64::from(id);
-            out.count = 0;
-            for i in 0..n {
-                if tags[i] == TensorArgType::Output {
-                    out.tensors[out.count as usize] = tensors[i];
-                    out.count += 1;
-                }
-            }
-        }
-        let task = tasks.get(id);
-        task.fanin.store(1, Ordering::Relaxed);
-        let _ = task.body.set(TaskBody {
-            id,
-            func_id,
-            kernel_addr,
-            core_type,
-            tensors,
-            args,
+        let elem = dt.size_bytes() as u64;
+        let region = Region::of(&t, elem).filter(|r| {
+            r.lo >= t.buffer_addr && r.hi <= t.buffer_addr.saturating_add(t.buffer_size)
         });
-        self.shared.submitted.store(id + 1, Ordering::Release);
-        for &p in &deps {
-            let mut f = tasks.get(p).fanout.lock();
-            if !f.completed {
-                f.consumers.push(id);
-                task.fanin.fetch_add(1, Ordering::AcqRel);
-            }
+        let Some(region) = region else {
+            return Err(self.invalid(|| format!("{what}: the view reaches outside its buffer")));
+        };
+        if t.numel().checked_mul(elem) != Some(bytes) {
+            let need = t.numel().saturating_mul(elem);
+            return Err(self.invalid(|| {
+                format!("{what}: the host buffer has {bytes} bytes, the view needs {need}")
+            }));
         }
-        self.deps = deps;
-        if task.fanin.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.shared.push_ready(id);
+        let mut waits = std::mem::take(&mut self.deps);
+        waits.clear();
+        if t.owner_task_id != NO_OWNER_TASK && t.owner_task_id != NO_TASK {
+            waits.push(t.owner_task_id);
         }
-        0
+        let shared = self.shared;
+        self.map.conflicts(
+            t.buffer_addr,
+            &region,
+            write,
+            |id| shared.task(id).is_done(id),
+            &mut waits,
+        );
+        let r = self.wait_done(&waits, what);
+        self.deps = waits;
+        r.map(|_| t)
     }
 }
 
@@ -365,8 +290,18 @@ unsafe extern "C" fn op_submit_task(
     if desc.is_null() {
         return o.invalid(|| "submit_task was passed a null TaskDesc".into());
     }
-    // SAFETY: non-null `desc` points to a caller-owned TaskDesc (its size is checked next);
-    // `outputs` is null or a caller-owned TaskOutputs.
+    // SAFETY: non-null `desc` points to a caller-owned TaskDesc whose `size` field is read
+    // first; `outputs` is null or a caller-owned TaskOutputs.
+    let size = unsafe { (*desc).size };
+    if size as usize != std::mem::size_of::<TaskDesc>() {
+        return o.invalid(|| {
+            format!(
+                "TaskDesc.size is {size} but this runtime expects {}",
+                std::mem::size_of::<TaskDesc>()
+            )
+        });
+    }
+    // SAFETY: as above; the size matches, so the whole struct is there.
     let (d, out) = unsafe { (&*desc, outputs.as_mut()) };
     o.submit(d, out)
 }
@@ -377,13 +312,14 @@ unsafe extern "C" fn op_scope_begin(rt: *mut c_void, mode: u32) -> i32 {
     if mode != SCOPE_AUTO && mode != SCOPE_MANUAL {
         return o.invalid(|| format!("unknown scope mode {mode}"));
     }
-    if mode == SCOPE_AUTO && o.scopes.contains(&SCOPE_MANUAL) {
+    if mode == SCOPE_AUTO && o.scopes.iter().any(|s| s.mode == SCOPE_MANUAL) {
         return o.invalid(|| "an AUTO scope cannot open inside a MANUAL scope".into());
     }
     if o.scopes.len() >= MAX_SCOPE_DEPTH {
         return o.invalid(|| format!("scopes nest deeper than {MAX_SCOPE_DEPTH}"));
     }
-    o.scopes.push(mode);
+    let begin = o.scope_tasks.len();
+    o.scopes.push(Scope { mode, begin });
     0
 }
 
@@ -393,7 +329,7 @@ unsafe extern "C" fn op_scope_end(rt: *mut c_void) -> i32 {
     if o.scopes.len() <= 1 {
         return o.invalid(|| "scope_end without a matching scope_begin".into());
     }
-    o.scopes.pop();
+    o.close_scope();
     0
 }
 
@@ -432,4 +368,48 @@ unsafe extern "C" fn op_cluster_count(rt: *mut c_void) -> u32 {
 unsafe extern "C" fn op_aiv_count(rt: *mut c_void) -> u32 {
     // SAFETY: called through the table during the entry call.
     unsafe { orch(rt) }.clusters * 2
+}
+
+unsafe extern "C" fn op_get_tensor_data(
+    rt: *mut c_void,
+    t: *const ChipTensor,
+    dst: *mut c_void,
+    bytes: u64,
+) -> i32 {
+    // SAFETY: called through the table during the entry call.
+    let o = unsafe { orch(rt) };
+    if dst.is_null() && bytes > 0 {
+        return o.invalid(|| "get_tensor_data was passed a null destination".into());
+    }
+    match o.tensor_access(t, bytes, false) {
+        Ok(view) => {
+            // SAFETY: the caller owns `bytes` writable bytes at `dst` (ops contract).
+            let out = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, bytes as usize) };
+            devmem::read_view(&view, out);
+            0
+        }
+        Err(code) => code,
+    }
+}
+
+unsafe extern "C" fn op_set_tensor_data(
+    rt: *mut c_void,
+    t: *const ChipTensor,
+    src: *const c_void,
+    bytes: u64,
+) -> i32 {
+    // SAFETY: called through the table during the entry call.
+    let o = unsafe { orch(rt) };
+    if src.is_null() && bytes > 0 {
+        return o.invalid(|| "set_tensor_data was passed a null source".into());
+    }
+    match o.tensor_access(t, bytes, true) {
+        Ok(view) => {
+            // SAFETY: the caller owns `bytes` readable bytes at `src` (ops contract).
+            let data = unsafe { std::slice::from_raw_parts(src as *const u8, bytes as usize) };
+            devmem::write_view(&view, data);
+            0
+        }
+        Err(code) => code,
+    }
 }

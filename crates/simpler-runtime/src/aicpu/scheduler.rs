@@ -1,90 +1,141 @@
-//! A scheduler thread: owns the clusters `c ≡ index (mod schedulers)`, dispatches ready
-//! tasks to its idle cores through the register handshake, detects completions by reading
-//! COND, and releases consumers (spec `l2-runtime.md` §3).
+//! A scheduler thread (spec `l2-runtime.md` §3): owns the clusters `c ≡ index (mod
+//! schedulers)`; each of their cores has a running slot and a pending slot (the next task is
+//! pre-loaded into the core's other payload buffer while the current one runs). Each pass
+//! handles every finished dispatch, then fills free slots from the ready queues — AIC and AIV
+//! tasks one core per block, MIX tasks one whole cluster per block, never partially; SPMD
+//! blocks are handed out in waves, and a `require_sync_start` task drains the chip until all
+//! its blocks can start on idle cores at once.
 //!
-//! It never spins while idle: after a pass with no progress it announces it will park,
-//! re-checks (ready queues, its cores' COND, the end of the run) and parks on its doorbell,
-//! which cores ring on every COND write and the orchestrator and other schedulers ring when
-//! they make tasks ready.
+//! Idle schedulers park on their doorbell (rung by cores on every COND write and by whoever
+//! makes a task ready). A no-progress watchdog fails the run with SCHEDULER_TIMEOUT and a
+//! stall class instead of hanging.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
-use simpler_abi::{CoreType, SCHED_KERNEL_FATAL};
+use simpler_abi::{CoreType, SCHED_KERNEL_FATAL, SCHED_TIMEOUT};
 use simpler_device::AicpuContext;
 
-use super::state::RunShared;
+use super::state::{RunShared, NO_DRAIN};
+use super::task::{Shape, TaskId, LANE_BITS};
 use crate::devmem;
 use crate::handshake::{
-    dispatch_state, next_dispatch_id, ready, DispatchState, EXITED, EXIT_SIGNAL,
+    ack, dispatch_state, next_dispatch_id, ready, DispatchState, EXITED, EXIT_SIGNAL,
 };
 
 /// How long one park lasts before the thread looks around anyway.
-const PARK_SLICE: Duration = Duration::from_millis(50);
+const PARK_SLICE: Duration = Duration::from_millis(20);
 
-/// One core as this scheduler sees it.
+/// One dispatch in flight on a core.
+#[derive(Clone, Copy)]
+struct Sub {
+    task: TaskId,
+    id: u32,
+}
+
+/// One core as its scheduler sees it.
 struct CoreExec {
     id: u32,
     ty: CoreType,
-    /// (task, dispatch id) running on the core.
-    running: Option<(u32, u32)>,
+    /// Lane within its cluster: 0 AIC, 1 AIV0, 2 AIV1.
+    lane: usize,
+    running: Option<Sub>,
+    pending: Option<Sub>,
     last_dispatch: u32,
+}
+
+impl CoreExec {
+    fn idle(&self) -> bool {
+        self.running.is_none()
+    }
+}
+
+struct Scheduler<'a, 'c> {
+    ctx: &'a AicpuContext<'c>,
+    shared: &'a RunShared,
+    index: usize,
+    cores: Vec<CoreExec>,
+    /// Owned clusters as indices into `cores`: [AIC, AIV0, AIV1].
+    clusters: Vec<[usize; 3]>,
 }
 
 /// Runs scheduler `index` of `schedulers` until the run is over.
 pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedulers: u32) {
-    let bell: &Arc<_> = ctx.doorbell;
     let topo = ctx.topology;
-    let mut cores: Vec<CoreExec> = (0..topo.clusters)
-        .filter(|c| c % schedulers == index)
-        .flat_map(|c| topo.cluster_cores(c))
-        .map(|id| CoreExec {
-            id,
-            ty: topo.core_type(id),
-            running: None,
-            last_dispatch: 0,
-        })
-        .collect();
-    for c in &cores {
-        ctx.cores[c.id as usize].set_owner(Some(bell.clone()));
+    let mut s = Scheduler {
+        ctx,
+        shared,
+        index: index as usize,
+        cores: Vec::new(),
+        clusters: Vec::new(),
+    };
+    for c in (0..topo.clusters).filter(|c| c % schedulers == index) {
+        let base = s.cores.len();
+        for (lane, id) in topo.cluster_cores(c).into_iter().enumerate() {
+            s.cores.push(CoreExec {
+                id,
+                ty: topo.core_type(id),
+                lane,
+                running: None,
+                pending: None,
+                last_dispatch: 0,
+            });
+        }
+        s.clusters.push([base, base + 1, base + 2]);
     }
-    let _ = shared.bells[index as usize].set(bell.clone());
-    wait_ready(ctx, shared, &cores);
+    for c in &s.cores {
+        ctx.cores[c.id as usize].set_owner(Some(ctx.doorbell.clone()));
+    }
+    let _ = shared.bells[s.index].set(ctx.doorbell.clone());
+    s.wait_ready();
+    let timed_out = s.serve();
+    s.shutdown(!timed_out);
+}
 
-    loop {
-        let mut progress = false;
-        for c in cores.iter_mut() {
-            if let Some((task, id)) = c.running {
-                match dispatch_state(ctx.cores[c.id as usize].read_cond(), id) {
-                    DispatchState::Running => {}
-                    state => {
-                        c.running = None;
-                        progress = true;
-                        if state == DispatchState::Failed {
-                            report_kernel_fault(shared, c.id, task);
-                        }
-                        shared.complete(task);
-                    }
+impl Scheduler<'_, '_> {
+    fn regs(&self, core: usize) -> &simpler_device::CoreRegs {
+        &self.ctx.cores[self.cores[core].id as usize]
+    }
+
+    /// Waits until every owned core has reported READY for this run.
+    fn wait_ready(&self) {
+        let want = ready(self.shared.desc.epoch);
+        for i in 0..self.cores.len() {
+            while self.regs(i).read_cond() != want {
+                self.ctx.doorbell.prepare_park();
+                if self.regs(i).read_cond() == want {
+                    self.ctx.doorbell.cancel_park();
+                    break;
                 }
+                self.ctx.park(PARK_SLICE);
             }
         }
-        let fatal = shared.errors.is_fatal();
-        let busy = cores.iter().any(|c| c.running.is_some());
-        if !busy && (shared.all_done() || (fatal && shared.orch_done.load(Ordering::Acquire))) {
-            break;
-        }
-        if !fatal {
-            for c in cores.iter_mut().filter(|c| c.running.is_none()) {
-                if let Some(task) = shared.ready[c.ty as usize].pop() {
-                    dispatch(ctx, shared, c, task);
-                    progress = true;
-                }
+    }
+
+    /// The main loop; returns true when it ended on the watchdog.
+    fn serve(&mut self) -> bool {
+        loop {
+            let mut progress = self.collect();
+            let busy = self.cores.iter().any(|c| !c.idle());
+            let fatal = self.shared.errors.is_fatal();
+            if !busy
+                && (self.shared.all_done()
+                    || (fatal && self.shared.orch_done.load(Ordering::Acquire)))
+            {
+                return false;
             }
-        }
-        if !progress {
+            if !fatal {
+                progress |= self.dispatch();
+            }
+            if progress {
+                continue;
+            }
+            if self.watchdog() {
+                return true;
+            }
+            let bell = self.ctx.doorbell;
             bell.prepare_park();
-            if has_work(ctx, shared, &cores) {
+            if self.has_work() {
                 bell.cancel_park();
             } else {
                 bell.park(PARK_SLICE);
@@ -92,100 +143,361 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
         }
     }
 
-    for c in &cores {
-        let regs = &ctx.cores[c.id as usize];
-        regs.write_dmb(EXIT_SIGNAL);
-    }
-    for c in &cores {
-        let regs = &ctx.cores[c.id as usize];
-        while regs.read_cond() != EXITED {
-            bell.prepare_park();
-            if regs.read_cond() == EXITED {
-                bell.cancel_park();
-                break;
+    /// Handles every finished dispatch; true if any.
+    fn collect(&mut self) -> bool {
+        let mut any = false;
+        for i in 0..self.cores.len() {
+            let Some(run) = self.cores[i].running else {
+                continue;
+            };
+            let cond = self.regs(i).read_cond();
+            let pending = self.cores[i].pending;
+            if let Some(p) = pending {
+                match dispatch_state(cond, p.id) {
+                    DispatchState::Running if cond == ack(p.id) => {
+                        // The running dispatch's FIN was overwritten by the pending one's ACK.
+                        self.finish(i, run, false);
+                        self.cores[i].running = self.cores[i].pending.take();
+                        any = true;
+                        continue;
+                    }
+                    DispatchState::Running => {}
+                    state => {
+                        // FIN of the pending dispatch implies the running one finished too.
+                        self.finish(i, run, false);
+                        self.finish(i, p, state == DispatchState::Failed);
+                        self.cores[i].running = None;
+                        self.cores[i].pending = None;
+                        any = true;
+                        continue;
+                    }
+                }
             }
-            bell.park(PARK_SLICE);
-        }
-        regs.set_owner(None);
-    }
-}
-
-/// Waits until every owned core has reported READY for this run.
-fn wait_ready(ctx: &AicpuContext<'_>, shared: &RunShared, cores: &[CoreExec]) {
-    let want = ready(shared.desc.epoch);
-    for c in cores {
-        let regs = &ctx.cores[c.id as usize];
-        while regs.read_cond() != want {
-            ctx.doorbell.prepare_park();
-            if regs.read_cond() == want {
-                ctx.doorbell.cancel_park();
-                break;
+            match dispatch_state(cond, run.id) {
+                DispatchState::Running => {}
+                state => {
+                    self.finish(i, run, state == DispatchState::Failed);
+                    self.cores[i].running = self.cores[i].pending.take();
+                    any = true;
+                }
             }
-            ctx.park(PARK_SLICE);
+        }
+        any
+    }
+
+    fn finish(&self, core: usize, sub: Sub, failed: bool) {
+        let shared = self.shared;
+        shared.running.fetch_sub(1, Ordering::AcqRel);
+        shared.progress();
+        if failed {
+            let core_id = self.cores[core].id;
+            let code = devmem::mailbox_fatal_code(shared.desc.core_mailbox_addr, core_id);
+            let func = shared.task(sub.task).body().func_ids[self.cores[core].lane.min(2)];
+            shared.errors.sched_fail(SCHED_KERNEL_FATAL, || {
+                format!(
+                    "kernel func {func} (task {:#x}) on core {core_id} reported fatal code {code}",
+                    sub.task
+                )
+            });
+        }
+        let task = shared.task(sub.task);
+        if task.done_subtasks.fetch_add(1, Ordering::AcqRel) + 1 == task.body().subtasks() {
+            shared.complete_and_route(sub.task);
         }
     }
-}
 
-/// True if a pass of the loop would make progress or end it.
-fn has_work(ctx: &AicpuContext<'_>, shared: &RunShared, cores: &[CoreExec]) -> bool {
-    let mut busy = false;
-    for c in cores {
-        match c.running {
-            Some((_, id)) => {
-                busy = true;
-                if dispatch_state(ctx.cores[c.id as usize].read_cond(), id)
-                    != DispatchState::Running
+    /// Fills free slots from the ready queues; true if anything was dispatched.
+    fn dispatch(&mut self) -> bool {
+        if self.shared.drain.task.load(Ordering::Acquire) != NO_DRAIN {
+            return self.drain();
+        }
+        let mut any = false;
+        for shape in [Shape::Mix, Shape::Aic, Shape::Aiv] {
+            any |= self.dispatch_shape(shape);
+        }
+        any
+    }
+
+    /// True when core `i` can take a dispatch now: it is idle, or (unless `only_idle`) its
+    /// pending slot is free and it has picked up its running dispatch. DMB holds one value:
+    /// writing a pending id before the core has read the running one would lose the latter.
+    fn free_slot(&self, i: usize, only_idle: bool) -> bool {
+        let c = &self.cores[i];
+        match (c.running, c.pending) {
+            (None, _) => true,
+            (Some(r), None) if !only_idle => {
+                let cond = self.regs(i).read_cond();
+                cond == ack(r.id) || dispatch_state(cond, r.id) != DispatchState::Running
+            }
+            _ => false,
+        }
+    }
+
+    /// Free placements for one block of `shape`, idle cores first: core (or cluster) indices.
+    fn placements(&self, shape: Shape, lanes: u8, only_idle: bool) -> Vec<usize> {
+        let free = |i: usize| self.free_slot(i, only_idle);
+        match shape {
+            Shape::Mix => (0..self.clusters.len())
+                .filter(|&k| (0..3).all(|l| lanes & LANE_BITS[l] == 0 || free(self.clusters[k][l])))
+                .collect(),
+            _ => {
+                let ty = if shape == Shape::Aic {
+                    CoreType::Aic
+                } else {
+                    CoreType::Aiv
+                };
+                let mut v: Vec<usize> = (0..self.cores.len())
+                    .filter(|&i| self.cores[i].ty == ty && free(i))
+                    .collect();
+                v.sort_by_key(|&i| !self.cores[i].idle());
+                v
+            }
+        }
+    }
+
+    fn dispatch_shape(&mut self, shape: Shape) -> bool {
+        let queue = &self.shared.ready[shape as usize];
+        let mut any = false;
+        let mut current: Option<TaskId> = None;
+        loop {
+            let task = match current.or_else(|| queue.pop()) {
+                Some(t) => t,
+                None => return any,
+            };
+            let body = self.shared.task(task).body();
+            if body.sync_start && current.is_none() {
+                // Enter the drain; if another is active, retry later.
+                if self
+                    .shared
+                    .drain
+                    .task
+                    .compare_exchange(NO_DRAIN, task, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    queue.push(task);
+                    return any;
+                }
+                self.shared.ring_schedulers();
+                return self.drain() || any;
+            }
+            let places = self.placements(shape, body.lanes, false);
+            if places.is_empty() {
+                queue.push(task);
+                return any;
+            }
+            current = Some(task);
+            for place in places {
+                match self.claim_and_place(task, shape, place) {
+                    None => {
+                        current = None;
+                        break;
+                    }
+                    Some(more) => {
+                        any = true;
+                        if !more {
+                            current = None;
+                            break;
+                        }
+                    }
+                }
+            }
+            if let Some(t) = current.take() {
+                // Blocks remain but this scheduler is full: let others take them.
+                queue.push(t);
+                return any;
+            }
+        }
+    }
+
+    /// Claims the next block of `task` and dispatches it at `place`: `None` when no block was
+    /// left, else whether more blocks remain.
+    fn claim_and_place(&mut self, task: TaskId, shape: Shape, place: usize) -> Option<bool> {
+        let slot = self.shared.task(task);
+        let body = slot.body();
+        let block = slot.next_block.fetch_add(1, Ordering::AcqRel);
+        if block >= body.block_num {
+            return None;
+        }
+        match shape {
+            Shape::Mix => {
+                for (lane, &bit) in LANE_BITS.iter().enumerate() {
+                    if body.lanes & bit != 0 {
+                        let core = self.clusters[place][lane];
+                        self.place(core, task, lane, block);
+                    }
+                }
+            }
+            _ => {
+                let lane = if shape == Shape::Aic { 0 } else { 1 };
+                self.place(place, task, lane, block);
+            }
+        }
+        Some(block + 1 < body.block_num)
+    }
+
+    /// Writes one subtask into the core's next payload buffer and publishes its id.
+    fn place(&mut self, core: usize, task: TaskId, lane: usize, block: u32) {
+        let body = self.shared.task(task).body();
+        let c = &mut self.cores[core];
+        let id = next_dispatch_id(c.last_dispatch);
+        c.last_dispatch = id;
+        let mailbox = devmem::mailbox(self.shared.desc.core_mailbox_addr, c.id);
+        // SAFETY: this core's mailbox is written only by its owning scheduler (us); buffer
+        // `id & 1` is not in use: the core reads a buffer only after its id is in DMB, and the
+        // dispatch that last used this buffer has finished (we hold at most one other).
+        unsafe {
+            let p = std::ptr::addr_of_mut!((*mailbox).payloads[(id & 1) as usize]);
+            (*p).kernel_addr = body.kernels[lane];
+            (*p).task_id = task;
+            (*p).local = simpler_abi::LocalContext {
+                block_idx: block as i32,
+                block_num: body.block_num as i32,
+            };
+            (*p).args = body.args;
+            (*p).args.slots[simpler_abi::LOCAL_CONTEXT_SLOT] =
+                std::ptr::addr_of!((*p).local) as u64;
+            (*p).args.slots[simpler_abi::GLOBAL_CONTEXT_SLOT] =
+                std::ptr::addr_of!((*mailbox).global) as u64;
+        }
+        let sub = Some(Sub { task, id });
+        if c.running.is_none() {
+            c.running = sub;
+        } else {
+            c.pending = sub;
+        }
+        self.shared.running.fetch_add(1, Ordering::AcqRel);
+        self.shared.progress();
+        self.ctx.cores[c.id as usize].write_dmb(u64::from(id));
+    }
+
+    /// Sync-start drain step; true if this scheduler dispatched blocks.
+    fn drain(&mut self) -> bool {
+        let drain = &self.shared.drain;
+        let task = drain.task.load(Ordering::Acquire);
+        if task == NO_DRAIN {
+            return false;
+        }
+        let slot = self.shared.task(task);
+        let body = slot.body();
+        let places = self.placements(body.shape, body.lanes, true);
+        drain.idle[self.index].store(places.len() as u32, Ordering::Release);
+        let remaining = body
+            .block_num
+            .saturating_sub(slot.next_block.load(Ordering::Acquire));
+        if !drain.go.load(Ordering::Acquire) {
+            let total: u32 = drain.idle.iter().map(|c| c.load(Ordering::Acquire)).sum();
+            if total < remaining {
+                return false;
+            }
+            drain.go.store(true, Ordering::Release);
+            self.shared.ring_schedulers();
+        }
+        let mut any = false;
+        for place in places {
+            match self.claim_and_place(task, body.shape, place) {
+                None => break,
+                Some(more) => {
+                    any = true;
+                    if !more {
+                        break;
+                    }
+                }
+            }
+        }
+        if slot.next_block.load(Ordering::Acquire) >= body.block_num
+            && drain
+                .task
+                .compare_exchange(task, NO_DRAIN, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            drain.go.store(false, Ordering::Release);
+            for c in drain.idle.iter() {
+                c.store(0, Ordering::Release);
+            }
+            self.shared.ring_schedulers();
+        }
+        any
+    }
+
+    /// True if a pass would make progress or end the loop.
+    fn has_work(&self) -> bool {
+        for (i, c) in self.cores.iter().enumerate() {
+            if let Some(r) = c.running {
+                let cond = self.regs(i).read_cond();
+                if dispatch_state(cond, r.id) != DispatchState::Running
+                    || c.pending.is_some_and(|p| {
+                        cond == ack(p.id) || dispatch_state(cond, p.id) != DispatchState::Running
+                    })
                 {
                     return true;
                 }
             }
-            None => {
-                if !shared.ready[c.ty as usize].is_empty() && !shared.errors.is_fatal() {
-                    return true;
+        }
+        let fatal = self.shared.errors.is_fatal();
+        let busy = self.cores.iter().any(|c| !c.idle());
+        if !busy
+            && (self.shared.all_done() || (fatal && self.shared.orch_done.load(Ordering::Acquire)))
+        {
+            return true;
+        }
+        if fatal {
+            return false;
+        }
+        if self.shared.drain.task.load(Ordering::Acquire) != NO_DRAIN {
+            return true;
+        }
+        self.shared.ready.iter().any(|q| !q.is_empty())
+            && (0..self.cores.len()).any(|i| self.free_slot(i, false))
+    }
+
+    /// Fails the run if nothing has progressed for the watchdog period; true if it did.
+    fn watchdog(&self) -> bool {
+        let shared = self.shared;
+        let stalled = shared.stalled_for_ms();
+        if stalled <= shared.scheduler_timeout_ms || shared.all_done() {
+            return false;
+        }
+        let running = shared.running.load(Ordering::Acquire);
+        let ready: usize = shared.ready.iter().map(|q| q.len()).sum();
+        let waiting =
+            shared.submitted.load(Ordering::Acquire) - shared.completed.load(Ordering::Acquire);
+        let orch_done = shared.orch_done.load(Ordering::Acquire);
+        let (class, code) = if running > 0 {
+            ("RUNNING_STALLED", 1)
+        } else if ready > 0 {
+            ("READY_IDLE", 3)
+        } else if waiting > 0 {
+            ("DEP_DEADLOCK", 4)
+        } else if !orch_done {
+            ("ORCH_STARVATION", 5)
+        } else {
+            ("UNKNOWN", 99)
+        };
+        shared.errors.sched_fail(SCHED_TIMEOUT, || {
+            format!(
+                "no progress for {stalled} ms: stall class {class} ({code}); {running} subtasks running, {ready} tasks ready, {waiting} not completed, orchestrator {}",
+                if orch_done { "done" } else { "still running" }
+            )
+        });
+        true
+    }
+
+    /// Tells every owned core to exit; waits for them unless they may be stuck in a kernel.
+    fn shutdown(&self, wait: bool) {
+        for i in 0..self.cores.len() {
+            self.regs(i).write_dmb(EXIT_SIGNAL);
+        }
+        for i in 0..self.cores.len() {
+            let regs = self.regs(i);
+            while wait && regs.read_cond() != EXITED {
+                self.ctx.doorbell.prepare_park();
+                if regs.read_cond() == EXITED {
+                    self.ctx.doorbell.cancel_park();
+                    break;
                 }
+                self.ctx.park(PARK_SLICE);
             }
+            regs.set_owner(None);
         }
     }
-    !busy
-        && (shared.all_done()
-            || (shared.errors.is_fatal() && shared.orch_done.load(Ordering::Acquire)))
-}
-
-/// Writes the task into the core's next payload buffer and publishes the dispatch id.
-fn dispatch(ctx: &AicpuContext<'_>, shared: &RunShared, core: &mut CoreExec, task: u32) {
-    let body = shared
-        .tasks
-        .get(task)
-        .body
-        .get()
-        .expect("a ready task has a published body");
-    let id = next_dispatch_id(core.last_dispatch);
-    core.last_dispatch = id;
-    let mailbox = devmem::mailbox(shared.desc.core_mailbox_addr, core.id);
-    // SAFETY: the mailbox of this core is written only by its owning scheduler (us), and
-    // buffer `id & 1` is not being read: the core finished the previous dispatch (we saw its
-    // FIN) and reads a buffer only after seeing its id in DMB, which we publish below.
-    unsafe {
-        let p = std::ptr::addr_of_mut!((*mailbox).payloads[(id & 1) as usize]);
-        (*p).kernel_addr = body.kernel_addr;
-        (*p).task_id = u64::from(body.id);
-        (*p).local = simpler_abi::LocalContext {
-            block_idx: 0,
-            block_num: 1,
-        };
-        (*p).args = body.args;
-        (*p).args.slots[simpler_abi::LOCAL_CONTEXT_SLOT] = std::ptr::addr_of!((*p).local) as u64;
-        (*p).args.slots[simpler_abi::GLOBAL_CONTEXT_SLOT] =
-            std::ptr::addr_of!((*mailbox).global) as u64;
-    }
-    core.running = Some((task, id));
-    ctx.cores[core.id as usize].write_dmb(u64::from(id));
-}
-
-fn report_kernel_fault(shared: &RunShared, core: u32, task: u32) {
-    let code = devmem::mailbox_fatal_code(shared.desc.core_mailbox_addr, core);
-    let func = shared.tasks.get(task).body.get().map_or(-1, |b| b.func_id);
-    shared.errors.sched_fail(SCHED_KERNEL_FATAL, || {
-        format!("kernel func {func} (task {task}) on core {core} reported fatal code {code}")
-    });
 }

@@ -1,102 +1,24 @@
-//! The state one run shares among its AICPU threads: the task arena, the ready queues, the
-//! progress counters and the latched error words.
+//! The state one run shares among its AICPU threads: the task rings, the ready queues, the
+//! progress counters, the doorbells, the sync-start drain and the latched error words.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use crossbeam_queue::SegQueue;
 use parking_lot::Mutex;
-use simpler_abi::{ChipTensor, CoreType, KernelArgs, RunLaunchDesc};
+use simpler_abi::RunLaunchDesc;
 use simpler_device::Doorbell;
 
-/// Tasks per arena chunk.
-const CHUNK: usize = 1024;
+use super::ring::{TaskRing, RING_COUNT};
+use super::task::{local_of, ring_of, Shape, Task, TaskId};
 
-/// What the orchestrator fixed about a task before publishing it; read-only afterwards.
-pub(crate) struct TaskBody {
-    /// Task id (its index in the run).
-    pub(crate) id: u32,
-    /// Func id of its kernel (for messages).
-    pub(crate) func_id: i32,
-    /// Kernel entry address.
-    pub(crate) kernel_addr: u64,
-    /// Core type it runs on.
-    pub(crate) core_type: CoreType,
-    /// Its tensors. Never read by name: it owns the buffer the `args` tensor slots point
-    /// into, which must not move or drop while the task can still be dispatched.
-    #[allow(dead_code)]
-    pub(crate) tensors: Box<[ChipTensor]>,
-    /// Argument array without the two context slots.
-    pub(crate) args: KernelArgs,
-}
-
-/// Consumers of a task and whether it has completed, guarded together so that wiring a new
-/// consumer and completing the producer cannot interleave badly.
-#[derive(Default)]
-pub(crate) struct Fanout {
-    pub(crate) completed: bool,
-    pub(crate) consumers: Vec<u32>,
-}
-
-/// One task of the run.
-#[derive(Default)]
-pub(crate) struct Task {
-    pub(crate) body: OnceLock<TaskBody>,
-    /// Producers not yet completed, plus one while the orchestrator is still wiring.
-    pub(crate) fanin: AtomicU32,
-    /// Mirrors `fanout.completed` for lock-free pruning of the tensor map.
-    pub(crate) done: AtomicBool,
-    pub(crate) fanout: Mutex<Fanout>,
-}
-
-/// Tasks in chunks allocated on demand: addresses never move while the run lasts.
-pub(crate) struct TaskArena {
-    chunks: Box<[AtomicPtr<Task>]>,
-}
-
-impl TaskArena {
-    fn new(window: u32) -> TaskArena {
-        let n = (window as usize).div_ceil(CHUNK);
-        TaskArena {
-            chunks: (0..n)
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
-                .collect(),
-        }
-    }
-
-    /// Makes sure slot `id` exists (orchestrator only). False past the window.
-    pub(crate) fn ensure(&self, id: u32) -> bool {
-        let Some(slot) = self.chunks.get(id as usize / CHUNK) else {
-            return false;
-        };
-        if slot.load(Ordering::Acquire).is_null() {
-            let chunk: Box<[Task]> = (0..CHUNK).map(|_| Task::default()).collect();
-            slot.store(Box::into_raw(chunk) as *mut Task, Ordering::Release);
-        }
-        true
-    }
-
-    /// Task `id`, which must have been [`ensure`](TaskArena::ensure)d.
-    pub(crate) fn get(&self, id: u32) -> &Task {
-        let chunk = self.chunks[id as usize / CHUNK].load(Ordering::Acquire);
-        assert!(!chunk.is_null(), "task {id} used before it was allocated");
-        // SAFETY: a non-null chunk pointer is a leaked `Box<[Task; CHUNK]>` that lives until
-        // the arena drops, and `id % CHUNK < CHUNK`.
-        unsafe { &*chunk.add(id as usize % CHUNK) }
-    }
-}
-
-impl Drop for TaskArena {
-    fn drop(&mut self) {
-        for slot in self.chunks.iter() {
-            let p = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !p.is_null() {
-                // SAFETY: `p` came from `Box::into_raw` of a boxed slice of CHUNK tasks.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, CHUNK)) });
-            }
-        }
-    }
-}
+/// Default no-progress watchdog, milliseconds (`SIMPLER_SCHEDULER_TIMEOUT_MS` default).
+pub const DEFAULT_SCHEDULER_TIMEOUT_MS: u32 = 10_000;
+/// Default `get/set_tensor_data` timeout, milliseconds.
+pub const DEFAULT_TENSOR_WAIT_TIMEOUT_MS: u32 = 15_000;
+/// Default dependency-pool entries per ring.
+pub const DEFAULT_DEP_POOL: u32 = 16_384;
 
 /// First-writer-wins error words (spec `l2-runtime.md` §2.7) plus the first message.
 #[derive(Default)]
@@ -142,32 +64,58 @@ impl ErrorWords {
         self.orch.load(Ordering::Acquire) != 0 || self.sched.load(Ordering::Acquire) != 0
     }
 
-    /// The orchestrator error if any, else the scheduler error, with the first message.
-    pub(crate) fn verdict(&self) -> Option<(i32, String)> {
+    /// The first latched code (orchestrator first), if any.
+    pub(crate) fn code(&self) -> Option<i32> {
         let orch = self.orch.load(Ordering::Acquire);
         let code = if orch != 0 {
             orch
         } else {
             self.sched.load(Ordering::Acquire)
         };
-        (code != 0).then(|| (code, self.message.lock().clone()))
+        (code != 0).then_some(code)
+    }
+
+    /// The orchestrator error if any, else the scheduler error, with the first message.
+    pub(crate) fn verdict(&self) -> Option<(i32, String)> {
+        self.code().map(|c| (c, self.message.lock().clone()))
     }
 }
+
+/// The sync-start drain (spec `l2-runtime.md` §3 step 4): while a `require_sync_start`
+/// task waits for enough idle cores, no scheduler dispatches anything else; each publishes
+/// its idle capacity for the task's shape, and once the sum covers every block, each claims
+/// as many blocks as it has idle cores and dispatches them at once.
+#[derive(Default)]
+pub(crate) struct Drain {
+    /// Task in drain, or `NO_DRAIN`.
+    pub(crate) task: AtomicU64,
+    /// Idle capacity published per scheduler.
+    pub(crate) idle: Box<[AtomicU32]>,
+    /// Set once the published capacity covers the task's blocks.
+    pub(crate) go: AtomicBool,
+}
+
+/// [`Drain::task`] when no drain is active.
+pub(crate) const NO_DRAIN: u64 = u64::MAX;
 
 /// Everything the AICPU threads of one run share.
 pub(crate) struct RunShared {
     pub(crate) desc: RunLaunchDesc,
-    pub(crate) tasks: TaskArena,
-    /// Tasks published by the orchestrator.
-    pub(crate) submitted: AtomicU32,
-    /// Tasks completed.
-    pub(crate) completed: AtomicU32,
-    /// Set once the orchestration has returned (after its last submit).
+    pub(crate) rings: [TaskRing; RING_COUNT],
+    /// Tasks published by the orchestrator / completed.
+    pub(crate) submitted: AtomicU64,
+    pub(crate) completed: AtomicU64,
+    /// Set once the orchestration has returned.
     pub(crate) orch_done: AtomicBool,
-    /// Ready tasks per core type (index = `CoreType as usize`).
-    pub(crate) ready: [SegQueue<u32>; 2],
+    /// Ready tasks per shape (AIC, AIV, MIX).
+    pub(crate) ready: [SegQueue<TaskId>; 3],
+    /// Subtasks dispatched and not yet seen finished.
+    pub(crate) running: AtomicU32,
     /// Doorbells of the scheduler threads, registered as they start.
     pub(crate) bells: Box<[OnceLock<Arc<Doorbell>>]>,
+    /// Doorbell of the orchestrator thread (back-pressure and tensor-data waits).
+    pub(crate) orch_bell: OnceLock<Arc<Doorbell>>,
+    pub(crate) drain: Drain,
     pub(crate) errors: ErrorWords,
     /// AICPU threads that have finished with this state.
     pub(crate) exited: AtomicU32,
@@ -175,66 +123,152 @@ pub(crate) struct RunShared {
     pub(crate) func_addrs: Vec<u64>,
     /// func id → core type + 1 (0 = none).
     pub(crate) func_types: Vec<u32>,
+    started: Instant,
+    /// Milliseconds since `started` of the last progress (submit, dispatch, completion).
+    last_progress_ms: AtomicU64,
+    pub(crate) scheduler_timeout_ms: u64,
 }
 
 impl RunShared {
-    pub(crate) fn new(desc: RunLaunchDesc, schedulers: usize) -> RunShared {
+    pub(crate) fn new(
+        desc: RunLaunchDesc,
+        schedulers: usize,
+        windows: [u32; RING_COUNT],
+        dep_pools: [u32; RING_COUNT],
+    ) -> RunShared {
         let n = desc.func_count as usize;
+        let timeout = match desc.scheduler_timeout_ms {
+            0 => DEFAULT_SCHEDULER_TIMEOUT_MS,
+            t => t,
+        };
         RunShared {
             desc,
-            tasks: TaskArena::new(desc.task_window.max(1)),
-            submitted: AtomicU32::new(0),
-            completed: AtomicU32::new(0),
+            rings: std::array::from_fn(|r| TaskRing::new(windows[r], dep_pools[r])),
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
             orch_done: AtomicBool::new(false),
-            ready: [SegQueue::new(), SegQueue::new()],
+            ready: [SegQueue::new(), SegQueue::new(), SegQueue::new()],
+            running: AtomicU32::new(0),
             bells: (0..schedulers).map(|_| OnceLock::new()).collect(),
+            orch_bell: OnceLock::new(),
+            drain: Drain {
+                task: AtomicU64::new(NO_DRAIN),
+                idle: (0..schedulers).map(|_| AtomicU32::new(0)).collect(),
+                go: AtomicBool::new(false),
+            },
             errors: ErrorWords::default(),
             exited: AtomicU32::new(0),
             func_addrs: crate::devmem::table(desc.func_table_addr, n),
             func_types: crate::devmem::table(desc.func_core_types_addr, n),
+            started: Instant::now(),
+            last_progress_ms: AtomicU64::new(0),
+            scheduler_timeout_ms: u64::from(timeout),
         }
     }
 
-    /// Wakes every scheduler that is parked.
+    /// The slot of task `id`.
+    pub(crate) fn task(&self, id: TaskId) -> &Task {
+        self.rings[ring_of(id)].slot(local_of(id))
+    }
+
+    /// Milliseconds since the run's state was created.
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Notes progress for the watchdog.
+    pub(crate) fn progress(&self) {
+        self.last_progress_ms
+            .store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the last progress.
+    pub(crate) fn stalled_for_ms(&self) -> u64 {
+        self.now_ms()
+            .saturating_sub(self.last_progress_ms.load(Ordering::Relaxed))
+    }
+
+    /// Wakes every parked scheduler.
     pub(crate) fn ring_schedulers(&self) {
         for bell in self.bells.iter().filter_map(|b| b.get()) {
             bell.ring();
         }
     }
 
-    /// Makes task `id` ready: queues it for its core type and wakes the schedulers.
-    pub(crate) fn push_ready(&self, id: u32) {
-        let ty = self.tasks.get(id).body.get().map(|b| b.core_type);
-        if let Some(ty) = ty {
-            self.ready[ty as usize].push(id);
-            self.ring_schedulers();
+    /// Wakes the orchestrator if it is parked.
+    pub(crate) fn ring_orchestrator(&self) {
+        if let Some(b) = self.orch_bell.get() {
+            b.ring();
         }
     }
 
-    /// True when the run has nothing left to do: the orchestration returned and every
-    /// submitted task completed.
+    /// True when the run has nothing left to do.
     pub(crate) fn all_done(&self) -> bool {
         self.orch_done.load(Ordering::Acquire)
             && self.completed.load(Ordering::Acquire) == self.submitted.load(Ordering::Acquire)
     }
 
-    /// Marks task `id` complete and releases its consumers.
-    pub(crate) fn complete(&self, id: u32) {
-        let task = self.tasks.get(id);
-        let consumers = {
-            let mut f = task.fanout.lock();
-            f.completed = true;
-            std::mem::take(&mut f.consumers)
-        };
-        task.done.store(true, Ordering::Release);
-        for c in consumers {
-            if self.tasks.get(c).fanin.fetch_sub(1, Ordering::AcqRel) == 1 {
-                self.push_ready(c);
+    /// Makes `id` ready; a dummy task completes at once (and may make others ready).
+    pub(crate) fn make_ready(&self, id: TaskId) {
+        let mut work = vec![id];
+        while let Some(t) = work.pop() {
+            let shape = self.task(t).body().shape;
+            if shape == Shape::Dummy {
+                self.complete(t, &mut work);
+            } else {
+                self.ready[shape as usize].push(t);
+                self.ring_schedulers();
             }
         }
+    }
+
+    /// Drops one pin of `id`; when it was the last, the orchestrator may reclaim the slot.
+    pub(crate) fn unpin(&self, id: TaskId) {
+        if self.task(id).unpin() {
+            self.ring_orchestrator();
+        }
+    }
+
+    /// Completes task `id`: releases its consumers (ready ones are pushed to `ready_out`
+    /// for the caller to route), its retained producers, its dependency-pool entries and its
+    /// own not-completed pin.
+    pub(crate) fn complete(&self, id: TaskId, ready_out: &mut Vec<TaskId>) {
+        let task = self.task(id);
+        {
+            let mut f = task.fanout.lock();
+            f.completed = true;
+            task.completed.store(true, Ordering::Release);
+            for &c in &f.consumers {
+                if self.task(c).fanin.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    ready_out.push(c);
+                }
+            }
+            f.consumers.clear();
+        }
+        let body = task.body();
+        for &p in &body.retained {
+            self.unpin(p);
+        }
+        if body.edges > 0 {
+            self.rings[ring_of(id)]
+                .edges_live
+                .fetch_sub(body.edges, Ordering::AcqRel);
+        }
         self.completed.fetch_add(1, Ordering::AcqRel);
+        self.progress();
+        self.unpin(id);
+        self.ring_orchestrator();
         if self.all_done() {
             self.ring_schedulers();
+        }
+    }
+
+    /// Completes `id` (from a scheduler) and routes every task that became ready.
+    pub(crate) fn complete_and_route(&self, id: TaskId) {
+        let mut ready = Vec::new();
+        self.complete(id, &mut ready);
+        for t in ready {
+            self.make_ready(t);
         }
     }
 }

@@ -97,7 +97,7 @@ impl Region {
 
 #[derive(Clone, Copy, Debug)]
 struct Access {
-    task: u32,
+    task: u64,
     region: Region,
     write: bool,
 }
@@ -116,8 +116,8 @@ impl TensorMap {
         base: u64,
         region: &Region,
         write: bool,
-        is_done: impl Fn(u32) -> bool,
-        deps: &mut Vec<u32>,
+        is_done: impl Fn(u64) -> bool,
+        deps: &mut Vec<u64>,
     ) {
         let Some(list) = self.buffers.get_mut(&base) else {
             return;
@@ -132,7 +132,7 @@ impl TensorMap {
 
     /// Records an access by `task`. A write drops earlier entries it fully covers with the
     /// same geometry, which it now orders behind itself.
-    pub fn record(&mut self, base: u64, region: Region, write: bool, task: u32) {
+    pub fn record(&mut self, base: u64, region: Region, write: bool, task: u64) {
         let list = self.buffers.entry(base).or_default();
         if write {
             list.retain(|a| a.region != region);

@@ -1,0 +1,647 @@
+//! End-to-end tests of the `simpler` binary on the repository's examples, and of how `simpler
+//! run` fails on bad input and failed runs.
+//!
+//! Every case spawns the real binary on files in a temporary directory. Inputs and references
+//! come from `simpler-examples` (independent of the runtime); outputs are read back with
+//! `npyz` (independent of `src/npy.rs`). Every failure case passes `--output` into an empty
+//! `out/` directory and asserts that it is still empty afterwards: no output file and no
+//! leftover temporary file.
+//!
+//! Exit codes: 2 when the input is at fault (arguments, `.npy` files, bundle, code that does
+//! not load; nothing ran), 1 when the run or a check failed.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{path_str, simpler, text, write_f32_npy, write_npy_raw};
+use simpler_examples::Array;
+
+// ---- helpers -------------------------------------------------------------------------------
+
+/// `examples/<name>` in the repository.
+fn example_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name)
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("examples/{name}: {e}"))
+}
+
+/// What one `simpler` invocation did.
+struct Outcome {
+    /// What the case is about, for failure messages.
+    label: String,
+    command: String,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    /// Names the case in failure messages.
+    fn labelled(mut self, label: &str) -> Self {
+        self.label = label.to_string();
+        self
+    }
+
+    fn context(&self) -> String {
+        format!(
+            "{}\n$ simpler {}\nexit code {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+            self.label, self.command, self.code, self.stdout, self.stderr
+        )
+    }
+
+    /// Asserts exit code 0.
+    fn succeeded(&self) -> &Self {
+        assert_eq!(self.code, Some(0), "{}", self.context());
+        self
+    }
+
+    /// Asserts the exit code, an `error: ` message on stderr containing every one of
+    /// `needles`, and that no output was reported written.
+    fn failed(&self, code: i32, needles: &[&str]) -> &Self {
+        assert_eq!(self.code, Some(code), "{}", self.context());
+        assert!(self.stderr.contains("error: "), "{}", self.context());
+        for needle in needles {
+            assert!(
+                self.stderr.contains(needle),
+                "stderr lacks {needle:?}\n{}",
+                self.context()
+            );
+        }
+        assert!(!self.stdout.contains("wrote "), "{}", self.context());
+        self
+    }
+}
+
+/// Runs `simpler <args>` in `cwd`.
+fn run_simpler<S: AsRef<str>>(args: &[S], cwd: &Path) -> Outcome {
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    let o = simpler(&args, cwd);
+    let (stdout, stderr) = text(&o);
+    Outcome {
+        label: String::new(),
+        command: args.join(" "),
+        code: o.status.code(),
+        stdout,
+        stderr,
+    }
+}
+
+/// Reads an f32 `.npy` file with `npyz`: (shape, data).
+fn read_f32_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let f = npyz::NpyFile::new(&bytes[..]).unwrap();
+    assert_eq!(f.dtype().descr(), "'<f4'", "{}", path.display());
+    assert_eq!(f.order(), npyz::Order::C, "{}", path.display());
+    let shape = f.shape().to_vec();
+    (shape, f.into_vec::<f32>().unwrap())
+}
+
+/// Asserts that `dir` exists and is empty.
+fn assert_empty(dir: &Path) {
+    let names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(names.is_empty(), "{} holds {names:?}", dir.display());
+}
+
+/// Every file name under `dir`, recursively, sorted (to prove a directory was left alone).
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(tree(&p));
+        }
+        out.push(p);
+    }
+    out.sort();
+    out
+}
+
+/// An example's inputs (`<name>.npy`) and reference (`<out>.ref.npy`) written into a fresh
+/// temporary directory, with an empty `out/` directory for results.
+struct Workdir {
+    dir: tempfile::TempDir,
+    example: &'static str,
+    inputs: Vec<Array>,
+    reference: Array,
+}
+
+impl Workdir {
+    fn new(example: &'static str) -> Workdir {
+        let inputs = simpler_examples::inputs(example).unwrap();
+        let mut refs = simpler_examples::reference(example, &inputs).unwrap();
+        assert_eq!(refs.len(), 1, "every example has one output");
+        let w = Workdir {
+            dir: tempfile::tempdir().unwrap(),
+            example,
+            inputs,
+            reference: refs.remove(0),
+        };
+        for a in &w.inputs {
+            simpler_examples::write_npy(&w.path(&format!("{}.npy", a.name)), a).unwrap();
+        }
+        let r = &w.reference;
+        simpler_examples::write_npy(&w.path(&format!("{}.ref.npy", r.name)), r).unwrap();
+        std::fs::create_dir(w.out_dir()).unwrap();
+        w
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn out_dir(&self) -> PathBuf {
+        self.path("out")
+    }
+
+    /// Where `--output` writes the result.
+    fn out_file(&self) -> PathBuf {
+        self.out_dir().join(format!("{}.npy", self.reference.name))
+    }
+
+    fn ref_file(&self) -> PathBuf {
+        self.path(&format!("{}.ref.npy", self.reference.name))
+    }
+
+    /// `simpler build examples/<example> -o <tmp>/<example>.simpler`, which must succeed.
+    fn build(&self) -> PathBuf {
+        let bundle = self.path(&format!("{}.simpler", self.example));
+        let dir = example_dir(self.example);
+        run_simpler(
+            &["build", path_str(&dir), "-o", path_str(&bundle)],
+            self.dir.path(),
+        )
+        .succeeded();
+        bundle
+    }
+
+    /// `--input NAME=FILE` for every input.
+    fn input_flags(&self) -> Vec<String> {
+        self.inputs
+            .iter()
+            .flat_map(|a| {
+                let file = self.path(&format!("{}.npy", a.name));
+                [
+                    "--input".to_string(),
+                    format!("{}={}", a.name, file.display()),
+                ]
+            })
+            .collect()
+    }
+
+    /// `--output NAME=out/NAME.npy`.
+    fn output_flag(&self) -> [String; 2] {
+        [
+            "--output".into(),
+            format!("{}={}", self.reference.name, self.out_file().display()),
+        ]
+    }
+
+    /// `simpler run <target> <flags>` in the temporary directory.
+    fn run(&self, target: &Path, flags: &[String]) -> Outcome {
+        let mut args = vec!["run".to_string(), path_str(target).to_string()];
+        args.extend_from_slice(flags);
+        run_simpler(&args, self.dir.path())
+    }
+
+    /// Every input, the output and a check against the true reference.
+    fn full_flags(&self) -> Vec<String> {
+        let mut flags = self.input_flags();
+        flags.extend(self.output_flag());
+        flags.push("--check".into());
+        flags.push(format!(
+            "{}={}",
+            self.reference.name,
+            self.ref_file().display()
+        ));
+        flags
+    }
+
+    /// Asserts a passed run: the PASS line, and the output file read back with `npyz`
+    /// matching the reference in shape and values.
+    fn assert_passed(&self, o: &Outcome) {
+        o.succeeded();
+        let r = &self.reference;
+        let pass = format!("PASS {}: {} elements match", r.name, r.numel());
+        assert!(o.stdout.contains(&pass), "{}", o.context());
+        let (shape, data) = read_f32_npy(&self.out_file());
+        assert_eq!(shape, r.shape);
+        if let Err(m) = simpler_examples::allclose(&data, &r.data, 1e-5, 1e-5) {
+            panic!("{}: output differs from the reference: {m}", self.example);
+        }
+    }
+}
+
+/// Builds an example into a bundle, runs it with a check and compares its output file.
+fn end_to_end(example: &'static str) {
+    let w = Workdir::new(example);
+    let bundle = w.build();
+    let o = w.run(&bundle, &w.full_flags());
+    w.assert_passed(&o);
+}
+
+// ---- the four examples ---------------------------------------------------------------------
+
+#[test]
+fn vector_add_end_to_end() {
+    end_to_end("vector_add");
+}
+
+#[test]
+fn formula_end_to_end() {
+    end_to_end("formula");
+}
+
+#[test]
+fn gemm_end_to_end() {
+    end_to_end("gemm");
+}
+
+#[test]
+fn softmax_end_to_end() {
+    end_to_end("softmax");
+}
+
+/// `simpler run <example dir>` builds in memory and leaves the example directory as it was.
+#[test]
+fn run_on_an_example_directory_builds_in_memory() {
+    let w = Workdir::new("softmax");
+    let dir = example_dir("softmax");
+    let before = tree(&dir);
+    let o = w.run(&dir, &w.full_flags());
+    w.assert_passed(&o);
+    assert!(
+        o.stderr.contains("built `softmax`") && o.stderr.contains("in memory"),
+        "{}",
+        o.context()
+    );
+    assert_eq!(tree(&dir), before, "the example directory was written to");
+}
+
+// ---- bad input: exit 2, nothing written ----------------------------------------------------
+
+/// Inputs that disagree with `formula`'s signature (a, b: in f32[16384]; f: out f32[16384]),
+/// or files that are not usable `.npy` files.
+#[test]
+fn bad_inputs_exit_2_naming_the_cause_and_write_nothing() {
+    let w = Workdir::new("formula");
+    let bundle = w.build();
+    const N: u64 = 16384;
+    let zeros = vec![0u8; 8 * N as usize];
+    write_npy_raw(&w.path("i32.npy"), "<i4", &[N], &zeros[..4 * N as usize]);
+    write_npy_raw(&w.path("f64.npy"), "<f8", &[N], &zeros);
+    write_f32_npy(&w.path("2d.npy"), &[2, N / 2], &vec![0.0; N as usize]);
+    write_f32_npy(&w.path("short.npy"), &[100], &[0.0; 100]);
+    std::fs::write(
+        w.path("garbage.npy"),
+        b"these are not the bytes you are looking for",
+    )
+    .unwrap();
+    write_npy_raw(&w.path("cut_data.npy"), "<f4", &[N], &zeros[..400]);
+    let valid = std::fs::read(w.path("a.npy")).unwrap();
+    std::fs::write(w.path("cut_header.npy"), &valid[..40]).unwrap();
+    std::fs::write(w.path("empty.npy"), b"").unwrap();
+
+    let p = |name: &str| w.path(name).display().to_string();
+    let (a, b) = (format!("a={}", p("a.npy")), format!("b={}", p("b.npy")));
+    let with_a = |file: &str| vec![format!("a={}", p(file)), b.clone()];
+    let cases: Vec<(&str, Vec<String>, Vec<&str>)> = vec![
+        (
+            "missing --input",
+            vec![a.clone()],
+            vec!["missing --input for `b`"],
+        ),
+        (
+            "an extra input of an unknown name",
+            vec![a.clone(), b.clone(), format!("zz={}", p("a.npy"))],
+            vec!["--input given 3 times", "has 2 input", "`a`, `b`"],
+        ),
+        (
+            "an unknown name instead of b",
+            vec![a.clone(), format!("zz={}", p("b.npy"))],
+            vec!["--input zz", "no argument `zz`", "`a`, `b`, `f`"],
+        ),
+        (
+            "wrong shape, same element count",
+            with_a("2d.npy"),
+            vec!["--input a: wrong shape", "[16384]", "[2, 8192]"],
+        ),
+        (
+            "wrong shape, fewer elements",
+            with_a("short.npy"),
+            vec!["--input a: wrong shape", "[100]"],
+        ),
+        (
+            "int32 for an f32 argument",
+            with_a("i32.npy"),
+            vec!["--input a: wrong dtype", "expects f32", "holds i32"],
+        ),
+        (
+            "float64 for an f32 argument",
+            with_a("f64.npy"),
+            vec!["--input a", "float64 is not supported"],
+        ),
+        (
+            "a missing file",
+            with_a("absent.npy"),
+            vec!["--input a", "absent.npy` does not exist"],
+        ),
+        (
+            "garbage bytes",
+            with_a("garbage.npy"),
+            vec!["--input a", "garbage.npy` is not a .npy file"],
+        ),
+        (
+            "an empty file",
+            with_a("empty.npy"),
+            vec!["--input a", "empty.npy` is not a .npy file"],
+        ),
+        (
+            "a valid header, truncated data",
+            with_a("cut_data.npy"),
+            vec![
+                "--input a",
+                "data length mismatch",
+                "needs 65536 bytes, got 400",
+            ],
+        ),
+        (
+            "a file cut inside its header",
+            with_a("cut_header.npy"),
+            vec!["--input a", "cut_header.npy` has a malformed .npy header"],
+        ),
+    ];
+    for (what, inputs, needles) in cases {
+        let mut flags: Vec<String> = inputs
+            .into_iter()
+            .flat_map(|i| ["--input".to_string(), i])
+            .collect();
+        flags.extend(w.output_flag());
+        w.run(&bundle, &flags).labelled(what).failed(2, &needles);
+        assert_empty(&w.out_dir());
+    }
+
+    // A reference of the wrong shape is refused before anything runs, too.
+    let mut flags = w.input_flags();
+    flags.extend(w.output_flag());
+    flags.extend(["--check".into(), format!("f={}", p("short.npy"))]);
+    w.run(&bundle, &flags)
+        .failed(2, &["--check f: wrong shape", "[100]"]);
+    assert_empty(&w.out_dir());
+}
+
+/// A bundle with one byte flipped, cut in half or empty, and a file that is no bundle at all,
+/// are refused with their cause.
+#[test]
+fn damaged_bundles_exit_2_and_write_nothing() {
+    let w = Workdir::new("formula");
+    let good = std::fs::read(w.build()).unwrap();
+    let mut flipped = good.clone();
+    flipped[good.len() / 2] ^= 0x01;
+    let half = good[..good.len() / 2].to_vec();
+    let not_a_bundle = std::fs::read(w.path("a.npy")).unwrap();
+    let cases: [(&str, Vec<u8>, &[&str]); 4] = [
+        (
+            "flipped.simpler",
+            flipped,
+            &["checksum mismatch", "corrupt"],
+        ),
+        ("half.simpler", half, &["truncated"]),
+        ("empty.simpler", Vec::new(), &["truncated"]),
+        ("npy.simpler", not_a_bundle, &["not a simpler bundle"]),
+    ];
+    let mut flags = w.input_flags();
+    flags.extend(w.output_flag());
+    for (name, bytes, needles) in cases {
+        let path = w.path(name);
+        std::fs::write(&path, bytes).unwrap();
+        let o = w.run(&path, &flags).labelled(name);
+        let loading = format!("cannot load bundle `{}`", path.display());
+        o.failed(2, &[&loading]).failed(2, needles);
+        assert_empty(&w.out_dir());
+    }
+}
+
+/// A manifest naming an entry symbol its library does not export: whether the build or the
+/// run notices, the run fails with exit 2 naming the symbol, and nothing is written.
+#[test]
+fn missing_entry_symbols_exit_2_naming_the_symbol() {
+    let cases = [
+        (
+            "entry = \"kernel_entry\"",
+            "entry = \"no_such_symbol\"",
+            "kernel func 0 image does not export the entry symbol `no_such_symbol`",
+        ),
+        (
+            "entry = \"aicpu_orchestration_entry\"",
+            "entry = \"no_such_orchestration\"",
+            "orchestration image does not export the entry symbol `no_such_orchestration`",
+        ),
+    ];
+    let w = Workdir::new("vector_add");
+    let src = example_dir("vector_add");
+    let mut flags = w.input_flags();
+    flags.extend(w.output_flag());
+    for (i, (from, to, needle)) in cases.into_iter().enumerate() {
+        // A copy of examples/vector_add with one entry renamed in its manifest.
+        let ex = w.path(&format!("example{i}"));
+        std::fs::create_dir_all(ex.join("kernels")).unwrap();
+        for f in ["orchestration.c", "kernels/add.c"] {
+            std::fs::copy(src.join(f), ex.join(f)).unwrap();
+        }
+        let manifest = std::fs::read_to_string(src.join("simpler.toml")).unwrap();
+        assert_eq!(manifest.matches(from).count(), 1, "{manifest}");
+        std::fs::write(ex.join("simpler.toml"), manifest.replace(from, to)).unwrap();
+
+        // From the directory (built in memory)...
+        w.run(&ex, &flags).labelled(to).failed(2, &[needle]);
+        assert_empty(&w.out_dir());
+        // ...and through a bundle, if the build lets it through.
+        let bundle = w.path(&format!("example{i}.simpler"));
+        let b = run_simpler(
+            &["build", path_str(&ex), "-o", path_str(&bundle)],
+            w.dir.path(),
+        );
+        if b.code == Some(0) {
+            w.run(&bundle, &flags).labelled(to).failed(2, &[needle]);
+        } else {
+            assert!(b.stderr.contains(needle), "{}", b.context());
+        }
+        assert_empty(&w.out_dir());
+    }
+}
+
+// ---- failed runs: exit 1, nothing written --------------------------------------------------
+
+const TINY_MANIFEST: &str = r#"name = "tiny"
+
+[orchestration]
+source = "orchestration.c"
+
+[[kernels]]
+func_id = 0
+core = "aiv"
+source = "kernels/double.c"
+
+[[args]]
+name = "x"
+direction = "in"
+dtype = "f32"
+shape = [4]
+
+[[args]]
+name = "y"
+direction = "out"
+dtype = "f32"
+shape = [4]
+"#;
+
+/// One AIV task running func 0 on x (input) and y (written).
+const TINY_ORCH: &str = r#"#include "simpler/orchestration.h"
+
+SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
+                                                        const SimplerOrchArgs *args) {
+    SimplerTaskDesc d;
+    simpler_task_init(&d, SIMPLER_CORE_AIV, 0);
+    simpler_task_add_input(&d, &args->tensors[0]);
+    simpler_task_add_output_existing(&d, &args->tensors[1]);
+    int32_t rc = simpler_submit(ops, &d, NULL);
+    return rc;
+}
+"#;
+
+/// y = 2 x.
+const TINY_KERNEL: &str = r#"#include "simpler/kernel.h"
+
+SIMPLER_KERNEL void kernel_entry(int64_t *args) {
+    const SimplerChipTensor *x = simpler_arg_tensor(args, 0);
+    SimplerChipTensor *y = simpler_arg_tensor(args, 1);
+    for (uint64_t i = 0; i < x->shapes[0]; ++i)
+        SIMPLER_TENSOR_DATA(float, y)[i] = 2.0f * SIMPLER_TENSOR_DATA(float, x)[i];
+}
+"#;
+
+/// `src` with `from` (which must occur exactly once) replaced by `to`.
+fn edit(src: &str, from: &str, to: &str) -> String {
+    assert_eq!(src.matches(from).count(), 1, "{from:?} in\n{src}");
+    src.replace(from, to)
+}
+
+/// The tiny example (manifest, `orch`, `kernel`) in a temporary directory with its input
+/// `x.npy` = [1, 2, 3, 4] and an empty `out/`; returns it and the `run` arguments.
+fn tiny(orch: &str, kernel: &str) -> (tempfile::TempDir, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::create_dir(p.join("kernels")).unwrap();
+    std::fs::create_dir(p.join("out")).unwrap();
+    std::fs::write(p.join("simpler.toml"), TINY_MANIFEST).unwrap();
+    std::fs::write(p.join("orchestration.c"), orch).unwrap();
+    std::fs::write(p.join("kernels/double.c"), kernel).unwrap();
+    write_f32_npy(&p.join("x.npy"), &[4], &[1.0, 2.0, 3.0, 4.0]);
+    let args = ["run", ".", "--input", "x=x.npy", "--output", "y=out/y.npy"]
+        .map(String::from)
+        .to_vec();
+    (dir, args)
+}
+
+/// Runs the tiny example and asserts a failed run: exit 1, `needles` on stderr, no output.
+fn tiny_fails(orch: &str, kernel: &str, needles: &[&str]) {
+    let (dir, args) = tiny(orch, kernel);
+    let o = run_simpler(&args, dir.path());
+    o.failed(1, &["error: running `tiny` failed"])
+        .failed(1, needles);
+    assert_empty(&dir.path().join("out"));
+}
+
+/// The control for the failure cases below: unedited, the tiny example works.
+#[test]
+fn tiny_example_doubles_its_input() {
+    let (dir, args) = tiny(TINY_ORCH, TINY_KERNEL);
+    run_simpler(&args, dir.path()).succeeded();
+    let (shape, y) = read_f32_npy(&dir.path().join("out/y.npy"));
+    assert_eq!((shape, y), (vec![4], vec![2.0, 4.0, 6.0, 8.0]));
+}
+
+#[test]
+fn kernel_fatal_error_exits_1_with_its_code() {
+    let kernel = edit(
+        TINY_KERNEL,
+        "    for (",
+        "    simpler_kernel_fail(args, 42);\n    return;\n    for (",
+    );
+    tiny_fails(TINY_ORCH, &kernel, &["KERNEL_FATAL", "fatal code 42"]);
+}
+
+/// The orchestration submits its task, then reports a fatal error and returns non-zero.
+#[test]
+fn orchestration_fatal_error_exits_1_with_its_message() {
+    let orch = edit(
+        TINY_ORCH,
+        "    return rc;",
+        "    (void)rc;\n    simpler_report_fatal(ops, SIMPLER_ORCH_EXPLICIT_FATAL, \"boom\");\n    \
+         return SIMPLER_ORCH_EXPLICIT_FATAL;",
+    );
+    tiny_fails(&orch, TINY_KERNEL, &["EXPLICIT_ORCH_FATAL", "boom"]);
+}
+
+/// Submits the runtime must refuse: a func id nobody registered, and func 0 (an AIV
+/// kernel) on an AIC core.
+#[test]
+fn invalid_submits_exit_1_naming_the_func_id() {
+    let cases = [
+        ("SIMPLER_CORE_AIV, 7", &["INVALID_ARGS", "func id 7"][..]),
+        (
+            "SIMPLER_CORE_AIC, 0",
+            &["INVALID_ARGS", "func id 0", "core type"][..],
+        ),
+    ];
+    for (submit, needles) in cases {
+        let orch = edit(TINY_ORCH, "SIMPLER_CORE_AIV, 0", submit);
+        tiny_fails(&orch, TINY_KERNEL, needles);
+    }
+}
+
+// ---- a failed check: exit 1 ----------------------------------------------------------------
+
+/// A reference off by 1.0 at one element of a 2-D output: FAIL names its [row, col]. The run
+/// itself succeeded, so the output is written (before the checks) and is correct. A
+/// tolerance that covers the difference passes.
+#[test]
+fn failed_check_exits_1_naming_the_first_mismatch() {
+    let w = Workdir::new("softmax");
+    let bundle = w.build();
+    let r = &w.reference;
+    let mut wrong = r.clone();
+    wrong.data[3 * 256 + 5] += 1.0;
+    let wrong_path = w.path("y.wrong.npy");
+    simpler_examples::write_npy(&wrong_path, &wrong).unwrap();
+
+    let mut flags = w.input_flags();
+    flags.extend(w.output_flag());
+    flags.extend(["--check".into(), format!("y={}", wrong_path.display())]);
+    let o = w.run(&bundle, &flags);
+    assert_eq!(o.code, Some(1), "{}", o.context());
+    assert!(
+        o.stdout.contains("FAIL y: 1 of 262144 elements differ")
+            && o.stdout.contains("first mismatch at [3, 5]"),
+        "{}",
+        o.context()
+    );
+    assert!(
+        o.stderr.contains("error: check failed for `y`"),
+        "{}",
+        o.context()
+    );
+    let (_, data) = read_f32_npy(&w.out_file());
+    assert!(simpler_examples::allclose(&data, &r.data, 1e-5, 1e-5).is_ok());
+
+    flags.extend(["--atol".into(), "1.5".into()]);
+    let o = w.run(&bundle, &flags);
+    o.succeeded();
+    assert!(o.stdout.contains("PASS y"), "{}", o.context());
+}

@@ -1,0 +1,438 @@
+//! Task submission (spec `l2-runtime.md` §2.3–§2.5): check the descriptor, discover the
+//! task's dependencies (explicit, creator retention through `owner_task_id`, and the tensor
+//! map's RAW/WAW/WAR conflicts), wait for room in its ring (task slot, dependency pool,
+//! output heap) with back-pressure, write the slot, wire the producers and, when nothing is
+//! left to wait for, make it ready.
+//!
+//! Back-pressure never hangs: a ring whose oldest live task still belongs to an open scope
+//! can never advance (SCOPE_DEADLOCK / HEAP_RING_DEADLOCK at once), and a wait with no
+//! progress anywhere in the run for the watchdog period fails with the ring's error code.
+
+use std::sync::atomic::Ordering;
+
+use simpler_abi::*;
+
+use super::orchestrator::Orchestrator;
+use super::ring::{HEAP_ALIGN, RING_COUNT};
+use super::task::{local_of, ring_of, Shape, TaskId, LANE_BITS, NO_TASK};
+use super::tensormap::Region;
+
+/// What `check_desc` resolved.
+struct Kind {
+    shape: Shape,
+    kernels: [u64; 3],
+    func_ids: [i32; 3],
+    lanes: u8,
+    block_num: u32,
+    sync_start: bool,
+}
+
+/// Which resource a back-pressure wait is for.
+#[derive(Clone, Copy)]
+enum Resource {
+    Slot,
+    DepPool(u32),
+    Heap(u64),
+}
+
+impl<'a> Orchestrator<'a> {
+    fn check_desc(&self, d: &TaskDesc) -> Result<Kind, i32> {
+        if d.tensor_count as usize > MAX_TASK_TENSORS
+            || d.scalar_count as usize > MAX_TASK_SCALARS
+            || d.dep_count as usize > MAX_TASK_DEPS
+        {
+            return Err(self.invalid(|| {
+                format!(
+                    "a task has {} tensors, {} scalars and {} dependencies; the limits are {MAX_TASK_TENSORS}, {MAX_TASK_SCALARS} and {MAX_TASK_DEPS}",
+                    d.tensor_count, d.scalar_count, d.dep_count
+                )
+            }));
+        }
+        if !(1..=i16::MAX as i32).contains(&d.block_num) {
+            return Err(self.invalid(|| format!("block_num {} is outside 1..=32767", d.block_num)));
+        }
+        let mut ids = d.kernel_ids;
+        let used = ids.iter().filter(|&&f| f != NO_KERNEL).count();
+        if used == 1 && ids[LANE_AIV1] != NO_KERNEL {
+            // A task that uses only AIV1 is an AIV task.
+            ids.swap(LANE_AIV0, LANE_AIV1);
+        }
+        let shape = match (used, ids[LANE_AIC] != NO_KERNEL) {
+            (0, _) => Shape::Dummy,
+            (1, true) => Shape::Aic,
+            (1, false) => Shape::Aiv,
+            _ => Shape::Mix,
+        };
+        let mut kind = Kind {
+            shape,
+            kernels: [0; 3],
+            func_ids: [-1; 3],
+            lanes: 0,
+            block_num: d.block_num as u32,
+            sync_start: d.flags & TASK_FLAG_REQUIRE_SYNC_START != 0,
+        };
+        for (lane, &func) in ids.iter().enumerate() {
+            if func == NO_KERNEL {
+                continue;
+            }
+            let want = if lane == LANE_AIC {
+                CoreType::Aic
+            } else {
+                CoreType::Aiv
+            };
+            let idx = usize::try_from(func)
+                .ok()
+                .filter(|&i| i < self.shared.func_addrs.len());
+            let Some(idx) = idx else {
+                return Err(self
+                    .invalid(|| format!("func id {func} is outside the callable's kernel table")));
+            };
+            let (addr, registered) = (self.shared.func_addrs[idx], self.shared.func_types[idx]);
+            if addr == 0 || registered == 0 {
+                return Err(
+                    self.invalid(|| format!("no kernel is registered under func id {func}"))
+                );
+            }
+            if registered != want as u32 + 1 {
+                return Err(self.invalid(|| format!("func id {func} is registered for another core type than {want}, the lane it was submitted on")));
+            }
+            kind.kernels[lane] = addr;
+            kind.func_ids[lane] = func;
+            kind.lanes |= LANE_BITS[lane];
+        }
+        if kind.sync_start {
+            let limit = match shape {
+                Shape::Aiv => self.clusters * 2,
+                _ => self.clusters,
+            };
+            if kind.block_num > limit || shape == Shape::Dummy {
+                let n = kind.block_num;
+                return Err(self.fail(ORCH_REQUIRE_SYNC_START_INVALID, || {
+                    format!("require_sync_start with {n} blocks of a {shape:?} task; at most {limit} can start together")
+                }));
+            }
+        }
+        Ok(kind)
+    }
+
+    /// Submits one task; returns 0 or an orchestrator error code.
+    pub(crate) fn submit(&mut self, d: &TaskDesc, outputs: Option<&mut TaskOutputs>) -> i32 {
+        if let Some(code) = self.shared.errors.code() {
+            return code;
+        }
+        match self.try_submit(d, outputs) {
+            Ok(()) => 0,
+            Err(code) => code,
+        }
+    }
+
+    fn try_submit(&mut self, d: &TaskDesc, outputs: Option<&mut TaskOutputs>) -> Result<(), i32> {
+        let kind = self.check_desc(d)?;
+        let n = d.tensor_count as usize;
+        let mut tags = [TensorArgType::Input; MAX_TASK_TENSORS];
+        for (i, &raw) in d.tags[..n].iter().enumerate() {
+            tags[i] = TensorArgType::from_raw(raw).ok_or_else(|| {
+                self.invalid(|| format!("tensor argument {i} has unknown tag {raw}"))
+            })?;
+        }
+        // Output sizes (packed, aligned) and views of existing buffers.
+        let mut out_bytes = [0u64; MAX_TASK_TENSORS];
+        let mut heap_bytes = 0u64;
+        let mut regions: [Option<Region>; MAX_TASK_TENSORS] = [None; MAX_TASK_TENSORS];
+        for i in 0..n {
+            let t = &d.tensors[i];
+            let dt = t
+                .data_type()
+                .filter(|_| (1..=MAX_TENSOR_DIMS as u32).contains(&t.ndims));
+            let Some(dt) = dt else {
+                return Err(self.invalid(|| format!("tensor argument {i} has ndims {} and dtype {}; need 1..=5 dims and a known dtype", t.ndims, t.dtype)));
+            };
+            if tags[i] == TensorArgType::Output {
+                let bytes = t
+                    .shape()
+                    .iter()
+                    .try_fold(dt.size_bytes() as u64, |a, &s| a.checked_mul(s))
+                    .filter(|&b| b > 0);
+                let Some(bytes) = bytes else {
+                    return Err(self.invalid(|| {
+                        format!(
+                            "output argument {i} has an empty or overflowing shape {:?}",
+                            t.shape()
+                        )
+                    }));
+                };
+                out_bytes[i] = bytes.div_ceil(HEAP_ALIGN) * HEAP_ALIGN;
+                heap_bytes += out_bytes[i];
+                continue;
+            }
+            let region = Region::of(t, dt.size_bytes() as u64).filter(|r| {
+                r.lo >= t.buffer_addr && r.hi <= t.buffer_addr.saturating_add(t.buffer_size)
+            });
+            if region.is_none() {
+                return Err(self.invalid(|| {
+                    format!("tensor argument {i} (shape {:?}, start offset {}) reaches outside its buffer of {} bytes", t.shape(), t.start_offset, t.buffer_size)
+                }));
+            }
+            regions[i] = region;
+        }
+        let r = self.depth().min(RING_COUNT - 1);
+        if heap_bytes > self.heaps[r].size {
+            let size = self.heaps[r].size;
+            return Err(self.fail(ORCH_HEAP_RING_DEADLOCK, || {
+                format!("the task's outputs need {heap_bytes} bytes; ring {r}'s heap has {size}")
+            }));
+        }
+        if self.scope_tasks.len() >= self.scope_tasks_cap {
+            let cap = self.scope_tasks_cap;
+            return Err(self.fail(ORCH_SCOPE_TASKS_OVERFLOW, || {
+                format!("more than {cap} tasks are held by open scopes")
+            }));
+        }
+
+        // Dependencies: explicit, creator retention, then the tensor map.
+        let mut deps = std::mem::take(&mut self.deps);
+        deps.clear();
+        let result = self.collect_deps(d, &tags, &regions, &mut deps);
+        let result = result
+            .and_then(|_| self.wait_for_room(r, Resource::Slot))
+            .and_then(|_| self.wait_for_room(r, Resource::DepPool(deps.len() as u32)));
+        if let Err(code) = result {
+            self.deps = deps;
+            return Err(code);
+        }
+
+        // Claim the slot and carve the outputs.
+        let ring = &self.shared.rings[r];
+        let local = ring.next.load(Ordering::Relaxed);
+        let id: TaskId = (r as u64) << 32 | u64::from(local);
+        let mut heap_at = 0;
+        if heap_bytes > 0 {
+            match self
+                .wait_for_room(r, Resource::Heap(heap_bytes))
+                .map(|_| self.heaps[r].alloc(id, heap_bytes))
+            {
+                Ok(Some(addr)) => heap_at = addr,
+                Ok(None) => unreachable!("wait_for_room returned with room"),
+                Err(code) => {
+                    self.deps = deps;
+                    return Err(code);
+                }
+            }
+        }
+        ring.ensure(local);
+        let slot = ring.slot(local);
+        // SAFETY: the slot is free — `wait_for_room(Slot)` guaranteed fewer than window − 1
+        // live tasks, so this slot's previous task was reclaimed (consumed) — and we are the
+        // orchestrator thread; the reference is dropped before the task is published.
+        let body = unsafe { slot.body_mut() };
+        body.shape = kind.shape;
+        body.kernels = kind.kernels;
+        body.func_ids = kind.func_ids;
+        body.lanes = kind.lanes;
+        body.block_num = kind.block_num;
+        body.sync_start = kind.sync_start;
+        body.tensors.clear();
+        body.tensors.extend_from_slice(&d.tensors[..n]);
+        body.retained.clear();
+        for i in 0..n {
+            if tags[i] == TensorArgType::Output {
+                let t = &mut body.tensors[i];
+                let shape: Vec<u64> = t.shape().to_vec();
+                let dt = t.data_type().expect("checked above");
+                *t = ChipTensor::contiguous(heap_at, &shape, dt);
+                t.owner_task_id = id;
+                heap_at += out_bytes[i];
+            }
+        }
+        body.args = KernelArgs::default();
+        for i in 0..n {
+            body.args.slots[i] = &body.tensors[i] as *const ChipTensor as u64;
+        }
+        let s = d.scalar_count as usize;
+        body.args.slots[n..n + s].copy_from_slice(&d.scalars[..s]);
+        slot.arm(id);
+        ring.next.store(local.wrapping_add(1), Ordering::Release);
+        self.shared.submitted.fetch_add(1, Ordering::AcqRel);
+        self.scope_tasks.push(id);
+
+        // Record this task's accesses for later submissions.
+        if !self.manual() {
+            for i in 0..n {
+                if let (Some(region), tag) = (regions[i], tags[i]) {
+                    if tag != TensorArgType::NoDep {
+                        self.map
+                            .record(d.tensors[i].buffer_addr, region, tag.writes(), id);
+                    }
+                }
+            }
+        }
+
+        // Wire: pin each live producer until this task completes; wait for those not done.
+        let mut edges = 0;
+        for &p in &deps {
+            let producer = self.shared.task(p);
+            if producer.id.load(Ordering::Acquire) != p || !producer.try_pin() {
+                continue;
+            }
+            body.retained.push(p);
+            let mut f = producer.fanout.lock();
+            if !f.completed {
+                f.consumers.push(id);
+                slot.fanin.fetch_add(1, Ordering::AcqRel);
+                edges += 1;
+            }
+        }
+        body.edges = edges;
+        ring.edges_live.fetch_add(edges, Ordering::AcqRel);
+        self.deps = deps;
+
+        if let Some(out) = outputs {
+            out.task_id = id;
+            out.count = 0;
+            for (t, _) in body
+                .tensors
+                .iter()
+                .zip(&tags[..n])
+                .filter(|(_, &tag)| tag == TensorArgType::Output)
+            {
+                out.tensors[out.count as usize] = *t;
+                out.count += 1;
+            }
+        }
+        self.shared.progress();
+        // Publish: drop the wiring guard.
+        if slot.fanin.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.make_ready(id);
+        }
+        Ok(())
+    }
+
+    /// Gathers every task the new one must wait for or retain.
+    fn collect_deps(
+        &mut self,
+        d: &TaskDesc,
+        tags: &[TensorArgType],
+        regions: &[Option<Region>],
+        deps: &mut Vec<TaskId>,
+    ) -> Result<(), i32> {
+        for &dep in &d.deps[..d.dep_count as usize] {
+            let (ring, local) = (ring_of(dep), local_of(dep));
+            let issued = ring < RING_COUNT && {
+                let rg = &self.shared.rings[ring];
+                let next = rg.next.load(Ordering::Relaxed);
+                (next.wrapping_sub(local) as i32) > 0
+            };
+            if !issued {
+                return Err(self.invalid(|| {
+                    format!("explicit dependency on task {dep:#x}, which was not submitted before")
+                }));
+            }
+            if !deps.contains(&dep) {
+                deps.push(dep);
+            }
+        }
+        let n = d.tensor_count as usize;
+        for (i, (t, &tag)) in d.tensors[..n].iter().zip(tags).enumerate() {
+            let owner = t.owner_task_id;
+            if tag == TensorArgType::Output || owner == NO_OWNER_TASK || owner == NO_TASK {
+                continue;
+            }
+            let live = ring_of(owner) < RING_COUNT && {
+                let slot = self.shared.task(owner);
+                slot.id.load(Ordering::Acquire) == owner && !slot.consumed.load(Ordering::Acquire)
+            };
+            if !live {
+                return Err(self.invalid(|| {
+                    format!("tensor argument {i} is an output of task {owner:#x}, whose scope has ended (outputs are valid only inside their scope)")
+                }));
+            }
+            if !deps.contains(&owner) {
+                deps.push(owner);
+            }
+        }
+        if !self.manual() {
+            let shared = self.shared;
+            for i in 0..n {
+                let (Some(region), tag) = (regions[i], tags[i]) else {
+                    continue;
+                };
+                if tag == TensorArgType::NoDep {
+                    continue;
+                }
+                self.map.conflicts(
+                    d.tensors[i].buffer_addr,
+                    &region,
+                    tag.writes(),
+                    |t| shared.task(t).is_done(t),
+                    deps,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until ring `r` has room for `res`, reclaiming as it goes.
+    fn wait_for_room(&mut self, r: usize, res: Resource) -> Result<(), i32> {
+        if let Resource::DepPool(edges) = res {
+            let pool = self.shared.rings[r].dep_pool;
+            if edges > pool {
+                return Err(self.fail(ORCH_DEP_POOL_OVERFLOW, || format!("a task with {edges} dependencies exceeds ring {r}'s dependency pool of {pool}")));
+            }
+        }
+        let mut announced = false;
+        loop {
+            self.reclaim();
+            let ring = &self.shared.rings[r];
+            let room = match res {
+                Resource::Slot => ring.has_room(),
+                Resource::DepPool(e) => {
+                    ring.edges_live.load(Ordering::Acquire) + e <= ring.dep_pool
+                }
+                Resource::Heap(bytes) => self.heaps[r].fits(bytes),
+            };
+            if room {
+                if announced {
+                    self.bell.cancel_park();
+                }
+                return Ok(());
+            }
+            if let Some(code) = self.shared.errors.code() {
+                return Err(code);
+            }
+            // Structural deadlock: rings reclaim in task order, and the oldest live task (or
+            // heap block) belongs to a scope that cannot close while we wait.
+            let oldest = match res {
+                Resource::Slot => {
+                    Some((r as u64) << 32 | u64::from(ring.last_alive.load(Ordering::Relaxed)))
+                }
+                Resource::Heap(_) => self.heaps[r].oldest(),
+                Resource::DepPool(_) => None,
+            };
+            let stuck = oldest.is_some_and(|t| {
+                let slot = self.shared.task(t);
+                slot.id.load(Ordering::Acquire) == t && slot.in_open_scope.load(Ordering::Acquire)
+            });
+            let stalled = self.shared.stalled_for_ms() > self.shared.scheduler_timeout_ms;
+            if stuck || stalled {
+                let (window, depth) = (ring.window, self.depth());
+                return Err(match res {
+                    Resource::Slot if stuck => self.fail(ORCH_SCOPE_DEADLOCK, || {
+                        format!("ring {r} is full ({} tasks) and its oldest task belongs to an open scope at depth {depth}: a scope may hold at most {} tasks of a ring; close inner scopes sooner", window - 1, window - 2)
+                    }),
+                    Resource::Slot => self.fail(ORCH_FLOW_CONTROL_DEADLOCK, || format!("ring {r}'s task window ({window}) stayed full with no progress in the run")),
+                    Resource::DepPool(e) => self.fail(ORCH_DEP_POOL_OVERFLOW, || format!("ring {r}'s dependency pool stayed full ({e} more entries needed) with no progress in the run")),
+                    Resource::Heap(bytes) => self.fail(ORCH_HEAP_RING_DEADLOCK, || {
+                        format!("ring {r}'s output heap cannot fit {bytes} bytes: its oldest block belongs to a task of an open scope, or nothing progressed")
+                    }),
+                });
+            }
+            if !announced {
+                self.bell.prepare_park();
+                announced = true;
+                continue;
+            }
+            self.park();
+            announced = false;
+        }
+    }
+}
