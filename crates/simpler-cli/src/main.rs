@@ -2,8 +2,9 @@
 //!
 //! This file owns the command line (clap), dispatch to the subcommands, error printing and
 //! exit codes. The work lives in the modules: [`manifest`] (`simpler.toml`), [`build`]
-//! (compiling an example into a bundle), [`npy`] (`.npy` tensors) and [`run`] (matching a
-//! run's files against the callable's signature, executing, checking).
+//! (compiling an example into a bundle), [`npy`] (`.npy` tensors), [`run`] (matching a
+//! run's files against the callable's signature, executing, checking) and [`bench`]
+//! (runtime overhead figures).
 //!
 //! Exit codes: `0` success, `1` the run, an output write or a `--check` failed, `2` usage or
 //! input errors (bad flags, manifest, sources, compile errors, bundle, code that does not
@@ -11,6 +12,7 @@
 //! printed to stderr as `error: <message>` followed by one `  caused by: <cause>` line per
 //! underlying cause.
 
+mod bench;
 mod build;
 mod manifest;
 mod npy;
@@ -50,6 +52,18 @@ enum Command {
     },
     /// Run a callable once on .npy inputs; write and/or check its outputs.
     Run(RunArgs),
+    /// Measure runtime overhead with no-op task graphs and print the figures.
+    Bench {
+        /// Tasks per run.
+        #[arg(long, default_value_t = 16_384)]
+        tasks: u64,
+        /// Measured runs per configuration (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: u32,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -115,6 +129,9 @@ fn main() -> ExitCode {
         } => build::command(&example_dir, output.as_deref())
             .map(|_| ())
             .map_err(|e| (EXIT_USAGE, e.into())),
+        Command::Bench { tasks, runs, json } => {
+            bench::command(tasks, runs, json).map_err(|e| (EXIT_FAILURE, e))
+        }
         Command::Run(a) => {
             let req = run::RunRequest {
                 target: a.target,

@@ -1,0 +1,215 @@
+//! # simpler-bench — overhead workloads
+//!
+//! No-op task graphs, built from in-process Rust kernels and orchestrations so that only the
+//! runtime's own cost is measured (issue 3 item 8):
+//!
+//! - **submit cost**: the orchestrator's time per submitted task, measured inside the
+//!   orchestration around its submit loop, for independent no-op tasks;
+//! - **independent throughput**: end-to-end tasks per second for independent no-op tasks;
+//! - **chain throughput**: the same for a chain where each task depends on the previous one.
+//!
+//! Each workload runs on a chip topology given by the caller (24 or 72 simulated cores).
+//! Numbers are reported, never asserted: [`measure`] returns them for `simpler bench` and
+//! the criterion benches to print.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use simpler_abi::*;
+use simpler_device::Topology;
+use simpler_host::{
+    ArgDirection, ArgSpec, CallableSpec, ChipWorker, CodeImage, HostArg, HostError, HostTensor,
+    KernelSpec, Signature, WorkerConfig,
+};
+
+/// Tasks per inner scope in the workloads (well under a ring's window).
+const SCOPE_TASKS: u64 = 1024;
+
+/// Which graph a workload submits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Graph {
+    /// Independent no-op tasks.
+    Independent,
+    /// A chain: each no-op task depends on the previous one (INOUT on one tiny buffer).
+    Chain,
+}
+
+/// One measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct Measurement {
+    /// The graph.
+    pub graph: Graph,
+    /// AICore cores of the chip.
+    pub cores: u32,
+    /// AICPU threads (1 orchestrator + schedulers).
+    pub aicpu_threads: u32,
+    /// Tasks per run.
+    pub tasks: u64,
+    /// Runs measured (after one warm-up run).
+    pub runs: u32,
+    /// Median wall time of one run (host call to return), microseconds.
+    pub run_us: f64,
+    /// Median orchestrator time per submitted task, microseconds.
+    pub submit_us_per_task: f64,
+    /// Tasks per second, end to end (tasks / median run time).
+    pub tasks_per_s: f64,
+}
+
+/// Nanoseconds the orchestration of the last run spent in its submit loop.
+static SUBMIT_NS: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C" fn noop_kernel(_args: *mut i64) {}
+
+fn desc() -> Box<TaskDesc> {
+    // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
+    let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
+    d.size = std::mem::size_of::<TaskDesc>() as u32;
+    d.kernel_ids = [NO_KERNEL, 0, NO_KERNEL];
+    d.block_num = 1;
+    d
+}
+
+/// Submits `scalars[0]` no-op tasks; with `scalars[1] == 1` each is INOUT on tensor 0, which
+/// chains them. Times the submit loop into `SUBMIT_NS`.
+unsafe extern "C" fn noop_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid tables and arguments.
+    let (ops, args) = unsafe { (&*ops, &*args) };
+    let (tasks, chain) = (args.scalars[0], args.scalars[1] == 1);
+    let mut d = desc();
+    if chain {
+        d.tensor_count = 1;
+        d.tensors[0] = args.tensors[0];
+        d.tags[0] = TensorArgType::Inout as u32;
+    }
+    let start = Instant::now();
+    let mut submitted = 0;
+    while submitted < tasks {
+        // SAFETY: calls through the runtime's table with its own handle.
+        unsafe {
+            let rc = (ops.scope_begin)(ops.runtime, SCOPE_AUTO);
+            if rc != 0 {
+                return rc;
+            }
+            for _ in 0..SCOPE_TASKS.min(tasks - submitted) {
+                let rc = (ops.submit_task)(ops.runtime, &*d, std::ptr::null_mut());
+                if rc != 0 {
+                    return rc;
+                }
+                submitted += 1;
+            }
+            let rc = (ops.scope_end)(ops.runtime);
+            if rc != 0 {
+                return rc;
+            }
+        }
+    }
+    SUBMIT_NS.store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    0
+}
+
+/// The callable the workloads run: one no-op AIV kernel, a 1-element u32 tensor and two
+/// scalars (task count, chain flag).
+pub fn noop_callable() -> CallableSpec {
+    let arg = |name: &str, direction, shape| ArgSpec {
+        name: name.into(),
+        direction,
+        dtype: DataType::Uint32,
+        shape,
+    };
+    CallableSpec {
+        name: "noop".into(),
+        signature: Signature::new(vec![
+            arg("token", ArgDirection::InOut, Some(vec![1])),
+            arg("tasks", ArgDirection::Scalar, None),
+            arg("chain", ArgDirection::Scalar, None),
+        ])
+        .expect("a valid signature"),
+        orchestration: CodeImage::Orchestration(noop_orch),
+        kernels: vec![KernelSpec {
+            func_id: 0,
+            core_type: CoreType::Aiv,
+            image: CodeImage::Kernel(noop_kernel),
+        }],
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs `graph` with `tasks` tasks `runs` times (after a warm-up) on a chip of `clusters`
+/// clusters and `aicpu_threads` AICPU threads, and returns the medians.
+///
+/// # Errors
+/// Any [`HostError`] of the worker or of a run.
+pub fn measure(
+    graph: Graph,
+    tasks: u64,
+    runs: u32,
+    clusters: u32,
+    aicpu_threads: u32,
+) -> Result<Measurement, HostError> {
+    let worker = ChipWorker::new(WorkerConfig {
+        topology: Topology {
+            clusters,
+            aicpu_threads,
+        },
+        ..WorkerConfig::default()
+    })?;
+    let id = worker.register(&noop_callable())?;
+    let mut token = [0u8; 4];
+    let chain = u64::from(graph == Graph::Chain);
+    let (mut run_us, mut submit_us) = (Vec::new(), Vec::new());
+    for i in 0..=runs {
+        let mut args = [
+            HostArg::Tensor(HostTensor {
+                bytes: &mut token,
+                shape: vec![1],
+                dtype: DataType::Uint32,
+            }),
+            HostArg::Scalar(tasks),
+            HostArg::Scalar(chain),
+        ];
+        let start = Instant::now();
+        worker.run(id, &mut args)?;
+        let wall = start.elapsed();
+        if i > 0 {
+            run_us.push(wall.as_secs_f64() * 1e6);
+            submit_us.push(SUBMIT_NS.load(Ordering::Relaxed) as f64 / 1e3 / tasks as f64);
+        }
+    }
+    let run = median(run_us);
+    Ok(Measurement {
+        graph,
+        cores: clusters * 3,
+        aicpu_threads,
+        tasks,
+        runs,
+        run_us: run,
+        submit_us_per_task: median(submit_us),
+        tasks_per_s: tasks as f64 / (run / 1e6),
+    })
+}
+
+/// The issue-3 suite: independent and chain graphs of `tasks` tasks on 24 cores (4 AICPU
+/// threads) and 72 cores (6 AICPU threads).
+///
+/// # Errors
+/// The first [`HostError`].
+pub fn suite(tasks: u64, runs: u32) -> Result<Vec<Measurement>, HostError> {
+    let mut out = Vec::new();
+    for (clusters, threads) in [(8, 4), (24, 6)] {
+        for graph in [Graph::Independent, Graph::Chain] {
+            out.push(measure(graph, tasks, runs, clusters, threads)?);
+        }
+    }
+    Ok(out)
+}
+
+/// A wall-clock budget helper for callers that want a rough time box.
+pub fn elapsed_since(start: Instant) -> Duration {
+    start.elapsed()
+}

@@ -1,0 +1,74 @@
+//! `simpler bench`: runs the overhead workloads of `simpler-bench` (no-op task graphs on 24
+//! and 72 simulated cores) and prints their medians as a table or as JSON. It reports
+//! numbers; it never judges them.
+
+use serde::Serialize;
+use simpler_bench::{suite, Measurement};
+
+#[derive(Serialize)]
+struct Report {
+    tasks: u64,
+    runs: u32,
+    host_cpus: usize,
+    measurements: Vec<Measurement>,
+    /// 72-core tasks/s divided by 24-core tasks/s, per graph.
+    scaling_72_over_24: Vec<(String, f64)>,
+}
+
+/// Runs the suite and prints it.
+pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn std::error::Error>> {
+    if tasks == 0 || runs == 0 {
+        return Err("--tasks and --runs must be at least 1".into());
+    }
+    let measurements = suite(tasks, runs)?;
+    let scaling = measurements
+        .iter()
+        .filter(|m| m.cores == 24)
+        .filter_map(|small| {
+            let big = measurements
+                .iter()
+                .find(|m| m.cores == 72 && m.graph == small.graph)?;
+            Some((
+                format!("{:?}", small.graph).to_lowercase(),
+                big.tasks_per_s / small.tasks_per_s,
+            ))
+        })
+        .collect();
+    let report = Report {
+        tasks,
+        runs,
+        host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        measurements,
+        scaling_72_over_24: scaling,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "simpler bench: {} no-op tasks per run, median of {} runs, {} host CPUs",
+        report.tasks, report.runs, report.host_cpus
+    );
+    println!(
+        "{:<12} {:>6} {:>6} {:>12} {:>16} {:>14}",
+        "graph", "cores", "aicpu", "run (ms)", "submit (us/task)", "tasks/s"
+    );
+    for m in &report.measurements {
+        println!(
+            "{:<12} {:>6} {:>6} {:>12.3} {:>16.3} {:>14.0}",
+            format!("{:?}", m.graph).to_lowercase(),
+            m.cores,
+            m.aicpu_threads,
+            m.run_us / 1e3,
+            m.submit_us_per_task,
+            m.tasks_per_s
+        );
+    }
+    for (graph, ratio) in &report.scaling_72_over_24 {
+        println!(
+            "72-core / 24-core throughput, {graph}: {:.0}%",
+            ratio * 100.0
+        );
+    }
+    Ok(())
+}
