@@ -30,7 +30,7 @@ pub fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
     ctx.regs.write_cond(ready(desc.epoch));
     let mut last = 0u64;
     loop {
-        let value = ctx.regs.wait_dmb_change(last);
+        let value = wait_next(ctx, last);
         last = value;
         if value == EXIT_SIGNAL {
             ctx.regs.write_cond(EXITED);
@@ -42,6 +42,26 @@ pub fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
         ctx.regs
             .write_cond(if failed { fin_error(id) } else { fin(id) });
     }
+}
+
+/// Polls before parking: right after a dispatch the next one often arrives within
+/// microseconds (a chain, or a pre-loaded pending task), and a park/unpark round trip costs
+/// far more than that. Yielding (not spinning) lets the scheduler thread run on a small host.
+const POLL_YIELDS: u32 = 200;
+
+fn wait_next(ctx: &AicoreContext<'_>, last: u64) -> u64 {
+    for i in 0..POLL_YIELDS {
+        let v = ctx.regs.read_dmb();
+        if v != last {
+            return v;
+        }
+        if i < 16 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    ctx.regs.wait_dmb_change(last)
 }
 
 /// Runs dispatch `id` from its payload buffer; true when the kernel reported a fatal code.

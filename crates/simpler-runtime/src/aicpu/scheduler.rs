@@ -25,6 +25,9 @@ use crate::handshake::{
 
 /// How long one park lasts before the thread looks around anyway.
 const PARK_SLICE: Duration = Duration::from_millis(20);
+/// Passes with no progress that yield the CPU before the thread parks: a completion is
+/// usually microseconds away while cores are busy, and parking costs a futex round trip.
+const IDLE_YIELDS: u32 = 100;
 
 /// One dispatch in flight on a core.
 #[derive(Clone, Copy)]
@@ -42,6 +45,9 @@ struct CoreExec {
     running: Option<Sub>,
     pending: Option<Sub>,
     last_dispatch: u32,
+    /// Pass number of the core's last completion: recently finished cores are still polling
+    /// (not parked), so dispatching to them first is cheaper.
+    warm: u64,
 }
 
 impl CoreExec {
@@ -52,6 +58,10 @@ impl CoreExec {
 
 struct Scheduler<'a, 'c> {
     ctx: &'a AicpuContext<'c>,
+    /// Passes of the main loop so far.
+    pass: u64,
+    /// Scratch list of placements (kept to avoid allocating per pass).
+    places: Vec<usize>,
     shared: &'a RunShared,
     index: usize,
     cores: Vec<CoreExec>,
@@ -64,6 +74,8 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
     let topo = ctx.topology;
     let mut s = Scheduler {
         ctx,
+        pass: 0,
+        places: Vec::with_capacity(72),
         shared,
         index: index as usize,
         cores: Vec::new(),
@@ -79,6 +91,7 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
                 running: None,
                 pending: None,
                 last_dispatch: 0,
+                warm: 0,
             });
         }
         s.clusters.push([base, base + 1, base + 2]);
@@ -114,7 +127,9 @@ impl Scheduler<'_, '_> {
 
     /// The main loop; returns true when it ended on the watchdog.
     fn serve(&mut self) -> bool {
+        let mut idle_passes = 0u32;
         loop {
+            self.pass += 1;
             let mut progress = self.collect();
             let busy = self.cores.iter().any(|c| !c.idle());
             let fatal = self.shared.errors.is_fatal();
@@ -128,10 +143,16 @@ impl Scheduler<'_, '_> {
                 progress |= self.dispatch();
             }
             if progress {
+                idle_passes = 0;
                 continue;
             }
             if self.watchdog() {
                 return true;
+            }
+            if idle_passes < IDLE_YIELDS {
+                idle_passes += 1;
+                std::thread::yield_now();
+                continue;
             }
             let bell = self.ctx.doorbell;
             bell.prepare_park();
@@ -185,7 +206,8 @@ impl Scheduler<'_, '_> {
         any
     }
 
-    fn finish(&self, core: usize, sub: Sub, failed: bool) {
+    fn finish(&mut self, core: usize, sub: Sub, failed: bool) {
+        self.cores[core].warm = self.pass;
         let shared = self.shared;
         shared.running.fetch_sub(1, Ordering::AcqRel);
         shared.progress();
@@ -233,24 +255,25 @@ impl Scheduler<'_, '_> {
         }
     }
 
-    /// Free placements for one block of `shape`, idle cores first: core (or cluster) indices.
-    fn placements(&self, shape: Shape, lanes: u8, only_idle: bool) -> Vec<usize> {
+    /// Free placements for one block of `shape`, into `out`: cluster indices for MIX, core
+    /// indices otherwise, idle cores first and, among those, the most recently finished.
+    fn placements(&self, shape: Shape, lanes: u8, only_idle: bool, out: &mut Vec<usize>) {
+        out.clear();
         let free = |i: usize| self.free_slot(i, only_idle);
         match shape {
-            Shape::Mix => (0..self.clusters.len())
-                .filter(|&k| (0..3).all(|l| lanes & LANE_BITS[l] == 0 || free(self.clusters[k][l])))
-                .collect(),
+            Shape::Mix => out.extend((0..self.clusters.len()).filter(|&k| {
+                (0..3).all(|l| lanes & LANE_BITS[l] == 0 || free(self.clusters[k][l]))
+            })),
             _ => {
                 let ty = if shape == Shape::Aic {
                     CoreType::Aic
                 } else {
                     CoreType::Aiv
                 };
-                let mut v: Vec<usize> = (0..self.cores.len())
-                    .filter(|&i| self.cores[i].ty == ty && free(i))
-                    .collect();
-                v.sort_by_key(|&i| !self.cores[i].idle());
-                v
+                out.extend((0..self.cores.len()).filter(|&i| self.cores[i].ty == ty && free(i)));
+                out.sort_unstable_by_key(|&i| {
+                    (!self.cores[i].idle(), std::cmp::Reverse(self.cores[i].warm))
+                });
             }
         }
     }
@@ -280,13 +303,15 @@ impl Scheduler<'_, '_> {
                 self.shared.ring_schedulers();
                 return self.drain() || any;
             }
-            let places = self.placements(shape, body.lanes, false);
+            let mut places = std::mem::take(&mut self.places);
+            self.placements(shape, body.lanes, false, &mut places);
             if places.is_empty() {
+                self.places = places;
                 queue.push(task);
                 return any;
             }
             current = Some(task);
-            for place in places {
+            for &place in &places {
                 match self.claim_and_place(task, shape, place) {
                     None => {
                         current = None;
@@ -301,6 +326,7 @@ impl Scheduler<'_, '_> {
                     }
                 }
             }
+            self.places = places;
             if let Some(t) = current.take() {
                 // Blocks remain but this scheduler is full: let others take them.
                 queue.push(t);
@@ -379,7 +405,8 @@ impl Scheduler<'_, '_> {
         }
         let slot = self.shared.task(task);
         let body = slot.body();
-        let places = self.placements(body.shape, body.lanes, true);
+        let mut places = std::mem::take(&mut self.places);
+        self.placements(body.shape, body.lanes, true, &mut places);
         drain.idle[self.index].store(places.len() as u32, Ordering::Release);
         let remaining = body
             .block_num
@@ -387,13 +414,14 @@ impl Scheduler<'_, '_> {
         if !drain.go.load(Ordering::Acquire) {
             let total: u32 = drain.idle.iter().map(|c| c.load(Ordering::Acquire)).sum();
             if total < remaining {
+                self.places = places;
                 return false;
             }
             drain.go.store(true, Ordering::Release);
             self.shared.ring_schedulers();
         }
         let mut any = false;
-        for place in places {
+        for &place in &places {
             match self.claim_and_place(task, body.shape, place) {
                 None => break,
                 Some(more) => {
@@ -404,6 +432,7 @@ impl Scheduler<'_, '_> {
                 }
             }
         }
+        self.places = places;
         if slot.next_block.load(Ordering::Acquire) >= body.block_num
             && drain
                 .task

@@ -210,6 +210,12 @@ impl RunShared {
 
     /// Makes `id` ready; a dummy task completes at once (and may make others ready).
     pub(crate) fn make_ready(&self, id: TaskId) {
+        let shape = self.task(id).body().shape;
+        if shape != Shape::Dummy {
+            self.ready[shape as usize].push(id);
+            self.ring_schedulers();
+            return;
+        }
         let mut work = vec![id];
         while let Some(t) = work.pop() {
             let shape = self.task(t).body().shape;
