@@ -2,6 +2,8 @@
 //! chained, on 24 and 72 simulated cores. Criterion prints the time per run; tasks/s is
 //! 16,384 / that time. `simpler bench --json` prints the same workloads' medians directly.
 
+#![allow(missing_docs)] // criterion_group! generates an undocumented public function.
+
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use simpler_abi::DataType;
 use simpler_bench::{noop_callable, Graph};
