@@ -28,6 +28,7 @@ int main(void) {
     O(SimplerTaskDesc, deps); O(SimplerTaskDesc, scalars); O(SimplerTaskDesc, tensors);
     S(SimplerTaskOutputs); O(SimplerTaskOutputs, tensors);
     S(SimplerOrchOps); O(SimplerOrchOps, submit_task); O(SimplerOrchOps, aiv_count);
+    O(SimplerOrchOps, get_tensor_data); O(SimplerOrchOps, set_tensor_data);
     S(SimplerRunResult); O(SimplerRunResult, completion_code); O(SimplerRunResult, payload);
     S(SimplerRunLaunchDesc); O(SimplerRunLaunchDesc, heap_size); O(SimplerRunLaunchDesc, task_window);
     O(SimplerRunLaunchDesc, runtime_state_addr);
@@ -126,6 +127,8 @@ fn c_headers_agree_with_rust_layouts() {
             offset_of!(OrchOps, submit_task),
         ),
         ("SimplerOrchOps.aiv_count", offset_of!(OrchOps, aiv_count)),
+        ("SimplerOrchOps.get_tensor_data", offset_of!(OrchOps, get_tensor_data)),
+        ("SimplerOrchOps.set_tensor_data", offset_of!(OrchOps, set_tensor_data)),
         ("SimplerRunResult", size_of::<RunResult>()),
         (
             "SimplerRunResult.completion_code",
