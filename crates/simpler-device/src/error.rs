@@ -65,6 +65,12 @@ pub enum DeviceError {
     /// The device has been shut down.
     #[error("the device is shut down")]
     ShutDown,
+    /// A fault injected by the sim's fault configuration, at the named call.
+    #[error("injected fault at {0}")]
+    Injected(&'static str),
+    /// A forced reset could not confirm that the device stopped touching its memory.
+    #[error("the device reset could not be confirmed: {0}")]
+    ResetUnconfirmed(String),
 }
 
 impl DeviceError {

@@ -19,6 +19,8 @@
 //! - A kernel's fatal status leaves events and stream queries clean; only
 //!   [`Device::synchronize_stream`] reports it, and keeps reporting it (sticky), as measured
 //!   on hardware (`design/run-completion-fences.txt`, "The question a stream cannot answer").
+//! - [`Device::reset`] is a forced reset: the only way to end work that no boundary and no
+//!   stream synchronize can prove finished.
 //! - Memory copies are checked against the live allocations: an out-of-range copy, a double
 //!   free or a foreign pointer is an error, never undefined behaviour.
 
@@ -170,4 +172,11 @@ pub trait Device: Send + Sync {
     /// Makes `stream` wait, before its next operation, for the latest record of `event` made
     /// before this call.
     fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<(), DeviceError>;
+
+    /// Forced reset, the only call that invalidates every reference the device holds: drops
+    /// all queued work, terminates the running kernels, completes every event and clears
+    /// sticky kernel faults. Memory, streams and events stay valid handles. `Ok` confirms
+    /// that no kernel runs any more; [`DeviceError::ResetUnconfirmed`] (or a timeout) means
+    /// the device may still touch its memory, so nothing may be freed.
+    fn reset(&self, timeout: Duration) -> Result<(), DeviceError>;
 }

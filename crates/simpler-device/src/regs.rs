@@ -29,12 +29,39 @@ pub struct Doorbell {
     sleeping: AtomicBool,
     rung: Mutex<bool>,
     cv: Condvar,
+    /// The device's kill switch (sim reset), for doorbells of device threads.
+    kill: Option<KillSwitch>,
+}
+
+/// A device-wide flag a forced reset raises to terminate the kernels that are running: a
+/// device thread waiting on a register or doorbell unwinds out of its kernel when it is set
+/// (on hardware, a reset stops the cores wherever they are).
+pub(crate) type KillSwitch = Arc<AtomicBool>;
+
+/// Unwind payload of a kernel terminated by a reset; caught by the device thread.
+pub(crate) struct Killed;
+
+/// Terminates the calling kernel if a reset is in progress.
+fn check_kill(kill: &Option<KillSwitch>) {
+    if kill.as_ref().is_some_and(|k| k.load(Ordering::Acquire)) {
+        // `resume_unwind` does not run the panic hook: a reset is not a bug to report.
+        std::panic::resume_unwind(Box::new(Killed));
+    }
 }
 
 impl Doorbell {
     /// A new doorbell with no one asleep.
     pub fn new() -> Doorbell {
         Doorbell::default()
+    }
+
+    /// A doorbell of a device thread: parking on it ends the running kernel when the
+    /// device's kill switch is raised.
+    pub(crate) fn with_kill_switch(kill: KillSwitch) -> Doorbell {
+        Doorbell {
+            kill: Some(kill),
+            ..Doorbell::default()
+        }
     }
 
     /// Announces that the owner is about to park; re-check for work after this.
@@ -56,6 +83,14 @@ impl Doorbell {
         *rung = false;
         drop(rung);
         self.sleeping.store(false, Ordering::SeqCst);
+        check_kill(&self.kill);
+    }
+
+    /// Wakes the owner whether or not it announced a park (used by a reset).
+    pub(crate) fn force_ring(&self) {
+        let mut rung = self.rung.lock();
+        *rung = true;
+        self.cv.notify_one();
     }
 
     /// Wakes the owner if it announced it would park. Cheap (one atomic swap) otherwise.
@@ -79,6 +114,19 @@ pub struct CoreRegs {
 }
 
 impl CoreRegs {
+    /// Registers of a core of a device whose resets raise `kill`.
+    pub(crate) fn with_kill_switch(kill: KillSwitch) -> CoreRegs {
+        CoreRegs {
+            core_bell: Doorbell::with_kill_switch(kill),
+            ..CoreRegs::default()
+        }
+    }
+
+    /// Wakes the core if it is parked (used by a reset).
+    pub(crate) fn wake_core(&self) {
+        self.core_bell.force_ring();
+    }
+
     /// Writes DATA_MAIN_BASE (release) and wakes the core if it is parked.
     pub fn write_dmb(&self, value: u64) {
         self.dmb.store(value, Ordering::Release);

@@ -3,7 +3,7 @@
 
 use simpler_abi::DataType;
 
-use crate::{ArgDirection, HostError, Signature};
+use crate::{ArgDirection, HostError, OwnedArg, Signature};
 
 /// A host tensor passed to a run: C-order bytes with a shape and a dtype.
 #[derive(Debug)]
@@ -25,15 +25,67 @@ pub enum HostArg<'a> {
     Scalar(u64),
 }
 
-/// Checks `args` against `sig`.
-///
-/// # Errors
-/// [`HostError::ArgumentCount`] or [`HostError::InvalidArgument`] naming the argument.
+/// What the check needs to know about one argument, borrowed or owned.
+pub(crate) enum ArgView<'a> {
+    /// A tensor of `len` bytes.
+    Tensor {
+        len: usize,
+        shape: &'a [u64],
+        dtype: DataType,
+    },
+    /// A scalar.
+    Scalar,
+}
+
+/// Checks borrowed arguments against `sig`.
 pub(crate) fn check(
     callable: &str,
     sig: &Signature,
     args: &[HostArg<'_>],
 ) -> Result<(), HostError> {
+    let views: Vec<ArgView<'_>> = args
+        .iter()
+        .map(|a| match a {
+            HostArg::Tensor(t) => ArgView::Tensor {
+                len: t.bytes.len(),
+                shape: &t.shape,
+                dtype: t.dtype,
+            },
+            HostArg::Scalar(_) => ArgView::Scalar,
+        })
+        .collect();
+    check_views(callable, sig, &views)
+}
+
+/// Checks owned arguments against `sig`.
+pub(crate) fn check_owned(
+    callable: &str,
+    sig: &Signature,
+    args: &mut [OwnedArg],
+) -> Result<(), HostError> {
+    let views: Vec<ArgView<'_>> = args
+        .iter_mut()
+        .map(|a| match a {
+            OwnedArg::Tensor {
+                buffer,
+                shape,
+                dtype,
+            } => ArgView::Tensor {
+                len: buffer.bytes_mut().len(),
+                shape,
+                dtype: *dtype,
+            },
+            OwnedArg::Scalar(_) => ArgView::Scalar,
+        })
+        .collect();
+    check_views(callable, sig, &views)
+}
+
+/// Checks argument views against `sig`.
+///
+/// # Errors
+/// [`HostError::ArgumentCount`] or [`HostError::InvalidArgument`] naming the argument.
+fn check_views(callable: &str, sig: &Signature, args: &[ArgView<'_>]) -> Result<(), HostError> {
     if args.len() != sig.args.len() {
         return Err(HostError::ArgumentCount {
             callable: callable.into(),
@@ -47,48 +99,48 @@ pub(crate) fn check(
             reason,
         };
         match (spec.direction, arg) {
-            (ArgDirection::Scalar, HostArg::Scalar(_)) => {}
-            (ArgDirection::Scalar, HostArg::Tensor(_)) => {
+            (ArgDirection::Scalar, ArgView::Scalar) => {}
+            (ArgDirection::Scalar, ArgView::Tensor { .. }) => {
                 return Err(bad("the signature declares a scalar, got a tensor".into()));
             }
-            (d, HostArg::Scalar(_)) => {
+            (d, ArgView::Scalar) => {
                 return Err(bad(format!(
                     "the signature declares an {} tensor, got a scalar",
                     d.name()
                 )));
             }
-            (_, HostArg::Tensor(t)) => {
-                if t.dtype != spec.dtype {
+            (_, &ArgView::Tensor { len, shape, dtype }) => {
+                if dtype != spec.dtype {
                     return Err(bad(format!(
                         "dtype is {}, the signature declares {}",
-                        t.dtype, spec.dtype
+                        dtype, spec.dtype
                     )));
                 }
-                if t.shape.is_empty() || t.shape.len() > simpler_abi::MAX_TENSOR_DIMS {
+                if shape.is_empty() || shape.len() > simpler_abi::MAX_TENSOR_DIMS {
                     return Err(bad(format!(
                         "has {} dimensions; 1..=5 are supported",
-                        t.shape.len()
+                        shape.len()
                     )));
                 }
                 if let Some(want) = &spec.shape {
-                    if want != &t.shape {
+                    if want.as_slice() != shape {
                         return Err(bad(format!(
                             "shape is {:?}, the signature declares {:?}",
-                            t.shape, want
+                            shape, want
                         )));
                     }
                 }
-                let numel = t.shape.iter().try_fold(1u64, |a, &s| a.checked_mul(s));
-                let bytes = numel.and_then(|n| n.checked_mul(t.dtype.size_bytes() as u64));
+                let numel = shape.iter().try_fold(1u64, |a, &s| a.checked_mul(s));
+                let bytes = numel.and_then(|n| n.checked_mul(dtype.size_bytes() as u64));
                 match bytes {
-                    Some(0) => return Err(bad(format!("shape {:?} has no elements", t.shape))),
-                    Some(b) if b == t.bytes.len() as u64 => {}
+                    Some(0) => return Err(bad(format!("shape {:?} has no elements", shape))),
+                    Some(b) if b == len as u64 => {}
                     _ => {
                         return Err(bad(format!(
                             "holds {} bytes but shape {:?} of {} needs {}",
-                            t.bytes.len(),
-                            t.shape,
-                            t.dtype,
+                            len,
+                            shape,
+                            dtype,
                             bytes.map_or("more than 2^64".to_string(), |b| b.to_string())
                         )))
                     }

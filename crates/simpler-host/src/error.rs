@@ -1,6 +1,7 @@
 //! The host's error type: one variant per kind of failure a caller may want to tell apart,
 //! each naming the thing that was wrong.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use simpler_device::DeviceError;
@@ -8,8 +9,9 @@ use simpler_device::DeviceError;
 use crate::loader::LoadError;
 use crate::SignatureError;
 
-/// A failure of a [`ChipWorker`](crate::ChipWorker) operation.
-#[derive(Debug, thiserror::Error)]
+/// A failure of a [`ChipWorker`](crate::ChipWorker) operation. Cloneable, so a run's error
+/// can be returned by every wait on its handle.
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum HostError {
     /// The worker configuration is invalid.
     #[error("invalid worker configuration: {0}")]
@@ -24,7 +26,7 @@ pub enum HostError {
     },
     /// Code could not be loaded.
     #[error(transparent)]
-    Load(#[from] LoadError),
+    Load(Arc<LoadError>),
     /// The callable is malformed (duplicate func ids, ids out of range, bad signature...).
     #[error("invalid callable `{name}`: {reason}")]
     InvalidCallable {
@@ -79,6 +81,25 @@ pub enum HostError {
     /// Earlier failures left the device in a state that refuses new work.
     #[error("the device is unusable: {0}")]
     DeviceUnusable(String),
+    /// [`RunHandle::wait`](crate::RunHandle::wait) ran out of time; the run goes on.
+    #[error("the run was not finished within {0:?}; it is still in flight")]
+    WaitTimeout(Duration),
+    /// The run's evidence decided nothing (no readable record of its own, a boundary that
+    /// failed, or work no boundary covers); the reason says which.
+    #[error("the run's outcome could not be decided: {0}")]
+    RunUndecided(String),
+    /// The run never launched: an earlier run failed in a way that closed the lane.
+    #[error("the run was not launched: {0}")]
+    LanePoisoned(String),
+    /// The worker is shut down.
+    #[error("the worker is closed")]
+    WorkerClosed,
+}
+
+impl From<LoadError> for HostError {
+    fn from(e: LoadError) -> HostError {
+        HostError::Load(Arc::new(e))
+    }
 }
 
 impl HostError {

@@ -3,7 +3,15 @@
 //! Owns everything the host does for a chip: [`ChipWorker`] (device and runtime bring-up,
 //! callable registration, device memory, runs), callable loading from shared-library images
 //! or in-process functions ([`loader`]), the callable bundle file format ([`bundle`]), and
-//! the staging of host tensors by signature.
+//! the staging of host tensors by signature, and the run lane: pipelined runs (launch depth
+//! 2), per-run completion fences, the outcome decision and launch grading
+//! (design `run-completion-fences.txt`, spec `run-lane.md` §1–§3).
+//!
+//! Lane modules, by responsibility: `identity` (run identity), `fence` (the per-slot
+//! completion fence), `wait_ref` (wait-reference tokens), `join` (the cross-run join),
+//! [`outcome`] (decision and drain rules, pure), `launch` (launch grading), [`lane`] (the
+//! FIFO state machine), `slot` (device resources), `exec` (the executor tying them
+//! together) and `handle` ([`RunHandle`]).
 //!
 //! It talks to the device only through the [`simpler_device::Device`] trait and to the chip
 //! runtime only through `simpler_abi` structures placed in device memory (plus the two
@@ -13,17 +21,30 @@ mod args;
 pub mod bundle;
 pub mod callable;
 mod error;
+mod exec;
+mod fence;
+mod handle;
+mod identity;
+mod join;
+pub mod lane;
+mod launch;
 pub mod loader;
+pub mod outcome;
 mod pod;
-mod run;
 pub mod signature;
 mod slot;
+mod sync;
+mod wait_ref;
 mod worker;
 
 pub use args::{HostArg, HostTensor};
 pub use bundle::{Bundle, BundleCode, BundleError, BundleKernel};
 pub use callable::{CallableSpec, CodeImage, KernelSpec};
 pub use error::HostError;
-pub use run::RunReport;
+pub use exec::RunReport;
+pub use fence::Completion;
+pub use handle::{HostBuffer, OwnedArg, RunHandle, RunOutput};
+pub use identity::{RunIdentity, StreamRole};
+pub use launch::LaunchGrade;
 pub use signature::{ArgDirection, ArgSpec, Signature, SignatureError};
 pub use worker::{CallableId, ChipWorker, WorkerConfig, MAX_CALLABLES};

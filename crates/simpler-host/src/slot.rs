@@ -1,17 +1,30 @@
-//! The device resources a run occupies: launch descriptor, result region, orchestration
-//! arguments, func tables, core mailboxes, runtime state word, output heap, the two streams
-//! and their two boundary events. Allocated once per worker (the heap lazily, at the first
-//! run) and reused by every run; freed when the worker drops.
+//! The device resources of the lane (spec `run-lane.md` §1.1, "Contract and per-slot
+//! state"; design `run-completion-fences.txt`, "Ownership"):
+//!
+//! - per pipeline slot ([`PipelineSlot`], one per unit of launch depth): the launch
+//!   descriptor, the epoch-stamped result region, the orchestration arguments, the func
+//!   tables, the core mailboxes and the runtime state word, the slot's completion fence and
+//!   its two join-proof events. Two runs in flight never share any of these, so a successor
+//!   can be staged while its predecessor executes;
+//! - per lane ([`LaneResources`]): the stream pair every run is launched on (preparing a
+//!   successor never selects or replaces a stream) and the output heap (device scratch:
+//!   runs execute one after the other on the device, so one heap serves both slots).
+//!
+//! Everything is allocated once per worker and freed at
+//! teardown, and only on a path that proved the device done with it.
 
 use std::sync::Arc;
 
 use simpler_abi::{CoreMailbox, OrchArgs, RunLaunchDesc, RunResult, MAX_FUNC_ID};
 use simpler_device::{Device, DevicePtr, EventId, StreamId};
 
+use crate::fence::RunCompletionFence;
+use crate::identity::StreamRole;
 use crate::HostError;
 
 /// One pipeline slot's device resources.
-pub(crate) struct RunSlot {
+pub(crate) struct PipelineSlot {
+    pub(crate) index: u32,
     pub(crate) desc: DevicePtr,
     pub(crate) result: DevicePtr,
     pub(crate) orch_args: DevicePtr,
@@ -19,25 +32,37 @@ pub(crate) struct RunSlot {
     pub(crate) func_types: DevicePtr,
     pub(crate) mailboxes: DevicePtr,
     pub(crate) state_word: DevicePtr,
-    pub(crate) heap: Option<DevicePtr>,
-    pub(crate) aicore_stream: StreamId,
-    pub(crate) aicpu_stream: StreamId,
-    /// Boundary event recorded after the AICore kernel.
-    pub(crate) core_done: EventId,
-    /// Boundary event recorded after the AICPU kernel.
-    pub(crate) cpu_done: EventId,
+    /// The slot's completion fence (shared with a driver waiting outside the lane lock).
+    pub(crate) fence: Arc<RunCompletionFence>,
+    /// Join-proof events, by the stream that holds the join wait (created at first join).
+    pub(crate) proofs: [Option<EventId>; 2],
+    /// The zero result marker was published: the region's bytes are evidence from now on.
+    pub(crate) result_initialized: bool,
+    /// Dispatch id of the run occupying the slot.
+    pub(crate) occupant: Option<u64>,
+    /// The slot's last run could not be proven finished: it is never reused.
+    pub(crate) quarantined: bool,
     allocations: Vec<DevicePtr>,
 }
 
-impl RunSlot {
-    pub(crate) fn new(device: &Arc<dyn Device>) -> Result<RunSlot, HostError> {
+impl PipelineSlot {
+    pub(crate) fn new(device: &Arc<dyn Device>, index: u32) -> Result<PipelineSlot, HostError> {
         let mut allocations = Vec::new();
         let mut alloc = |bytes: usize, what: &str| -> Result<DevicePtr, HostError> {
-            let p = device
-                .malloc(bytes as u64)
-                .map_err(HostError::device(format!("allocating the {what}")))?;
-            allocations.push(p);
-            Ok(p)
+            match device.malloc(bytes as u64) {
+                Ok(p) => {
+                    allocations.push(p);
+                    Ok(p)
+                }
+                Err(e) => {
+                    for p in allocations.drain(..) {
+                        let _ = device.free(p);
+                    }
+                    Err(HostError::device(format!(
+                        "allocating the slot {index} {what}"
+                    ))(e))
+                }
+            }
         };
         let cores = device.topology().core_count() as usize;
         let desc = alloc(std::mem::size_of::<RunLaunchDesc>(), "launch descriptor")?;
@@ -47,17 +72,8 @@ impl RunSlot {
         let func_types = alloc(4 * MAX_FUNC_ID, "kernel core-type table")?;
         let mailboxes = alloc(std::mem::size_of::<CoreMailbox>() * cores, "core mailboxes")?;
         let state_word = alloc(8, "runtime state word")?;
-        let stream = |what: &str| {
-            device
-                .create_stream()
-                .map_err(HostError::device(format!("creating the {what} stream")))
-        };
-        let event = |what: &str| {
-            device
-                .create_event()
-                .map_err(HostError::device(format!("creating the {what} event")))
-        };
-        Ok(RunSlot {
+        Ok(PipelineSlot {
+            index,
             desc,
             result,
             orch_args,
@@ -65,16 +81,81 @@ impl RunSlot {
             func_types,
             mailboxes,
             state_word,
-            heap: None,
-            aicore_stream: stream("AICore")?,
-            aicpu_stream: stream("AICPU")?,
-            core_done: event("AICore boundary")?,
-            cpu_done: event("AICPU boundary")?,
+            fence: Arc::new(RunCompletionFence::new()),
+            proofs: [None, None],
+            result_initialized: false,
+            occupant: None,
+            quarantined: false,
             allocations,
         })
     }
 
-    /// The output heap, allocated at first use.
+    /// Creates the join-proof events if missing (launch prologue: nothing submitted yet).
+    pub(crate) fn ensure_proofs(
+        &mut self,
+        device: &Arc<dyn Device>,
+    ) -> Result<[EventId; 2], HostError> {
+        for role in StreamRole::BOTH {
+            if self.proofs[role.index()].is_none() {
+                let e = device
+                    .create_event()
+                    .map_err(HostError::device("creating a join-proof event"))?;
+                self.proofs[role.index()] = Some(e);
+            }
+        }
+        Ok([
+            self.proofs[0].expect("created"),
+            self.proofs[1].expect("created"),
+        ])
+    }
+
+    /// Frees everything (only once the slot is proven quiescent, or after a confirmed reset).
+    pub(crate) fn release(&mut self, device: &Arc<dyn Device>) {
+        for p in self.allocations.drain(..) {
+            let _ = device.free(p);
+        }
+        for e in self.proofs.iter_mut().filter_map(Option::take) {
+            let _ = device.destroy_event(e);
+        }
+        let _ = self.fence.release(&**device);
+    }
+}
+
+/// Resources every run of the lane shares.
+pub(crate) struct LaneResources {
+    pub(crate) aicore_stream: StreamId,
+    pub(crate) aicpu_stream: StreamId,
+    pub(crate) heap: Option<DevicePtr>,
+}
+
+impl LaneResources {
+    pub(crate) fn new(device: &Arc<dyn Device>) -> Result<LaneResources, HostError> {
+        let aicore_stream = device
+            .create_stream()
+            .map_err(HostError::device("creating the AICore stream"))?;
+        let aicpu_stream = match device.create_stream() {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = device.destroy_stream(aicore_stream);
+                return Err(HostError::device("creating the AICPU stream")(e));
+            }
+        };
+        Ok(LaneResources {
+            aicore_stream,
+            aicpu_stream,
+            heap: None,
+        })
+    }
+
+    /// The stream of `role`.
+    pub(crate) fn stream(&self, role: StreamRole) -> StreamId {
+        match role {
+            StreamRole::Aicore => self.aicore_stream,
+            StreamRole::Aicpu => self.aicpu_stream,
+        }
+    }
+
+    /// The output heap (allocated once).
     pub(crate) fn heap(
         &mut self,
         device: &Arc<dyn Device>,
@@ -86,18 +167,15 @@ impl RunSlot {
         let h = device.malloc(size).map_err(HostError::device(format!(
             "allocating the {size}-byte output heap"
         )))?;
-        self.allocations.push(h);
         self.heap = Some(h);
         Ok(h)
     }
 
-    /// Releases everything (only once the slot is known to be quiescent).
+    /// Frees the heap and destroys the streams.
     pub(crate) fn release(&mut self, device: &Arc<dyn Device>) {
-        for p in self.allocations.drain(..) {
-            let _ = device.free(p);
+        if let Some(h) = self.heap.take() {
+            let _ = device.free(h);
         }
-        let _ = device.destroy_event(self.core_done);
-        let _ = device.destroy_event(self.cpu_done);
         let _ = device.destroy_stream(self.aicore_stream);
         let _ = device.destroy_stream(self.aicpu_stream);
     }

@@ -1,25 +1,24 @@
 //! [`ChipWorker`]: one chip driven from the host — device bring-up, the callable registry,
-//! device memory, and runs.
+//! device memory, and runs through the run lane.
 //!
-//! A run is prepare → launch → wait → finalize (spec `run-lane.md` §1): the host tensors are
-//! staged by signature, the run's descriptor and a zero result marker are published, the
-//! AICore kernel and then the AICPU kernel are launched back to back on two streams, each
-//! followed by its boundary event; completion is the two boundaries, the verdict is the
-//! run's own result record (epoch-stamped), and only a recorded success copies outputs back.
-//! Runs on one worker execute one at a time (launch depth 1; the pipelined lane comes later).
+//! A run is submitted ([`ChipWorker::submit`], arguments checked synchronously) and handed
+//! to the lane (`crate::exec`): up to [`WorkerConfig::launch_depth`] runs are on the device
+//! at once, each in its own pipeline slot, a successor launched behind its predecessor by the
+//! cross-run join; completion is each run's own two boundaries, the verdict its own
+//! epoch-stamped result record. [`ChipWorker::run`] is submit + wait for borrowed buffers.
+//! The worker is a thin owner of an `Arc<Shared>` so run handles can drive the lane.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use simpler_abi::{CoreType, MAX_FUNC_ID};
 use simpler_device::sim::SimDevice;
 use simpler_device::{Device, DevicePtr, Topology};
 
+use crate::exec::{self, Kernels, Lane, RunReport};
+use crate::handle::{OwnedArg, RunHandle};
 use crate::loader::{self, EntryKind, LoadedCode};
-use crate::run::{self, RunReport};
-use crate::slot::RunSlot;
 use crate::{CallableSpec, HostArg, HostError, Signature};
 
 /// Number of callable slots (`MAX_REGISTERED_CALLABLE_IDS`).
@@ -33,13 +32,20 @@ pub struct WorkerConfig {
     /// AICPU threads a run uses (1 orchestrator + schedulers), 2..=topology.aicpu_threads;
     /// 0 means all of them.
     pub aicpu_thread_num: u32,
-    /// Bytes of device heap for runtime-allocated outputs (default 256 MiB, reserved lazily).
+    /// Bytes of device heap for runtime-allocated outputs (default 256 MiB, allocated with the
+    /// worker; the sim maps it lazily).
     pub heap_size: u64,
     /// Most tasks one run may submit (default 16,384).
     pub task_window: u32,
     /// How long to wait for a run's completion before declaring the device unusable
-    /// (default 50 s, the stream-synchronize timeout).
+    /// (default 50 s, the stream-synchronize timeout); also bounds every fallback stream
+    /// synchronize.
     pub run_timeout: Duration,
+    /// Runs on the device at once: 1 or 2 (default 2, two pipeline slots).
+    pub launch_depth: u32,
+    /// Measurement knob: drain every run through the bounded stream synchronize even when its
+    /// own record proves success (the behaviour before completion fences; default false).
+    pub always_synchronize: bool,
 }
 
 impl Default for WorkerConfig {
@@ -50,6 +56,8 @@ impl Default for WorkerConfig {
             heap_size: 256 << 20,
             task_window: simpler_runtime::DEFAULT_TASK_WINDOW,
             run_timeout: Duration::from_secs(50),
+            launch_depth: 2,
+            always_synchronize: false,
         }
     }
 }
@@ -76,6 +84,12 @@ impl WorkerConfig {
                 self.task_window
             )));
         }
+        if !(1..=2).contains(&self.launch_depth) {
+            return Err(HostError::InvalidConfig(format!(
+                "launch_depth must be 1 or 2, got {}",
+                self.launch_depth
+            )));
+        }
         if self.run_timeout.is_zero() {
             return Err(HostError::InvalidConfig(
                 "run_timeout must be positive".into(),
@@ -97,40 +111,43 @@ pub(crate) struct Registered {
     pub(crate) _kernels: Vec<LoadedCode>,
     /// func id → entry address (0 = none), `func_count` entries.
     pub(crate) func_addrs: Vec<u64>,
-    /// func id → core type + 1 (0 = none).
-    pub(crate) func_types: Vec<u32>,
+    /// The func table as published to the device (little-endian u64 per func id).
+    pub(crate) func_table_bytes: Vec<u8>,
+    /// The core-type table as published (little-endian u32 per func id).
+    pub(crate) func_type_bytes: Vec<u8>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) callables: Vec<Option<Arc<Registered>>>,
-    pub(crate) slot: RunSlot,
-    /// Set once the device can no longer be trusted; refuses every run.
-    pub(crate) unusable: Option<String>,
+/// Everything a worker and its run handles share.
+pub(crate) struct Shared {
+    pub(crate) device: Arc<dyn Device>,
+    pub(crate) config: WorkerConfig,
+    pub(crate) kernels: Kernels,
+    pub(crate) callables: Mutex<Vec<Option<Arc<Registered>>>>,
+    pub(crate) lane: Mutex<Lane>,
+    /// Signalled whenever the lane makes progress (runs end, a driver finishes).
+    pub(crate) cv: Condvar,
 }
 
 /// One chip, its runtime and its callables.
 ///
-/// Thread-safe; runs are serialized. Dropping the worker stops the device threads and frees
-/// every device allocation it made.
+/// Thread-safe. Dropping the worker drains the runs in flight (queued runs end with
+/// [`HostError::WorkerClosed`]) and frees every device allocation it made — after a forced
+/// device reset if the device was marked unusable, and never while the device may still
+/// touch the memory.
 pub struct ChipWorker {
-    pub(crate) device: Arc<dyn Device>,
-    pub(crate) config: WorkerConfig,
-    pub(crate) inner: Mutex<Inner>,
+    shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for ChipWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChipWorker")
-            .field("config", &self.config)
+            .field("config", &self.shared.config)
             .finish_non_exhaustive()
     }
 }
 
-/// Source of process-unique, non-zero run epochs shared by every worker.
-static EPOCHS: AtomicU64 = AtomicU64::new(1);
-
 impl ChipWorker {
-    /// Starts a sim device with `config` and prepares the run slot.
+    /// Starts a sim device with `config` and prepares the lane (streams and slots).
     ///
     /// # Errors
     /// [`HostError::InvalidConfig`] naming the bad field, or a device error.
@@ -140,21 +157,50 @@ impl ChipWorker {
             SimDevice::new(config.topology)
                 .map_err(HostError::device("starting the sim device"))?,
         );
-        let slot = RunSlot::new(&device)?;
+        ChipWorker::with_device(config, device)
+    }
+
+    /// A worker on an existing device (for example a [`SimDevice`] whose faults a test
+    /// injects). `config.topology` is ignored: the device's own topology is used.
+    ///
+    /// # Errors
+    /// [`HostError::InvalidConfig`] naming the bad field, or a device error.
+    pub fn with_device(
+        config: WorkerConfig,
+        device: Arc<dyn Device>,
+    ) -> Result<ChipWorker, HostError> {
+        let config = WorkerConfig {
+            topology: *device.topology(),
+            ..config
+        };
+        config.validate()?;
+        let lane = Lane::new(&device, config.launch_depth, config.heap_size)?;
         Ok(ChipWorker {
-            device,
-            config,
-            inner: Mutex::new(Inner {
-                callables: (0..MAX_CALLABLES).map(|_| None).collect(),
-                slot,
-                unusable: None,
+            shared: Arc::new(Shared {
+                device,
+                config,
+                kernels: Kernels::default(),
+                callables: Mutex::new((0..MAX_CALLABLES).map(|_| None).collect()),
+                lane: Mutex::new(lane),
+                cv: Condvar::new(),
             }),
         })
     }
 
     /// The device this worker drives.
     pub fn device(&self) -> &Arc<dyn Device> {
-        &self.device
+        &self.shared.device
+    }
+
+    /// The worker's configuration (with the device's topology).
+    pub fn config(&self) -> &WorkerConfig {
+        &self.shared.config
+    }
+
+    /// Why the device refuses new runs, if it does (admission is closed until a confirmed
+    /// forced reset, which happens when the worker is dropped).
+    pub fn unusable_reason(&self) -> Option<String> {
+        self.shared.lane.lock().unusable.clone()
     }
 
     /// Loads a callable's code and registers it under the lowest free id.
@@ -206,21 +252,23 @@ impl ChipWorker {
             };
             kernels.push(code);
         }
+        let func_table_bytes = func_addrs.iter().flat_map(|a| a.to_le_bytes()).collect();
+        let func_type_bytes = func_types.iter().flat_map(|t| t.to_le_bytes()).collect();
         let registered = Arc::new(Registered {
             name: spec.name.clone(),
             signature: spec.signature.clone(),
             orchestration,
             _kernels: kernels,
             func_addrs,
-            func_types,
+            func_table_bytes,
+            func_type_bytes,
         });
-        let mut inner = self.inner.lock();
-        let free = inner
-            .callables
+        let mut callables = self.shared.callables.lock();
+        let free = callables
             .iter()
             .position(Option::is_none)
             .ok_or(HostError::RegistryFull(MAX_CALLABLES))?;
-        inner.callables[free] = Some(registered);
+        callables[free] = Some(registered);
         Ok(CallableId(free as u32))
     }
 
@@ -229,15 +277,35 @@ impl ChipWorker {
     /// # Errors
     /// [`HostError::UnknownCallable`].
     pub fn unregister(&self, id: CallableId) -> Result<(), HostError> {
-        let mut inner = self.inner.lock();
-        match inner
-            .callables
-            .get_mut(id.0 as usize)
-            .and_then(Option::take)
-        {
+        let mut callables = self.shared.callables.lock();
+        match callables.get_mut(id.0 as usize).and_then(Option::take) {
             Some(_) => Ok(()),
             None => Err(HostError::UnknownCallable(id.0)),
         }
+    }
+
+    fn callable(&self, id: CallableId) -> Result<Arc<Registered>, HostError> {
+        self.shared
+            .callables
+            .lock()
+            .get(id.0 as usize)
+            .and_then(Clone::clone)
+            .ok_or(HostError::UnknownCallable(id.0))
+    }
+
+    /// Submits a run of a registered callable on owned `args` (signature order) to the lane
+    /// and returns at once with its handle; the run is prepared and launched now when a
+    /// pipeline slot is free. When the lane already holds two runs, this call first drives
+    /// the oldest to completion.
+    ///
+    /// # Errors
+    /// Argument errors (synchronously, before anything touches the device),
+    /// [`HostError::UnknownCallable`], [`HostError::DeviceUnusable`] when admission is
+    /// closed, [`HostError::WorkerClosed`]. Failures of the run itself are the handle's.
+    pub fn submit(&self, id: CallableId, mut args: Vec<OwnedArg>) -> Result<RunHandle, HostError> {
+        let callable = self.callable(id)?;
+        crate::args::check_owned(&callable.name, &callable.signature, &mut args)?;
+        exec::submit(&self.shared, callable, args)
     }
 
     /// Runs a registered callable on `args` (signature order) and waits for it.
@@ -249,21 +317,43 @@ impl ChipWorker {
     /// # Errors
     /// Argument errors (before anything touches the device), [`HostError::RunFailed`] with
     /// the runtime's code and message, [`HostError::Timeout`], [`HostError::DeviceFault`],
-    /// [`HostError::DeviceUnusable`].
+    /// [`HostError::DeviceUnusable`], [`HostError::RunUndecided`].
     pub fn run(&self, id: CallableId, args: &mut [HostArg<'_>]) -> Result<RunReport, HostError> {
-        let mut inner = self.inner.lock();
-        if let Some(why) = &inner.unusable {
-            return Err(HostError::DeviceUnusable(why.clone()));
-        }
-        let callable = inner
-            .callables
-            .get(id.0 as usize)
-            .and_then(Clone::clone)
-            .ok_or(HostError::UnknownCallable(id.0))?;
+        let callable = self.callable(id)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
-        let epoch = EPOCHS.fetch_add(1, Ordering::Relaxed);
-        let started = Instant::now();
-        run::execute(self, &mut inner, &callable, args, epoch, started)
+        let owned: Vec<OwnedArg> = callable
+            .signature
+            .args
+            .iter()
+            .zip(args.iter())
+            .map(|(spec, a)| match a {
+                HostArg::Tensor(t) => OwnedArg::Tensor {
+                    buffer: Box::new(if spec.direction.copies_in() {
+                        t.bytes.to_vec()
+                    } else {
+                        vec![0u8; t.bytes.len()]
+                    }),
+                    shape: t.shape.clone(),
+                    dtype: t.dtype,
+                },
+                HostArg::Scalar(v) => OwnedArg::Scalar(*v),
+            })
+            .collect();
+        let out = exec::submit(&self.shared, callable.clone(), owned)?.result()?;
+        for ((spec, dst), src) in callable
+            .signature
+            .args
+            .iter()
+            .zip(args.iter_mut())
+            .zip(out.args)
+        {
+            if let (HostArg::Tensor(t), OwnedArg::Tensor { mut buffer, .. }) = (dst, src) {
+                if spec.direction.copies_back() {
+                    t.bytes.copy_from_slice(buffer.bytes_mut());
+                }
+            }
+        }
+        Ok(out.report)
     }
 
     /// Allocates `size` bytes of device memory.
@@ -271,7 +361,8 @@ impl ChipWorker {
     /// # Errors
     /// A device error (zero or huge size, out of memory).
     pub fn malloc(&self, size: u64) -> Result<DevicePtr, HostError> {
-        self.device
+        self.shared
+            .device
             .malloc(size)
             .map_err(HostError::device(format!("allocating {size} bytes")))
     }
@@ -281,7 +372,8 @@ impl ChipWorker {
     /// # Errors
     /// A device error (unknown pointer, double free).
     pub fn free(&self, ptr: DevicePtr) -> Result<(), HostError> {
-        self.device
+        self.shared
+            .device
             .free(ptr)
             .map_err(HostError::device("freeing device memory"))
     }
@@ -291,7 +383,8 @@ impl ChipWorker {
     /// # Errors
     /// A device error when the range is not inside one live allocation.
     pub fn copy_to(&self, dst: DevicePtr, src: &[u8]) -> Result<(), HostError> {
-        self.device
+        self.shared
+            .device
             .copy_to_device(dst, src)
             .map_err(HostError::device("copying to the device"))
     }
@@ -301,7 +394,8 @@ impl ChipWorker {
     /// # Errors
     /// A device error when the range is not inside one live allocation.
     pub fn copy_from(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), HostError> {
-        self.device
+        self.shared
+            .device
             .copy_from_device(dst, src)
             .map_err(HostError::device("copying from the device"))
     }
@@ -309,9 +403,6 @@ impl ChipWorker {
 
 impl Drop for ChipWorker {
     fn drop(&mut self) {
-        let inner = self.inner.get_mut();
-        if inner.unusable.is_none() {
-            inner.slot.release(&self.device);
-        }
+        exec::close(&self.shared);
     }
 }

@@ -4,24 +4,31 @@
 //! ([`pool`]), device memory is checked host memory ([`memory`]), and streams and events
 //! are host queues and sequence counters ([`stream`]). Kernels are plain functions; the
 //! launch argument is a device (= host) address.
+//!
+//! Every failure the host must survive can be injected ([`SimDevice::inject`], see
+//! [`FaultRule`]), and [`Device::reset`] is a forced reset that terminates running kernels.
 
+mod faults;
 mod memory;
 mod pool;
 mod stream;
 
+pub use faults::{FaultAction, FaultPoint, FaultRule};
+
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use self::faults::SimFaults;
 use self::memory::Memory;
 use self::pool::{Chip, Pools};
 use self::stream::{Event, Op, Stream};
 use crate::{
-    AicoreKernel, AicpuKernel, CoreRegs, Device, DeviceError, DevicePtr, EventId, EventStatus,
-    StreamId, Topology,
+    AicoreKernel, AicpuKernel, Device, DeviceError, DevicePtr, EventId, EventStatus, StreamId,
+    Topology,
 };
 
 /// The simulated chip.
@@ -32,7 +39,11 @@ pub struct SimDevice {
     streams: Mutex<HashMap<u32, Arc<Stream>>>,
     events: Mutex<HashMap<u32, Arc<Event>>>,
     next_handle: AtomicU32,
+    faults: Arc<SimFaults>,
 }
+
+/// How long dropping a device waits for running kernels to be terminated.
+const DROP_RESET_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for SimDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -51,11 +62,7 @@ impl SimDevice {
     /// be started.
     pub fn new(topology: Topology) -> Result<SimDevice, DeviceError> {
         topology.validate().map_err(DeviceError::InvalidLaunch)?;
-        let cores = (0..topology.core_count())
-            .map(|_| CoreRegs::default())
-            .collect::<Vec<_>>()
-            .into_boxed_slice();
-        let chip = Arc::new(Chip { topology, cores });
+        let chip = Arc::new(Chip::new(topology, Arc::new(AtomicBool::new(false))));
         let pools = Pools::start(chip.clone())
             .map_err(|e| DeviceError::InvalidLaunch(format!("cannot start device threads: {e}")))?;
         Ok(SimDevice {
@@ -65,12 +72,85 @@ impl SimDevice {
             streams: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
             next_handle: AtomicU32::new(1),
+            faults: Arc::new(SimFaults::default()),
         })
     }
 
     /// Number of live device allocations (for leak checks).
     pub fn live_allocations(&self) -> usize {
         self.memory.live_count()
+    }
+
+    /// Arms a fault-injection rule (rules are checked in the order they were injected).
+    pub fn inject(&self, rule: FaultRule) {
+        self.faults.inject(rule);
+    }
+
+    /// Disarms every rule not yet spent.
+    pub fn clear_faults(&self) {
+        self.faults.clear();
+    }
+
+    /// How many times `point` was reached since the device started (faulted or not).
+    pub fn calls(&self, point: FaultPoint) -> u64 {
+        self.faults.calls(point)
+    }
+
+    /// Counts a call at `point`; an armed rule that fails it outright yields the error to
+    /// return, one that lets the operation be enqueued first yields `Ok(true)`.
+    fn gate(&self, point: FaultPoint, timeout: Option<Duration>) -> Result<bool, DeviceError> {
+        match self.faults.check(point) {
+            None => Ok(false),
+            Some(FaultAction::EnqueueThenFail) => Ok(true),
+            Some(FaultAction::TimeOut) => match timeout {
+                Some(t) => Err(DeviceError::Timeout(t)),
+                None => Err(DeviceError::Injected(point.name())),
+            },
+            Some(_) => Err(DeviceError::Injected(point.name())),
+        }
+    }
+
+    /// Enqueues through `enqueue` unless a rule refuses it; reports an injected failure after
+    /// enqueueing when the rule says so.
+    fn submit(
+        &self,
+        point: FaultPoint,
+        enqueue: impl FnOnce() -> Result<(), DeviceError>,
+    ) -> Result<(), DeviceError> {
+        let fail_after = self.gate(point, None)?;
+        enqueue()?;
+        if fail_after {
+            return Err(DeviceError::Injected(point.name()));
+        }
+        Ok(())
+    }
+
+    /// Ends all device work: drops queued operations, completes every event, terminates the
+    /// running kernels and clears sticky faults. False when a kernel is still running at
+    /// the deadline (the kill switch then stays raised).
+    fn abort_all(&self, timeout: Duration) -> bool {
+        let streams: Vec<Arc<Stream>> = self.streams.lock().values().cloned().collect();
+        let events: Vec<Arc<Event>> = self.events.lock().values().cloned().collect();
+        self.chip.kill.store(true, Ordering::Release);
+        for s in &streams {
+            s.abort_queued();
+        }
+        for e in &events {
+            e.force_complete();
+        }
+        self.chip.wake_all();
+        let deadline = Instant::now() + timeout;
+        if !streams.iter().all(|s| s.wait_idle(deadline)) {
+            return false;
+        }
+        self.chip.kill.store(false, Ordering::Release);
+        for s in &streams {
+            s.finish_reset();
+        }
+        for e in &events {
+            e.force_complete();
+        }
+        true
     }
 
     fn stream(&self, id: StreamId) -> Result<Arc<Stream>, DeviceError> {
@@ -108,6 +188,7 @@ impl Device for SimDevice {
     }
 
     fn copy_from_device(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), DeviceError> {
+        self.gate(FaultPoint::CopyFromDevice, None)?;
         self.memory.copy_out(dst, src)
     }
 
@@ -117,7 +198,12 @@ impl Device for SimDevice {
 
     fn create_stream(&self) -> Result<StreamId, DeviceError> {
         let id = StreamId(self.next_handle.fetch_add(1, Ordering::Relaxed));
-        let s = Stream::start(id, self.pools.clone(), self.memory.clone())?;
+        let s = Stream::start(
+            id,
+            self.pools.clone(),
+            self.memory.clone(),
+            self.faults.clone(),
+        )?;
         self.streams.lock().insert(id.0, Arc::new(s));
         Ok(id)
     }
@@ -139,7 +225,10 @@ impl Device for SimDevice {
         src: Vec<u8>,
     ) -> Result<(), DeviceError> {
         self.memory.check(dst, src.len() as u64)?;
-        self.stream(stream)?.enqueue(Op::Copy { dst, bytes: src })
+        let s = self.stream(stream)?;
+        self.submit(FaultPoint::CopyToDeviceAsync, || {
+            s.enqueue(Op::Copy { dst, bytes: src })
+        })
     }
 
     fn launch_aicore(
@@ -148,7 +237,10 @@ impl Device for SimDevice {
         kernel: AicoreKernel,
         arg: DevicePtr,
     ) -> Result<(), DeviceError> {
-        self.stream(stream)?.enqueue(Op::Aicore { kernel, arg })
+        let s = self.stream(stream)?;
+        self.submit(FaultPoint::LaunchAicore, || {
+            s.enqueue(Op::Aicore { kernel, arg })
+        })
     }
 
     fn launch_aicpu(
@@ -164,25 +256,33 @@ impl Device for SimDevice {
                 "AICPU kernel launched on {threads} threads; this device has 1..={max}"
             )));
         }
-        self.stream(stream)?.enqueue(Op::Aicpu {
-            kernel,
-            arg,
-            threads,
+        let s = self.stream(stream)?;
+        self.submit(FaultPoint::LaunchAicpu, || {
+            s.enqueue(Op::Aicpu {
+                kernel,
+                arg,
+                threads,
+            })
         })
     }
 
     fn query_stream(&self, stream: StreamId) -> Result<bool, DeviceError> {
-        Ok(self.stream(stream)?.is_idle())
+        let s = self.stream(stream)?;
+        self.gate(FaultPoint::QueryStream, None)?;
+        Ok(s.is_idle())
     }
 
     fn synchronize_stream(&self, stream: StreamId, timeout: Duration) -> Result<(), DeviceError> {
         if timeout.is_zero() {
             return Err(DeviceError::ZeroTimeout);
         }
-        self.stream(stream)?.synchronize(timeout)
+        let s = self.stream(stream)?;
+        self.gate(FaultPoint::SynchronizeStream, Some(timeout))?;
+        s.synchronize(timeout)
     }
 
     fn create_event(&self) -> Result<EventId, DeviceError> {
+        self.gate(FaultPoint::CreateEvent, None)?;
         let id = EventId(self.next_handle.fetch_add(1, Ordering::Relaxed));
         self.events.lock().insert(id.0, Arc::new(Event::default()));
         Ok(id)
@@ -199,12 +299,16 @@ impl Device for SimDevice {
     fn record_event(&self, event: EventId, stream: StreamId) -> Result<(), DeviceError> {
         let e = self.event(event)?;
         let s = self.stream(stream)?;
-        let seq = e.begin_record();
-        s.enqueue(Op::Record { event: e, seq })
+        self.submit(FaultPoint::RecordEvent, || {
+            let seq = e.begin_record();
+            s.enqueue(Op::Record { event: e, seq })
+        })
     }
 
     fn query_event(&self, event: EventId) -> Result<EventStatus, DeviceError> {
-        Ok(self.event(event)?.status())
+        let e = self.event(event)?;
+        self.gate(FaultPoint::QueryEvent, None)?;
+        Ok(e.status())
     }
 
     fn synchronize_event(&self, event: EventId, timeout: Duration) -> Result<(), DeviceError> {
@@ -212,6 +316,7 @@ impl Device for SimDevice {
             return Err(DeviceError::ZeroTimeout);
         }
         let e = self.event(event)?;
+        self.gate(FaultPoint::SynchronizeEvent, Some(timeout))?;
         let target = e.target();
         if e.wait_until(target, Some(Instant::now() + timeout)) {
             Ok(())
@@ -223,14 +328,39 @@ impl Device for SimDevice {
     fn stream_wait_event(&self, stream: StreamId, event: EventId) -> Result<(), DeviceError> {
         let e = self.event(event)?;
         let s = self.stream(stream)?;
-        let seq = e.target();
-        s.enqueue(Op::Wait { event: e, seq })
+        self.submit(FaultPoint::StreamWaitEvent, || {
+            let seq = e.target();
+            s.enqueue(Op::Wait { event: e, seq })
+        })
+    }
+
+    fn reset(&self, timeout: Duration) -> Result<(), DeviceError> {
+        if timeout.is_zero() {
+            return Err(DeviceError::ZeroTimeout);
+        }
+        if self.faults.check(FaultPoint::Reset).is_some() {
+            return Err(DeviceError::ResetUnconfirmed(
+                "injected fault at reset".into(),
+            ));
+        }
+        if self.abort_all(timeout) {
+            Ok(())
+        } else {
+            Err(DeviceError::ResetUnconfirmed(format!(
+                "a kernel was still running {timeout:?} after the reset began"
+            )))
+        }
     }
 }
 
 impl Drop for SimDevice {
     fn drop(&mut self) {
-        // Streams first: they hold the pools and may still be running a kernel.
+        // End whatever still runs (a hung kernel would block its stream thread forever),
+        // then drop the streams: they hold the pools.
+        let busy = self.streams.lock().values().any(|s| !s.is_idle());
+        if busy {
+            self.abort_all(DROP_RESET_TIMEOUT);
+        }
         self.streams.lock().clear();
     }
 }

@@ -1,7 +1,13 @@
 //! Persistent device threads: one per AICore and one per AICPU thread, started once with the
 //! device and reused by every kernel launch (never once per run). An idle thread blocks on its
 //! job channel; nothing spins while there is no work.
+//!
+//! A forced reset terminates the kernels that are running: it raises the chip's kill switch
+//! and wakes every device thread; a thread waiting on its doorbell or register unwinds out of
+//! its kernel, which this module catches (the kernel then counts as ended, with
+//! [`KILLED_STATUS`] for an AICPU kernel).
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
@@ -9,14 +15,58 @@ use std::thread::JoinHandle;
 
 use crossbeam_utils::sync::WaitGroup;
 
+use crate::regs::{KillSwitch, Killed};
 use crate::{
     AicoreContext, AicoreKernel, AicpuContext, AicpuKernel, CoreRegs, DevicePtr, Doorbell, Topology,
 };
+
+/// Status of an AICPU kernel terminated by a reset.
+pub(crate) const KILLED_STATUS: i32 = -0x5e5e7;
 
 /// State shared by the device and its threads.
 pub(crate) struct Chip {
     pub(crate) topology: Topology,
     pub(crate) cores: Box<[CoreRegs]>,
+    /// One doorbell per AICPU thread.
+    pub(crate) aicpu_bells: Box<[Arc<Doorbell>]>,
+    /// Raised by a forced reset to terminate running kernels.
+    pub(crate) kill: KillSwitch,
+}
+
+impl Chip {
+    pub(crate) fn new(topology: Topology, kill: KillSwitch) -> Chip {
+        let cores = (0..topology.core_count())
+            .map(|_| CoreRegs::with_kill_switch(kill.clone()))
+            .collect();
+        let aicpu_bells = (0..topology.aicpu_threads)
+            .map(|_| Arc::new(Doorbell::with_kill_switch(kill.clone())))
+            .collect();
+        Chip {
+            topology,
+            cores,
+            aicpu_bells,
+            kill,
+        }
+    }
+
+    /// Wakes every device thread (so that a raised kill switch is noticed at once).
+    pub(crate) fn wake_all(&self) {
+        for c in self.cores.iter() {
+            c.wake_core();
+        }
+        for b in self.aicpu_bells.iter() {
+            b.force_ring();
+        }
+    }
+}
+
+/// Runs a kernel body; a body terminated by a reset returns `None`, any other panic goes on.
+fn run_killable<R>(body: impl FnOnce() -> R) -> Option<R> {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(r) => Some(r),
+        Err(payload) if payload.is::<Killed>() => None,
+        Err(payload) => std::panic::resume_unwind(payload),
+    }
 }
 
 enum Job {
@@ -66,7 +116,7 @@ impl Pools {
                                 sub_block_id: t.sub_block_of(core),
                                 regs: &chip.cores[core as usize],
                             };
-                            kernel(&ctx, arg);
+                            let _ = run_killable(|| kernel(&ctx, arg));
                             drop(done);
                         }
                     }
@@ -80,7 +130,7 @@ impl Pools {
             let h = std::thread::Builder::new()
                 .name(format!("sim-aicpu-{idx}"))
                 .spawn(move || {
-                    let bell = Arc::new(Doorbell::new());
+                    let bell = chip.aicpu_bells[idx as usize].clone();
                     while let Ok(job) = rx.recv() {
                         if let Job::Aicpu {
                             kernel,
@@ -97,7 +147,7 @@ impl Pools {
                                 cores: &chip.cores,
                                 doorbell: &bell,
                             };
-                            let rc = kernel(&ctx, arg);
+                            let rc = run_killable(|| kernel(&ctx, arg)).unwrap_or(KILLED_STATUS);
                             if rc != 0 {
                                 let _ = status.compare_exchange(
                                     0,

@@ -2,6 +2,10 @@
 //! (started with the stream, parked on a condvar while the queue is empty). An event is a
 //! pair of sequence numbers: how many records were requested and how far the streams have
 //! reached; re-recording bumps the first, so no reset is ever needed.
+//!
+//! A forced device reset ([`Stream::abort_queued`], [`Event::force_complete`]) drops every
+//! queued operation, completes every event and, once the running operation has ended,
+//! clears the stream's sticky fault ([`Stream::finish_reset`]).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -10,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::faults::{FaultAction, FaultPoint, SimFaults};
 use super::memory::Memory;
 use super::pool::Pools;
 use crate::{AicoreKernel, AicpuKernel, DeviceError, DevicePtr, EventStatus, StreamId};
@@ -40,6 +45,13 @@ impl Event {
     /// The sequence number a waiter issued now must reach.
     pub(crate) fn target(&self) -> u64 {
         self.state.lock().recorded
+    }
+
+    /// Marks every record made so far as reached (a reset ends the streams that owed them).
+    pub(crate) fn force_complete(&self) {
+        let mut s = self.state.lock();
+        s.reached = s.reached.max(s.recorded);
+        self.cv.notify_all();
     }
 
     fn reach(&self, seq: u64) {
@@ -110,6 +122,8 @@ struct StreamState {
     fault: Option<i32>,
     /// Set when the stream is being destroyed.
     closing: bool,
+    /// Set while a device reset is ending the stream's work.
+    aborting: bool,
 }
 
 struct Shared {
@@ -130,6 +144,7 @@ impl Stream {
         id: StreamId,
         pools: Arc<Pools>,
         memory: Arc<Memory>,
+        faults: Arc<SimFaults>,
     ) -> Result<Stream, DeviceError> {
         let shared = Arc::new(Shared {
             state: Mutex::new(StreamState::default()),
@@ -139,7 +154,7 @@ impl Stream {
         let s = shared.clone();
         let worker = std::thread::Builder::new()
             .name(format!("sim-stream-{}", id.0))
-            .spawn(move || serve(&s, &pools, &memory))
+            .spawn(move || serve(&s, &pools, &memory, &faults))
             .map_err(|e| {
                 DeviceError::InvalidLaunch(format!("cannot start a stream thread: {e}"))
             })?;
@@ -183,6 +198,38 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Reset, step 1: drops every queued operation and releases a running wait.
+    pub(crate) fn abort_queued(&self) {
+        let mut st = self.shared.state.lock();
+        let dropped = st.queue.len() as u64;
+        st.queue.clear();
+        st.outstanding -= dropped;
+        st.aborting = true;
+        if st.outstanding == 0 {
+            self.shared.idle.notify_all();
+        }
+    }
+
+    /// Reset, step 2: waits until the running operation (if any) has ended.
+    pub(crate) fn wait_idle(&self, deadline: Instant) -> bool {
+        let mut st = self.shared.state.lock();
+        while st.outstanding > 0 {
+            if self.shared.idle.wait_until(&mut st, deadline).timed_out() && st.outstanding > 0 {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Reset, step 3: the stream is empty; clears its sticky fault and accepts work again.
+    pub(crate) fn finish_reset(&self) {
+        let mut st = self.shared.state.lock();
+        st.aborting = false;
+        st.fault = None;
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         self.shared.state.lock().closing = true;
@@ -193,7 +240,15 @@ impl Drop for Stream {
     }
 }
 
-fn serve(shared: &Shared, pools: &Pools, memory: &Memory) {
+/// The fatal status an injected kernel fault latches, and whether the kernel body runs.
+fn kernel_fault(faults: &SimFaults, point: FaultPoint) -> Option<(i32, bool)> {
+    match faults.check(point)? {
+        FaultAction::KernelFatal { status, run } => Some((status, run)),
+        _ => Some((-1, false)),
+    }
+}
+
+fn serve(shared: &Shared, pools: &Pools, memory: &Memory, faults: &SimFaults) {
     loop {
         let op = {
             let mut st = shared.state.lock();
@@ -209,15 +264,31 @@ fn serve(shared: &Shared, pools: &Pools, memory: &Memory) {
         };
         let fault = match op {
             Op::Copy { dst, bytes } => memory.copy_in(dst, &bytes).err().map(|_| -1),
-            Op::Aicore { kernel, arg } => {
-                pools.run_aicore(kernel, arg);
-                None
-            }
+            Op::Aicore { kernel, arg } => match kernel_fault(faults, FaultPoint::AicoreKernel) {
+                Some((status, run)) => {
+                    if run {
+                        pools.run_aicore(kernel, arg);
+                    }
+                    Some(status)
+                }
+                None => {
+                    pools.run_aicore(kernel, arg);
+                    None
+                }
+            },
             Op::Aicpu {
                 kernel,
                 arg,
                 threads,
-            } => Some(pools.run_aicpu(kernel, arg, threads)).filter(|&rc| rc != 0),
+            } => match kernel_fault(faults, FaultPoint::AicpuKernel) {
+                Some((status, run)) => {
+                    if run {
+                        pools.run_aicpu(kernel, arg, threads);
+                    }
+                    Some(status)
+                }
+                None => Some(pools.run_aicpu(kernel, arg, threads)).filter(|&rc| rc != 0),
+            },
             Op::Record { event, seq } => {
                 event.reach(seq);
                 None
@@ -226,7 +297,8 @@ fn serve(shared: &Shared, pools: &Pools, memory: &Memory) {
                 // Bounded slices so that destroying the stream never hangs on a wait whose
                 // event will not be recorded any more.
                 while !event.wait_until(seq, Some(Instant::now() + Duration::from_millis(100))) {
-                    if shared.state.lock().closing {
+                    let st = shared.state.lock();
+                    if st.closing || st.aborting {
                         break;
                     }
                 }

@@ -1,0 +1,196 @@
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+//! Run-lane benchmarks (issue 4 item 10; design `run-completion-fences.txt`, "Measured: the
+//! verdict read does wait, and the record read does not"). Numbers are printed, never
+//! asserted:
+//!
+//! - `successor_in_flight/{record_read,stream_sync}/<tasks>`: the cost of learning a short
+//!   predecessor's outcome while a successor of `<tasks>` tasks is queued behind it on the
+//!   same streams — from the run's own record (the lane's path) and through the stream
+//!   synchronize first (`WorkerConfig::always_synchronize`, the pre-fence behaviour). The
+//!   first should stay flat across successor sizes, the second grow with them.
+//! - `short_runs/depth{1,2}`: throughput of short runs kept two in flight.
+//! - `empty_run/round_trip`: submit + result of a run whose orchestration submits nothing.
+
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use simpler_abi::*;
+use simpler_host::*;
+
+const TILE: usize = 1024;
+
+fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
+    // SAFETY: the runtime passes tensor pointers in the first slots.
+    unsafe { &*(*args.add(i) as *const ChipTensor) }
+}
+
+fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
+    // SAFETY: a 1-D contiguous f32 view of device (= host) memory owned by the run.
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            (t.buffer_addr as *mut f32).add(t.start_offset as usize),
+            t.shapes[0] as usize,
+        )
+    }
+}
+
+/// y = x + 1 over one tile.
+unsafe extern "C" fn inc_kernel(args: *mut i64) {
+    let (x, y) = (data(tensor(args, 0)), data(tensor(args, 1)));
+    for i in 0..y.len() {
+        y[i] = x[i] + 1.0;
+    }
+}
+
+/// One task per tile of `x`.
+unsafe extern "C" fn tiles_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid args and its own table.
+    unsafe {
+        let a = &*args;
+        let tiles = a.tensors[0].shapes[0] as usize / TILE;
+        for t in 0..tiles {
+            let mut d: Box<TaskDesc> = Box::new(std::mem::zeroed());
+            d.size = std::mem::size_of::<TaskDesc>() as u32;
+            d.kernel_ids = [NO_KERNEL; 3];
+            d.kernel_ids[LANE_AIV0] = 0;
+            d.block_num = 1;
+            for (i, tag) in [
+                (0, TensorArgType::Input),
+                (1, TensorArgType::OutputExisting),
+            ] {
+                let mut v = a.tensors[i];
+                v.start_offset = (t * TILE) as u64;
+                v.shapes[0] = TILE as u64;
+                d.tensors[d.tensor_count as usize] = v;
+                d.tags[d.tensor_count as usize] = tag as u32;
+                d.tensor_count += 1;
+            }
+            let rc = ((*ops).submit_task)((*ops).runtime, &*d, std::ptr::null_mut());
+            if rc != 0 {
+                return rc;
+            }
+        }
+    }
+    0
+}
+
+unsafe extern "C" fn empty_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+    0
+}
+
+fn spec(name: &str, orch: OrchEntry, tensors: bool) -> CallableSpec {
+    let arg = |name: &str, direction| ArgSpec {
+        name: name.into(),
+        direction,
+        dtype: DataType::Float32,
+        shape: None,
+    };
+    let args = if tensors {
+        vec![arg("x", ArgDirection::In), arg("y", ArgDirection::Out)]
+    } else {
+        vec![]
+    };
+    CallableSpec {
+        name: name.into(),
+        signature: Signature::new(args).unwrap(),
+        orchestration: CodeImage::Orchestration(orch),
+        kernels: vec![KernelSpec {
+            func_id: 0,
+            core_type: CoreType::Aiv,
+            image: CodeImage::Kernel(inc_kernel),
+        }],
+    }
+}
+
+fn tiles(n: usize) -> Vec<OwnedArg> {
+    let t = |v: Vec<u8>| OwnedArg::Tensor {
+        buffer: Box::new(v),
+        shape: vec![(n * TILE) as u64],
+        dtype: DataType::Float32,
+    };
+    vec![t(vec![0u8; n * TILE * 4]), t(vec![0u8; n * TILE * 4])]
+}
+
+fn worker(depth: u32, always_synchronize: bool) -> ChipWorker {
+    ChipWorker::new(WorkerConfig {
+        launch_depth: depth,
+        always_synchronize,
+        heap_size: 1 << 20,
+        ..WorkerConfig::default()
+    })
+    .unwrap()
+}
+
+fn successor_in_flight(c: &mut Criterion) {
+    let mut g = c.benchmark_group("successor_in_flight");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    for (arm, always_sync) in [("record_read", false), ("stream_sync", true)] {
+        let w = worker(2, always_sync);
+        let id = w.register(&spec("tiles", tiles_orch, true)).unwrap();
+        for succ in [1usize, 64, 512, 2048] {
+            g.bench_with_input(BenchmarkId::new(arm, succ), &succ, |b, &succ| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let pred = w.submit(id, tiles(1)).unwrap();
+                        let next = w.submit(id, tiles(succ)).unwrap();
+                        let t = Instant::now();
+                        pred.wait(None).unwrap();
+                        total += t.elapsed();
+                        next.wait(None).unwrap();
+                    }
+                    total
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+fn short_runs(c: &mut Criterion) {
+    let mut g = c.benchmark_group("short_runs");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(3))
+        .throughput(Throughput::Elements(1));
+    for depth in [1, 2] {
+        let w = worker(depth, false);
+        let id = w.register(&spec("tiles", tiles_orch, true)).unwrap();
+        g.bench_function(format!("depth{depth}"), |b| {
+            b.iter_custom(|iters| {
+                let t = Instant::now();
+                let mut inflight = std::collections::VecDeque::new();
+                for _ in 0..iters {
+                    if inflight.len() == 2 {
+                        let h: RunHandle = inflight.pop_front().unwrap();
+                        h.wait(None).unwrap();
+                    }
+                    inflight.push_back(w.submit(id, tiles(4)).unwrap());
+                }
+                for h in inflight {
+                    h.wait(None).unwrap();
+                }
+                t.elapsed()
+            })
+        });
+    }
+    g.finish();
+}
+
+fn empty_run(c: &mut Criterion) {
+    let mut g = c.benchmark_group("empty_run");
+    g.sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    let w = worker(2, false);
+    let id = w.register(&spec("empty", empty_orch, false)).unwrap();
+    g.bench_function("round_trip", |b| {
+        b.iter(|| w.submit(id, vec![]).unwrap().result().unwrap())
+    });
+    g.finish();
+}
+
+criterion_group!(benches, successor_in_flight, short_runs, empty_run);
+criterion_main!(benches);

@@ -1,0 +1,53 @@
+//! Run identity: the facts every other piece of the lane is keyed on (spec `run-lane.md`
+//! §1.1). A run is named by its epoch (process-unique, never 0), the lane generation that
+//! admitted it, its dispatch id (its place in the lane's FIFO) and the pipeline slot it
+//! occupies; two identities are equal only when all four agree, so a fact recorded for one
+//! run can never be read back for a later run that reuses the slot.
+
+/// Identity of one run (`NativeRunIdentity`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RunIdentity {
+    /// Process-unique, non-zero epoch; stamped into the run's result record.
+    pub epoch: u64,
+    /// Generation of the lane that admitted the run (lane-minted, non-zero).
+    pub generation: u64,
+    /// Position of the run in its lane's FIFO (strictly increasing per lane).
+    pub dispatch_id: u64,
+    /// Pipeline slot the run occupies (`< 2`).
+    pub slot: u32,
+}
+
+/// The two streams of a run, and the two boundaries recorded on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamRole {
+    /// The AICore stream; its boundary is `core_done`.
+    Aicore = 0,
+    /// The AICPU stream; its boundary is `cpu_done`.
+    Aicpu = 1,
+}
+
+impl StreamRole {
+    /// Both roles, AICore first.
+    pub const BOTH: [StreamRole; 2] = [StreamRole::Aicore, StreamRole::Aicpu];
+
+    /// Index for per-role arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The other stream.
+    pub fn other(self) -> StreamRole {
+        match self {
+            StreamRole::Aicore => StreamRole::Aicpu,
+            StreamRole::Aicpu => StreamRole::Aicore,
+        }
+    }
+
+    /// Name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            StreamRole::Aicore => "AICore",
+            StreamRole::Aicpu => "AICPU",
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The locks of the lock-sensitive pieces (the completion fence), switched to `loom`'s
+//! model-checked versions under `cfg(loom)` so the loom model in `fence` exercises the real
+//! code.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
+pub(crate) use std::sync::TryLockError;
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
+
+/// Locks, ignoring poison: a panic while holding a fence lock leaves counts that are still
+/// the most conservative facts available.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,683 @@
+//! The run lane end to end on the sim device: pipelined runs at depth 2 and 1, per-run
+//! completion (a queued successor never delays its predecessor, and a recorded success
+//! never synchronizes a stream), handles (poll, bounded wait, re-wait, result), and the
+//! fault-injection matrix of `design/run-completion-fences.txt`, "Submitted work with no
+//! boundary": one row per shape — what was injected → the run's verdict, whether its device
+//! resources were released or retained, and whether the worker admits runs afterwards.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use simpler_abi::*;
+use simpler_device::sim::{FaultAction, FaultPoint, FaultRule, SimDevice};
+use simpler_device::{Device, Topology};
+use simpler_host::*;
+
+const N: usize = 4096;
+const TILES: usize = 4;
+
+fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
+    // SAFETY: the runtime passes tensor pointers in the first slots.
+    unsafe { &*(*args.add(i) as *const ChipTensor) }
+}
+
+fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
+    // SAFETY: a 1-D contiguous f32 view of device (= host) memory owned by the run.
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            (t.buffer_addr as *mut f32).add(t.start_offset as usize),
+            t.shapes[0] as usize,
+        )
+    }
+}
+
+/// y = x + 1
+unsafe extern "C" fn inc_kernel(args: *mut i64) {
+    let (x, y) = (data(tensor(args, 0)), data(tensor(args, 1)));
+    for i in 0..y.len() {
+        y[i] = x[i] + 1.0;
+    }
+}
+
+static GATE: AtomicBool = AtomicBool::new(true);
+/// The matrix's own gate (tests run in parallel).
+static MATRIX_GATE: AtomicBool = AtomicBool::new(true);
+
+/// Holds its core until [`GATE`] opens, then y = x + 1.
+unsafe extern "C" fn gated_kernel(args: *mut i64) {
+    while !GATE.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: same arguments as `inc_kernel`.
+    unsafe { inc_kernel(args) }
+}
+
+/// Holds its core until [`MATRIX_GATE`] opens, then y = x + 1.
+unsafe extern "C" fn matrix_gated_kernel(args: *mut i64) {
+    while !MATRIX_GATE.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // SAFETY: same arguments as `inc_kernel`.
+    unsafe { inc_kernel(args) }
+}
+
+fn task(func: i32) -> Box<TaskDesc> {
+    // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
+    let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
+    d.size = std::mem::size_of::<TaskDesc>() as u32;
+    d.kernel_ids = [NO_KERNEL; 3];
+    d.kernel_ids[LANE_AIV0] = func;
+    d.block_num = 1;
+    d
+}
+
+fn view(t: &ChipTensor, off: usize, len: usize) -> ChipTensor {
+    let mut v = *t;
+    v.start_offset = off as u64;
+    v.shapes[0] = len as u64;
+    v
+}
+
+/// y = x + 1 in TILES independent tasks, with kernel func `scalars[0]` (0 plain, 1 gated).
+unsafe extern "C" fn inc_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid args and its own table.
+    unsafe {
+        let a = &*args;
+        let n = a.tensors[0].shapes[0] as usize;
+        let tile = n / TILES;
+        for t in 0..TILES {
+            let mut d = task(a.scalars[0] as i32);
+            for (i, tag) in [
+                (0, TensorArgType::Input),
+                (1, TensorArgType::OutputExisting),
+            ] {
+                d.tensors[d.tensor_count as usize] = view(&a.tensors[i], t * tile, tile);
+                d.tags[d.tensor_count as usize] = tag as u32;
+                d.tensor_count += 1;
+            }
+            let rc = ((*ops).submit_task)((*ops).runtime, &*d, std::ptr::null_mut());
+            if rc != 0 {
+                return rc;
+            }
+        }
+    }
+    0
+}
+
+fn spec() -> CallableSpec {
+    let arg = |name: &str, direction| ArgSpec {
+        name: name.into(),
+        direction,
+        dtype: DataType::Float32,
+        shape: None,
+    };
+    CallableSpec {
+        name: "inc".into(),
+        signature: Signature::new(vec![
+            arg("x", ArgDirection::In),
+            arg("y", ArgDirection::Out),
+            ArgSpec {
+                name: "gated".into(),
+                direction: ArgDirection::Scalar,
+                dtype: DataType::Uint64,
+                shape: None,
+            },
+        ])
+        .unwrap(),
+        orchestration: CodeImage::Orchestration(inc_orch),
+        kernels: vec![
+            KernelSpec {
+                func_id: 0,
+                core_type: CoreType::Aiv,
+                image: CodeImage::Kernel(inc_kernel),
+            },
+            KernelSpec {
+                func_id: 1,
+                core_type: CoreType::Aiv,
+                image: CodeImage::Kernel(gated_kernel),
+            },
+            KernelSpec {
+                func_id: 2,
+                core_type: CoreType::Aiv,
+                image: CodeImage::Kernel(matrix_gated_kernel),
+            },
+        ],
+    }
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+fn args(seed: f32, gated: bool) -> Vec<OwnedArg> {
+    args_with(seed, gated as u64)
+}
+
+/// `func`: 0 plain, 1 gated by [`GATE`], 2 gated by [`MATRIX_GATE`].
+fn args_with(seed: f32, func: u64) -> Vec<OwnedArg> {
+    let x: Vec<f32> = (0..N).map(|i| seed + i as f32).collect();
+    vec![
+        OwnedArg::Tensor {
+            buffer: Box::new(f32_bytes(&x)),
+            shape: vec![N as u64],
+            dtype: DataType::Float32,
+        },
+        OwnedArg::Tensor {
+            buffer: Box::new(vec![0u8; N * 4]),
+            shape: vec![N as u64],
+            dtype: DataType::Float32,
+        },
+        OwnedArg::Scalar(func),
+    ]
+}
+
+fn check_output(out: RunOutput, seed: f32) {
+    let OwnedArg::Tensor { mut buffer, .. } = out.args.into_iter().nth(1).unwrap() else {
+        panic!("y is a tensor")
+    };
+    for (i, c) in buffer.bytes_mut().chunks(4).enumerate() {
+        let v = f32::from_ne_bytes(c.try_into().unwrap());
+        assert_eq!(v, seed + i as f32 + 1.0, "element {i}");
+    }
+}
+
+fn worker(depth: u32, run_timeout: Duration) -> (Arc<SimDevice>, ChipWorker, CallableId) {
+    let dev = Arc::new(SimDevice::new(Topology::default()).unwrap());
+    let cfg = WorkerConfig {
+        launch_depth: depth,
+        run_timeout,
+        heap_size: 1 << 20,
+        ..WorkerConfig::default()
+    };
+    let w = ChipWorker::with_device(cfg, dev.clone() as Arc<dyn Device>).unwrap();
+    let id = w.register(&spec()).unwrap();
+    (dev, w, id)
+}
+
+#[test]
+fn pipelined_runs_are_correct_at_both_depths() {
+    for depth in [1, 2] {
+        let (dev, w, id) = worker(depth, Duration::from_secs(30));
+        let mut handles = std::collections::VecDeque::new();
+        for r in 0..40 {
+            if handles.len() == 2 {
+                let (seed, h): (f32, RunHandle) = handles.pop_front().unwrap();
+                check_output(h.result().unwrap(), seed);
+            }
+            handles.push_back((r as f32, w.submit(id, args(r as f32, false)).unwrap()));
+        }
+        for (seed, h) in handles {
+            check_output(h.result().unwrap(), seed);
+        }
+        // A recorded success never falls back to the stream synchronize.
+        assert_eq!(dev.calls(FaultPoint::SynchronizeStream), 0, "depth {depth}");
+    }
+}
+
+#[test]
+fn a_queued_successor_never_delays_its_predecessor() {
+    GATE.store(false, Ordering::Release);
+    let (dev, w, id) = worker(2, Duration::from_secs(30));
+    let a = w.submit(id, args(1.0, false)).unwrap();
+    let b = w.submit(id, args(2.0, true)).unwrap(); // held on the device by the gate
+    a.wait(None).unwrap();
+    assert!(!b.poll(), "the successor is still running");
+    let r = b.wait(Some(Duration::from_millis(20)));
+    assert!(matches!(r, Err(HostError::WaitTimeout(_))), "{r:?}");
+    assert!(matches!(
+        b.wait(Some(Duration::from_millis(1))),
+        Err(HostError::WaitTimeout(_))
+    ));
+    assert_eq!(dev.calls(FaultPoint::SynchronizeStream), 0);
+    let t = Instant::now();
+    assert!(!b.poll());
+    assert!(t.elapsed() < Duration::from_millis(50), "poll never blocks");
+    GATE.store(true, Ordering::Release);
+    b.wait(None).unwrap();
+    b.wait(None).unwrap();
+    assert!(b.poll());
+    check_output(b.result().unwrap(), 2.0);
+    check_output(a.result().unwrap(), 1.0);
+}
+
+#[test]
+fn handles_are_send_and_sync_and_another_thread_can_wait() {
+    let (_dev, w, id) = worker(2, Duration::from_secs(30));
+    let h = w.submit(id, args(3.0, false)).unwrap();
+    let out = std::thread::scope(|s| s.spawn(|| h.result()).join().unwrap()).unwrap();
+    check_output(out, 3.0);
+    // Bad arguments are refused synchronously.
+    let mut bad = args(0.0, false);
+    bad.pop();
+    assert!(matches!(
+        w.submit(id, bad),
+        Err(HostError::ArgumentCount { .. })
+    ));
+}
+
+// ---------------------------------------------------------------------------------------
+// The fault-injection matrix.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Ok,
+    /// A device error while launching (the launch's own error is the run's outcome).
+    LaunchError,
+    RunUndecided,
+    DeviceFault,
+    RecordUnreadable,
+    Timeout,
+}
+
+fn verdict(r: &Result<(), HostError>) -> Verdict {
+    match r {
+        Ok(()) => Verdict::Ok,
+        Err(HostError::Device { context, .. }) if context.contains("result record") => {
+            Verdict::RecordUnreadable
+        }
+        Err(HostError::Device { .. }) => Verdict::LaunchError,
+        Err(HostError::RunUndecided(_)) => Verdict::RunUndecided,
+        Err(HostError::DeviceFault(_)) => Verdict::DeviceFault,
+        Err(HostError::Timeout(_)) => Verdict::Timeout,
+        Err(e) => panic!("unexpected error {e}"),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Resources {
+    Released,
+    Retained,
+}
+
+struct Row {
+    name: &'static str,
+    /// Table of the design document this row covers.
+    shape: &'static str,
+    /// Submit a predecessor first (the fault then hits the joined successor).
+    with_predecessor: bool,
+    /// Runs on the slot before the faulted one (0: the fault hits the slot's first run).
+    warm_runs: usize,
+    inject: &'static [FaultRule],
+    /// The faulted run is held on the device for a while (its boundaries read Pending).
+    gated: bool,
+    /// The forced reset at teardown fails.
+    reset_fails: bool,
+    verdict: Verdict,
+    resources: Resources,
+    admits_after: bool,
+    /// Memory freed at teardown (false: a forced reset could not be confirmed).
+    freed_at_teardown: bool,
+}
+
+const fn next(point: FaultPoint, action: FaultAction) -> FaultRule {
+    FaultRule {
+        point,
+        skip: 0,
+        times: 1,
+        action,
+    }
+}
+
+const fn nth(point: FaultPoint, n: u64, action: FaultAction) -> FaultRule {
+    FaultRule {
+        point,
+        skip: n - 1,
+        times: 1,
+        action,
+    }
+}
+
+use FaultAction::*;
+use FaultPoint::*;
+
+const ROWS: &[Row] = &[
+    Row {
+        name: "event creation fails in the arming prologue",
+        shape: "no kernel, no queued wait",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[next(CreateEvent, Refuse)],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::LaunchError,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "AICore submit refused before the device accepted it (warm slot)",
+        shape: "no kernel, no queued wait",
+        with_predecessor: false,
+        warm_runs: 2,
+        inject: &[next(LaunchAicore, Refuse)],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::LaunchError,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "clean run",
+        shape: "kernel submitted, boundary recorded",
+        with_predecessor: true,
+        warm_runs: 0,
+        inject: &[],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::Ok,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "boundary query fails",
+        shape: "kernel submitted, boundary recorded",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[FaultRule {
+            point: QueryEvent,
+            skip: 0,
+            times: u64::MAX,
+            action: Refuse,
+        }],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::RunUndecided,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "boundary wait fails",
+        shape: "kernel submitted, boundary recorded",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[next(SynchronizeEvent, Refuse)],
+        gated: true,
+        reset_fails: false,
+        verdict: Verdict::RunUndecided,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "boundary query fails and the fallback synchronize times out",
+        shape: "kernel submitted, boundary recorded",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[
+            FaultRule {
+                point: QueryEvent,
+                skip: 0,
+                times: u64::MAX,
+                action: Refuse,
+            },
+            FaultRule {
+                point: SynchronizeEvent,
+                skip: 0,
+                times: u64::MAX,
+                action: Refuse,
+            },
+            next(SynchronizeStream, TimeOut),
+        ],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::Timeout,
+        resources: Resources::Retained,
+        admits_after: false,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "AICPU boundary record fails after its kernel was accepted",
+        shape: "kernel submitted, boundary missing",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[nth(RecordEvent, 2, EnqueueThenFail)],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::LaunchError,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "AICPU submit fails after the device accepted it",
+        shape: "kernel submitted, boundary missing",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[next(LaunchAicpu, EnqueueThenFail)],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::LaunchError,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "AICore boundary record refused: the AICPU kernel never goes out",
+        shape: "kernel submitted, boundary missing",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[next(RecordEvent, Refuse)],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::LaunchError,
+        resources: Resources::Retained,
+        admits_after: false,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "AICPU submit refused after the AICore kernel went out",
+        shape: "kernel submitted, boundary missing",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[next(LaunchAicpu, Refuse)],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::LaunchError,
+        resources: Resources::Retained,
+        admits_after: false,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "as above, and the teardown reset cannot be confirmed",
+        shape: "kernel submitted, boundary missing",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[next(LaunchAicpu, Refuse)],
+        reset_fails: true,
+        gated: false,
+        verdict: Verdict::LaunchError,
+        resources: Resources::Retained,
+        admits_after: false,
+        freed_at_teardown: false,
+    },
+    Row {
+        name: "zero result marker publication fails",
+        shape: "no kernel, no queued wait (an async copy attempt is device-visible)",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[next(CopyToDeviceAsync, Refuse)],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::LaunchError,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "successor's cross-run wait fails after being enqueued",
+        shape: "no kernel, but a committed wait exists",
+        with_predecessor: true,
+        warm_runs: 0,
+        inject: &[next(StreamWaitEvent, EnqueueThenFail)],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::LaunchError,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "successor's join proof record fails",
+        shape: "no kernel, but a committed wait exists",
+        with_predecessor: true,
+        warm_runs: 0,
+        inject: &[next(RecordEvent, Refuse)],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::LaunchError,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "both kernels end with a fatal status, nothing published",
+        shape: "kernel submitted, boundary recorded (events clean, synchronize reports it)",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[
+            next(
+                AicoreKernel,
+                KernelFatal {
+                    status: -507018,
+                    run: false,
+                },
+            ),
+            next(
+                AicpuKernel,
+                KernelFatal {
+                    status: -507018,
+                    run: false,
+                },
+            ),
+        ],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::DeviceFault,
+        resources: Resources::Released,
+        admits_after: false,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "AICPU fatal status latched after a published success",
+        shape: "kernel submitted, boundary recorded (the record's success is the verdict)",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[next(
+            AicpuKernel,
+            KernelFatal {
+                status: -507018,
+                run: true,
+            },
+        )],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::Ok,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+    Row {
+        name: "result record transfer fails",
+        shape: "kernel submitted, boundary recorded",
+        with_predecessor: false,
+        warm_runs: 0,
+        inject: &[next(CopyFromDevice, Refuse)],
+        gated: false,
+        reset_fails: false,
+        verdict: Verdict::RecordUnreadable,
+        resources: Resources::Released,
+        admits_after: true,
+        freed_at_teardown: true,
+    },
+];
+
+#[test]
+fn fault_injection_matrix() {
+    for row in ROWS {
+        let (dev, w, id) = worker(2, Duration::from_millis(1500));
+        for r in 0..row.warm_runs {
+            check_output(
+                w.submit(id, args(r as f32, false))
+                    .unwrap()
+                    .result()
+                    .unwrap(),
+                r as f32,
+            );
+        }
+        let pred = row
+            .with_predecessor
+            .then(|| w.submit(id, args(10.0, false)).unwrap());
+        let baseline = dev.live_allocations() - if row.with_predecessor { 2 } else { 0 };
+        for rule in row.inject {
+            dev.inject(*rule);
+        }
+        if row.gated {
+            MATRIX_GATE.store(false, Ordering::Release);
+        }
+        let h = w
+            .submit(id, args_with(20.0, if row.gated { 2 } else { 0 }))
+            .unwrap();
+        let opener = row.gated.then(|| {
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                MATRIX_GATE.store(true, Ordering::Release);
+            })
+        });
+        if let Some(p) = pred {
+            let r = p.wait(None);
+            assert!(
+                r.is_ok() || !row.admits_after,
+                "{}: the predecessor keeps its own outcome: {r:?}",
+                row.name
+            );
+        }
+        let r = h.wait(None);
+        if let Some(t) = opener {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            verdict(&r),
+            row.verdict,
+            "{} ({}): {r:?}",
+            row.name,
+            row.shape
+        );
+        dev.clear_faults();
+        if row.reset_fails {
+            dev.inject(next(Reset, Refuse));
+        }
+        let held = dev.live_allocations() - baseline;
+        let want = match row.resources {
+            Resources::Released => 0,
+            Resources::Retained => 2,
+        };
+        assert_eq!(
+            held, want,
+            "{}: staging buffers held after the run",
+            row.name
+        );
+        let next = w.submit(id, args(30.0, false));
+        match (row.admits_after, next) {
+            (true, Ok(h)) => check_output(h.result().unwrap(), 30.0),
+            (false, Err(HostError::DeviceUnusable(_))) => {}
+            (want, got) => panic!("{}: admission {want} but got {got:?}", row.name),
+        }
+        assert_eq!(
+            w.unusable_reason().is_none(),
+            row.admits_after,
+            "{}",
+            row.name
+        );
+        drop(w);
+        assert_eq!(
+            dev.live_allocations() == 0,
+            row.freed_at_teardown,
+            "{}: teardown",
+            row.name
+        );
+    }
+}
