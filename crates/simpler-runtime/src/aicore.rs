@@ -8,7 +8,7 @@ use simpler_abi::{CoreMailbox, KernelEntry};
 use simpler_device::{AicoreContext, DevicePtr};
 
 use crate::devmem;
-use crate::handshake::{ack, fin, fin_error, ready, EXITED, EXIT_SIGNAL};
+use crate::handshake::{ack, fin, fin_error, fin_skipped, ready, EXITED, EXIT_SIGNAL};
 
 /// The AICore kernel of a run; `arg` is the address of its
 /// [`RunLaunchDesc`](simpler_abi::RunLaunchDesc).
@@ -29,6 +29,10 @@ pub fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
     }
     ctx.regs.write_cond(ready(desc.epoch));
     let mut last = 0u64;
+    // After a kernel reports a fatal code the core runs nothing more: later dispatches (a
+    // pre-loaded pending one) are answered FIN_SKIPPED at once, so the failure cannot be
+    // lost behind a successor's ACK and is attributed to the dispatch that failed.
+    let mut failed = false;
     loop {
         let value = wait_next(ctx, last);
         last = value;
@@ -37,8 +41,12 @@ pub fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
             return;
         }
         let id = value as u32;
+        if failed {
+            ctx.regs.write_cond(fin_skipped(id));
+            continue;
+        }
         ctx.regs.write_cond(ack(id));
-        let failed = run_dispatch(mailbox, id);
+        failed = run_dispatch(mailbox, id);
         ctx.regs
             .write_cond(if failed { fin_error(id) } else { fin(id) });
     }

@@ -17,6 +17,7 @@ const FIN: u64 = 3 << 32;
 const FIN_ERROR: u64 = 4 << 32;
 /// COND value of a core that has left its loop.
 pub const EXITED: u64 = 5 << 32;
+const FIN_SKIPPED: u64 = 6 << 32;
 
 /// COND value a core writes when it starts executing for the run with `epoch`.
 pub const fn ready(epoch: u64) -> u64 {
@@ -35,6 +36,11 @@ pub const fn fin_error(id: u32) -> u64 {
     FIN_ERROR | id as u64
 }
 
+/// COND value: dispatch `id` was not run because an earlier kernel on the core failed.
+pub const fn fin_skipped(id: u32) -> u64 {
+    FIN_SKIPPED | id as u64
+}
+
 /// What a COND value says about dispatch `id`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DispatchState {
@@ -44,6 +50,8 @@ pub enum DispatchState {
     Finished,
     /// Finished; the kernel reported a fatal code.
     Failed,
+    /// Answered without running: an earlier dispatch on the core failed.
+    Skipped,
 }
 
 /// Decodes COND for dispatch `id`.
@@ -52,6 +60,8 @@ pub fn dispatch_state(cond: u64, id: u32) -> DispatchState {
         DispatchState::Finished
     } else if cond == fin_error(id) {
         DispatchState::Failed
+    } else if cond == fin_skipped(id) {
+        DispatchState::Skipped
     } else {
         DispatchState::Running
     }
@@ -75,6 +85,7 @@ mod tests {
         let id = 77;
         assert_eq!(dispatch_state(fin(id), id), DispatchState::Finished);
         assert_eq!(dispatch_state(fin_error(id), id), DispatchState::Failed);
+        assert_eq!(dispatch_state(fin_skipped(id), id), DispatchState::Skipped);
         assert_eq!(dispatch_state(ack(id), id), DispatchState::Running);
         assert_eq!(dispatch_state(fin(id - 1), id), DispatchState::Running);
         assert_ne!(ready(id as u64), ack(id));

@@ -109,7 +109,8 @@ impl<'a> Orchestrator<'a> {
                 let entry: OrchEntry = std::mem::transmute::<u64, OrchEntry>(entry_addr);
                 entry(&ops, args)
             };
-            if rc != 0 {
+            // An entry passing on the code a failed submit gave it keeps the first error.
+            if rc != 0 && !self.shared.errors.is_fatal() {
                 self.fail(ORCH_EXPLICIT_FATAL, || {
                     format!("the orchestration returned {rc}")
                 });
@@ -243,8 +244,19 @@ impl<'a> Orchestrator<'a> {
         }
         let mut waits = std::mem::take(&mut self.deps);
         waits.clear();
-        if t.owner_task_id != NO_OWNER_TASK && t.owner_task_id != NO_TASK {
-            waits.push(t.owner_task_id);
+        let owner = t.owner_task_id;
+        if owner != NO_OWNER_TASK && owner != NO_TASK {
+            if !self
+                .shared
+                .live_task(owner)
+                .is_some_and(|o| o.in_open_scope.load(Ordering::Acquire))
+            {
+                self.deps = waits;
+                return Err(self.invalid(|| {
+                    format!("{what}: the tensor is an output of task {owner:#x}, whose scope has ended (outputs are valid only inside their scope)")
+                }));
+            }
+            waits.push(owner);
         }
         let shared = self.shared;
         self.map.conflicts(

@@ -73,6 +73,21 @@ impl TaskRing {
         unsafe { &*chunk.add(i) }
     }
 
+    /// The slot of `local` if its chunk has been allocated.
+    pub(crate) fn try_slot(&self, local: u32) -> Option<&Task> {
+        let (c, i) = self.index(local);
+        let chunk = self.chunks[c].load(Ordering::Acquire);
+        // SAFETY: as in `slot`.
+        (!chunk.is_null()).then(|| unsafe { &*chunk.add(i) })
+    }
+
+    /// True when `local` has been handed out (it may have been reclaimed since).
+    pub(crate) fn issued(&self, local: u32) -> bool {
+        let next = self.next.load(Ordering::Relaxed);
+        let age = next.wrapping_sub(local);
+        age > 0 && age <= u32::MAX / 2
+    }
+
     /// Tasks allocated and not yet reclaimed.
     pub(crate) fn alive(&self) -> u32 {
         self.next
@@ -147,11 +162,6 @@ impl HeapRing {
         self.place(bytes).is_some()
     }
 
-    /// The task owning the oldest live block.
-    pub(crate) fn oldest(&self) -> Option<TaskId> {
-        self.blocks.front().map(|b| b.0)
-    }
-
     /// Releases the blocks of tasks that `reclaimed` says are gone, oldest first.
     pub(crate) fn release_while(&mut self, reclaimed: impl Fn(TaskId) -> bool) {
         while let Some(&(t, _, _)) = self.blocks.front() {
@@ -178,7 +188,6 @@ mod tests {
             "no room at the end nor before the tail"
         );
         h.release_while(|t| t == 1);
-        assert_eq!(h.oldest(), Some(2));
         assert_eq!(h.alloc(3, 2048), Some(0x10000), "wraps to the start");
         assert_eq!(
             h.alloc(4, 1024),

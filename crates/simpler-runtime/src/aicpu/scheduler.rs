@@ -34,14 +34,14 @@ const IDLE_YIELDS: u32 = 100;
 struct Sub {
     task: TaskId,
     id: u32,
+    /// Lane of the task's kernel this dispatch runs (0 AIC, 1 AIV0, 2 AIV1).
+    lane: u8,
 }
 
 /// One core as its scheduler sees it.
 struct CoreExec {
     id: u32,
     ty: CoreType,
-    /// Lane within its cluster: 0 AIC, 1 AIV0, 2 AIV1.
-    lane: usize,
     running: Option<Sub>,
     pending: Option<Sub>,
     last_dispatch: u32,
@@ -83,11 +83,10 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
     };
     for c in (0..topo.clusters).filter(|c| c % schedulers == index) {
         let base = s.cores.len();
-        for (lane, id) in topo.cluster_cores(c).into_iter().enumerate() {
+        for id in topo.cluster_cores(c) {
             s.cores.push(CoreExec {
                 id,
                 ty: topo.core_type(id),
-                lane,
                 running: None,
                 pending: None,
                 last_dispatch: 0,
@@ -165,6 +164,10 @@ impl Scheduler<'_, '_> {
     }
 
     /// Handles every finished dispatch; true if any.
+    ///
+    /// With a pending dispatch behind the running one, COND may already speak of the pending
+    /// one: its ACK or FIN implies the running one finished normally; its FIN_SKIPPED means
+    /// the running one failed and the pending one never ran.
     fn collect(&mut self) -> bool {
         let mut any = false;
         for i in 0..self.cores.len() {
@@ -172,35 +175,34 @@ impl Scheduler<'_, '_> {
                 continue;
             };
             let cond = self.regs(i).read_cond();
-            let pending = self.cores[i].pending;
-            if let Some(p) = pending {
-                match dispatch_state(cond, p.id) {
+            if let Some(p) = self.cores[i].pending {
+                let both = match dispatch_state(cond, p.id) {
                     DispatchState::Running if cond == ack(p.id) => {
-                        // The running dispatch's FIN was overwritten by the pending one's ACK.
                         self.finish(i, run, false);
                         self.cores[i].running = self.cores[i].pending.take();
                         any = true;
                         continue;
                     }
-                    DispatchState::Running => {}
-                    state => {
-                        // FIN of the pending dispatch implies the running one finished too.
-                        self.finish(i, run, false);
-                        self.finish(i, p, state == DispatchState::Failed);
-                        self.cores[i].running = None;
-                        self.cores[i].pending = None;
-                        any = true;
-                        continue;
-                    }
+                    DispatchState::Running => None,
+                    DispatchState::Finished => Some((false, false)),
+                    DispatchState::Failed => Some((false, true)),
+                    DispatchState::Skipped => Some((true, false)),
+                };
+                if let Some((run_failed, pending_failed)) = both {
+                    self.finish(i, run, run_failed);
+                    self.finish(i, p, pending_failed);
+                    self.cores[i].running = None;
+                    self.cores[i].pending = None;
+                    any = true;
+                    continue;
                 }
             }
-            match dispatch_state(cond, run.id) {
-                DispatchState::Running => {}
-                state => {
-                    self.finish(i, run, state == DispatchState::Failed);
-                    self.cores[i].running = self.cores[i].pending.take();
-                    any = true;
-                }
+            let state = dispatch_state(cond, run.id);
+            if state != DispatchState::Running {
+                // A skipped dispatch's cause was an earlier dispatch, already reported.
+                self.finish(i, run, state == DispatchState::Failed);
+                self.cores[i].running = self.cores[i].pending.take();
+                any = true;
             }
         }
         any
@@ -214,7 +216,7 @@ impl Scheduler<'_, '_> {
         if failed {
             let core_id = self.cores[core].id;
             let code = devmem::mailbox_fatal_code(shared.desc.core_mailbox_addr, core_id);
-            let func = shared.task(sub.task).body().func_ids[self.cores[core].lane.min(2)];
+            let func = shared.task(sub.task).body().func_ids[usize::from(sub.lane)];
             shared.errors.sched_fail(SCHED_KERNEL_FATAL, || {
                 format!(
                     "kernel func {func} (task {:#x}) on core {core_id} reported fatal code {code}",
@@ -385,7 +387,11 @@ impl Scheduler<'_, '_> {
             (*p).args.slots[simpler_abi::GLOBAL_CONTEXT_SLOT] =
                 std::ptr::addr_of!((*mailbox).global) as u64;
         }
-        let sub = Some(Sub { task, id });
+        let sub = Some(Sub {
+            task,
+            id,
+            lane: lane as u8,
+        });
         if c.running.is_none() {
             c.running = sub;
         } else {

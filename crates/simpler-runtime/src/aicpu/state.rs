@@ -171,6 +171,18 @@ impl RunShared {
         self.rings[ring_of(id)].slot(local_of(id))
     }
 
+    /// The slot currently holding `id`, if `id` names a task that was issued and still
+    /// occupies its slot (not reclaimed and replaced).
+    pub(crate) fn live_task(&self, id: TaskId) -> Option<&Task> {
+        let ring = self.rings.get(ring_of(id))?;
+        if !ring.issued(local_of(id)) {
+            return None;
+        }
+        let slot = ring.try_slot(local_of(id))?;
+        (slot.id.load(Ordering::Acquire) == id && !slot.consumed.load(Ordering::Acquire))
+            .then_some(slot)
+    }
+
     /// Milliseconds since the run's state was created.
     pub(crate) fn now_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64

@@ -255,8 +255,10 @@ impl<'a> Orchestrator<'a> {
         self.shared.submitted.fetch_add(1, Ordering::AcqRel);
         self.scope_tasks.push(id);
 
-        // Record this task's accesses for later submissions.
-        if !self.manual() {
+        // Record this task's accesses for later submissions and tensor-data waits. Inside a
+        // MANUAL scope nothing is looked up, but the accesses are still recorded, so that
+        // get/set_tensor_data and tasks after the scope see them.
+        {
             for i in 0..n {
                 if let (Some(region), tag) = (regions[i], tags[i]) {
                     if tag != TensorArgType::NoDep {
@@ -316,12 +318,11 @@ impl<'a> Orchestrator<'a> {
         deps: &mut Vec<TaskId>,
     ) -> Result<(), i32> {
         for &dep in &d.deps[..d.dep_count as usize] {
-            let (ring, local) = (ring_of(dep), local_of(dep));
-            let issued = ring < RING_COUNT && {
-                let rg = &self.shared.rings[ring];
-                let next = rg.next.load(Ordering::Relaxed);
-                (next.wrapping_sub(local) as i32) > 0
-            };
+            let issued = self
+                .shared
+                .rings
+                .get(ring_of(dep))
+                .is_some_and(|r| r.issued(local_of(dep)));
             if !issued {
                 return Err(self.invalid(|| {
                     format!("explicit dependency on task {dep:#x}, which was not submitted before")
@@ -337,10 +338,11 @@ impl<'a> Orchestrator<'a> {
             if tag == TensorArgType::Output || owner == NO_OWNER_TASK || owner == NO_TASK {
                 continue;
             }
-            let live = ring_of(owner) < RING_COUNT && {
-                let slot = self.shared.task(owner);
-                slot.id.load(Ordering::Acquire) == owner && !slot.consumed.load(Ordering::Acquire)
-            };
+            // Outputs are valid only while the scope of the task that made them is open.
+            let live = self
+                .shared
+                .live_task(owner)
+                .is_some_and(|t| t.in_open_scope.load(Ordering::Acquire));
             if !live {
                 return Err(self.invalid(|| {
                     format!("tensor argument {i} is an output of task {owner:#x}, whose scope has ended (outputs are valid only inside their scope)")
@@ -401,23 +403,23 @@ impl<'a> Orchestrator<'a> {
             }
             // Structural deadlock: rings reclaim in task order, and the oldest live task (or
             // heap block) belongs to a scope that cannot close while we wait.
+            // Heap blocks are freed as the ring's oldest task advances, so both waits hinge
+            // on that task.
             let oldest = match res {
-                Resource::Slot => {
+                Resource::Slot | Resource::Heap(_) => {
                     Some((r as u64) << 32 | u64::from(ring.last_alive.load(Ordering::Relaxed)))
                 }
-                Resource::Heap(_) => self.heaps[r].oldest(),
                 Resource::DepPool(_) => None,
             };
-            let stuck = oldest.is_some_and(|t| {
-                let slot = self.shared.task(t);
-                slot.id.load(Ordering::Acquire) == t && slot.in_open_scope.load(Ordering::Acquire)
-            });
+            let stuck = oldest
+                .and_then(|t| self.shared.live_task(t))
+                .is_some_and(|slot| slot.in_open_scope.load(Ordering::Acquire));
             let stalled = self.shared.stalled_for_ms() > self.shared.scheduler_timeout_ms;
             if stuck || stalled {
                 let (window, depth) = (ring.window, self.depth());
                 return Err(match res {
                     Resource::Slot if stuck => self.fail(ORCH_SCOPE_DEADLOCK, || {
-                        format!("ring {r} is full ({} tasks) and its oldest task belongs to an open scope at depth {depth}: a scope may hold at most {} tasks of a ring; close inner scopes sooner", window - 1, window - 2)
+                        format!("ring {r} is full ({} tasks) and its oldest task belongs to an open scope at depth {depth}: a scope may hold at most {} tasks of a ring; close inner scopes sooner", window - 1, window - 1)
                     }),
                     Resource::Slot => self.fail(ORCH_FLOW_CONTROL_DEADLOCK, || format!("ring {r}'s task window ({window}) stayed full with no progress in the run")),
                     Resource::DepPool(e) => self.fail(ORCH_DEP_POOL_OVERFLOW, || format!("ring {r}'s dependency pool stayed full ({e} more entries needed) with no progress in the run")),

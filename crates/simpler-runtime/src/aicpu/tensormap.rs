@@ -53,25 +53,25 @@ impl Region {
         })
     }
 
-    /// Per-dimension origin of the view, if its strides nest (each stride spans the whole
-    /// extent of the dimensions inside it) so that the decomposition is exact.
+    /// Per-dimension origin of the view when its elements have unique mixed-radix
+    /// coordinates under its strides (each stride a multiple of the next, and each inner
+    /// index range within the extent the outer stride implies); `None` otherwise.
     fn origin(&self) -> Option<[u64; MAX_TENSOR_DIMS]> {
         let nd = self.ndims as usize;
-        for d in 0..nd {
-            if self.strides[d] == 0 {
-                return None;
-            }
-            if d + 1 < nd && self.strides[d] < self.strides[d + 1] * self.shapes[d + 1] {
-                return None;
-            }
+        let strides = &self.strides[..nd];
+        if strides.contains(&0) || strides.windows(2).any(|w| w[0] % w[1] != 0) {
+            return None;
         }
         let mut rem = self.start;
         let mut o = [0u64; MAX_TENSOR_DIMS];
-        for (o, &stride) in o.iter_mut().zip(&self.strides[..nd]) {
+        for (o, &stride) in o.iter_mut().zip(strides) {
             *o = rem / stride;
             rem %= stride;
         }
-        (rem == 0).then_some(o)
+        // Exact only if every inner index range stays inside the extent its outer stride
+        // implies (a view wider than a row wraps into the next row).
+        let fits = (1..nd).all(|d| (o[d] + self.shapes[d]) * strides[d] <= strides[d - 1]);
+        (rem == 0 && fits).then_some(o)
     }
 
     /// Whether two views of the same buffer may touch a common byte.
@@ -187,6 +187,20 @@ mod tests {
         d.clear();
         m.conflicts(0x1000, &tile(0x1000, 64, 64, 8, 8), true, none, &mut d);
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_view_wider_than_its_row_wraps_into_the_next() {
+        // Elements 5..21 of rows of 16: the view wraps into row 1, which the reader reads.
+        let mut w = ChipTensor::contiguous(0x1000, &[4, 16], DataType::Uint32);
+        w.start_offset = 5;
+        w.shapes = [1, 16, 0, 0, 0];
+        let mut r = w;
+        r.start_offset = 16;
+        r.shapes = [1, 4, 0, 0, 0];
+        let (w, r) = (Region::of(&w, 4).unwrap(), Region::of(&r, 4).unwrap());
+        assert!(w.overlaps(&r));
+        assert!(r.overlaps(&w));
     }
 
     #[test]
