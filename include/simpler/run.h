@@ -58,8 +58,17 @@ typedef struct SimplerRunLaunchDesc {
     uint32_t scheduler_timeout_ms;
     uint64_t core_mailbox_addr;
     uint64_t runtime_state_addr;
+    uint32_t ring_task_window[4]; /* 0 = task_window */
+    uint64_t ring_heap[4];        /* all 0 = equal split of heap_size */
+    uint32_t ring_dep_pool[4];    /* 0 = default */
+    uint32_t tensor_wait_timeout_ms;
+    uint32_t reserved;
 } SimplerRunLaunchDesc;
-_Static_assert(sizeof(SimplerRunLaunchDesc) == 104, "RunLaunchDesc is 104 bytes");
+_Static_assert(sizeof(SimplerRunLaunchDesc) == 176, "RunLaunchDesc is 176 bytes");
+_Static_assert(offsetof(SimplerRunLaunchDesc, ring_task_window) == 104, "RunLaunchDesc.ring_task_window");
+_Static_assert(offsetof(SimplerRunLaunchDesc, ring_heap) == 120, "RunLaunchDesc.ring_heap");
+_Static_assert(offsetof(SimplerRunLaunchDesc, ring_dep_pool) == 152, "RunLaunchDesc.ring_dep_pool");
+_Static_assert(offsetof(SimplerRunLaunchDesc, tensor_wait_timeout_ms) == 168, "RunLaunchDesc.tensor_wait_timeout_ms");
 _Static_assert(offsetof(SimplerRunLaunchDesc, epoch) == 8, "RunLaunchDesc.epoch");
 _Static_assert(offsetof(SimplerRunLaunchDesc, result_addr) == 16, "RunLaunchDesc.result_addr");
 _Static_assert(offsetof(SimplerRunLaunchDesc, orch_entry) == 24, "RunLaunchDesc.orch_entry");

@@ -50,11 +50,22 @@ pub struct RunLaunchDesc {
     /// Address of one zeroed 8-byte word through which the AICPU threads of a run share
     /// their run state; the runtime returns it to zero before the kernel ends.
     pub runtime_state_addr: u64,
+    /// Task window per ring (power of two ≥ 4); 0 = `task_window`.
+    pub ring_task_window: [u32; 4],
+    /// Output-heap bytes per ring, carved from `heap_addr` in ring order; all 0 = an equal
+    /// split of `heap_size`.
+    pub ring_heap: [u64; 4],
+    /// Dependency-pool entries per ring; 0 = the runtime default (16,384).
+    pub ring_dep_pool: [u32; 4],
+    /// `get/set_tensor_data` timeout in milliseconds; 0 = the runtime default (15 s).
+    pub tensor_wait_timeout_ms: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
 }
 
 assert_layout!(
     RunLaunchDesc,
-    size = 104,
+    size = 176,
     magic = 0,
     version = 4,
     epoch = 8,
@@ -70,5 +81,10 @@ assert_layout!(
     task_window = 80,
     scheduler_timeout_ms = 84,
     core_mailbox_addr = 88,
-    runtime_state_addr = 96
+    runtime_state_addr = 96,
+    ring_task_window = 104,
+    ring_heap = 120,
+    ring_dep_pool = 152,
+    tensor_wait_timeout_ms = 168,
+    reserved = 172
 );

@@ -127,8 +127,14 @@ fn c_headers_agree_with_rust_layouts() {
             offset_of!(OrchOps, submit_task),
         ),
         ("SimplerOrchOps.aiv_count", offset_of!(OrchOps, aiv_count)),
-        ("SimplerOrchOps.get_tensor_data", offset_of!(OrchOps, get_tensor_data)),
-        ("SimplerOrchOps.set_tensor_data", offset_of!(OrchOps, set_tensor_data)),
+        (
+            "SimplerOrchOps.get_tensor_data",
+            offset_of!(OrchOps, get_tensor_data),
+        ),
+        (
+            "SimplerOrchOps.set_tensor_data",
+            offset_of!(OrchOps, set_tensor_data),
+        ),
         ("SimplerRunResult", size_of::<RunResult>()),
         (
             "SimplerRunResult.completion_code",

@@ -36,6 +36,7 @@ use simpler_abi::{
 };
 use simpler_device::{AicoreKernel, AicpuKernel, Device, DeviceError, DevicePtr};
 
+use crate::config::RunPlan;
 use crate::fence::{Completion, FenceError};
 use crate::handle::{OwnedArg, RunCell, RunHandle};
 use crate::identity::{RunIdentity, StreamRole};
@@ -97,6 +98,8 @@ struct Active {
 pub(crate) struct RunState {
     cell: Arc<RunCell>,
     callable: Arc<Registered>,
+    /// Resolved per-run options (threads, ring sizing).
+    plan: RunPlan,
     args: Vec<OwnedArg>,
     identity: Option<RunIdentity>,
     staging: Vec<Option<DevicePtr>>,
@@ -172,6 +175,7 @@ pub(crate) fn submit(
     shared: &Arc<Shared>,
     callable: Arc<Registered>,
     args: Vec<OwnedArg>,
+    plan: RunPlan,
 ) -> Result<RunHandle, HostError> {
     let mut lane = shared.lane.lock();
     loop {
@@ -199,6 +203,7 @@ pub(crate) fn submit(
     let state = RunState {
         cell: cell.clone(),
         callable,
+        plan,
         args,
         identity: None,
         staging: Vec::new(),
@@ -485,10 +490,7 @@ fn prepare(
                 }
             }
         }
-        let threads = match cfg.aicpu_thread_num {
-            0 => dev.topology().aicpu_threads,
-            n => n,
-        };
+        let plan = st.plan;
         let desc = RunLaunchDesc {
             magic: RUN_LAUNCH_MAGIC,
             version: RUN_LAUNCH_VERSION,
@@ -499,13 +501,18 @@ fn prepare(
             func_table_addr: slot.func_table.0,
             func_core_types_addr: slot.func_types.0,
             func_count: callable.func_addrs.len() as u32,
-            aicpu_thread_num: threads,
+            aicpu_thread_num: plan.aicpu_threads,
             heap_addr: heap.0,
             heap_size: cfg.heap_size,
             task_window: cfg.task_window,
             scheduler_timeout_ms: 0,
             core_mailbox_addr: slot.mailboxes.0,
             runtime_state_addr: slot.state_word.0,
+            ring_task_window: plan.windows,
+            ring_heap: plan.heaps,
+            ring_dep_pool: plan.dep_pools,
+            tensor_wait_timeout_ms: 0,
+            reserved: 0,
         };
         let publish = |what: &str, dst: DevicePtr, bytes: &[u8]| {
             if bytes.is_empty() {
@@ -541,10 +548,10 @@ fn prepare(
 fn launch(shared: &Arc<Shared>, lane: &mut Lane, id: u64, slot_idx: usize) {
     let dev = &shared.device;
     let kernels = shared.kernels;
-    let threads = match shared.config.aicpu_thread_num {
-        0 => dev.topology().aicpu_threads,
-        n => n,
-    };
+    let threads = lane
+        .queue
+        .get_mut(id)
+        .map_or(dev.topology().aicpu_threads, |st| st.plan.aicpu_threads);
     // The predecessor to join: the launched run ahead of this one, if its fence is armed.
     let pred = lane
         .queue

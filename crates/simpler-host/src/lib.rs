@@ -20,6 +20,7 @@
 mod args;
 pub mod bundle;
 pub mod callable;
+pub mod config;
 mod error;
 mod exec;
 mod fence;
@@ -40,6 +41,7 @@ mod worker;
 pub use args::{HostArg, HostTensor};
 pub use bundle::{Bundle, BundleCode, BundleError, BundleKernel};
 pub use callable::{CallableSpec, CodeImage, KernelSpec};
+pub use config::{CallConfig, RingValue, RuntimeEnv};
 pub use error::HostError;
 pub use exec::RunReport;
 pub use fence::Completion;

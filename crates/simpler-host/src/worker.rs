@@ -16,6 +16,7 @@ use simpler_abi::{CoreType, MAX_FUNC_ID};
 use simpler_device::sim::SimDevice;
 use simpler_device::{Device, DevicePtr, Topology};
 
+use crate::config::CallConfig;
 use crate::exec::{self, Kernels, Lane, RunReport};
 use crate::handle::{OwnedArg, RunHandle};
 use crate::loader::{self, EntryKind, LoadedCode};
@@ -302,10 +303,24 @@ impl ChipWorker {
     /// Argument errors (synchronously, before anything touches the device),
     /// [`HostError::UnknownCallable`], [`HostError::DeviceUnusable`] when admission is
     /// closed, [`HostError::WorkerClosed`]. Failures of the run itself are the handle's.
-    pub fn submit(&self, id: CallableId, mut args: Vec<OwnedArg>) -> Result<RunHandle, HostError> {
+    pub fn submit(&self, id: CallableId, args: Vec<OwnedArg>) -> Result<RunHandle, HostError> {
+        self.submit_with(id, args, &CallConfig::default())
+    }
+
+    /// [`submit`](ChipWorker::submit) with per-run options (ring sizing, AICPU threads).
+    ///
+    /// # Errors
+    /// As `submit`, plus [`HostError::InvalidConfig`] naming the bad option.
+    pub fn submit_with(
+        &self,
+        id: CallableId,
+        mut args: Vec<OwnedArg>,
+        config: &CallConfig,
+    ) -> Result<RunHandle, HostError> {
+        let plan = config.plan(&self.shared.config)?;
         let callable = self.callable(id)?;
         crate::args::check_owned(&callable.name, &callable.signature, &mut args)?;
-        exec::submit(&self.shared, callable, args)
+        exec::submit(&self.shared, callable, args, plan)
     }
 
     /// Runs a registered callable on `args` (signature order) and waits for it.
@@ -319,6 +334,20 @@ impl ChipWorker {
     /// the runtime's code and message, [`HostError::Timeout`], [`HostError::DeviceFault`],
     /// [`HostError::DeviceUnusable`], [`HostError::RunUndecided`].
     pub fn run(&self, id: CallableId, args: &mut [HostArg<'_>]) -> Result<RunReport, HostError> {
+        self.run_with(id, args, &CallConfig::default())
+    }
+
+    /// [`run`](ChipWorker::run) with per-run options (ring sizing, AICPU threads).
+    ///
+    /// # Errors
+    /// As `run`, plus [`HostError::InvalidConfig`] naming the bad option.
+    pub fn run_with(
+        &self,
+        id: CallableId,
+        args: &mut [HostArg<'_>],
+        config: &CallConfig,
+    ) -> Result<RunReport, HostError> {
+        let plan = config.plan(&self.shared.config)?;
         let callable = self.callable(id)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
         let owned: Vec<OwnedArg> = callable
@@ -339,7 +368,7 @@ impl ChipWorker {
                 HostArg::Scalar(v) => OwnedArg::Scalar(*v),
             })
             .collect();
-        let out = exec::submit(&self.shared, callable.clone(), owned)?.result()?;
+        let out = exec::submit(&self.shared, callable.clone(), owned, plan)?.result()?;
         for ((spec, dst), src) in callable
             .signature
             .args

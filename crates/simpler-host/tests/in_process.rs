@@ -410,3 +410,53 @@ fn register_rejects_malformed_callables() {
     let err = w.register(&s).unwrap_err();
     assert!(err.to_string().contains("orchestration"), "{err}");
 }
+
+#[test]
+fn runtime_env_sizes_the_rings_of_one_run() {
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let id = w
+        .register(&spec(
+            "vadd",
+            vadd_orch,
+            vec![("a", In), ("b", In), ("c", Out)],
+        ))
+        .unwrap();
+    let (mut a, mut b, mut c) = (vec![1.0f32; N], vec![2.0f32; N], vec![0.0f32; N]);
+    let window = |w: u64| CallConfig {
+        runtime_env: RuntimeEnv {
+            ring_task_window: Some(RingValue::All(w)),
+            ..RuntimeEnv::default()
+        },
+        ..CallConfig::default()
+    };
+    // 64 tasks in the outer scope: a 64-slot ring holds at most 63.
+    let err = w
+        .run_with(id, &mut [t(&mut a), t(&mut b), t(&mut c)], &window(64))
+        .unwrap_err();
+    assert!(
+        matches!(err, HostError::RunFailed { code, .. } if code == -ORCH_SCOPE_DEADLOCK),
+        "{err}"
+    );
+    assert!(c.iter().all(|&v| v == 0.0));
+    w.run_with(id, &mut [t(&mut a), t(&mut b), t(&mut c)], &window(128))
+        .unwrap();
+    assert!(c.iter().all(|&v| v == 3.0));
+    let err = w
+        .run_with(id, &mut [t(&mut a), t(&mut b), t(&mut c)], &window(100))
+        .unwrap_err();
+    assert!(
+        matches!(&err, HostError::InvalidConfig(m) if m.contains("ring_task_window[0]")),
+        "{err}"
+    );
+    let huge = CallConfig {
+        runtime_env: RuntimeEnv {
+            ring_heap: Some(RingValue::All(1 << 40)),
+            ..RuntimeEnv::default()
+        },
+        ..CallConfig::default()
+    };
+    let err = w
+        .run_with(id, &mut [t(&mut a), t(&mut b), t(&mut c)], &huge)
+        .unwrap_err();
+    assert!(err.to_string().contains("worker's heap"), "{err}");
+}

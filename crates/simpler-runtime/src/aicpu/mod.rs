@@ -61,18 +61,21 @@ pub fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
     let schedulers = ctx.thread_num - 1;
     let orchestrator_thread = ctx.thread_num - 1;
     let shared: &RunShared = if ctx.thread_idx == orchestrator_thread {
-        let window = desc.task_window;
-        let valid = window >= 4 && window.is_power_of_two();
-        let windows = [if valid { window } else { 4 }; RING_COUNT];
-        let shared = RunShared::new(
-            desc,
-            schedulers as usize,
-            windows,
-            [DEFAULT_DEP_POOL; RING_COUNT],
-        );
-        if !valid {
+        let windows: [u32; RING_COUNT] = std::array::from_fn(|r| match desc.ring_task_window[r] {
+            0 => desc.task_window,
+            w => w,
+        });
+        let pools: [u32; RING_COUNT] = std::array::from_fn(|r| match desc.ring_dep_pool[r] {
+            0 => DEFAULT_DEP_POOL,
+            p => p,
+        });
+        let bad = windows.iter().position(|&w| w < 4 || !w.is_power_of_two());
+        let safe = windows.map(|w| if w >= 4 && w.is_power_of_two() { w } else { 4 });
+        let shared = RunShared::new(desc, schedulers as usize, safe, pools);
+        if let Some(r) = bad {
+            let w = windows[r];
             shared.errors.orch_fail(ORCH_INVALID_ARGS, || {
-                format!("the task window must be a power of two ≥ 4, got {window}")
+                format!("ring {r}'s task window must be a power of two ≥ 4, got {w}")
             });
         }
         let p = Box::into_raw(Box::new(shared));

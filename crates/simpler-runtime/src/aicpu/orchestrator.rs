@@ -58,7 +58,22 @@ impl<'a> Orchestrator<'a> {
         let d = &shared.desc;
         let base = d.heap_addr.div_ceil(HEAP_ALIGN) * HEAP_ALIGN;
         let usable = d.heap_size.saturating_sub(base - d.heap_addr);
-        let per_ring = usable / RING_COUNT as u64 / HEAP_ALIGN * HEAP_ALIGN;
+        // Per-ring heap sizes (aligned down), carved in ring order; all zero = equal split.
+        let sizes: [u64; RING_COUNT] = if d.ring_heap.iter().all(|&h| h == 0) {
+            [usable / RING_COUNT as u64 / HEAP_ALIGN * HEAP_ALIGN; RING_COUNT]
+        } else {
+            d.ring_heap.map(|h| h / HEAP_ALIGN * HEAP_ALIGN)
+        };
+        let mut starts = [0u64; RING_COUNT];
+        let mut at = base;
+        for r in 0..RING_COUNT {
+            starts[r] = at;
+            at = at.saturating_add(sizes[r]);
+        }
+        // A plan larger than the heap gets nothing past its end (the host validates this).
+        let end = base.saturating_add(usable);
+        let sizes: [u64; RING_COUNT] =
+            std::array::from_fn(|r| sizes[r].min(end.saturating_sub(starts[r])));
         let window_total: usize = shared.rings.iter().map(|r| r.window as usize).sum();
         Orchestrator {
             shared,
@@ -67,10 +82,13 @@ impl<'a> Orchestrator<'a> {
             scopes: Vec::with_capacity(MAX_SCOPE_DEPTH),
             scope_tasks: Vec::new(),
             scope_tasks_cap: window_total,
-            heaps: std::array::from_fn(|r| HeapRing::new(base + r as u64 * per_ring, per_ring)),
+            heaps: std::array::from_fn(|r| HeapRing::new(starts[r], sizes[r])),
             deps: Vec::with_capacity(64),
             clusters,
-            tensor_wait_ms: u64::from(DEFAULT_TENSOR_WAIT_TIMEOUT_MS),
+            tensor_wait_ms: u64::from(match d.tensor_wait_timeout_ms {
+                0 => DEFAULT_TENSOR_WAIT_TIMEOUT_MS,
+                t => t,
+            }),
         }
     }
 
