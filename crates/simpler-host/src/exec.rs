@@ -505,13 +505,13 @@ fn prepare(
             heap_addr: heap.0,
             heap_size: cfg.heap_size,
             task_window: cfg.task_window,
-            scheduler_timeout_ms: 0,
+            scheduler_timeout_ms: cfg.scheduler_timeout.as_millis() as u32,
             core_mailbox_addr: slot.mailboxes.0,
             runtime_state_addr: slot.state_word.0,
             ring_task_window: plan.windows,
             ring_heap: plan.heaps,
             ring_dep_pool: plan.dep_pools,
-            tensor_wait_timeout_ms: 0,
+            tensor_wait_timeout_ms: cfg.tensor_data_timeout.as_millis() as u32,
             reserved: 0,
         };
         let publish = |what: &str, dst: DevicePtr, bytes: &[u8]| {

@@ -35,6 +35,7 @@ mod pod;
 pub mod signature;
 mod slot;
 mod sync;
+pub mod timeouts;
 mod wait_ref;
 mod worker;
 
@@ -49,4 +50,5 @@ pub use handle::{HostBuffer, OwnedArg, RunHandle, RunOutput};
 pub use identity::{RunIdentity, StreamRole};
 pub use launch::LaunchGrade;
 pub use signature::{ArgDirection, ArgSpec, Signature, SignatureError};
+pub use timeouts::Timeouts;
 pub use worker::{CallableId, ChipWorker, WorkerConfig, MAX_CALLABLES};

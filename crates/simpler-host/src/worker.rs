@@ -39,9 +39,16 @@ pub struct WorkerConfig {
     /// Most tasks one run may submit (default 16,384).
     pub task_window: u32,
     /// How long to wait for a run's completion before declaring the device unusable
-    /// (default 50 s, the stream-synchronize timeout); also bounds every fallback stream
-    /// synchronize.
+    /// (default 50 s, the stream-synchronize timeout, or `SIMPLER_STREAM_SYNC_TIMEOUT_MS`);
+    /// also bounds every fallback stream synchronize.
     pub run_timeout: Duration,
+    /// The scheduler's no-progress watchdog (default 10 s, or
+    /// `SIMPLER_SCHEDULER_TIMEOUT_MS`): a run with no progress this long fails with
+    /// SCHEDULER_TIMEOUT and a stall class.
+    pub scheduler_timeout: Duration,
+    /// How long `get/set_tensor_data` may wait (default 15 s, or
+    /// `SIMPLER_TENSOR_DATA_TIMEOUT_MS`).
+    pub tensor_data_timeout: Duration,
     /// Runs on the device at once: 1 or 2 (default 2, two pipeline slots).
     pub launch_depth: u32,
     /// Measurement knob: drain every run through the bounded stream synchronize even when its
@@ -50,13 +57,18 @@ pub struct WorkerConfig {
 }
 
 impl Default for WorkerConfig {
+    /// The sim defaults, with the timeouts resolved from the `SIMPLER_*_TIMEOUT_*`
+    /// environment variables (a bad value warns and keeps the default).
     fn default() -> Self {
+        let timeouts = crate::timeouts::Timeouts::from_env();
         WorkerConfig {
             topology: Topology::default(),
             aicpu_thread_num: 0,
             heap_size: 256 << 20,
             task_window: simpler_runtime::DEFAULT_TASK_WINDOW,
-            run_timeout: Duration::from_secs(50),
+            run_timeout: timeouts.stream_sync,
+            scheduler_timeout: timeouts.scheduler,
+            tensor_data_timeout: timeouts.tensor_data,
             launch_depth: 2,
             always_synchronize: false,
         }
@@ -90,6 +102,17 @@ impl WorkerConfig {
                 "launch_depth must be 1 or 2, got {}",
                 self.launch_depth
             )));
+        }
+        for (name, t) in [
+            ("scheduler_timeout", self.scheduler_timeout),
+            ("tensor_data_timeout", self.tensor_data_timeout),
+        ] {
+            if t.is_zero() || t.as_millis() > i32::MAX as u128 {
+                return Err(HostError::InvalidConfig(format!(
+                    "{name} must be between 1 ms and {} ms, got {t:?}",
+                    i32::MAX
+                )));
+            }
         }
         if self.run_timeout.is_zero() {
             return Err(HostError::InvalidConfig(

@@ -460,3 +460,107 @@ fn runtime_env_sizes_the_rings_of_one_run() {
         .unwrap_err();
     assert!(err.to_string().contains("worker's heap"), "{err}");
 }
+
+/// Sleeps 600 ms, then does nothing.
+unsafe extern "C" fn sleepy_kernel(_args: *mut i64) {
+    std::thread::sleep(std::time::Duration::from_millis(600));
+}
+
+/// Sleeps 600 ms before submitting anything.
+unsafe extern "C" fn sleepy_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    0
+}
+
+/// Submits one sleepy kernel writing x, then reads x back with get_tensor_data.
+unsafe extern "C" fn sleepy_then_get_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid tables and arguments.
+    let (ops, a) = unsafe { (&*ops, &*args) };
+    let mut d = task(4, LANE_AIV0);
+    push(&mut d, a.tensors[0], TensorArgType::OutputExisting);
+    // SAFETY: calls through the runtime's table.
+    unsafe {
+        let rc = submit(ops, &d);
+        if rc != 0 {
+            return rc;
+        }
+        let mut out = vec![0u8; a.tensors[0].buffer_size as usize];
+        (ops.get_tensor_data)(
+            ops.runtime,
+            &a.tensors[0],
+            out.as_mut_ptr().cast(),
+            out.len() as u64,
+        )
+    }
+}
+
+fn sleepy_spec(name: &str, orch: OrchEntry) -> CallableSpec {
+    let mut s = spec(name, orch, vec![("x", InOut)]);
+    s.kernels.push(KernelSpec {
+        func_id: 4,
+        core_type: CoreType::Aiv,
+        image: CodeImage::Kernel(sleepy_kernel),
+    });
+    s
+}
+
+#[test]
+fn the_watchdog_names_the_stall_and_the_worker_survives() {
+    let ms = std::time::Duration::from_millis;
+    let w = ChipWorker::new(WorkerConfig {
+        scheduler_timeout: ms(150),
+        ..WorkerConfig::default()
+    })
+    .unwrap();
+    let cases: [(&str, OrchEntry, &str); 2] = [
+        ("starved", sleepy_orch, "ORCH_STARVATION"),
+        ("stalled", sleepy_then_get_orch, "RUNNING_STALLED"),
+    ];
+    for (name, orch, class) in cases {
+        let id = w.register(&sleepy_spec(name, orch)).unwrap();
+        let mut x = vec![1.0f32; 16];
+        let err = w.run(id, &mut [t(&mut x)]).unwrap_err();
+        match &err {
+            HostError::RunFailed { code, message, .. } => {
+                assert_eq!(*code, -SCHED_TIMEOUT, "{name}: {err}");
+                assert!(message.contains(class), "{name}: {message}");
+            }
+            other => panic!("{name}: {other}"),
+        }
+    }
+    let good = w
+        .register(&spec(
+            "vadd",
+            vadd_orch,
+            vec![("a", In), ("b", In), ("c", Out)],
+        ))
+        .unwrap();
+    let (mut a, mut b, mut c) = (vec![1.0f32; N], vec![2.0f32; N], vec![0.0f32; N]);
+    w.run(good, &mut [t(&mut a), t(&mut b), t(&mut c)]).unwrap();
+    assert!(c.iter().all(|&v| v == 3.0));
+}
+
+#[test]
+fn get_tensor_data_times_out_with_tensor_wait_timeout() {
+    let ms = std::time::Duration::from_millis;
+    let w = ChipWorker::new(WorkerConfig {
+        tensor_data_timeout: ms(100),
+        ..WorkerConfig::default()
+    })
+    .unwrap();
+    let id = w
+        .register(&sleepy_spec("get", sleepy_then_get_orch))
+        .unwrap();
+    let mut x = vec![1.0f32; 16];
+    let err = w.run(id, &mut [t(&mut x)]).unwrap_err();
+    assert!(
+        matches!(&err, HostError::RunFailed { code, message, .. } if *code == -ORCH_TENSOR_WAIT_TIMEOUT && message.contains("100 ms")),
+        "{err}"
+    );
+    // With the default 15 s it waits for the producer and succeeds.
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let id = w
+        .register(&sleepy_spec("get", sleepy_then_get_orch))
+        .unwrap();
+    w.run(id, &mut [t(&mut x)]).unwrap();
+}

@@ -225,7 +225,10 @@ impl Scheduler<'_, '_> {
             });
         }
         let task = shared.task(sub.task);
-        if task.done_subtasks.fetch_add(1, Ordering::AcqRel) + 1 == task.body().subtasks() {
+        // Read the count before adding ours: once the last subtask is counted the task may
+        // complete, be consumed and its slot be reused by another thread.
+        let needed = task.body().subtasks();
+        if task.done_subtasks.fetch_add(1, Ordering::AcqRel) + 1 == needed {
             shared.complete_and_route(sub.task);
         }
     }
@@ -403,6 +406,10 @@ impl Scheduler<'_, '_> {
     }
 
     /// Sync-start drain step; true if this scheduler dispatched blocks.
+    ///
+    /// The task stays in the drain until all its blocks are claimed; the scheduler that then
+    /// flips `go` back to false ends the drain (resetting the published capacities before
+    /// releasing the task word, so the next drain never sees a stale `go`).
     fn drain(&mut self) -> bool {
         let drain = &self.shared.drain;
         let task = drain.task.load(Ordering::Acquire);
@@ -410,16 +417,21 @@ impl Scheduler<'_, '_> {
             return false;
         }
         let slot = self.shared.task(task);
-        let body = slot.body();
+        let (shape, lanes, block_num) = {
+            let body = slot.body();
+            (body.shape, body.lanes, body.block_num)
+        };
+        // The drain may have ended (and the slot been reused) since we read the task word.
+        if drain.task.load(Ordering::Acquire) != task || slot.id.load(Ordering::Acquire) != task {
+            return false;
+        }
         let mut places = std::mem::take(&mut self.places);
-        self.placements(body.shape, body.lanes, true, &mut places);
+        self.placements(shape, lanes, true, &mut places);
         drain.idle[self.index].store(places.len() as u32, Ordering::Release);
-        let remaining = body
-            .block_num
-            .saturating_sub(slot.next_block.load(Ordering::Acquire));
+        let remaining = block_num.saturating_sub(slot.next_block.load(Ordering::Acquire));
         if !drain.go.load(Ordering::Acquire) {
             let total: u32 = drain.idle.iter().map(|c| c.load(Ordering::Acquire)).sum();
-            if total < remaining {
+            if total < remaining || remaining == 0 {
                 self.places = places;
                 return false;
             }
@@ -428,7 +440,7 @@ impl Scheduler<'_, '_> {
         }
         let mut any = false;
         for &place in &places {
-            match self.claim_and_place(task, body.shape, place) {
+            match self.claim_and_place(task, shape, place) {
                 None => break,
                 Some(more) => {
                     any = true;
@@ -439,16 +451,16 @@ impl Scheduler<'_, '_> {
             }
         }
         self.places = places;
-        if slot.next_block.load(Ordering::Acquire) >= body.block_num
+        if slot.next_block.load(Ordering::Acquire) >= block_num
             && drain
-                .task
-                .compare_exchange(task, NO_DRAIN, Ordering::AcqRel, Ordering::Acquire)
+                .go
+                .compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            drain.go.store(false, Ordering::Release);
             for c in drain.idle.iter() {
                 c.store(0, Ordering::Release);
             }
+            drain.task.store(NO_DRAIN, Ordering::Release);
             self.shared.ring_schedulers();
         }
         any
