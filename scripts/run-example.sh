@@ -9,8 +9,9 @@ cd "$root"
 [ -f "examples/$example/simpler.toml" ] || { echo "error: no example named '$example' (see examples/)" >&2; exit 2; }
 
 cargo build --release --quiet -p simpler-cli -p simpler-examples
-bin="$root/target/release"
-out="$root/target/examples/$example"
+target="${CARGO_TARGET_DIR:-$root/target}"
+bin="$target/release"
+out="$target/examples/$example"
 mkdir -p "$out"
 
 "$bin/simpler-example-data" "$example" "$out" >/dev/null

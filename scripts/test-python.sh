@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds and installs the `simpler` Python package (`pip install .`, a maturin/PyO3 abi3
+# extension) into a private virtualenv, target/py-venv, and runs the Python tests
+# (python/tests) with pytest. Extra arguments go to pytest, e.g. `--rounds 3`.
+# Needs python3 (with venv and pip), the Rust toolchain and a C compiler; torch is optional
+# (its tests skip without it). Any failure stops the script with a non-zero status.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+trap 'echo "error: scripts/test-python.sh failed (line $LINENO)" >&2' ERR
+
+PYTHON=${PYTHON:-python3}
+VENV=target/py-venv
+
+command -v "$PYTHON" >/dev/null || { echo "error: $PYTHON not found" >&2; exit 1; }
+command -v cc >/dev/null || [ -n "${CC:-}" ] || { echo "error: no C compiler (cc) found; the tests compile C kernels" >&2; exit 1; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "== creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+# The build backend runs the venv's `maturin` by name.
+export PATH="$PWD/$VENV/bin:$PATH"
+echo "== installing the build and test tools (maturin, numpy, pytest)"
+"$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9.4,<2" "numpy>=1.22" "pytest>=7"
+echo "== pip install . (builds the extension with maturin)"
+"$VPY" -m pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
+# One test loads a bundle written by `simpler build`.
+echo "== building the simpler CLI"
+cargo build --quiet -p simpler-cli
+echo "== pytest python/tests"
+SIMPLER_CLI="$PWD/target/debug/simpler" "$VPY" -m pytest python/tests -q -p no:cacheprovider "$@"
