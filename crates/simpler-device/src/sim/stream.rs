@@ -290,8 +290,15 @@ fn serve(shared: &Shared, pools: &Pools, memory: &Memory, faults: &SimFaults) {
                 None => Some(pools.run_aicpu(kernel, arg, threads)).filter(|&rc| rc != 0),
             },
             Op::Record { event, seq } => {
+                // Retire the record and reach the event under the stream's lock: whoever
+                // sees one sees the other (lock order: stream, then event).
+                let mut st = shared.state.lock();
+                st.outstanding -= 1;
                 event.reach(seq);
-                None
+                if st.outstanding == 0 {
+                    shared.idle.notify_all();
+                }
+                continue;
             }
             Op::Wait { event, seq } => {
                 // Bounded slices so that destroying the stream never hangs on a wait whose
