@@ -29,4 +29,4 @@ echo "== pip install . (builds the extension with maturin)"
 echo "== building the simpler CLI"
 cargo build --quiet -p simpler-cli
 echo "== pytest python/tests"
-SIMPLER_CLI="$PWD/target/debug/simpler" "$VPY" -m pytest python/tests -q -p no:cacheprovider "$@"
+SIMPLER_CLI="${CARGO_TARGET_DIR:-$PWD/target}/debug/simpler" "$VPY" -m pytest python/tests -q -p no:cacheprovider "$@"

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs every check and test of the project. This is the test command written in README.md;
-# .ci/run calls it. Needs the Rust toolchain and a C compiler (`cc`, or $CC).
+# .ci/run calls it. Needs the Rust toolchain, a C compiler (`cc`, or $CC) and Python 3 with
+# pip (the Python tests install maturin, numpy and pytest into a private virtualenv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cc >/dev/null || [ -n "${CC:-}" ] || { echo "error: no C compiler (cc) found; tests compile C kernels" >&2; exit 1; }
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
+# The Python package: pip install . into target/py-venv, then pytest python/tests.
+./scripts/test-python.sh

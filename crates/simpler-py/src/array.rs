@@ -1,0 +1,163 @@
+//! Host memory of numpy arrays, borrowed without copying.
+//!
+//! The Python layer turns every tensor-like object (buffer protocol, `__dlpack__`, numpy)
+//! into a `numpy.ndarray` view of the same memory; this module reads such an array's
+//! `__array_interface__` (data address, read-only flag, shape, strides, type string) and
+//! checks what the host needs: C-contiguous, native byte order, non-empty, the element size
+//! of the declared dtype. Only objects whose type is `numpy.ndarray` (or a subclass) are
+//! accepted, so the interface is numpy's own description of memory it owns or keeps alive.
+//!
+//! An [`ArrayMemory`] holds a strong reference to its array, which keeps the memory mapped
+//! and stops numpy from resizing it (resizing needs no other references) for as long as the
+//! borrow lives. What it cannot stop is other Python code writing the array concurrently
+//! while a run executes with the interpreter detached; as with any extension that releases
+//! the GIL over a buffer, that is the caller's responsibility.
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyType};
+use simpler_abi::DataType;
+
+use crate::error;
+
+/// `numpy.ndarray`, imported on first use.
+static NDARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// The contiguous memory of one numpy array.
+pub(crate) struct ArrayMemory {
+    /// Keeps the array (and so its memory) alive; never used to reach the data.
+    _owner: Py<PyAny>,
+    ptr: *mut u8,
+    len: usize,
+    /// Shape in elements.
+    pub(crate) shape: Vec<u64>,
+    /// True when numpy says the memory must not be written.
+    pub(crate) readonly: bool,
+}
+
+// SAFETY: `ptr` addresses memory owned by (or kept alive through) the array that `_owner`
+// references; that memory is not tied to the thread that created the borrow, and `Py<PyAny>`
+// is itself `Send`. Access to the bytes is governed by `&mut self` on the accessors.
+unsafe impl Send for ArrayMemory {}
+
+impl ArrayMemory {
+    /// Borrows the memory of `obj`, a C-contiguous `numpy.ndarray`. `what` names it in errors.
+    ///
+    /// # Errors
+    /// `ArgumentTypeError` when `obj` is not an ndarray; `InvalidArgumentError` when it is
+    /// empty, not C-contiguous, or not in native byte order.
+    pub(crate) fn borrow(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ArrayMemory> {
+        let py = obj.py();
+        let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
+            Ok(py
+                .import("numpy")?
+                .getattr("ndarray")?
+                .cast_into::<PyType>()?
+                .unbind())
+        })?;
+        if !obj.is_instance(ndarray.bind(py))? {
+            return Err(error::argument_type(
+                py,
+                format!(
+                    "{what}: expected a numpy.ndarray, got {}",
+                    obj.get_type().name()?
+                ),
+            ));
+        }
+        let iface = obj.getattr("__array_interface__")?.cast_into::<PyDict>()?;
+        let item = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+            iface.get_item(key)?.ok_or_else(|| {
+                error::invalid_argument(py, what, format!("__array_interface__ has no `{key}`"))
+            })
+        };
+        let (addr, readonly): (usize, bool) = item("data")?.extract()?;
+        let shape: Vec<u64> = item("shape")?.extract()?;
+        let typestr: String = item("typestr")?.extract()?;
+        if !item("strides")?.is_none() {
+            return Err(error::invalid_argument(
+                py,
+                what,
+                "the array is not C-contiguous; pass numpy.ascontiguousarray(...) of it",
+            ));
+        }
+        if typestr.starts_with('>') && cfg!(target_endian = "little")
+            || typestr.starts_with('<') && cfg!(target_endian = "big")
+        {
+            return Err(error::invalid_argument(
+                py,
+                what,
+                format!("the array's byte order is not native (`{typestr}`)"),
+            ));
+        }
+        let itemsize: u64 = obj.getattr("itemsize")?.extract()?;
+        let len = shape
+            .iter()
+            .try_fold(itemsize, |acc, &d| acc.checked_mul(d))
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| error::invalid_argument(py, what, "the array is too large"))?;
+        if len == 0 || addr == 0 {
+            return Err(error::invalid_argument(
+                py,
+                what,
+                format!("the array of shape {shape:?} has no elements"),
+            ));
+        }
+        Ok(ArrayMemory {
+            _owner: obj.clone().unbind(),
+            ptr: addr as *mut u8,
+            len,
+            shape,
+            readonly,
+        })
+    }
+
+    /// Like [`borrow`](ArrayMemory::borrow), and checks that the element size matches `dtype`.
+    pub(crate) fn borrow_typed(
+        obj: &Bound<'_, PyAny>,
+        dtype: DataType,
+        what: &str,
+    ) -> PyResult<ArrayMemory> {
+        let memory = ArrayMemory::borrow(obj, what)?;
+        let itemsize: usize = obj.getattr("itemsize")?.extract()?;
+        if itemsize != dtype.size_bytes() {
+            let numpy_dtype = obj.getattr("dtype")?.str()?.to_string();
+            return Err(error::invalid_argument(
+                obj.py(),
+                what,
+                format!(
+                    "numpy dtype {numpy_dtype} has {itemsize}-byte elements, {dtype} has {}",
+                    dtype.size_bytes()
+                ),
+            ));
+        }
+        Ok(memory)
+    }
+
+    /// The byte range the array covers, for aliasing checks.
+    pub(crate) fn range(&self) -> std::ops::Range<usize> {
+        let start = self.ptr as usize;
+        start..start + self.len
+    }
+
+    /// The bytes, for reading.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `borrow` checked that `ptr..ptr + len` is the whole, non-empty, contiguous
+        // data of a live ndarray, which `_owner` keeps alive (and unresizable) while `self`
+        // lives.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The bytes, for writing; `None` when numpy marked the array read-only.
+    ///
+    /// The caller must not hold two `ArrayMemory` of overlapping ranges mutably at once
+    /// (see [`range`](ArrayMemory::range)); the argument conversion rejects or copies such
+    /// aliases before taking any mutable view.
+    pub(crate) fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        if self.readonly {
+            return None;
+        }
+        // SAFETY: as in `bytes`; numpy reports the memory writable, and `&mut self` makes this
+        // the only view taken through this borrow.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    }
+}

@@ -1,0 +1,215 @@
+//! `simpler._native.Callable`: a callable made of shared-library images — an orchestration,
+//! its kernels and a signature — as the host's [`Bundle`] holds it.
+//!
+//! Built from Python (`ChipCallable.build`), read from a file written by `simpler build`, or
+//! read from bytes; validated on construction (names, signature, func ids, ELF images), so a
+//! malformed callable fails where it is made rather than at registration. Registration turns
+//! it into a [`CallableSpec`](simpler_host::CallableSpec) with [`Bundle::into_spec`].
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use simpler_abi::{CoreType, DataType};
+use simpler_host::{ArgDirection, ArgSpec, Bundle, BundleCode, BundleKernel, Signature};
+
+use crate::error::{self, Raise};
+
+/// One signature entry as Python passes it: `(name, direction, dtype, shape or None)`, with
+/// the lower-case names of the manifests (`"in"`, `"f32"`).
+pub(crate) type ArgTuple = (String, String, String, Option<Vec<u64>>);
+
+/// One kernel as Python passes it: `(func_id, core, entry, image)`, core `"aic"` or `"aiv"`.
+pub(crate) type KernelTuple<'py> = (u32, String, String, Bound<'py, PyBytes>);
+
+/// A callable of shared-library images (the host's [`Bundle`]).
+#[pyclass(module = "simpler._native", name = "Callable", frozen)]
+pub struct NativeCallable {
+    pub(crate) bundle: Bundle,
+}
+
+fn direction(name: &str) -> Option<ArgDirection> {
+    Some(match name {
+        "in" => ArgDirection::In,
+        "out" => ArgDirection::Out,
+        "inout" => ArgDirection::InOut,
+        "scalar" => ArgDirection::Scalar,
+        _ => return None,
+    })
+}
+
+fn core_type(name: &str) -> Option<CoreType> {
+    Some(match name {
+        "aic" => CoreType::Aic,
+        "aiv" => CoreType::Aiv,
+        _ => return None,
+    })
+}
+
+/// Builds a [`Signature`] from Python's tuples (validated by the bundle afterwards).
+pub(crate) fn signature(py: Python<'_>, args: Vec<ArgTuple>) -> PyResult<Signature> {
+    let bad = |message: String| Raise::new("SignatureError", message).into_err(py);
+    let mut specs = Vec::with_capacity(args.len());
+    for (name, dir, dtype, shape) in args {
+        let direction = direction(&dir).ok_or_else(|| {
+            bad(format!(
+                "argument `{name}`: unknown direction `{dir}` (expected in, out, inout or scalar)"
+            ))
+        })?;
+        let dtype = DataType::from_name(&dtype)
+            .ok_or_else(|| bad(format!("argument `{name}`: unknown dtype `{dtype}`")))?;
+        specs.push(ArgSpec {
+            name,
+            direction,
+            dtype,
+            shape,
+        });
+    }
+    Ok(Signature { args: specs })
+}
+
+fn signature_tuples(sig: &Signature) -> Vec<ArgTuple> {
+    sig.args
+        .iter()
+        .map(|a| {
+            (
+                a.name.clone(),
+                a.direction.name().to_string(),
+                a.dtype.name().to_string(),
+                a.shape.clone(),
+            )
+        })
+        .collect()
+}
+
+impl NativeCallable {
+    fn checked(py: Python<'_>, bundle: Bundle) -> PyResult<NativeCallable> {
+        match bundle.validate() {
+            Ok(()) => Ok(NativeCallable { bundle }),
+            Err(simpler_host::BundleError::InvalidSignature(e)) => Err(Raise::new(
+                "SignatureError",
+                format!("invalid signature: {e}"),
+            )
+            .detail("callable", bundle.name.as_str())
+            .into_err(py)),
+            Err(e) => Err(Raise::new(
+                "InvalidCallableError",
+                format!("invalid callable `{}`: {e}", bundle.name),
+            )
+            .detail("callable", bundle.name.as_str())
+            .detail("reason", e.to_string())
+            .into_err(py)),
+        }
+    }
+}
+
+#[pymethods]
+impl NativeCallable {
+    /// Builds and validates a callable: `signature` as `(name, direction, dtype, shape)`
+    /// tuples, `orchestration` as `(entry, image)`, `kernels` as `(func_id, core, entry,
+    /// image)` tuples.
+    #[new]
+    fn new(
+        py: Python<'_>,
+        name: String,
+        signature: Vec<ArgTuple>,
+        orchestration: (String, Bound<'_, PyBytes>),
+        kernels: Vec<KernelTuple<'_>>,
+    ) -> PyResult<NativeCallable> {
+        let signature = self::signature(py, signature)?;
+        let mut bundle_kernels = Vec::with_capacity(kernels.len());
+        for (func_id, core, entry, image) in kernels {
+            let core_type = core_type(&core).ok_or_else(|| {
+                Raise::new(
+                    "InvalidCallableError",
+                    format!("kernel func_id {func_id}: unknown core type `{core}` (aic or aiv)"),
+                )
+                .into_err(py)
+            })?;
+            bundle_kernels.push(BundleKernel {
+                func_id,
+                core_type,
+                code: BundleCode {
+                    entry,
+                    image: image.as_bytes().to_vec(),
+                },
+            });
+        }
+        let bundle = Bundle {
+            name,
+            signature,
+            orchestration: BundleCode {
+                entry: orchestration.0,
+                image: orchestration.1.as_bytes().to_vec(),
+            },
+            kernels: bundle_kernels,
+        };
+        NativeCallable::checked(py, bundle)
+    }
+
+    /// Reads a bundle file written by `simpler build`.
+    #[staticmethod]
+    fn read(py: Python<'_>, path: PathBuf) -> PyResult<NativeCallable> {
+        let bundle = py
+            .detach(|| Bundle::read(&path))
+            .map_err(|e| error::bundle_error(py, e))?;
+        Ok(NativeCallable { bundle })
+    }
+
+    /// Parses the bytes of a bundle file.
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, data: &Bound<'_, PyBytes>) -> PyResult<NativeCallable> {
+        let bundle = Bundle::from_bytes(data.as_bytes()).map_err(|e| error::bundle_error(py, e))?;
+        Ok(NativeCallable { bundle })
+    }
+
+    /// Writes the callable as a bundle file (atomically), readable by `simpler run`.
+    fn write(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.bundle.write(&path))
+            .map_err(|e| error::bundle_error(py, e))
+    }
+
+    /// The bundle file's bytes.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.bundle.to_bytes())
+    }
+
+    /// Name shown in messages.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.bundle.name
+    }
+
+    /// The signature as `(name, direction, dtype, shape or None)` tuples.
+    #[getter]
+    fn signature(&self) -> Vec<ArgTuple> {
+        signature_tuples(&self.bundle.signature)
+    }
+
+    /// `(entry, image)` of the orchestration.
+    #[getter]
+    fn orchestration<'py>(&self, py: Python<'py>) -> (String, Bound<'py, PyBytes>) {
+        let o = &self.bundle.orchestration;
+        (o.entry.clone(), PyBytes::new(py, &o.image))
+    }
+
+    /// `(func_id, core, entry, image)` of each kernel.
+    #[getter]
+    fn kernels<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> Vec<(u32, &'static str, String, Bound<'py, PyBytes>)> {
+        self.bundle
+            .kernels
+            .iter()
+            .map(|k| {
+                (
+                    k.func_id,
+                    k.core_type.name(),
+                    k.code.entry.clone(),
+                    PyBytes::new(py, &k.code.image),
+                )
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,230 @@
+//! The one place where Rust errors become Python exceptions.
+//!
+//! Each [`HostError`] variant (and each [`BundleError`], and the few failures the bindings
+//! detect themselves) maps to one exception class of `simpler.errors`, where the classes are
+//! defined and documented (each derives from `SimplerError` and from the builtin upstream
+//! raises). An exception is built as `cls(message, code=..., cause=..., **details)`:
+//! `code` is the class's stable number unless given (a failed run passes its completion
+//! code), `cause` the text of the underlying error, `details` the variant's fields.
+//!
+//! The classes are looked up once, lazily, from the Python package; if that import fails
+//! (the native module used on its own), the builtin base class is raised instead, so an error
+//! is never lost.
+
+use pyo3::exceptions::{
+    PyKeyError, PyNotImplementedError, PyOSError, PyRuntimeError, PyTimeoutError, PyTypeError,
+    PyValueError,
+};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyModule};
+use simpler_host::{BundleError, HostError};
+
+/// The `simpler.errors` module, imported on first use.
+static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// One structured fact attached to an exception (`err.<name>` in Python).
+pub(crate) enum Detail {
+    Str(String),
+    Int(i64),
+    Float(f64),
+}
+
+/// An exception to raise: its class in `simpler.errors`, message, code, cause and details.
+pub(crate) struct Raise {
+    class: &'static str,
+    message: String,
+    code: Option<i64>,
+    cause: Option<String>,
+    details: Vec<(&'static str, Detail)>,
+}
+
+impl Raise {
+    /// An exception of `class` (a name in `simpler.errors`) with `message`.
+    pub(crate) fn new(class: &'static str, message: impl Into<String>) -> Raise {
+        Raise {
+            class,
+            message: message.into(),
+            code: None,
+            cause: None,
+            details: Vec::new(),
+        }
+    }
+
+    fn code(mut self, code: i64) -> Raise {
+        self.code = Some(code);
+        self
+    }
+
+    fn cause(mut self, cause: Option<String>) -> Raise {
+        self.cause = cause;
+        self
+    }
+
+    /// Adds the fact `name` (a string).
+    pub(crate) fn detail(mut self, name: &'static str, value: impl Into<String>) -> Raise {
+        self.details.push((name, Detail::Str(value.into())));
+        self
+    }
+
+    fn int(mut self, name: &'static str, value: i64) -> Raise {
+        self.details.push((name, Detail::Int(value)));
+        self
+    }
+
+    fn float(mut self, name: &'static str, value: f64) -> Raise {
+        self.details.push((name, Detail::Float(value)));
+        self
+    }
+
+    /// The Python exception.
+    pub(crate) fn into_err(self, py: Python<'_>) -> PyErr {
+        match self.build(py) {
+            Ok(err) => err,
+            // `simpler.errors` is unavailable: keep the message with the builtin base.
+            Err(_) => fallback(self.class, self.message),
+        }
+    }
+
+    fn build(&self, py: Python<'_>) -> PyResult<PyErr> {
+        let module = ERRORS.get_or_try_init(py, || {
+            PyModule::import(py, "simpler.errors").map(Bound::unbind)
+        })?;
+        let class = module.bind(py).getattr(self.class)?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("code", self.code)?;
+        kwargs.set_item("cause", self.cause.as_deref())?;
+        for (name, value) in &self.details {
+            match value {
+                Detail::Str(s) => kwargs.set_item(name, s)?,
+                Detail::Int(i) => kwargs.set_item(name, i)?,
+                Detail::Float(f) => kwargs.set_item(name, f)?,
+            }
+        }
+        let instance = class.call((self.message.as_str(),), Some(&kwargs))?;
+        Ok(PyErr::from_value(instance))
+    }
+}
+
+/// The builtin an exception class derives from, for when `simpler.errors` cannot be imported.
+fn fallback(class: &str, message: String) -> PyErr {
+    match class {
+        "InvalidConfigError"
+        | "InvalidCallableError"
+        | "SignatureError"
+        | "InvalidArgumentError"
+        | "BundleError" => PyValueError::new_err(message),
+        "UnknownCallableError" => PyKeyError::new_err(message),
+        "ArgumentCountError" | "ArgumentTypeError" => PyTypeError::new_err(message),
+        "RunTimeoutError" | "WaitTimeoutError" => PyTimeoutError::new_err(message),
+        "UnsupportedError" => PyNotImplementedError::new_err(message),
+        "BundleIOError" => PyOSError::new_err(message),
+        _ => PyRuntimeError::new_err(message),
+    }
+}
+
+/// The messages of `e`'s sources, outermost first, joined with ": "; `None` without any.
+fn source_chain(e: &dyn std::error::Error) -> Option<String> {
+    let mut parts = Vec::new();
+    let mut next = e.source();
+    while let Some(s) = next {
+        parts.push(s.to_string());
+        next = s.source();
+    }
+    (!parts.is_empty()).then(|| parts.join(": "))
+}
+
+/// Describes a [`HostError`] as the exception that stands for its kind.
+pub(crate) fn host_raise(e: &HostError) -> Raise {
+    let message = e.to_string();
+    let cause = source_chain(e);
+    let raise = |class| Raise::new(class, message.clone()).cause(cause.clone());
+    match e {
+        HostError::InvalidConfig(_) => raise("InvalidConfigError"),
+        HostError::Device { context, source } => raise("DeviceError")
+            .cause(Some(source.to_string()))
+            .detail("context", context.as_str()),
+        HostError::Load(_) => raise("LoadError"),
+        HostError::InvalidCallable { name, reason } => raise("InvalidCallableError")
+            .detail("callable", name.as_str())
+            .detail("reason", reason.as_str()),
+        HostError::Signature(_) => raise("SignatureError"),
+        HostError::UnknownCallable(id) => {
+            raise("UnknownCallableError").int("callable_id", i64::from(*id))
+        }
+        HostError::RegistryFull(n) => raise("RegistryFullError").int("capacity", *n as i64),
+        HostError::ArgumentCount {
+            callable,
+            expected,
+            got,
+        } => raise("ArgumentCountError")
+            .detail("callable", callable.as_str())
+            .int("expected", *expected as i64)
+            .int("got", *got as i64),
+        HostError::InvalidArgument { arg, reason } => raise("InvalidArgumentError")
+            .detail("arg", arg.as_str())
+            .detail("reason", reason.as_str()),
+        HostError::RunFailed {
+            code,
+            name,
+            message: device_message,
+        } => raise("RunFailedError")
+            .code(i64::from(*code))
+            .detail("code_name", *name)
+            .detail("device_message", device_message.as_str()),
+        HostError::DeviceFault(source) => raise("DeviceFaultError").cause(Some(source.to_string())),
+        HostError::Timeout(after) => {
+            raise("RunTimeoutError").float("timeout_s", after.as_secs_f64())
+        }
+        HostError::DeviceUnusable(_) => raise("DeviceUnusableError"),
+        HostError::WaitTimeout(after) => {
+            raise("WaitTimeoutError").float("timeout_s", after.as_secs_f64())
+        }
+        HostError::RunUndecided(_) => raise("RunUndecidedError"),
+        HostError::LanePoisoned(_) => raise("LanePoisonedError"),
+        HostError::WorkerClosed => raise("WorkerStateError"),
+    }
+}
+
+/// Converts a [`HostError`] into its Python exception.
+pub(crate) fn host_error(py: Python<'_>, e: HostError) -> PyErr {
+    host_raise(&e).into_err(py)
+}
+
+/// Converts a [`BundleError`] into its Python exception: an I/O failure is a
+/// `BundleIOError` (an `OSError`, with `errno` left unset and the OS error as its cause), an
+/// invalid signature a `SignatureError`, anything else a `BundleError`.
+pub(crate) fn bundle_error(py: Python<'_>, e: BundleError) -> PyErr {
+    let message = e.to_string();
+    let cause = source_chain(&e);
+    let raise = match &e {
+        BundleError::Io { path, .. } => {
+            Raise::new("BundleIOError", message).detail("path", path.display().to_string())
+        }
+        BundleError::InvalidSignature(_) => Raise::new("SignatureError", message),
+        _ => Raise::new("BundleError", message),
+    };
+    raise.cause(cause).into_err(py)
+}
+
+/// A `WorkerStateError`: the worker was closed.
+pub(crate) fn closed(py: Python<'_>) -> PyErr {
+    Raise::new("WorkerStateError", "the worker is closed").into_err(py)
+}
+
+/// An `InvalidArgumentError` about argument `arg`.
+pub(crate) fn invalid_argument(py: Python<'_>, arg: &str, reason: impl Into<String>) -> PyErr {
+    let reason = reason.into();
+    Raise::new(
+        "InvalidArgumentError",
+        format!("argument `{arg}`: {reason}"),
+    )
+    .detail("arg", arg)
+    .detail("reason", reason)
+    .into_err(py)
+}
+
+/// An `ArgumentTypeError` with `message`.
+pub(crate) fn argument_type(py: Python<'_>, message: impl Into<String>) -> PyErr {
+    Raise::new("ArgumentTypeError", message).into_err(py)
+}

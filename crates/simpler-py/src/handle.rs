@@ -1,0 +1,192 @@
+//! `simpler._native.RunHandle`: a submitted run, seen from Python.
+//!
+//! # State
+//!
+//! `handle` holds the host's [`RunHandle`] behind an `Arc`, so a wait runs with no lock held
+//! (any thread may poll or wait at the same time). Once the run is terminal, the first
+//! thread that finds itself the handle's only holder *collects* it: [`RunHandle::result`]
+//! (which consumes the handle) gives the report and releases the run's arguments — the numpy
+//! arrays it borrowed — and `outcome` keeps the report or the error; `handle` is `None`
+//! from then on. Every later wait answers that same outcome. Lock order: `handle`, then
+//! `outcome`; collecting never blocks and never detaches, so no thread holds a lock while
+//! it waits for the interpreter.
+//!
+//! # Waiting
+//!
+//! A wait detaches from the interpreter and waits in slices of at most [`SLICE`]; between
+//! slices it re-attaches and checks for signals, so Ctrl-C raises `KeyboardInterrupt` within
+//! a slice while the run goes on, and the handle (and its worker) stay usable. A timeout
+//! is the caller's budget over all slices; running out of it raises `WaitTimeoutError`.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use simpler_host::{HostBuffer, HostError, RunHandle};
+
+use crate::array::ArrayMemory;
+use crate::error::{self, Raise};
+
+/// The longest a wait stays detached before checking for signals.
+const SLICE: Duration = Duration::from_millis(50);
+
+/// A numpy array lent to a submitted run for as long as the run owns its arguments.
+pub(crate) struct ArrayBuffer(pub(crate) ArrayMemory);
+
+impl HostBuffer for ArrayBuffer {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.0
+            .bytes_mut()
+            .expect("submit lends writable arrays only; read-only ones are copied")
+    }
+}
+
+/// `(epoch, device_time_s, total_time_s)`.
+type Report = (u64, f64, f64);
+
+/// A submitted run.
+#[pyclass(module = "simpler._native", name = "RunHandle", frozen)]
+pub struct NativeRunHandle {
+    /// The host's handle until its output is collected.
+    handle: Mutex<Option<Arc<RunHandle>>>,
+    /// The collected outcome.
+    outcome: Mutex<Option<Result<Report, HostError>>>,
+    epoch: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl NativeRunHandle {
+    pub(crate) fn new(handle: RunHandle) -> NativeRunHandle {
+        NativeRunHandle {
+            epoch: handle.epoch(),
+            handle: Mutex::new(Some(Arc::new(handle))),
+            outcome: Mutex::new(None),
+        }
+    }
+
+    /// The collected outcome, once there is one.
+    fn collected(&self) -> Option<Result<Report, HostError>> {
+        lock(&self.outcome).clone()
+    }
+
+    /// Collects the outcome of a terminal run: takes its report and drops its arguments (the
+    /// numpy arrays it borrowed) while attached. Returns false while another thread still
+    /// holds the handle (it is inside a wait that is about to return) — never blocks, so it
+    /// runs attached: no thread can wait for the interpreter while holding the lock.
+    fn collect(&self) -> bool {
+        let mut slot = lock(&self.handle);
+        let Some(shared) = slot.take() else {
+            return true;
+        };
+        let handle = match Arc::try_unwrap(shared) {
+            Ok(handle) => handle,
+            Err(shared) => {
+                *slot = Some(shared);
+                return false;
+            }
+        };
+        // The run is terminal: `result` only takes the cached outcome and the arguments.
+        let outcome = handle.result().map(|output| {
+            let r = output.report;
+            (
+                r.epoch,
+                r.device_time.as_secs_f64(),
+                r.total_time.as_secs_f64(),
+            )
+        });
+        *lock(&self.outcome) = Some(outcome);
+        true
+    }
+}
+
+#[pymethods]
+impl NativeRunHandle {
+    /// The run's epoch.
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// True once the run is terminal; never blocks.
+    fn poll(&self, py: Python<'_>) -> bool {
+        match lock(&self.handle).clone() {
+            Some(handle) => py.detach(|| handle.poll()),
+            None => true,
+        }
+    }
+
+    /// Waits for the run (`timeout` seconds at most; `None`: as long as it takes). Raises
+    /// `WaitTimeoutError` when the time is up, the run's error when it failed, and
+    /// `KeyboardInterrupt` (or any signal handler's exception) between slices.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let deadline = match timeout {
+            None => None,
+            Some(t) if t.is_finite() && (0.0..1e9).contains(&t) => {
+                Some(Instant::now() + Duration::from_secs_f64(t))
+            }
+            Some(t) => {
+                return Err(Raise::new(
+                    "InvalidConfigError",
+                    format!("timeout must be a finite number of seconds >= 0, got {t}"),
+                )
+                .into_err(py))
+            }
+        };
+        loop {
+            if let Some(outcome) = self.collected() {
+                return outcome.map(|_| ()).map_err(|e| error::host_error(py, e));
+            }
+            let Some(handle) = lock(&self.handle).clone() else {
+                continue; // collected in between: the outcome is there now
+            };
+            let slice = match deadline {
+                Some(d) => SLICE.min(d.saturating_duration_since(Instant::now())),
+                None => SLICE,
+            };
+            let waited = py.detach(|| handle.wait(Some(slice)));
+            drop(handle);
+            match waited {
+                Ok(()) => {
+                    self.collect();
+                    return Ok(());
+                }
+                Err(HostError::WaitTimeout(_)) => {}
+                Err(e) => {
+                    self.collect();
+                    return Err(error::host_error(py, e));
+                }
+            }
+            py.check_signals()?;
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Raise::new(
+                    "WaitTimeoutError",
+                    format!(
+                        "the run (epoch {}) was not finished within {} s; it is still in flight",
+                        self.epoch,
+                        timeout.unwrap_or_default()
+                    ),
+                )
+                .into_err(py));
+            }
+        }
+    }
+
+    /// `(epoch, device_time_s, total_time_s)` of the finished run (waiting as long as it
+    /// takes); the run's error if it failed.
+    fn result(&self, py: Python<'_>) -> PyResult<Report> {
+        self.wait(py, None)?;
+        loop {
+            if let Some(outcome) = self.collected() {
+                return outcome.map_err(|e| error::host_error(py, e));
+            }
+            if !self.collect() {
+                // Another thread's wait still holds the handle; it lets go at once.
+                py.detach(|| std::thread::sleep(Duration::from_millis(1)));
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+"""simpler — run task graphs of C kernels on a simulated Ascend-style NPU, from Python.
+
+A short session::
+
+    import numpy as np
+    from simpler import ChipCallable, Worker
+
+    callable = ChipCallable.from_example("examples/vector_add")   # compiles the C sources
+    a = np.random.rand(1 << 20).astype(np.float32)
+    b = np.random.rand(1 << 20).astype(np.float32)
+    c = np.empty_like(a)
+    with Worker(level=2, platform="sim") as w:
+        h = w.register(callable)
+        w.init()
+        w.run(h, [a, b, c])                     # c = a + b
+    assert np.allclose(c, a + b)
+
+Everything public is importable from this module; see ``Worker``, ``TaskArgs``,
+``KernelCompiler``, ``ChipCallable`` and ``simpler.testing`` (scene tests).
+"""
+
+from . import _native
+from .callable import CallableHandle, ChipCallable, CoreCallable
+from .compiler import KernelCompiler, include_dir
+from .config import CallConfig, RuntimeEnv
+from .errors import *  # noqa: F401,F403 - the exception classes are part of the API
+from .errors import __all__ as _error_names
+from .tensor import Buffer, TaskArgs, Tensor, as_array
+from .types import ArgDirection, ArgSpec, DataType, TensorArgType, scalar_to_uint64
+from .worker import RunHandle, RunReport, Worker
+
+__version__ = _native.__version__
+
+__all__ = [
+    "Worker",
+    "RunHandle",
+    "RunReport",
+    "ChipCallable",
+    "CoreCallable",
+    "CallableHandle",
+    "KernelCompiler",
+    "include_dir",
+    "CallConfig",
+    "RuntimeEnv",
+    "TaskArgs",
+    "Tensor",
+    "Buffer",
+    "as_array",
+    "ArgDirection",
+    "ArgSpec",
+    "DataType",
+    "TensorArgType",
+    "scalar_to_uint64",
+] + list(_error_names)

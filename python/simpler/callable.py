@@ -1,0 +1,245 @@
+"""Callables: what a worker registers and runs.
+
+* :class:`CoreCallable` — one compiled kernel (a shared library exporting ``kernel_entry``)
+  for one core type (``"aic"`` or ``"aiv"``).
+* :class:`ChipCallable` — an orchestration library, its kernels under func ids, and the
+  signature: built with :meth:`ChipCallable.build`, read from a bundle made by
+  ``simpler build`` (:meth:`ChipCallable.from_bundle`), or compiled from an example folder
+  with a ``simpler.toml`` manifest (:meth:`ChipCallable.from_example`).
+* :class:`CallableHandle` — what :meth:`Worker.register` returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import _native
+from .errors import ArgumentTypeError, InvalidCallableError, UnsupportedError
+from .types import ArgSpec, normalize_signature
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .compiler import KernelCompiler
+
+__all__ = ["CoreCallable", "ChipCallable", "CallableHandle"]
+
+DEFAULT_KERNEL_ENTRY = "kernel_entry"
+DEFAULT_ORCHESTRATION_ENTRY = "aicpu_orchestration_entry"
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _core_name(core_type: Any) -> str:
+    name = getattr(core_type, "name", core_type)
+    if isinstance(name, str) and name.lower() in ("aic", "aiv"):
+        return name.lower()
+    raise ArgumentTypeError(f"core_type must be 'aic' or 'aiv', got {core_type!r}")
+
+
+def _as_bytes(binary: Any, what: str) -> bytes:
+    if isinstance(binary, (bytes, bytearray, memoryview)):
+        return bytes(binary)
+    raise ArgumentTypeError(
+        f"{what} must be bytes (a shared library image), got {type(binary).__name__}"
+    )
+
+
+class CoreCallable:
+    """One kernel: a shared-library image exporting ``entry``, run on ``core_type`` cores.
+
+    ``signature`` (the kernel's own argument directions) is informational: the task that
+    runs the kernel passes its arguments, and the chip callable's signature is what the host
+    checks.
+    """
+
+    def __init__(
+        self,
+        binary: bytes,
+        core_type: str = "aiv",
+        signature: Sequence[Any] = (),
+        entry: str = DEFAULT_KERNEL_ENTRY,
+    ) -> None:
+        self.binary = _as_bytes(binary, "binary")
+        self.core_type = _core_name(core_type)
+        self.signature = tuple(signature)
+        if not isinstance(entry, str) or not entry:
+            raise ArgumentTypeError(f"entry must be a non-empty symbol name, got {entry!r}")
+        self.entry = entry
+
+    @classmethod
+    def build(
+        cls,
+        signature: Sequence[Any] = (),
+        binary: bytes = b"",
+        *,
+        core_type: str = "aiv",
+        entry: str = DEFAULT_KERNEL_ENTRY,
+    ) -> "CoreCallable":
+        """Upstream's constructor: ``CoreCallable.build(signature, binary)``."""
+        return cls(binary, core_type=core_type, signature=signature, entry=entry)
+
+    def sig(self, i: int) -> Any:
+        return self.signature[i]
+
+    @property
+    def sig_count(self) -> int:
+        return len(self.signature)
+
+    @property
+    def binary_size(self) -> int:
+        return len(self.binary)
+
+    def buffer_size(self) -> int:
+        return len(self.binary)
+
+    def __repr__(self) -> str:
+        return f"CoreCallable({self.core_type}, entry={self.entry!r}, {len(self.binary)} bytes)"
+
+
+class ChipCallable:
+    """An orchestration, its kernels and a signature, validated when made.
+
+    The signature is a sequence of :class:`~simpler.ArgSpec` (or ``(name, direction, dtype[,
+    shape])`` tuples): tensors first, then scalars. It fixes the order of a run's arguments
+    and which host tensors are copied in (``IN``, ``INOUT``) and back (``OUT``, ``INOUT``).
+    """
+
+    def __init__(self, native: "_native.Callable") -> None:
+        if not isinstance(native, _native.Callable):
+            raise ArgumentTypeError("use ChipCallable.build, from_bundle or from_example")
+        self._native = native
+        self._signature = tuple(ArgSpec(*entry) for entry in native.signature)
+        self._hashid: Optional[str] = None
+
+    @classmethod
+    def build(
+        cls,
+        signature: Iterable[Any],
+        func_name: str = DEFAULT_ORCHESTRATION_ENTRY,
+        binary: bytes = b"",
+        children: Sequence[Tuple[int, CoreCallable]] = (),
+        config_name: str = "",
+        *,
+        name: Optional[str] = None,
+    ) -> "ChipCallable":
+        """Builds a callable from an orchestration image (exporting ``func_name``) and its
+        kernels, ``children = [(func_id, CoreCallable), ...]``; ``func_id`` is the id the
+        orchestration submits the kernel under."""
+        if config_name:
+            raise UnsupportedError(
+                "config_name: simpler orchestrations export no config symbol; the signature "
+                "fixes the argument count"
+            )
+        sig = normalize_signature(signature)
+        kernels = []
+        for i, child in enumerate(children):
+            if not (isinstance(child, (tuple, list)) and len(child) == 2):
+                raise ArgumentTypeError(f"children[{i}] must be a (func_id, CoreCallable) pair")
+            func_id, core = child
+            if not isinstance(core, CoreCallable):
+                raise ArgumentTypeError(
+                    f"children[{i}]: expected a CoreCallable, got {type(core).__name__}"
+                )
+            if not isinstance(func_id, int) or isinstance(func_id, bool) or func_id < 0:
+                raise InvalidCallableError(
+                    f"children[{i}]: func_id must be an int >= 0, got {func_id!r}"
+                )
+            kernels.append((func_id, core.core_type, core.entry, core.binary))
+        native = _native.Callable(
+            name or func_name,
+            [a.to_native() for a in sig],
+            (func_name, _as_bytes(binary, "binary")),
+            kernels,
+        )
+        return cls(native)
+
+    @classmethod
+    def from_bundle(cls, path: PathLike) -> "ChipCallable":
+        """Reads a bundle file written by ``simpler build`` (or :meth:`save`)."""
+        return cls(_native.Callable.read(os.fspath(path)))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ChipCallable":
+        """Parses a bundle's bytes (see :meth:`to_bytes`)."""
+        return cls(_native.Callable.from_bytes(_as_bytes(data, "data")))
+
+    @classmethod
+    def from_example(
+        cls, path: PathLike, compiler: Optional["KernelCompiler"] = None
+    ) -> "ChipCallable":
+        """Compiles an example folder (or its ``simpler.toml``) like ``simpler build`` does:
+        the manifest names the orchestration and kernel sources and the signature."""
+        from .manifest import load_manifest  # local: keeps import of the package light
+
+        return load_manifest(path).build(compiler)
+
+    def save(self, path: PathLike) -> None:
+        """Writes the callable as a bundle file, which ``simpler run`` accepts."""
+        self._native.write(os.fspath(path))
+
+    def to_bytes(self) -> bytes:
+        """The bundle file's bytes."""
+        return self._native.to_bytes()
+
+    @property
+    def name(self) -> str:
+        return self._native.name
+
+    @property
+    def signature(self) -> Tuple[ArgSpec, ...]:
+        return self._signature
+
+    @property
+    def func_name(self) -> str:
+        return self._native.orchestration[0]
+
+    @property
+    def binary(self) -> bytes:
+        """The orchestration image."""
+        return self._native.orchestration[1]
+
+    @property
+    def binary_size(self) -> int:
+        return len(self.binary)
+
+    @property
+    def children(self) -> List[Tuple[int, CoreCallable]]:
+        return [
+            (func_id, CoreCallable(image, core_type=core, entry=entry))
+            for func_id, core, entry, image in self._native.kernels
+        ]
+
+    @property
+    def hashid(self) -> str:
+        """``"sha256:<hex>"`` of the bundle bytes: equal content, equal id."""
+        if self._hashid is None:
+            self._hashid = "sha256:" + hashlib.sha256(self.to_bytes()).hexdigest()
+        return self._hashid
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{a.name}:{a.direction.short_name}" for a in self._signature)
+        return f"ChipCallable({self.name!r}, ({args}), {len(self._native.kernels)} kernels)"
+
+
+@dataclass(eq=False)
+class CallableHandle:
+    """A callable registered on one worker (returned by :meth:`Worker.register`).
+
+    Valid only on the worker that issued it; :meth:`Worker.unregister` releases it.
+    """
+
+    hashid: str
+    name: str
+    signature: Tuple[ArgSpec, ...]
+    kind: str = "CHIP_CALLABLE"
+    target_namespace: str = "LOCAL_CHIP"
+    _owner: Any = field(default=None, repr=False)
+    _callable: Optional[ChipCallable] = field(default=None, repr=False)
+    _native_id: Optional[int] = field(default=None, repr=False)
+    _refs: int = field(default=1, repr=False)
+
+    @property
+    def digest(self) -> str:
+        """The hex digest of :attr:`hashid`."""
+        return self.hashid.split(":", 1)[1]

@@ -1,0 +1,264 @@
+"""The exceptions simpler raises.
+
+Every error has its own class, derived from :class:`SimplerError` *and* from the builtin
+exception the upstream project raises for that situation, so ``except ValueError`` keeps
+working while ``except simpler.InvalidArgumentError`` can be precise. Each instance carries:
+
+``code``
+    A number: the class's stable ``CODE`` (table below), except for :class:`RunFailedError`,
+    whose ``code`` is the run's completion code (the negated runtime error code, numbered as
+    upstream, e.g. ``-9`` for ``EXPLICIT_ORCH_FATAL``).
+``cause``
+    The text of the underlying error (an OS or device error, a loader message), or ``None``.
+``details``
+    A dict of the structured facts (argument name, callable id, expected and actual counts...);
+    each is also an attribute (``err.arg``, ``err.expected``...).
+
+The native module (``crates/simpler-py/src/error.rs``) is the only place that turns a Rust
+error into one of these; the Python layer raises the same classes for what it checks first.
+
+=====  ========================  ================  =============================================
+code   class                     builtin           raised when
+=====  ========================  ================  =============================================
+1      InvalidConfigError        ValueError        a worker or call configuration is invalid
+2      DeviceError               RuntimeError      a device call failed (memory, copies)
+3      LoadError                 RuntimeError      a code image cannot be loaded (dlopen, symbol)
+4      InvalidCallableError      ValueError        a callable is malformed (func ids, images)
+5      SignatureError            ValueError        a signature is malformed
+6      UnknownCallableError      KeyError          a callable handle is unknown or foreign
+7      RegistryFullError         RuntimeError      every callable slot is taken
+8      ArgumentCountError        TypeError         a run got the wrong number of arguments
+9      InvalidArgumentError      ValueError        an argument's dtype/shape/layout is wrong
+10     RunFailedError            RuntimeError      the run failed on the device (code = its code)
+11     DeviceFaultError          RuntimeError      the device faulted with no run result
+12     RunTimeoutError           TimeoutError      a run did not complete; the device is unusable
+13     DeviceUnusableError       RuntimeError      earlier failures left the device unusable
+14     WaitTimeoutError          TimeoutError      ``RunHandle.wait(timeout)`` ran out of time
+15     RunUndecidedError         RuntimeError      the run's outcome could not be decided
+16     LanePoisonedError         RuntimeError      the run never launched: an earlier one failed
+20     ArgumentTypeError         TypeError         an argument has the wrong Python type
+21     WorkerStateError          RuntimeError      closed worker, missing ``init()``, double init
+22     UnsupportedError          NotImplementedError  a feature this build does not have
+30     BundleError               ValueError        a bundle file is malformed
+31     BundleIOError             OSError           a bundle file cannot be read or written
+40     CompileError              RuntimeError      the C compiler rejected a source
+41     CompilerNotFoundError     FileNotFoundError the C compiler cannot be run
+=====  ========================  ================  =============================================
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = [
+    "SimplerError",
+    "InvalidConfigError",
+    "DeviceError",
+    "LoadError",
+    "InvalidCallableError",
+    "SignatureError",
+    "UnknownCallableError",
+    "RegistryFullError",
+    "ArgumentCountError",
+    "InvalidArgumentError",
+    "RunFailedError",
+    "DeviceFaultError",
+    "RunTimeoutError",
+    "DeviceUnusableError",
+    "WaitTimeoutError",
+    "RunUndecidedError",
+    "LanePoisonedError",
+    "ArgumentTypeError",
+    "WorkerStateError",
+    "UnsupportedError",
+    "BundleError",
+    "BundleIOError",
+    "CompileError",
+    "CompilerNotFoundError",
+    "StagingWarning",
+]
+
+
+def _rebuild(cls: type, message: str, code: Any, cause: Any, details: dict) -> "SimplerError":
+    return cls(message, code=code, cause=cause, **details)
+
+
+class SimplerError(Exception):
+    """Base class of every simpler error; see the module docs for the attributes."""
+
+    CODE = 0
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: Optional[int] = None,
+        cause: Optional[str] = None,
+        **details: Any,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = type(self).CODE if code is None else code
+        self.cause = cause
+        self.details = details
+        for key, value in details.items():
+            setattr(self, key, value)
+
+    @property
+    def kind(self) -> str:
+        """The error kind: the class name without the ``Error`` suffix."""
+        name = type(self).__name__
+        return name[: -len("Error")] if name.endswith("Error") else name
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        if self.cause and self.cause not in self.message:
+            return f"{self.message} (caused by: {self.cause})"
+        return self.message
+
+    def __reduce__(self):  # keep code, cause and details across pickling
+        return (_rebuild, (type(self), self.message, self.code, self.cause, self.details))
+
+
+class InvalidConfigError(SimplerError, ValueError):
+    """A worker or call configuration is invalid (the message names the field)."""
+
+    CODE = 1
+
+
+class DeviceError(SimplerError, RuntimeError):
+    """A device call failed; ``context`` says what the host was doing."""
+
+    CODE = 2
+
+
+class LoadError(SimplerError, RuntimeError):
+    """A kernel or orchestration image could not be loaded."""
+
+    CODE = 3
+
+
+class InvalidCallableError(SimplerError, ValueError):
+    """A callable is malformed (duplicate or out-of-range func ids, empty or non-ELF images)."""
+
+    CODE = 4
+
+
+class SignatureError(SimplerError, ValueError):
+    """A signature is malformed (duplicate names, tensors after scalars, bad ranks)."""
+
+    CODE = 5
+
+
+class UnknownCallableError(SimplerError, KeyError):
+    """No callable is registered under this handle on this worker."""
+
+    CODE = 6
+
+
+class RegistryFullError(SimplerError, RuntimeError):
+    """Every callable slot of the worker is taken."""
+
+    CODE = 7
+
+
+class ArgumentCountError(SimplerError, TypeError):
+    """A run got more or fewer arguments than the callable's signature declares."""
+
+    CODE = 8
+
+
+class InvalidArgumentError(SimplerError, ValueError):
+    """One argument does not match the signature (dtype, shape, layout, writability)."""
+
+    CODE = 9
+
+
+class RunFailedError(SimplerError, RuntimeError):
+    """The run executed and failed; ``code`` is its completion code, ``code_name`` its name."""
+
+    CODE = 10
+
+
+class DeviceFaultError(SimplerError, RuntimeError):
+    """The device reported a fault that no run result explains; the worker is unusable."""
+
+    CODE = 11
+
+
+class RunTimeoutError(SimplerError, TimeoutError):
+    """A run's completion could not be established in time; the worker is unusable."""
+
+    CODE = 12
+
+
+class DeviceUnusableError(SimplerError, RuntimeError):
+    """Earlier failures left the device in a state that refuses new work."""
+
+    CODE = 13
+
+
+class WaitTimeoutError(SimplerError, TimeoutError):
+    """``RunHandle.wait(timeout)`` returned before the run completed; the run goes on."""
+
+    CODE = 14
+
+
+class RunUndecidedError(SimplerError, RuntimeError):
+    """The run's evidence decided nothing (no readable record of its own, a failed boundary);
+    the message says which. The worker refuses further runs."""
+
+    CODE = 15
+
+
+class LanePoisonedError(SimplerError, RuntimeError):
+    """The run was never launched: an earlier run failed in a way that closed the lane."""
+
+    CODE = 16
+
+
+class ArgumentTypeError(SimplerError, TypeError):
+    """An argument has a Python type simpler cannot use."""
+
+    CODE = 20
+
+
+class WorkerStateError(SimplerError, RuntimeError):
+    """The worker is closed, not initialised yet, or already initialised."""
+
+    CODE = 21
+
+
+class UnsupportedError(SimplerError, NotImplementedError):
+    """A feature of the upstream API that this build does not provide."""
+
+    CODE = 22
+
+
+class BundleError(SimplerError, ValueError):
+    """A callable bundle is malformed (bad magic, version, checksum, metadata...)."""
+
+    CODE = 30
+
+
+class BundleIOError(SimplerError, OSError):
+    """A callable bundle file could not be read or written."""
+
+    CODE = 31
+
+
+class CompileError(SimplerError, RuntimeError):
+    """The C compiler rejected a source; ``file``, ``line``, ``column`` locate the first error
+    and ``stderr`` holds the compiler's whole output."""
+
+    CODE = 40
+
+
+class CompilerNotFoundError(SimplerError, FileNotFoundError):
+    """The C compiler (``$CC`` or ``cc``) could not be run."""
+
+    CODE = 41
+
+
+class StagingWarning(UserWarning):
+    """A run staged device-buffer tensors through host memory (two extra copies each), because
+    the host cannot yet pass device memory to a run in place. Emitted once per worker."""

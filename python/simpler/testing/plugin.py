@@ -1,0 +1,125 @@
+"""The simpler pytest plugin (registered through the ``pytest11`` entry point).
+
+Options:
+
+``--platform NAME``
+    Run the cases listed for this platform (default ``sim``; ``a2a3sim`` is an alias).
+``--rounds N``
+    Run each case N times (written tensors restored between rounds, each round checked).
+``--case SELECTOR``
+    Run only selected cases (repeatable): ``NAME`` (a case of any class), ``Class::NAME``, or
+    ``Class::`` (every case of a class). Selecting a ``manual`` case runs it.
+``--device ID``
+    Device id of the pooled worker (default 0).
+
+Every ``SceneTestCase`` subclass gets one test per selected case. Workers are pooled: one
+level-2 worker per (platform, runtime, device) for the whole session.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+from ..worker import PLATFORMS, Worker
+from .scene import SceneTestCase, _validate_cases, normalize_platform
+
+
+def pytest_addoption(parser: Any) -> None:
+    group = parser.getgroup("simpler", "simpler scene tests")
+    group.addoption(
+        "--platform", default="sim", help="platform to run scene cases on (default: sim)"
+    )
+    group.addoption("--rounds", type=int, default=1, help="run each scene case N times")
+    group.addoption(
+        "--case",
+        action="append",
+        default=[],
+        help="select scene cases: NAME, Class::NAME or Class:: (repeatable)",
+    )
+    group.addoption("--device", type=int, default=0, help="device id of the pooled worker")
+
+
+def pytest_configure(config: Any) -> None:
+    if config.getoption("rounds") < 1:
+        raise pytest.UsageError("--rounds must be at least 1")
+    platform = config.getoption("platform")
+    if normalize_platform(platform) not in PLATFORMS:
+        raise pytest.UsageError(f"--platform {platform}: only {', '.join(PLATFORMS)} are available")
+
+
+def _selected(cls: type, case: Dict[str, Any], selectors: List[str]) -> Tuple[bool, bool]:
+    """(selected, explicitly named) for a case under the --case selectors."""
+    if not selectors:
+        return True, False
+    for sel in selectors:
+        cls_part, sep, name_part = sel.partition("::")
+        if not sep:
+            if sel == case["name"]:
+                return True, True
+        elif cls_part == cls.__name__ and (name_part in ("", case["name"])):
+            return True, bool(name_part)
+    return False, False
+
+
+def pytest_generate_tests(metafunc: Any) -> None:
+    cls = metafunc.cls
+    if (
+        cls is None
+        or not issubclass(cls, SceneTestCase)
+        or "scene_case" not in metafunc.fixturenames
+    ):
+        return
+    _validate_cases(cls)
+    config = metafunc.config
+    platform = normalize_platform(config.getoption("platform"))
+    selectors = config.getoption("case")
+    params = []
+    for case in cls.CASES:
+        platforms = [normalize_platform(p) for p in case.get("platforms", [platform])]
+        if platform not in platforms:
+            continue
+        selected, named = _selected(cls, case, selectors)
+        if not selected:
+            continue
+        manual = case.get("manual", False)
+        if isinstance(manual, (list, tuple)):
+            manual = platform in [normalize_platform(p) for p in manual]
+        marks = (
+            []
+            if (named or not manual)
+            else [pytest.mark.skip(reason="manual case: select it with --case")]
+        )
+        params.append(pytest.param(case, id=case["name"], marks=marks))
+    metafunc.parametrize("scene_case", params)
+
+
+@pytest.fixture(scope="session")
+def _simpler_worker_pool():
+    pool: Dict[Tuple[str, str, int], Worker] = {}
+    yield pool
+    for worker in pool.values():
+        worker.close()
+
+
+@pytest.fixture
+def st_worker(request: Any, _simpler_worker_pool: Dict[Tuple[str, str, int], Worker]) -> Worker:
+    """The pooled level-2 worker for this test's platform, runtime and device."""
+    cls = request.cls
+    runtime = getattr(cls, "RUNTIME", "tensormap_and_ringbuffer")
+    platform = normalize_platform(request.config.getoption("platform"))
+    device = request.config.getoption("device")
+    key = (platform, runtime, device)
+    worker = _simpler_worker_pool.get(key)
+    if worker is None or worker.closed:
+        worker = Worker(level=2, platform=platform, runtime=runtime, device_id=device)
+        worker.init()
+        _simpler_worker_pool[key] = worker
+    return worker
+
+
+@pytest.fixture
+def scene_rounds(request: Any) -> int:
+    """The --rounds option."""
+    return int(request.config.getoption("rounds"))

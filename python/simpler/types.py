@@ -1,0 +1,401 @@
+"""Enumerations and small value types shared by the whole API.
+
+* :class:`DataType` — element types, with the wire values of ``include/simpler/types.h``.
+* :class:`ArgDirection` — the direction of a signature entry (``SCALAR``, ``IN``, ``OUT``,
+  ``INOUT``): it decides which host tensors are copied to the device and which come back.
+* :class:`TensorArgType` — the tag of a tensor in :class:`~simpler.TaskArgs` (upstream names).
+* :class:`ArgSpec` — one entry of a callable's signature: name, direction, dtype, shape.
+* :func:`scalar_to_uint64` — the 64 raw bits a scalar argument travels as.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .errors import ArgumentTypeError, InvalidArgumentError, SignatureError
+
+__all__ = [
+    "DataType",
+    "ArgDirection",
+    "TensorArgType",
+    "ArgSpec",
+    "scalar_to_uint64",
+    "normalize_signature",
+]
+
+
+def _bfloat16_numpy() -> Optional[np.dtype]:
+    """numpy's bfloat16 dtype when ml_dtypes is installed (numpy has none of its own)."""
+    try:
+        import ml_dtypes  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+class DataType(enum.IntEnum):
+    """Element type of a tensor (values are the ``SimplerDataType`` wire values)."""
+
+    FLOAT32 = 0
+    FLOAT16 = 1
+    INT32 = 2
+    INT16 = 3
+    INT8 = 4
+    UINT8 = 5
+    BFLOAT16 = 6
+    INT64 = 7
+    UINT64 = 8
+    UINT16 = 9
+    UINT32 = 10
+
+    @property
+    def short_name(self) -> str:
+        """The manifest name: ``"f32"``, ``"i64"``, ``"bf16"``..."""
+        return _SHORT[self]
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return _ITEMSIZE[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16)
+
+    @property
+    def is_signed(self) -> bool:
+        return self in (DataType.INT8, DataType.INT16, DataType.INT32, DataType.INT64)
+
+    def to_numpy(self) -> np.dtype:
+        """The numpy dtype; ``BFLOAT16`` needs the ``ml_dtypes`` package."""
+        if self is DataType.BFLOAT16:
+            bf16 = _bfloat16_numpy()
+            if bf16 is None:
+                raise ArgumentTypeError("bfloat16 arrays need the ml_dtypes package")
+            return bf16
+        return np.dtype(_NUMPY[self])
+
+    @classmethod
+    def from_numpy(cls, dtype: Any) -> "DataType":
+        """The DataType of a numpy dtype (``InvalidArgumentError`` if there is none)."""
+        dt = np.dtype(dtype)
+        if dt.name == "bfloat16":
+            return cls.BFLOAT16
+        for member, name in _NUMPY.items():
+            if dt.kind == np.dtype(name).kind and dt.itemsize == np.dtype(name).itemsize:
+                return member
+        raise InvalidArgumentError(
+            f"numpy dtype {dt} has no simpler DataType (supported: "
+            + ", ".join(sorted(_NUMPY.values()))
+            + ", bfloat16)",
+            reason="unsupported dtype",
+        )
+
+    @classmethod
+    def of(cls, value: Any) -> "DataType":
+        """Coerces a DataType, a name (``"f32"``, ``"float32"``, ``"FLOAT32"``), a numpy
+        dtype or scalar type, or a torch dtype."""
+        if isinstance(value, DataType):
+            return value
+        if isinstance(value, str):
+            key = value.strip()
+            key = key[len("torch.") :] if key.startswith("torch.") else key
+            found = _BY_NAME.get(key.lower())
+            if found is None:
+                raise ArgumentTypeError(f"unknown dtype name {value!r}")
+            return found
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            try:
+                return cls(int(value))
+            except ValueError:
+                raise ArgumentTypeError(f"{value} is not a DataType wire value") from None
+        if type(value).__module__.startswith("torch"):
+            return cls.of(str(value))
+        try:
+            dt = np.dtype(value)
+        except TypeError:
+            raise ArgumentTypeError(f"cannot interpret {value!r} as a DataType") from None
+        return cls.from_numpy(dt)
+
+
+_SHORT = {
+    DataType.FLOAT32: "f32",
+    DataType.FLOAT16: "f16",
+    DataType.INT32: "i32",
+    DataType.INT16: "i16",
+    DataType.INT8: "i8",
+    DataType.UINT8: "u8",
+    DataType.BFLOAT16: "bf16",
+    DataType.INT64: "i64",
+    DataType.UINT64: "u64",
+    DataType.UINT16: "u16",
+    DataType.UINT32: "u32",
+}
+_ITEMSIZE = {
+    DataType.FLOAT32: 4,
+    DataType.FLOAT16: 2,
+    DataType.INT32: 4,
+    DataType.INT16: 2,
+    DataType.INT8: 1,
+    DataType.UINT8: 1,
+    DataType.BFLOAT16: 2,
+    DataType.INT64: 8,
+    DataType.UINT64: 8,
+    DataType.UINT16: 2,
+    DataType.UINT32: 4,
+}
+_NUMPY = {
+    DataType.FLOAT32: "float32",
+    DataType.FLOAT16: "float16",
+    DataType.INT32: "int32",
+    DataType.INT16: "int16",
+    DataType.INT8: "int8",
+    DataType.UINT8: "uint8",
+    DataType.INT64: "int64",
+    DataType.UINT64: "uint64",
+    DataType.UINT16: "uint16",
+    DataType.UINT32: "uint32",
+}
+_BY_NAME = {}
+for _d in DataType:
+    _BY_NAME[_d.name.lower()] = _d
+    _BY_NAME[_SHORT[_d]] = _d
+for _d, _n in _NUMPY.items():
+    _BY_NAME[_n] = _d
+_BY_NAME.update({"half": DataType.FLOAT16, "float": DataType.FLOAT32, "bf16": DataType.BFLOAT16})
+
+
+class ArgDirection(enum.IntEnum):
+    """Direction of a signature entry: which tensors are staged in and copied back."""
+
+    SCALAR = 0
+    IN = 1
+    OUT = 2
+    INOUT = 3
+
+    @property
+    def short_name(self) -> str:
+        """The manifest name: ``"scalar"``, ``"in"``, ``"out"``, ``"inout"``."""
+        return self.name.lower()
+
+    @property
+    def is_tensor(self) -> bool:
+        return self is not ArgDirection.SCALAR
+
+    @property
+    def copies_in(self) -> bool:
+        """True when the host copies the tensor to the device before the run."""
+        return self in (ArgDirection.IN, ArgDirection.INOUT)
+
+    @property
+    def copies_back(self) -> bool:
+        """True when the host copies the tensor back after a successful run."""
+        return self in (ArgDirection.OUT, ArgDirection.INOUT)
+
+    @classmethod
+    def of(cls, value: Any) -> "ArgDirection":
+        """Coerces an ArgDirection or a name (``"in"``, ``"IN"``, ``"inout"``...)."""
+        if isinstance(value, ArgDirection):
+            return value
+        if isinstance(value, str):
+            try:
+                return cls[value.strip().upper()]
+            except KeyError:
+                raise ArgumentTypeError(
+                    f"unknown direction {value!r} (expected scalar, in, out or inout)"
+                ) from None
+        raise ArgumentTypeError(f"cannot interpret {value!r} as an ArgDirection")
+
+
+class TensorArgType(enum.IntEnum):
+    """Tag of a tensor in :class:`~simpler.TaskArgs` (``SimplerTensorArgType`` values).
+
+    At level 2 the chip's dependencies come from the C orchestration, so the tags only have
+    to agree with the signature: ``INPUT`` for ``IN``, ``OUTPUT``/``OUTPUT_EXISTING`` for
+    ``OUT``, ``INOUT`` for ``INOUT``; ``NO_DEP`` goes with any direction.
+    """
+
+    INPUT = 0
+    OUTPUT = 1
+    INOUT = 2
+    OUTPUT_EXISTING = 3
+    NO_DEP = 4
+
+    @classmethod
+    def for_direction(cls, direction: ArgDirection) -> "TensorArgType":
+        """The tag scene tests use for a signature direction (upstream's mapping)."""
+        return {
+            ArgDirection.IN: cls.INPUT,
+            ArgDirection.OUT: cls.OUTPUT_EXISTING,
+            ArgDirection.INOUT: cls.INOUT,
+        }[ArgDirection.of(direction)]
+
+    def agrees_with(self, direction: ArgDirection) -> bool:
+        """True when this tag may stand for an argument of ``direction``."""
+        if self is TensorArgType.NO_DEP:
+            return True
+        allowed = {
+            ArgDirection.IN: (TensorArgType.INPUT,),
+            ArgDirection.OUT: (TensorArgType.OUTPUT, TensorArgType.OUTPUT_EXISTING),
+            ArgDirection.INOUT: (TensorArgType.INOUT,),
+        }
+        return self in allowed.get(direction, ())
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One entry of a signature.
+
+    ``shape`` (a tuple of ints) fixes the exact shape a tensor must have; ``None`` accepts
+    any shape. Scalars have no shape; their ``dtype`` says how a Python number is encoded.
+    """
+
+    name: str
+    direction: ArgDirection
+    dtype: DataType
+    shape: Optional[Tuple[int, ...]] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SignatureError(f"a signature entry needs a non-empty name, got {self.name!r}")
+        object.__setattr__(self, "direction", ArgDirection.of(self.direction))
+        object.__setattr__(self, "dtype", DataType.of(self.dtype))
+        if self.shape is not None:
+            try:
+                shape = tuple(int(d) for d in self.shape)
+            except (TypeError, ValueError):
+                raise SignatureError(
+                    f"argument `{self.name}`: shape must be a sequence of ints, got {self.shape!r}"
+                ) from None
+            if any(d < 0 for d in shape):
+                raise SignatureError(f"argument `{self.name}`: negative dimension in {shape}")
+            object.__setattr__(self, "shape", shape)
+
+    def to_native(self) -> Tuple[str, str, str, Optional[list]]:
+        return (
+            self.name,
+            self.direction.short_name,
+            self.dtype.short_name,
+            None if self.shape is None else list(self.shape),
+        )
+
+    @classmethod
+    def coerce(cls, value: Any, index: int) -> "ArgSpec":
+        """An ArgSpec from an ArgSpec, a ``(name, direction, dtype[, shape])`` tuple or a dict
+        with those keys."""
+        if isinstance(value, ArgSpec):
+            return value
+        if isinstance(value, dict):
+            return cls(**value)
+        if isinstance(value, (tuple, list)) and 3 <= len(value) <= 4:
+            return cls(*value)
+        if isinstance(value, ArgDirection):
+            raise SignatureError(
+                f"signature entry {index} is a bare ArgDirection; simpler signatures also name "
+                "the argument and its dtype: ArgSpec(name, direction, dtype, shape=None)"
+            )
+        raise SignatureError(
+            f"signature entry {index}: expected ArgSpec, (name, direction, dtype[, shape]) or a "
+            f"dict, got {value!r}"
+        )
+
+
+def normalize_signature(signature: Iterable[Any]) -> Tuple[ArgSpec, ...]:
+    """A tuple of :class:`ArgSpec` from any accepted signature form."""
+    if isinstance(signature, (str, bytes)) or not isinstance(signature, Iterable):
+        raise SignatureError(f"a signature is a sequence of entries, got {signature!r}")
+    return tuple(ArgSpec.coerce(entry, i) for i, entry in enumerate(signature))
+
+
+_CTYPES_BITS = {
+    ctypes.c_float: ("<f", "<I"),
+    ctypes.c_double: ("<d", "<Q"),
+}
+
+_INT_RANGE = {
+    DataType.INT8: (-(2**7), 2**7),
+    DataType.INT16: (-(2**15), 2**15),
+    DataType.INT32: (-(2**31), 2**31),
+    DataType.INT64: (-(2**63), 2**63),
+    DataType.UINT8: (0, 2**8),
+    DataType.UINT16: (0, 2**16),
+    DataType.UINT32: (0, 2**32),
+    DataType.UINT64: (0, 2**64),
+}
+
+
+def _float_bits(value: float, dtype: DataType) -> int:
+    if dtype is DataType.FLOAT32:
+        return struct.unpack("<I", struct.pack("<f", value))[0]
+    if dtype is DataType.FLOAT16:
+        return int(np.array(value, dtype=np.float16).view(np.uint16))
+    # bfloat16: the upper half of the f32 pattern, rounded to nearest even.
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    rounding = 0x7FFF + ((bits >> 16) & 1)
+    return ((bits + rounding) >> 16) & 0xFFFF
+
+
+def scalar_to_uint64(value: Any, dtype: Union[DataType, str, None] = None) -> int:
+    """The 64 raw bits a scalar argument travels as.
+
+    * ``int`` (and numpy integers, ``bool``): the two's-complement value; with an integer
+      ``dtype`` it must fit that type (a negative ``i32`` is sign-extended, as in C).
+    * ``float`` (and numpy floats): the bit pattern of ``dtype`` (``f32`` when ``dtype`` is
+      ``None``, as upstream), zero-extended; refused for an integer ``dtype``.
+    * ``ctypes`` values keep their own type: ``c_double`` its 64 bits, ``c_float`` its 32,
+      integer types their value.
+    """
+    dt = None if dtype is None else DataType.of(dtype)
+    if isinstance(value, ctypes._SimpleCData):  # type: ignore[attr-defined]
+        kind = type(value)
+        if kind in _CTYPES_BITS:
+            fmt_in, fmt_out = _CTYPES_BITS[kind]
+            return struct.unpack(fmt_out, struct.pack(fmt_in, value.value))[0]
+        value = value.value
+        if not isinstance(value, int):
+            raise ArgumentTypeError(f"cannot pass a {kind.__name__} as a scalar")
+        return value & (2**64 - 1)
+    if isinstance(value, (bool, np.bool_)):
+        value = int(value)
+    if isinstance(value, (int, np.integer)):
+        value = int(value)
+        if dt is not None and dt.is_float:
+            return _float_bits(float(value), dt)
+        lo, hi = _INT_RANGE.get(dt, (-(2**63), 2**64)) if dt is not None else (-(2**63), 2**64)
+        if not lo <= value < hi:
+            what = dt.short_name if dt is not None else "64 bits"
+            raise InvalidArgumentError(
+                f"scalar {value} does not fit {what}", reason="scalar out of range"
+            )
+        return value & (2**64 - 1)
+    if isinstance(value, (float, np.floating)):
+        if dt is not None and not dt.is_float:
+            raise ArgumentTypeError(
+                f"scalar {value!r} is a float but the signature declares {dt.short_name}"
+            )
+        return _float_bits(float(value), dt or DataType.FLOAT32)
+    raise ArgumentTypeError(
+        f"a scalar must be an int, a float, a numpy scalar or a ctypes value, got "
+        f"{type(value).__name__}"
+    )
+
+
+def shape_tuple(shape: Any, what: str = "shape") -> Tuple[int, ...]:
+    """A tuple of non-negative ints from an int or a sequence of ints."""
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    if not isinstance(shape, Sequence) and not isinstance(shape, np.ndarray):
+        raise ArgumentTypeError(f"{what} must be a sequence of ints, got {shape!r}")
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise ArgumentTypeError(f"{what} must be a sequence of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise InvalidArgumentError(f"{what} has a negative dimension: {dims}")
+    return dims
