@@ -178,7 +178,7 @@ pub fn measure(
         let wall = start.elapsed();
         if i > 0 {
             run_us.push(wall.as_secs_f64() * 1e6);
-            submit_us.push(SUBMIT_NS.load(Ordering::Relaxed) as f64 / 1e3 / tasks as f64);
+            submit_us.push(SUBMIT_NS.load(Ordering::Relaxed) as f64 / 1e3 / tasks.max(1) as f64);
         }
     }
     let run = median(run_us);
@@ -189,9 +189,18 @@ pub fn measure(
         tasks,
         runs,
         run_us: run,
-        submit_us_per_task: median(submit_us),
+        submit_us_per_task: if tasks == 0 { 0.0 } else { median(submit_us) },
         tasks_per_s: tasks as f64 / (run / 1e6),
     })
+}
+
+/// Median round trip of an empty run (an orchestration that submits nothing) on the default
+/// chip, microseconds: the fixed cost of one run through the lane and the device.
+///
+/// # Errors
+/// Any [`HostError`].
+pub fn empty_run_us(runs: u32) -> Result<f64, HostError> {
+    Ok(measure(Graph::Independent, 0, runs, 8, 4)?.run_us)
 }
 
 /// The issue-3 suite: independent and chain graphs of `tasks` tasks on 24 cores (4 AICPU

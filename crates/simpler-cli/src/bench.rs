@@ -3,7 +3,7 @@
 //! numbers; it never judges them.
 
 use serde::Serialize;
-use simpler_bench::{suite, Measurement};
+use simpler_bench::{empty_run_us, suite, Measurement};
 
 #[derive(Serialize)]
 struct Report {
@@ -11,6 +11,8 @@ struct Report {
     runs: u32,
     host_cpus: usize,
     measurements: Vec<Measurement>,
+    /// Median round trip of an empty run on 24 cores, microseconds.
+    empty_run_us: f64,
     /// 72-core tasks/s divided by 24-core tasks/s, per graph.
     scaling_72_over_24: Vec<(String, f64)>,
 }
@@ -21,6 +23,7 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
         return Err("--tasks and --runs must be at least 1".into());
     }
     let measurements = suite(tasks, runs)?;
+    let empty = empty_run_us(runs.max(20))?;
     let scaling = measurements
         .iter()
         .filter(|m| m.cores == 24)
@@ -39,6 +42,7 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
         runs,
         host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         measurements,
+        empty_run_us: empty,
         scaling_72_over_24: scaling,
     };
     if json {
@@ -64,6 +68,10 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
             m.tasks_per_s
         );
     }
+    println!(
+        "empty run round trip (24 cores): {:.1} us",
+        report.empty_run_us
+    );
     for (graph, ratio) in &report.scaling_72_over_24 {
         println!(
             "72-core / 24-core throughput, {graph}: {:.0}%",

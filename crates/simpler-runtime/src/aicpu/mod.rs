@@ -84,9 +84,17 @@ pub fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
         // run has counted itself out.
         unsafe { &*p }
     } else {
+        // The orchestrator thread publishes the state within microseconds of the launch:
+        // yield to it first (a sleep costs tens of microseconds), sleep only if it is late.
         let mut p = word.load(Ordering::Acquire);
+        let mut polls = 0u32;
         while p == 0 {
-            std::thread::sleep(Duration::from_micros(20));
+            if polls < 1000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            polls += 1;
             p = word.load(Ordering::Acquire);
         }
         // SAFETY: the orchestrator thread published a live `RunShared`; it stays alive until
