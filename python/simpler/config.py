@@ -1,10 +1,11 @@
 """Per-run configuration: :class:`CallConfig` and its :class:`RuntimeEnv` (upstream's names).
 
-The simpler host fixes the AICPU thread count and the ring sizes when a worker starts (they
-are ``Worker(...)`` options), not per run. A ``CallConfig`` may still name them: a value
-equal to the worker's is accepted, a different one raises :class:`~simpler.UnsupportedError`
-naming the ``Worker`` option to use instead. The diagnostics switches exist so upstream code
-reads the same; turning one on raises ``UnsupportedError`` at run time.
+Each run may set its AICPU thread count and its ring sizing (task window, heap and
+dependency pool per ring: one value for all four rings, or four); values not given fall back
+to the ``PTO2_RING_*`` environment variables, then to the worker's options. The host checks
+them (power-of-two windows, heaps that fit the worker's heap, ...) and raises
+:class:`~simpler.InvalidConfigError` naming the field. The diagnostics switches exist so
+upstream code reads the same; turning one on raises ``UnsupportedError`` at run time.
 """
 
 from __future__ import annotations
@@ -114,27 +115,20 @@ class CallConfig:
         on = [name for name in self._DIAGNOSTICS if getattr(self, name)]
         if on:
             raise UnsupportedError(f"{on[0]}: run diagnostics are not available in this build")
-        threads = worker.effective_aicpu_thread_num
-        if self.aicpu_thread_num not in (0, threads):
-            raise UnsupportedError(
-                f"aicpu_thread_num={self.aicpu_thread_num}: this worker runs with {threads} AICPU "
-                "threads; per-run thread counts are not supported — pass "
-                "Worker(..., aicpu_thread_num=N) instead"
+        threads = int(worker._native_options["aicpu_threads"])
+        if self.aicpu_thread_num and not 2 <= self.aicpu_thread_num <= threads:
+            raise InvalidConfigError(
+                f"aicpu_thread_num={self.aicpu_thread_num}: this worker's chip has {threads} AICPU "
+                "threads; use 0 (the worker's setting) or 2..that"
             )
+
+    def _native(self) -> tuple:
+        """The tuple the native run/submit take: (aicpu_thread_num, window, heap, dep_pool)."""
         env = self.runtime_env
-        window = _ring_values("ring_task_window", env.ring_task_window)
-        if window and set(window) != {worker.task_window}:
-            raise UnsupportedError(
-                f"runtime_env.ring_task_window={env.ring_task_window}: this worker's task window "
-                f"is {worker.task_window}; pass Worker(..., task_window=N) instead"
-            )
-        heap = _ring_values("ring_heap", env.ring_heap)
-        if heap and set(heap) != {worker.heap_size}:
-            raise UnsupportedError(
-                f"runtime_env.ring_heap={env.ring_heap}: this worker's heap is {worker.heap_size} "
-                "bytes; pass Worker(..., heap_ring_size=N) instead"
-            )
-        if env.ring_dep_pool is not None:
-            raise UnsupportedError(
-                "runtime_env.ring_dep_pool: the dependency pool is not sized per run"
-            )
+        ring = lambda name, v: None if v is None else list(_ring_values(name, v))  # noqa: E731
+        return (
+            int(self.aicpu_thread_num),
+            ring("ring_task_window", env.ring_task_window),
+            ring("ring_heap", env.ring_heap),
+            ring("ring_dep_pool", env.ring_dep_pool),
+        )

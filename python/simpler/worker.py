@@ -360,7 +360,7 @@ class Worker:
         completes; ``close`` waits for it). With device-buffer tensors the run is staged
         through host memory and waited for in one native call.
         """
-        native, native_id, items = self._prepare(callable, args, config)
+        native, native_id, items, native_config = self._prepare(callable, args, config)
         if any(item[0] == "device" for item in items):
             if not self._warned_staging:
                 self._warned_staging = True
@@ -370,22 +370,22 @@ class Worker:
                     StagingWarning,
                     stacklevel=2,
                 )
-            epoch, device_s, total_s = native.run(native_id, items)
+            epoch, device_s, total_s = native.run(native_id, items, native_config)
             return RunReport(epoch, device_s, total_s)
-        return RunHandle(native.submit(native_id, items), self).result()
+        return RunHandle(native.submit(native_id, items, native_config), self).result()
 
     def submit(
         self, callable: CallableHandle, args: Any = None, config: Optional[CallConfig] = None
     ) -> "RunHandle":
         """Starts a run and returns at once with its :class:`RunHandle`. The run owns its
         arguments until it finishes: do not modify them meanwhile."""
-        native, native_id, items = self._prepare(callable, args, config)
+        native, native_id, items, native_config = self._prepare(callable, args, config)
         if any(item[0] == "device" for item in items):
             raise UnsupportedError(
                 "submit: device Buffer tensors are staged through host memory, which only "
                 "run() does; use run(), or host arrays with submit()"
             )
-        return RunHandle(native.submit(native_id, items), self)
+        return RunHandle(native.submit(native_id, items, native_config), self)
 
     def _prepare(self, callable: Any, args: Any, config: Optional[CallConfig]):
         with self._lock:
@@ -397,7 +397,7 @@ class Worker:
                 raise ArgumentTypeError(f"config must be a CallConfig, got {type(config).__name__}")
             config.check_against(self)
         items = self._native_args(handle, args)
-        return native, native_id, items
+        return native, native_id, items, (config._native() if config is not None else None)
 
     def _native_args(self, handle: CallableHandle, args: Any) -> List[tuple]:
         sig = handle.signature

@@ -153,18 +153,29 @@ def test_a_failed_run_raises_with_its_code_and_leaves_outputs_untouched(chip, fa
     np.testing.assert_array_equal(c, a + b)
 
 
-def test_call_config_is_checked_against_the_worker(chip, vadd, rng):
+def test_call_config_sizes_each_run(chip, vadd, rng):
     h = chip.register(vadd)
+    for config in [
+        CallConfig(aicpu_thread_num=4, runtime_env=RuntimeEnv(ring_task_window=16384)),
+        CallConfig(aicpu_thread_num=3),
+        CallConfig(aicpu_thread_num=2, runtime_env=RuntimeEnv(ring_dep_pool=[64, 64, 64, 64])),
+        CallConfig(runtime_env=RuntimeEnv(ring_heap=4096, ring_task_window=[1024, 64, 64, 64])),
+    ]:
+        a, b, c = vadd_args(rng)
+        chip.run(h, [a, b, c], config)
+        np.testing.assert_array_equal(c, a + b)
+        a, b, c = vadd_args(rng)
+        chip.submit(h, [a, b, c], config).wait(timeout=30)
+        np.testing.assert_array_equal(c, a + b)
     a, b, c = vadd_args(rng)
-    chip.run(
-        h, [a, b, c], CallConfig(aicpu_thread_num=4, runtime_env=RuntimeEnv(ring_task_window=16384))
-    )
-    with pytest.raises(NotImplementedError, match="aicpu_thread_num"):
-        chip.run(h, [a, b, c], CallConfig(aicpu_thread_num=3))
-    with pytest.raises(NotImplementedError, match="ring_heap"):
-        chip.run(h, [a, b, c], CallConfig(runtime_env=RuntimeEnv(ring_heap=4096)))
-    with pytest.raises(ValueError):
-        chip.run(h, [a, b, c], CallConfig(aicpu_thread_num=1))
+    for bad, field in [
+        (CallConfig(aicpu_thread_num=1), "aicpu_thread_num"),
+        (CallConfig(aicpu_thread_num=9), "aicpu_thread_num"),
+        (CallConfig(runtime_env=RuntimeEnv(ring_task_window=[64, 64, 48, 64])), "ring_task_window"),
+        (CallConfig(runtime_env=RuntimeEnv(ring_heap=1 << 40)), "ring_heap"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            chip.run(h, [a, b, c], bad)
     with pytest.raises(TypeError):
         chip.run(h, [a, b, c], {"aicpu_thread_num": 4})
 

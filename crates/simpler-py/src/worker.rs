@@ -36,8 +36,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use simpler_device::{DevicePtr, Topology};
 use simpler_host::{
-    ArgDirection, CallableId, ChipWorker, HostArg, HostError, HostTensor, OwnedArg, RunReport,
-    Signature, WorkerConfig,
+    ArgDirection, CallConfig, CallableId, ChipWorker, HostArg, HostError, HostTensor, OwnedArg,
+    RingValue, RunReport, RuntimeEnv, Signature, WorkerConfig,
 };
 
 use crate::array::ArrayMemory;
@@ -215,11 +215,42 @@ fn unalias(py: Python<'_>, sig: &Signature, staged: &mut [Staged]) -> PyResult<(
 
 /// Runs `id` on `staged` with the interpreter detached: device tensors are copied out, the
 /// run executes, and written device tensors are copied back.
+/// A run's options as Python passes them: `(aicpu_thread_num, ring_task_window, ring_heap,
+/// ring_dep_pool)`, each ring value `None`, one number or four.
+type NativeConfig = (u32, Option<Vec<u64>>, Option<Vec<u64>>, Option<Vec<u64>>);
+
+/// Builds the host's [`CallConfig`]; the host validates the values.
+fn call_config(config: Option<NativeConfig>) -> Result<CallConfig, HostError> {
+    let Some((threads, window, heap, pool)) = config else {
+        return Ok(CallConfig::default());
+    };
+    let ring = |name: &str, v: Option<Vec<u64>>| -> Result<Option<RingValue>, HostError> {
+        match v.as_deref() {
+            None => Ok(None),
+            Some([one]) => Ok(Some(RingValue::All(*one))),
+            Some([a, b, c, d]) => Ok(Some(RingValue::PerRing([*a, *b, *c, *d]))),
+            Some(other) => Err(HostError::InvalidConfig(format!(
+                "runtime_env.{name} takes 1 or 4 values, got {}",
+                other.len()
+            ))),
+        }
+    };
+    Ok(CallConfig {
+        aicpu_thread_num: threads,
+        runtime_env: RuntimeEnv {
+            ring_task_window: ring("ring_task_window", window)?,
+            ring_heap: ring("ring_heap", heap)?,
+            ring_dep_pool: ring("ring_dep_pool", pool)?,
+        },
+    })
+}
+
 fn execute(
     worker: &ChipWorker,
     id: u32,
     sig: &Signature,
     staged: &mut [Staged],
+    config: &CallConfig,
 ) -> Result<RunReport, HostError> {
     for s in staged.iter_mut() {
         if let Staged::Device { ptr, bytes, .. } = s {
@@ -249,7 +280,7 @@ fn execute(
                 Staged::Scalar(bits) => HostArg::Scalar(*bits),
             })
             .collect();
-        worker.run(CallableId(id), &mut args)?
+        worker.run_with(CallableId(id), &mut args, config)?
     };
     for s in staged.iter() {
         if let Staged::Device {
@@ -348,12 +379,20 @@ impl NativeWorker {
 
     /// Runs callable `id` on `args` (see the module docs) and waits for it; returns
     /// `(epoch, device_time_s, total_time_s)`.
-    fn run(&self, py: Python<'_>, id: u32, args: &Bound<'_, PyAny>) -> PyResult<(u64, f64, f64)> {
+    #[pyo3(signature = (id, args, config=None))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        id: u32,
+        args: &Bound<'_, PyAny>,
+        config: Option<NativeConfig>,
+    ) -> PyResult<(u64, f64, f64)> {
+        let config = call_config(config).map_err(|e| error::host_error(py, e))?;
         let worker = self.live(py)?;
         let callable = self.registered(py, id)?;
         let mut staged = stage(py, &callable, args)?;
         let report = py
-            .detach(|| execute(&worker, id, &callable.signature, &mut staged))
+            .detach(|| execute(&worker, id, &callable.signature, &mut staged, &config))
             .map_err(|e| error::host_error(py, e))?;
         drop(staged);
         Ok(report_tuple(&report))
@@ -362,12 +401,15 @@ impl NativeWorker {
     /// Submits a run of callable `id` on `args` (host tensors and scalars only) and returns
     /// its handle at once. The run borrows the writable arrays (kept alive by the handle)
     /// and copies read-only or aliased inputs.
+    #[pyo3(signature = (id, args, config=None))]
     fn submit(
         &self,
         py: Python<'_>,
         id: u32,
         args: &Bound<'_, PyAny>,
+        config: Option<NativeConfig>,
     ) -> PyResult<NativeRunHandle> {
+        let config = call_config(config).map_err(|e| error::host_error(py, e))?;
         let worker = self.live(py)?;
         let callable = self.registered(py, id)?;
         let staged = stage(py, &callable, args)?;
@@ -399,7 +441,7 @@ impl NativeWorker {
             });
         }
         let handle = py
-            .detach(|| worker.submit(CallableId(id), owned))
+            .detach(|| worker.submit_with(CallableId(id), owned, &config))
             .map_err(|e| error::host_error(py, e))?;
         Ok(NativeRunHandle::new(handle))
     }
