@@ -24,6 +24,8 @@ extern "C" {
 #define SIMPLER_MAX_TASK_SCALARS 16
 #define SIMPLER_LOCAL_CONTEXT_SLOT 48
 #define SIMPLER_GLOBAL_CONTEXT_SLOT 49
+#define SIMPLER_TENSOR_COUNT_SLOT 50 /* number of tensor arguments of this task */
+#define SIMPLER_SCALAR_COUNT_SLOT 51 /* number of scalar arguments of this task */
 #define SIMPLER_KERNEL_ARG_SLOTS 64
 
 /* Marks an exported kernel entry. */
@@ -53,9 +55,24 @@ _Static_assert(offsetof(SimplerGlobalContext, core_id) == 4, "GlobalContext.core
 _Static_assert(offsetof(SimplerGlobalContext, core_type) == 8, "GlobalContext.core_type");
 _Static_assert(offsetof(SimplerGlobalContext, fatal_code) == 12, "GlobalContext.fatal_code");
 
-/* Tensor argument i of a kernel. */
+/* Number of tensor / scalar arguments the task was submitted with. */
+static inline uint32_t simpler_arg_tensor_count(int64_t *args) { return (uint32_t)args[SIMPLER_TENSOR_COUNT_SLOT]; }
+static inline uint32_t simpler_arg_scalar_count(int64_t *args) { return (uint32_t)args[SIMPLER_SCALAR_COUNT_SLOT]; }
+
+/* Tensor argument i of a kernel (unchecked). */
 static inline SimplerChipTensor *simpler_arg_tensor(int64_t *args, int i) {
     return (SimplerChipTensor *)(uintptr_t)args[i];
+}
+
+/* Checks that the task has exactly `tensors` tensor and `scalars` scalar arguments; on a
+ * mismatch fails the run (fatal code 1000 + tensors given) and returns 0 — return at once. */
+static inline int simpler_expect_args(int64_t *args, uint32_t tensors, uint32_t scalars) {
+    if (simpler_arg_tensor_count(args) != tensors || simpler_arg_scalar_count(args) != scalars) {
+        ((SimplerGlobalContext *)(uintptr_t)args[SIMPLER_GLOBAL_CONTEXT_SLOT])->fatal_code =
+            1000 + (int32_t)simpler_arg_tensor_count(args);
+        return 0;
+    }
+    return 1;
 }
 /* Scalar at argument slot i (slot = tensor count + scalar index), raw bits. */
 static inline uint64_t simpler_arg_u64(int64_t *args, int slot) { return (uint64_t)args[slot]; }

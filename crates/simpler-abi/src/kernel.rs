@@ -3,8 +3,9 @@
 //!
 //! Slots `[0, T)` hold pointers to the task's [`ChipTensor`](crate::ChipTensor)s, slots
 //! `[T, T+S)` the scalars as raw 64-bit patterns, slot [`LOCAL_CONTEXT_SLOT`] a pointer to the
-//! [`LocalContext`] (rewritten on every dispatch) and slot [`GLOBAL_CONTEXT_SLOT`] a pointer
-//! to the core's [`GlobalContext`].
+//! [`LocalContext`] (rewritten on every dispatch), slot [`GLOBAL_CONTEXT_SLOT`] a pointer
+//! to the core's [`GlobalContext`], and slots [`TENSOR_COUNT_SLOT`] / [`SCALAR_COUNT_SLOT`]
+//! the task's T and S, so a kernel can check what it was given before reading it.
 
 use crate::assert_layout;
 
@@ -16,6 +17,10 @@ pub const MAX_TASK_SCALARS: usize = 16;
 pub const LOCAL_CONTEXT_SLOT: usize = 48;
 /// Slot of the pointer to the [`GlobalContext`].
 pub const GLOBAL_CONTEXT_SLOT: usize = 49;
+/// Slot holding the number of tensor arguments of the dispatched task.
+pub const TENSOR_COUNT_SLOT: usize = 50;
+/// Slot holding the number of scalar arguments of the dispatched task.
+pub const SCALAR_COUNT_SLOT: usize = 51;
 /// Number of 64-bit slots in a kernel argument array (512 bytes).
 pub const KERNEL_ARG_SLOTS: usize = 64;
 

@@ -564,3 +564,61 @@ fn get_tensor_data_times_out_with_tensor_wait_timeout() {
         .unwrap();
     w.run(id, &mut [t(&mut x)]).unwrap();
 }
+
+/// Records the tensor and scalar counts it was dispatched with into x[0], x[1].
+unsafe extern "C" fn count_kernel(args: *mut i64) {
+    let x = data(tensor(args, 0));
+    // SAFETY: slots 50 and 51 hold the counts.
+    unsafe {
+        x[0] = *args.add(TENSOR_COUNT_SLOT) as f32;
+        x[1] = *args.add(SCALAR_COUNT_SLOT) as f32;
+    }
+}
+
+unsafe extern "C" fn count_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid tables and arguments.
+    let (ops, a) = unsafe { (&*ops, &*args) };
+    let mut d = task(5, LANE_AIV0);
+    push(&mut d, a.tensors[0], TensorArgType::Inout);
+    d.scalars[..3].copy_from_slice(&[7, 8, 9]);
+    d.scalar_count = 3;
+    // SAFETY: the runtime's table.
+    unsafe { submit(ops, &d) }
+}
+
+/// Submits a task with an OUTPUT argument but no TaskOutputs.
+unsafe extern "C" fn null_outputs_orch(ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes a valid table.
+    let ops = unsafe { &*ops };
+    let mut d = task(0, LANE_AIV0);
+    let mut out = ChipTensor::ZERO;
+    out.ndims = 1;
+    out.shapes[0] = 16;
+    push(&mut d, out, TensorArgType::Output);
+    // SAFETY: the runtime's table.
+    unsafe { submit(ops, &d) }
+}
+
+#[test]
+fn kernels_see_their_argument_counts_and_errors_name_the_submit() {
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let mut s = spec("count", count_orch, vec![("x", InOut)]);
+    s.kernels.push(KernelSpec {
+        func_id: 5,
+        core_type: CoreType::Aiv,
+        image: CodeImage::Kernel(count_kernel),
+    });
+    let id = w.register(&s).unwrap();
+    let mut x = vec![0.0f32; 4];
+    w.run(id, &mut [t(&mut x)]).unwrap();
+    assert_eq!(&x[..2], &[1.0, 3.0]);
+
+    let id = w
+        .register(&spec("nullout", null_outputs_orch, vec![("x", InOut)]))
+        .unwrap();
+    let err = w.run(id, &mut [t(&mut x)]).unwrap_err().to_string();
+    assert!(
+        err.contains("submit #1 (aiv0 func 0)") && err.contains("outputs is NULL"),
+        "{err}"
+    );
+}

@@ -47,6 +47,10 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) deps: Vec<TaskId>,
     pub(crate) clusters: u32,
     pub(crate) tensor_wait_ms: u64,
+    /// Set while a submit is being served: "submit #N (func ...)", for error messages.
+    pub(crate) submitting: Option<String>,
+    /// Submit calls so far (accepted or not).
+    pub(crate) submit_calls: u64,
 }
 
 impl<'a> Orchestrator<'a> {
@@ -85,6 +89,8 @@ impl<'a> Orchestrator<'a> {
             heaps: std::array::from_fn(|r| HeapRing::new(starts[r], sizes[r])),
             deps: Vec::with_capacity(64),
             clusters,
+            submitting: None,
+            submit_calls: 0,
             tensor_wait_ms: u64::from(match d.tensor_wait_timeout_ms {
                 0 => DEFAULT_TENSOR_WAIT_TIMEOUT_MS,
                 t => t,
@@ -133,6 +139,15 @@ impl<'a> Orchestrator<'a> {
                     format!("the orchestration returned {rc}")
                 });
             }
+            if self.scopes.len() > 1 && !self.shared.errors.is_fatal() {
+                // Not an error (the scopes close here), but a latent bug: an open scope keeps
+                // its intermediates alive and fills its ring at scale.
+                eprintln!(
+                    "[orchestration warn] the orchestration returned with {} scope(s) still open; \
+                     every simpler_scope_begin needs a simpler_scope_end",
+                    self.scopes.len() - 1
+                );
+            }
             while !self.scopes.is_empty() {
                 self.close_scope();
             }
@@ -142,8 +157,16 @@ impl<'a> Orchestrator<'a> {
         self.shared.ring_schedulers();
     }
 
+    /// Latches an orchestrator error; inside a submit the message names the submission
+    /// (its index in the run and its kernels), so the author can find it.
     pub(crate) fn fail(&self, code: i32, message: impl FnOnce() -> String) -> i32 {
-        self.shared.errors.orch_fail(code, message)
+        match &self.submitting {
+            Some(what) => self
+                .shared
+                .errors
+                .orch_fail(code, || format!("{what}: {}", message())),
+            None => self.shared.errors.orch_fail(code, message),
+        }
     }
 
     pub(crate) fn invalid(&self, message: impl FnOnce() -> String) -> i32 {

@@ -94,7 +94,10 @@ impl<'a> Orchestrator<'a> {
                 );
             }
             if registered != want as u32 + 1 {
-                return Err(self.invalid(|| format!("func id {func} is registered for another core type than {want}, the lane it was submitted on")));
+                let lane_name = ["aic", "aiv0", "aiv1"][lane];
+                let is =
+                    CoreType::from_raw(registered - 1).map_or("an unknown core type", |t| t.name());
+                return Err(self.invalid(|| format!("func id {func} is registered for core type {is} but was submitted on the {lane_name} lane, which runs {want} kernels")));
             }
             kind.kernels[lane] = addr;
             kind.func_ids[lane] = func;
@@ -120,15 +123,36 @@ impl<'a> Orchestrator<'a> {
         if let Some(code) = self.shared.errors.code() {
             return code;
         }
-        match self.try_submit(d, outputs) {
+        self.submit_calls += 1;
+        let lanes: Vec<String> = ["aic", "aiv0", "aiv1"]
+            .iter()
+            .zip(d.kernel_ids)
+            .filter(|(_, f)| *f != NO_KERNEL)
+            .map(|(lane, f)| format!("{lane} func {f}"))
+            .collect();
+        let kernels = if lanes.is_empty() {
+            "dummy task".to_string()
+        } else {
+            lanes.join(", ")
+        };
+        self.submitting = Some(format!("submit #{} ({kernels})", self.submit_calls));
+        let rc = match self.try_submit(d, outputs) {
             Ok(()) => 0,
             Err(code) => code,
-        }
+        };
+        self.submitting = None;
+        rc
     }
 
     fn try_submit(&mut self, d: &TaskDesc, outputs: Option<&mut TaskOutputs>) -> Result<(), i32> {
         let kind = self.check_desc(d)?;
         let n = d.tensor_count as usize;
+        let has_outputs = d.tags[..n].contains(&(TensorArgType::Output as u32));
+        if has_outputs && outputs.is_none() {
+            return Err(self.invalid(|| {
+                "the task has OUTPUT arguments but no TaskOutputs to return them in (outputs is NULL)".into()
+            }));
+        }
         let mut tags = [TensorArgType::Input; MAX_TASK_TENSORS];
         for (i, &raw) in d.tags[..n].iter().enumerate() {
             tags[i] = TensorArgType::from_raw(raw).ok_or_else(|| {
@@ -250,6 +274,8 @@ impl<'a> Orchestrator<'a> {
         }
         let s = d.scalar_count as usize;
         body.args.slots[n..n + s].copy_from_slice(&d.scalars[..s]);
+        body.args.slots[TENSOR_COUNT_SLOT] = n as u64;
+        body.args.slots[SCALAR_COUNT_SLOT] = s as u64;
         slot.arm(id);
         ring.next.store(local.wrapping_add(1), Ordering::Release);
         self.shared.submitted.fetch_add(1, Ordering::AcqRel);

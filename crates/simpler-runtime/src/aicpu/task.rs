@@ -61,7 +61,8 @@ pub(crate) struct TaskBody {
     /// The task's tensors; the `args` tensor slots point into this buffer, which is only
     /// rewritten while the slot is free.
     pub(crate) tensors: Vec<ChipTensor>,
-    /// Argument array without the two context slots.
+    /// Argument array: tensor pointers, scalars and the two count slots (the context slots
+    /// are filled at dispatch).
     pub(crate) args: KernelArgs,
     /// Producers this task pins until it completes.
     pub(crate) retained: Vec<TaskId>,
