@@ -239,11 +239,17 @@ impl ChipTensor {
         &self.shapes[..(self.ndims as usize).min(MAX_TENSOR_DIMS)]
     }
 
-    /// Number of elements in the view (product of the shape; 0 for ndims 0).
+    /// Number of elements in the view (product of the shape; 0 for ndims 0), saturating at
+    /// `u64::MAX` for an absurd shape.
     pub fn numel(&self) -> u64 {
+        self.checked_numel().unwrap_or(u64::MAX)
+    }
+
+    /// Number of elements, or `None` when the product overflows.
+    pub fn checked_numel(&self) -> Option<u64> {
         if self.ndims == 0 {
-            return 0;
+            return Some(0);
         }
-        self.shape().iter().product()
+        self.shape().iter().try_fold(1u64, |a, &s| a.checked_mul(s))
     }
 }

@@ -461,9 +461,13 @@ fn runtime_env_sizes_the_rings_of_one_run() {
     assert!(err.to_string().contains("worker's heap"), "{err}");
 }
 
-/// Sleeps 600 ms, then does nothing.
-unsafe extern "C" fn sleepy_kernel(_args: *mut i64) {
+/// Sleeps 600 ms, then writes 2.0 into its tensor: it reads its arguments after the
+/// scheduler's watchdog has fired.
+unsafe extern "C" fn sleepy_kernel(args: *mut i64) {
     std::thread::sleep(std::time::Duration::from_millis(600));
+    for v in data(tensor(args, 0)) {
+        *v = 2.0;
+    }
 }
 
 /// Sleeps 600 ms before submitting anything.
@@ -621,4 +625,89 @@ fn kernels_see_their_argument_counts_and_errors_name_the_submit() {
         err.contains("submit #1 (aiv0 func 0)") && err.contains("outputs is NULL"),
         "{err}"
     );
+}
+
+/// Abuses the API in ways that must fail cleanly: an output whose size overflows, an
+/// explicit dependency on a task never issued, a tensor-data view whose element count
+/// overflows. `scalars[0]` selects the case.
+unsafe extern "C" fn abuse_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid tables and arguments.
+    let (ops, a) = unsafe { (&*ops, &*args) };
+    let mut d = task(0, LANE_AIV0);
+    let mut outs: Box<TaskOutputs> = Box::new(unsafe { std::mem::zeroed() });
+    match a.scalars[0] {
+        0 => {
+            d.kernel_ids = [NO_KERNEL; 3];
+            let mut big = ChipTensor::ZERO;
+            big.ndims = 1;
+            big.dtype = DataType::Uint8 as u32;
+            big.shapes[0] = u64::MAX;
+            push(&mut d, big, TensorArgType::Output);
+            // SAFETY: the runtime's table.
+            unsafe { (ops.submit_task)(ops.runtime, &*d, &mut *outs) }
+        }
+        1 => {
+            push(&mut d, a.tensors[0], TensorArgType::Inout);
+            d.deps[0] = 0xffff_ffff;
+            d.dep_count = 1;
+            // SAFETY: the runtime's table.
+            unsafe { submit(ops, &d) }
+        }
+        _ => {
+            let mut v = a.tensors[0];
+            v.ndims = 2;
+            v.shapes[0] = 1 << 63;
+            v.shapes[1] = 2;
+            v.strides = [0; 5];
+            let mut sink = [0u8; 4];
+            // SAFETY: the runtime's table; the buffer is 4 bytes as passed.
+            unsafe { (ops.get_tensor_data)(ops.runtime, &v, sink.as_mut_ptr().cast(), 0) }
+        }
+    }
+}
+
+#[test]
+fn overflowing_sizes_and_ids_are_invalid_args_not_crashes() {
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let mut s = spec("abuse", abuse_orch, vec![("x", InOut)]);
+    s.signature.args.push(ArgSpec {
+        name: "case".into(),
+        direction: ArgDirection::Scalar,
+        dtype: DataType::Uint64,
+        shape: None,
+    });
+    let id = w.register(&s).unwrap();
+    for (case, want) in [
+        (0u64, "too large"),
+        (1, "not submitted before"),
+        (2, "more than 2^64"),
+    ] {
+        let mut x = vec![1.0f32; 16];
+        let err = w
+            .run(id, &mut [t(&mut x), HostArg::Scalar(case)])
+            .unwrap_err();
+        assert!(
+            matches!(&err, HostError::RunFailed { code, message, .. } if *code == -ORCH_INVALID_ARGS && message.contains(want)),
+            "case {case}: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_reset_while_the_orchestrator_waits_in_an_op_does_not_abort() {
+    let ms = std::time::Duration::from_millis;
+    let w = ChipWorker::new(WorkerConfig {
+        run_timeout: ms(200),
+        ..WorkerConfig::default()
+    })
+    .unwrap();
+    let id = w
+        .register(&sleepy_spec("get", sleepy_then_get_orch))
+        .unwrap();
+    let mut x = vec![1.0f32; 16];
+    let err = w.run(id, &mut [t(&mut x)]).unwrap_err();
+    assert!(matches!(err, HostError::Timeout(_)), "{err}");
+    // Dropping the worker resets the device while the orchestrator is parked inside
+    // get_tensor_data; the unwind must stop before the orchestration's C frames.
+    drop(w);
 }

@@ -86,9 +86,16 @@ pub fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
     } else {
         // The orchestrator thread publishes the state within microseconds of the launch:
         // yield to it first (a sleep costs tens of microseconds), sleep only if it is late.
+        // A run ended by a device reset may leave its state behind (its threads unwound
+        // without counting out; the state is leaked, never freed): wait for this run's own.
+        let ours = |p: u64| {
+            // SAFETY: a non-zero word points to a `RunShared` that is either live or leaked
+            // by a reset; it is freed only after the word is swapped back to zero.
+            p != 0 && unsafe { (*(p as *const RunShared)).desc.epoch } == desc.epoch
+        };
         let mut p = word.load(Ordering::Acquire);
         let mut polls = 0u32;
-        while p == 0 {
+        while !ours(p) {
             if polls < 1000 {
                 std::thread::yield_now();
             } else {

@@ -51,6 +51,8 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) submitting: Option<String>,
     /// Submit calls so far (accepted or not).
     pub(crate) submit_calls: u64,
+    /// Unwind payload caught inside an op (a device reset), resumed after the entry returns.
+    killed: Option<Box<dyn std::any::Any + Send>>,
 }
 
 impl<'a> Orchestrator<'a> {
@@ -91,6 +93,7 @@ impl<'a> Orchestrator<'a> {
             clusters,
             submitting: None,
             submit_calls: 0,
+            killed: None,
             tensor_wait_ms: u64::from(match d.tensor_wait_timeout_ms {
                 0 => DEFAULT_TENSOR_WAIT_TIMEOUT_MS,
                 t => t,
@@ -133,6 +136,9 @@ impl<'a> Orchestrator<'a> {
                 let entry: OrchEntry = std::mem::transmute::<u64, OrchEntry>(entry_addr);
                 entry(&ops, args)
             };
+            if let Some(payload) = self.killed.take() {
+                std::panic::resume_unwind(payload);
+            }
             // An entry passing on the code a failed submit gave it keeps the first error.
             if rc != 0 && !self.shared.errors.is_fatal() {
                 self.fail(ORCH_EXPLICIT_FATAL, || {
@@ -171,6 +177,26 @@ impl<'a> Orchestrator<'a> {
 
     pub(crate) fn invalid(&self, message: impl FnOnce() -> String) -> i32 {
         self.fail(ORCH_INVALID_ARGS, message)
+    }
+
+    /// Runs an op body that may park, so that an unwind from a device reset (which ends
+    /// device threads parked in the sim) stops here instead of crossing the orchestration's
+    /// C frames, which cannot unwind. The op fails; every later op fails at once; the unwind
+    /// resumes once the entry has returned, in Rust.
+    fn guarded<R>(&mut self, failed: R, body: impl FnOnce(&mut Self) -> R) -> R {
+        if self.killed.is_some() {
+            return failed;
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(self))) {
+            Ok(r) => r,
+            Err(payload) => {
+                self.killed = Some(payload);
+                self.fail(ORCH_EXPLICIT_FATAL, || {
+                    "the device was reset during the run".into()
+                });
+                failed
+            }
+        }
     }
 
     /// Depth of the innermost open scope (the outer scope is 0).
@@ -277,8 +303,9 @@ impl<'a> Orchestrator<'a> {
         let Some(region) = region else {
             return Err(self.invalid(|| format!("{what}: the view reaches outside its buffer")));
         };
-        if t.numel().checked_mul(elem) != Some(bytes) {
-            let need = t.numel().saturating_mul(elem);
+        let need = t.checked_numel().and_then(|n| n.checked_mul(elem));
+        if need != Some(bytes) || usize::try_from(bytes).is_err() {
+            let need = need.map_or("more than 2^64".to_string(), |n| n.to_string());
             return Err(self.invalid(|| {
                 format!("{what}: the host buffer has {bytes} bytes, the view needs {need}")
             }));
@@ -356,7 +383,7 @@ unsafe extern "C" fn op_submit_task(
     }
     // SAFETY: as above; the size matches, so the whole struct is there.
     let (d, out) = unsafe { (&*desc, outputs.as_mut()) };
-    o.submit(d, out)
+    o.guarded(ORCH_EXPLICIT_FATAL, |o| o.submit(d, out))
 }
 
 unsafe extern "C" fn op_scope_begin(rt: *mut c_void, mode: u32) -> i32 {
@@ -434,7 +461,9 @@ unsafe extern "C" fn op_get_tensor_data(
     if dst.is_null() && bytes > 0 {
         return o.invalid(|| "get_tensor_data was passed a null destination".into());
     }
-    match o.tensor_access(t, bytes, false) {
+    match o.guarded(Err(ORCH_EXPLICIT_FATAL), |o| {
+        o.tensor_access(t, bytes, false)
+    }) {
         Ok(view) => {
             // SAFETY: the caller owns `bytes` writable bytes at `dst` (ops contract).
             let out = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, bytes as usize) };
@@ -456,7 +485,9 @@ unsafe extern "C" fn op_set_tensor_data(
     if src.is_null() && bytes > 0 {
         return o.invalid(|| "set_tensor_data was passed a null source".into());
     }
-    match o.tensor_access(t, bytes, true) {
+    match o.guarded(Err(ORCH_EXPLICIT_FATAL), |o| {
+        o.tensor_access(t, bytes, true)
+    }) {
         Ok(view) => {
             // SAFETY: the caller owns `bytes` readable bytes at `src` (ops contract).
             let data = unsafe { std::slice::from_raw_parts(src as *const u8, bytes as usize) };

@@ -83,9 +83,8 @@ impl TaskRing {
 
     /// True when `local` has been handed out (it may have been reclaimed since).
     pub(crate) fn issued(&self, local: u32) -> bool {
-        let next = self.next.load(Ordering::Relaxed);
-        let age = next.wrapping_sub(local);
-        age > 0 && age <= u32::MAX / 2
+        // Local indices count up from 0 for the whole run and never wrap (2^32 tasks).
+        local < self.next.load(Ordering::Relaxed)
     }
 
     /// Tasks allocated and not yet reclaimed.

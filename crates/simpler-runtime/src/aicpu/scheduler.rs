@@ -100,8 +100,8 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
     }
     let _ = shared.bells[s.index].set(ctx.doorbell.clone());
     s.wait_ready();
-    let timed_out = s.serve();
-    s.shutdown(!timed_out);
+    s.serve();
+    s.shutdown();
 }
 
 impl Scheduler<'_, '_> {
@@ -124,8 +124,8 @@ impl Scheduler<'_, '_> {
         }
     }
 
-    /// The main loop; returns true when it ended on the watchdog.
-    fn serve(&mut self) -> bool {
+    /// The main loop: returns once the run is over and this scheduler's cores are idle.
+    fn serve(&mut self) {
         let mut idle_passes = 0u32;
         loop {
             self.pass += 1;
@@ -136,7 +136,7 @@ impl Scheduler<'_, '_> {
                 && (self.shared.all_done()
                     || (fatal && self.shared.orch_done.load(Ordering::Acquire)))
             {
-                return false;
+                return;
             }
             if !fatal {
                 progress |= self.dispatch();
@@ -145,8 +145,12 @@ impl Scheduler<'_, '_> {
                 idle_passes = 0;
                 continue;
             }
-            if self.watchdog() {
-                return true;
+            if !self.shared.errors.is_fatal() && self.watchdog() {
+                // The run is now failed: nothing more is dispatched, and the loop ends once
+                // this scheduler's cores are idle. Never leave earlier: a kernel still
+                // running reads its task's arguments, which live in the run state freed when
+                // the last AICPU thread leaves.
+                continue;
             }
             if idle_passes < IDLE_YIELDS {
                 idle_passes += 1;
@@ -529,14 +533,14 @@ impl Scheduler<'_, '_> {
         true
     }
 
-    /// Tells every owned core to exit; waits for them unless they may be stuck in a kernel.
-    fn shutdown(&self, wait: bool) {
+    /// Tells every owned core to exit and waits until each has (its cores are idle).
+    fn shutdown(&self) {
         for i in 0..self.cores.len() {
             self.regs(i).write_dmb(EXIT_SIGNAL);
         }
         for i in 0..self.cores.len() {
             let regs = self.regs(i);
-            while wait && regs.read_cond() != EXITED {
+            while regs.read_cond() != EXITED {
                 self.ctx.doorbell.prepare_park();
                 if regs.read_cond() == EXITED {
                     self.ctx.doorbell.cancel_park();

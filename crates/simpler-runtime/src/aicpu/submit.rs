@@ -185,8 +185,15 @@ impl<'a> Orchestrator<'a> {
                         )
                     }));
                 };
-                out_bytes[i] = bytes.div_ceil(HEAP_ALIGN) * HEAP_ALIGN;
-                heap_bytes += out_bytes[i];
+                let aligned = bytes.div_ceil(HEAP_ALIGN).checked_mul(HEAP_ALIGN);
+                let total = aligned.and_then(|a| heap_bytes.checked_add(a));
+                let (Some(aligned), Some(total)) = (aligned, total) else {
+                    return Err(self.invalid(|| {
+                        format!("output argument {i} of shape {:?} is too large", t.shape())
+                    }));
+                };
+                out_bytes[i] = aligned;
+                heap_bytes = total;
                 continue;
             }
             let region = Region::of(t, dt.size_bytes() as u64).filter(|r| {
