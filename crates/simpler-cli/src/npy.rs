@@ -17,7 +17,6 @@
 //! [`NpyArray`] of dtype bf16 produces `<u2`. Rejected with their own message: `float64`
 //! ("convert to float32"), big-endian data, Fortran order, structured dtypes.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use simpler_abi::DataType;
@@ -148,7 +147,13 @@ enum Lit {
 
 struct LitParser<'a> {
     chars: std::iter::Peekable<std::str::Chars<'a>>,
+    /// Open brackets around the current position; bounded so a hostile header cannot
+    /// exhaust the stack.
+    depth: usize,
 }
+
+/// Deepest bracket nesting a header may use (a real one uses 2: the dict and the shape).
+const MAX_HEADER_NESTING: usize = 16;
 
 impl LitParser<'_> {
     fn skip_ws(&mut self) {
@@ -168,6 +173,18 @@ impl LitParser<'_> {
 
     /// Parses the items of a sequence or dict up to `close`, allowing a trailing comma.
     fn items(&mut self, close: char, dict: bool) -> Result<Vec<(Lit, Option<Lit>)>, String> {
+        self.depth += 1;
+        if self.depth > MAX_HEADER_NESTING {
+            return Err(format!(
+                "brackets nest deeper than {MAX_HEADER_NESTING} levels"
+            ));
+        }
+        let r = self.items_inner(close, dict);
+        self.depth -= 1;
+        r
+    }
+
+    fn items_inner(&mut self, close: char, dict: bool) -> Result<Vec<(Lit, Option<Lit>)>, String> {
         let mut out = Vec::new();
         loop {
             self.skip_ws();
@@ -396,6 +413,7 @@ pub fn parse(data: &[u8], path: &Path) -> Result<NpyArray, NpyError> {
     };
     let mut p = LitParser {
         chars: text.chars().peekable(),
+        depth: 0,
     };
     let lit = p.value().map_err(malformed)?;
     p.skip_ws();
@@ -541,33 +559,6 @@ pub fn encode(array: &NpyArray) -> Vec<u8> {
     out
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed,
-/// then renamed over `path`. On failure `path` is untouched and no temporary file remains.
-///
-/// # Errors
-/// The I/O error.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    }
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    #[cfg(unix)]
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
 /// Writes `array` to `path` as a `.npy` file, atomically.
 ///
 /// # Errors
@@ -584,7 +575,7 @@ pub fn write(path: &Path, array: &NpyArray) -> Result<(), NpyError> {
             got: array.bytes.len() as u64,
         });
     }
-    write_atomic(path, &encode(array)).map_err(|source| NpyError::Io {
+    simpler_host::fsio::write_atomic(path, &encode(array)).map_err(|source| NpyError::Io {
         op: "write",
         path: path.to_path_buf(),
         source,
@@ -593,6 +584,17 @@ pub fn write(path: &Path, array: &NpyArray) -> Result<(), NpyError> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_deeply_nested_header_is_an_error_not_a_stack_overflow() {
+        let header = format!(
+            "{{'descr': '<f4', 'fortran_order': False, 'shape': {}}}",
+            "[".repeat(20_000)
+        );
+        let data = raw_file(&header, &[]);
+        let err = parse(&data, Path::new("deep.npy")).unwrap_err().to_string();
+        assert!(err.contains("nest deeper"), "{err}");
+    }
     use super::*;
     use npyz::WriterBuilder;
 

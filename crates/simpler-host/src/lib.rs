@@ -21,6 +21,7 @@ mod args;
 pub mod bundle;
 pub mod callable;
 pub mod config;
+pub mod fsio;
 mod error;
 mod exec;
 mod fence;
