@@ -96,6 +96,79 @@ static inline void simpler_kernel_fail(int64_t *args, int32_t code) {
     simpler_global_context(args)->fatal_code = code ? code : 1;
 }
 
+/* ---- 1-D and 2-D views -------------------------------------------------------------------
+ *
+ * Element-wise and row-wise kernels usually treat every tensor as a matrix. simpler_view2d()
+ * sees a 1-D or 2-D view of element type `dt` as rows x cols with element strides (a 1-D view
+ * of n elements is 1 x n), so one loop handles whole tensors, tiles and strided views alike:
+ *
+ *     SimplerView2D x, y;
+ *     if (!simpler_expect_args(args, 2, 0)) return;
+ *     if (!simpler_view2d(simpler_arg_tensor(args, 0), SIMPLER_DT_FLOAT32, &x) ||
+ *         !simpler_view2d(simpler_arg_tensor(args, 1), SIMPLER_DT_FLOAT32, &y) ||
+ *         !simpler_view2d_same_shape(&x, &y)) {
+ *         simpler_kernel_fail(args, 1);
+ *         return;
+ *     }
+ *     for (uint64_t r = 0; r < y.rows; ++r)
+ *         for (uint64_t c = 0; c < y.cols; ++c)
+ *             SIMPLER_VIEW2D_AT(float, &y, r, c) = 2.0f * SIMPLER_VIEW2D_AT(float, &x, r, c);
+ */
+typedef struct SimplerView2D {
+    void *data;          /* element (0, 0) */
+    uint64_t rows, cols;
+    uint64_t row_stride; /* elements from (r, c) to (r + 1, c); 0 for a 1-D view */
+    uint64_t col_stride; /* elements from (r, c) to (r, c + 1) */
+    uint32_t dtype;      /* SimplerDataType */
+    uint32_t elem_size;  /* bytes per element */
+} SimplerView2D;
+
+/* Element (r, c) of view `v` (a SimplerView2D *) holding T, as an lvalue. */
+#define SIMPLER_VIEW2D_AT(T, v, r, c) \
+    (((T *)(v)->data)[(r) * (v)->row_stride + (c) * (v)->col_stride])
+/* Pointer to the first element of row r of view `v` (a SimplerView2D *) holding T; element c
+ * of that row is at [c * (v)->col_stride]. */
+#define SIMPLER_VIEW2D_ROW(T, v, r) ((T *)(v)->data + (r) * (v)->row_stride)
+
+/* Bytes per element of a SimplerDataType; 0 for an unknown one. */
+static inline uint32_t simpler_dtype_size(uint32_t dt) {
+    switch (dt) {
+    case SIMPLER_DT_INT8: case SIMPLER_DT_UINT8: return 1;
+    case SIMPLER_DT_FLOAT16: case SIMPLER_DT_BFLOAT16: case SIMPLER_DT_INT16: case SIMPLER_DT_UINT16: return 2;
+    case SIMPLER_DT_FLOAT32: case SIMPLER_DT_INT32: case SIMPLER_DT_UINT32: return 4;
+    case SIMPLER_DT_INT64: case SIMPLER_DT_UINT64: return 8;
+    default: return 0;
+    }
+}
+
+/* Fills *v from tensor t if t is non-NULL, holds `dt` and has 1 or 2 dimensions; returns 1,
+ * else 0 (and *v is unspecified). */
+static inline int simpler_view2d(const SimplerChipTensor *t, SimplerDataType dt, SimplerView2D *v) {
+    if (t == NULL || v == NULL || t->dtype != (uint32_t)dt || simpler_dtype_size(t->dtype) == 0) return 0;
+    if (t->ndims == 1) {
+        v->rows = 1;
+        v->cols = t->shapes[0];
+        v->row_stride = 0;
+        v->col_stride = t->strides[0];
+    } else if (t->ndims == 2) {
+        v->rows = t->shapes[0];
+        v->cols = t->shapes[1];
+        v->row_stride = t->strides[0];
+        v->col_stride = t->strides[1];
+    } else {
+        return 0;
+    }
+    v->dtype = t->dtype;
+    v->elem_size = simpler_dtype_size(t->dtype);
+    v->data = (void *)((unsigned char *)(uintptr_t)t->buffer_addr + t->start_offset * v->elem_size);
+    return 1;
+}
+
+/* 1 if the two views have the same rows and cols. */
+static inline int simpler_view2d_same_shape(const SimplerView2D *a, const SimplerView2D *b) {
+    return a->rows == b->rows && a->cols == b->cols;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,13 @@
 //! e.g. `CC="ccache gcc"`) as
 //! `-std=c11 -O2 -shared -fPIC -I <include> -o <tmp>/<unit>.so <source> -lm`.
 //!
+//! Each compiled library is then loaded once, exactly as a run will load it
+//! ([`simpler_host::loader`]: `dlopen` with `RTLD_NOW`, then the entry symbol looked up), so
+//! that a library that does not load (an undefined reference) or does not export its entry
+//! symbol (misspelt, `static`, hidden) fails the build, naming the source and the manifest
+//! field, rather than the run. Loading runs the library's initializers: it is the user's
+//! code, about to run anyway.
+//!
 //! The include directory is the first of:
 //! 1. `$SIMPLER_INCLUDE_DIR`, if set (it must contain `simpler/kernel.h`);
 //! 2. `<dir of the simpler executable>/../../include` (the repository's `include/` when run
@@ -19,7 +26,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use simpler_host::{Bundle, BundleCode, BundleError, BundleKernel};
+use simpler_host::loader::{self, EntryKind, LoadError};
+use simpler_host::{Bundle, BundleCode, BundleError, BundleKernel, CodeImage};
 
 use crate::manifest::{self, LoadedManifest, ManifestError};
 
@@ -74,6 +82,41 @@ pub enum BuildError {
         /// The compiler's diagnostics.
         stderr: String,
     },
+    /// A compiled library does not export the entry symbol the manifest names.
+    #[error(
+        "{role} `{}` does not export its entry symbol `{symbol}` (named by `{field}` in `{}`); \
+         define `{symbol}` there, marked {} and not static, or fix `{field}`",
+        path.display(),
+        manifest.display(),
+        entry_marker(*kind)
+    )]
+    MissingEntry {
+        /// "orchestration" or "kernel 3 (aiv)".
+        role: String,
+        /// The source.
+        path: PathBuf,
+        /// The symbol looked for.
+        symbol: String,
+        /// The manifest field naming it, e.g. `kernels[0].entry` (it has a default).
+        field: String,
+        /// The manifest.
+        manifest: PathBuf,
+        /// A kernel's or the orchestration's.
+        kind: EntryKind,
+    },
+    /// A compiled library cannot be loaded (typically an undefined reference).
+    #[error("the library compiled from `{}` for the {role} does not load: {reason}{}", path.display(),
+        if warnings.trim().is_empty() { String::new() } else { format!("\nthe compiler warned:\n{}", warnings.trim_end()) })]
+    Load {
+        /// "orchestration" or "kernel 3 (aiv)".
+        role: String,
+        /// The source.
+        path: PathBuf,
+        /// The dynamic loader's message.
+        reason: String,
+        /// What the compiler printed (an implicit declaration explains an undefined symbol).
+        warnings: String,
+    },
     /// The temporary build directory or a compiled library could not be used.
     #[error("build I/O error on `{}`", path.display())]
     Io {
@@ -89,6 +132,14 @@ pub enum BuildError {
     /// The bundle could not be written.
     #[error("cannot write the bundle")]
     Write(#[source] BundleError),
+}
+
+/// The macro that exports an entry of `kind`.
+fn entry_marker(kind: EntryKind) -> &'static str {
+    match kind {
+        EntryKind::Kernel => "SIMPLER_KERNEL",
+        EntryKind::Orchestration => "SIMPLER_ORCHESTRATION",
+    }
 }
 
 /// One compiled source, for the build summary.
@@ -183,7 +234,46 @@ struct Unit {
     field: String,
     source: PathBuf,
     entry: String,
+    entry_field: String,
+    kind: EntryKind,
     out: PathBuf,
+}
+
+/// Loads `image` as a run would and resolves `unit`'s entry symbol in it.
+fn check_entry(
+    unit: &Unit,
+    image: &[u8],
+    manifest: &Path,
+    warnings: &str,
+) -> Result<(), BuildError> {
+    let code = CodeImage::Library {
+        bytes: image.to_vec(),
+        entry: unit.entry.clone(),
+    };
+    match loader::load(&code, unit.kind, &unit.role) {
+        Ok(_) => Ok(()),
+        Err(LoadError::MissingSymbol { .. }) => Err(BuildError::MissingEntry {
+            role: unit.role.clone(),
+            path: unit.source.clone(),
+            symbol: unit.entry.clone(),
+            field: unit.entry_field.clone(),
+            manifest: manifest.to_path_buf(),
+            kind: unit.kind,
+        }),
+        Err(e) => Err(BuildError::Load {
+            role: unit.role.clone(),
+            path: unit.source.clone(),
+            reason: match e {
+                // dlerror() starts with the staged file's (temporary, meaningless) path.
+                LoadError::Open { reason, .. } => match reason.split_once(".so: ") {
+                    Some((file, rest)) if !file.contains(' ') => rest.to_string(),
+                    _ => reason,
+                },
+                other => other.to_string(),
+            },
+            warnings: warnings.to_string(),
+        }),
+    }
 }
 
 fn compile(cc: &[String], include: &Path, unit: &Unit) -> Result<String, BuildError> {
@@ -218,7 +308,8 @@ fn compile(cc: &[String], include: &Path, unit: &Unit) -> Result<String, BuildEr
 /// private temporary directory that is removed afterwards.
 ///
 /// # Errors
-/// [`BuildError`]: manifest, missing source, compiler missing or failing, invalid bundle.
+/// [`BuildError`]: manifest, missing source, compiler missing or failing, a library that does
+/// not load or lacks its entry symbol, invalid bundle.
 pub fn build(target: &Path) -> Result<Built, BuildError> {
     let loaded = manifest::load(target)?;
     let include_dir = find_include_dir(
@@ -241,6 +332,8 @@ pub fn build(target: &Path) -> Result<Built, BuildError> {
         field: "orchestration.source".into(),
         source: loaded.source_path(&m.orchestration.source),
         entry: m.orchestration.entry.clone(),
+        entry_field: "orchestration.entry".into(),
+        kind: EntryKind::Orchestration,
         out: tmp.path().join("orchestration.so"),
     }];
     for (i, k) in m.kernels.iter().enumerate() {
@@ -249,6 +342,8 @@ pub fn build(target: &Path) -> Result<Built, BuildError> {
             field: format!("kernels[{i}].source"),
             source: loaded.source_path(&k.source),
             entry: k.entry.clone(),
+            entry_field: format!("kernels[{i}].entry"),
+            kind: EntryKind::Kernel,
             out: tmp.path().join(format!("kernel_{}.so", k.func_id)),
         });
     }
@@ -281,6 +376,7 @@ pub fn build(target: &Path) -> Result<Built, BuildError> {
             path: u.out.clone(),
             source,
         })?;
+        check_entry(u, &image, &loaded.path, &diagnostics)?;
         compiled.push(CompiledUnit {
             role: u.role.clone(),
             source: u.source.clone(),

@@ -28,12 +28,34 @@ const EXIT_FAILURE: u8 = 1;
 /// Exit code of a usage or input error.
 const EXIT_USAGE: u8 = 2;
 
+/// The environment variables, shown after `simpler --help` (kept in step with README.md).
+const ENVIRONMENT: &str = "\
+Environment:
+  SIMPLER_INCLUDE_DIR             directory holding simpler/kernel.h for `simpler build`; default:
+                                  <simpler binary>/../../include, else the nearest include/ above
+                                  the example, else the repository's include/ at compile time
+  CC                              C compiler for `simpler build` (default cc; may be several words)
+  SIMPLER_ORCH_LOG                set (to anything) to print the orchestration's info/debug log
+                                  lines to stderr (errors and warnings always print)
+  SIMPLER_SCHEDULER_TIMEOUT_MS    scheduler no-progress watchdog (default 10000)
+  SIMPLER_STREAM_SYNC_TIMEOUT_MS  longest wait for a run to complete (default 50000)
+  SIMPLER_TENSOR_DATA_TIMEOUT_MS  orchestration get/set_tensor_data wait (default 15000)
+  SIMPLER_OP_EXECUTE_TIMEOUT_US   longest a kernel may run, in microseconds (default 45000000;
+                                  hardware platforms: the sim validates it but does not enforce it)
+  PTO2_RING_TASK_WINDOW           tasks in flight per ring: a power of two >= 4 (default 16384)
+  PTO2_RING_HEAP                  output-heap bytes per ring, >= 1024 (default: the 256 MiB heap / 4)
+  PTO2_RING_DEP_POOL              dependency-pool entries per ring, >= 4 (default 16384)
+The PTO2_RING_* variables take one value for all 4 rings or 4 comma-separated values (ring 0..3);
+a task's runtime-allocated outputs come from ring min(scope depth, 3), the outermost scope being 0.
+See README.md, \"Reference\".";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "simpler",
     version,
     about = "Build and run simpler task-graph callables on the (simulated) NPU",
-    propagate_version = true
+    propagate_version = true,
+    after_help = ENVIRONMENT
 )]
 struct Cli {
     #[command(subcommand)]
@@ -178,6 +200,24 @@ mod tests {
         assert!(parse_named_value("A").is_err());
         assert!(parse_named_value("=x").is_err());
         assert!(parse_named_value("A=").is_err());
+    }
+
+    #[test]
+    fn help_lists_the_environment_variables() {
+        let help = Cli::command().render_help().to_string();
+        for var in [
+            "SIMPLER_INCLUDE_DIR",
+            "SIMPLER_ORCH_LOG",
+            "SIMPLER_SCHEDULER_TIMEOUT_MS",
+            "SIMPLER_STREAM_SYNC_TIMEOUT_MS",
+            "SIMPLER_TENSOR_DATA_TIMEOUT_MS",
+            "SIMPLER_OP_EXECUTE_TIMEOUT_US",
+            "PTO2_RING_TASK_WINDOW",
+            "PTO2_RING_HEAP",
+            "PTO2_RING_DEP_POOL",
+        ] {
+            assert!(help.contains(var), "{var} missing from --help:\n{help}");
+        }
     }
 
     #[test]

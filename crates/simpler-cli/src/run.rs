@@ -10,8 +10,8 @@
 //! - an `out`/`inout` argument may have one `--output NAME=FILE.npy` and one
 //!   `--check NAME=REFERENCE.npy`;
 //! - every `scalar` argument needs exactly one `--scalar NAME=VALUE`;
-//! - names must exist and suit the flag; a flag given more often than the signature has
-//!   arguments of its kind is an error before any name is looked at;
+//! - names must exist, suit the flag (an `out` argument given with `--input` is told to use
+//!   `--output`/`--check`) and appear once per flag;
 //! - a file's dtype and shape must equal the signature's (a signature without a shape accepts
 //!   any rank 1..=5). A `bf16` argument takes a `uint16` file holding the raw bits;
 //! - an `out` argument's shape is the signature's, else its `--check` reference's; with
@@ -116,22 +116,6 @@ pub enum RunError {
         #[source]
         source: BundleError,
     },
-    /// A flag was given more times than the signature has arguments of its kind.
-    #[error("{flag} given {given} times, but `{callable}` has {max} {kind} argument(s){list}")]
-    TooMany {
-        /// The flag.
-        flag: &'static str,
-        /// How often it was given.
-        given: usize,
-        /// How many arguments can take it.
-        max: usize,
-        /// Which kind of argument.
-        kind: &'static str,
-        /// The callable.
-        callable: String,
-        /// ": A, B" or "".
-        list: String,
-    },
     /// A flag names an argument the signature does not have.
     #[error("{flag} {name}: `{callable}` has no argument `{name}` (its arguments: {known})")]
     UnknownArg {
@@ -145,7 +129,7 @@ pub enum RunError {
         known: String,
     },
     /// A flag names an argument of the wrong direction.
-    #[error("{flag} {name}: `{name}` is {article} `{direction}` argument; {hint}")]
+    #[error("{flag} {name}: `{name}` is {article} `{direction}` argument: use {hint}, not {flag}")]
     WrongKind {
         /// The flag.
         flag: &'static str,
@@ -155,7 +139,7 @@ pub enum RunError {
         article: &'static str,
         /// Its direction.
         direction: &'static str,
-        /// What to do instead.
+        /// The flags it takes instead.
         hint: &'static str,
     },
     /// A flag names the same argument twice.
@@ -392,70 +376,48 @@ pub fn prepare(req: &RunRequest) -> Result<PreparedRun, RunError> {
     prepare_with(spec, req)
 }
 
-/// Where one flag may go, for the counting and kind checks.
+/// Where one flag may go, for the kind checks.
 struct FlagRule {
     flag: &'static str,
-    kind: &'static str,
     accepts: fn(ArgDirection) -> bool,
 }
 
 const INPUT: FlagRule = FlagRule {
     flag: "--input",
-    kind: "input (in/inout)",
     accepts: ArgDirection::copies_in,
 };
 const OUTPUT: FlagRule = FlagRule {
     flag: "--output",
-    kind: "output (out/inout)",
     accepts: ArgDirection::copies_back,
 };
 const CHECK: FlagRule = FlagRule {
     flag: "--check",
-    kind: "output (out/inout)",
     accepts: ArgDirection::copies_back,
 };
 const SCALAR: FlagRule = FlagRule {
     flag: "--scalar",
-    kind: "scalar",
     accepts: |d| d == ArgDirection::Scalar,
 };
 
+/// The flags an argument of `direction` takes, for [`RunError::WrongKind`].
 fn hint_for(direction: ArgDirection) -> &'static str {
     match direction {
-        ArgDirection::In => "give it with --input",
-        ArgDirection::Out => "outputs take --output and --check, not --input",
-        ArgDirection::InOut => "give it with --input (and --output/--check for its result)",
-        ArgDirection::Scalar => "give it with --scalar NAME=VALUE",
+        ArgDirection::In => "--input",
+        ArgDirection::Out => "--output (and --check)",
+        ArgDirection::InOut => "--input (and --output/--check for its result)",
+        ArgDirection::Scalar => "--scalar NAME=VALUE",
     }
 }
 
-/// Resolves the names of one flag's values to argument indices, checking counts, names,
-/// kinds and duplicates.
+/// Resolves the names of one flag's values to argument indices, checking names, kinds and
+/// duplicates (in that order, value by value). Every name is checked, so a flag can never be
+/// given more often than the signature has arguments of its kind.
 fn resolve<T>(
     spec: &CallableSpec,
     rule: &FlagRule,
     given: &[(String, T)],
 ) -> Result<Vec<usize>, RunError> {
     let args = &spec.signature.args;
-    let eligible: Vec<&ArgSpec> = args
-        .iter()
-        .filter(|a| (rule.accepts)(a.direction))
-        .collect();
-    if given.len() > eligible.len() {
-        let names: Vec<String> = eligible.iter().map(|a| a.name.clone()).collect();
-        return Err(RunError::TooMany {
-            flag: rule.flag,
-            given: given.len(),
-            max: eligible.len(),
-            kind: rule.kind,
-            callable: spec.name.clone(),
-            list: if names.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", list_names(&names))
-            },
-        });
-    }
     let mut out = Vec::with_capacity(given.len());
     for (name, _) in given {
         let Some(idx) = spec.signature.position(name) else {
@@ -1041,7 +1003,23 @@ pub fn command(req: &RunRequest) -> Result<(), RunError> {
         report.total_time.as_secs_f64() * 1e3,
         report.device_time.as_secs_f64() * 1e3
     );
+    if let Some(note) = unused_result_note(&prepared) {
+        println!("{note}");
+    }
     finish(&prepared)
+}
+
+/// The note printed when the callable has results but the run neither writes nor checks
+/// any of them (the work was done and thrown away).
+pub fn unused_result_note(prepared: &PreparedRun) -> Option<&'static str> {
+    let has_results = prepared
+        .spec
+        .signature
+        .args
+        .iter()
+        .any(|a| a.direction.copies_back());
+    (has_results && prepared.outputs.is_empty() && prepared.checks.is_empty())
+        .then_some("(no --output or --check given: the result was not saved or checked)")
 }
 
 #[cfg(test)]
@@ -1217,7 +1195,10 @@ mod tests {
         assert!(err(&r).to_string().contains("`x` is an `in` argument"));
         let mut r = f.request();
         r.scalars[0].0 = "x".into();
-        assert!(err(&r).to_string().contains("give it with --input"));
+        assert_eq!(
+            err(&r).to_string(),
+            "--scalar x: `x` is an `in` argument: use --input, not --scalar"
+        );
     }
 
     #[test]
@@ -1229,38 +1210,26 @@ mod tests {
         assert!(matches!(e, RunError::Duplicate { .. }), "{e:?}");
     }
 
+    /// Every name is checked before anything is counted: an extra value is reported by its
+    /// name, not as "given N times".
     #[test]
-    fn too_many() {
+    fn extra_values_are_named() {
         let f = Files::new();
         let mut r = f.request();
-        r.inputs.push(("x".into(), f.path("x.npy")));
-        let e = err(&r);
-        assert!(
-            matches!(
-                e,
-                RunError::TooMany {
-                    flag: "--input",
-                    given: 3,
-                    max: 2,
-                    ..
-                }
-            ),
-            "{e:?}"
+        r.inputs.push(("z".into(), f.path("x.npy")));
+        assert_eq!(
+            err(&r).to_string(),
+            "--input z: `z` is an `out` argument: use --output (and --check), not --input"
         );
+        let mut r = f.request();
+        r.inputs.push(("q".into(), f.path("x.npy")));
         assert!(
-            e.to_string()
-                .contains("`axpy` has 2 input (in/inout) argument(s): `x`, `y`"),
-            "{e}"
+            matches!(&err(&r), RunError::UnknownArg { name, .. } if name == "q"),
+            "{r:?}"
         );
         let mut r = f.request();
         r.scalars.push(("n".into(), "1".into()));
-        assert!(matches!(
-            err(&r),
-            RunError::TooMany {
-                flag: "--scalar",
-                ..
-            }
-        ));
+        assert_eq!(err(&r).to_string(), "--scalar n is given more than once");
     }
 
     #[test]
@@ -1383,6 +1352,33 @@ mod tests {
             err(&r),
             RunError::BadTolerance { which: "rtol", .. }
         ));
+    }
+
+    #[test]
+    fn a_run_without_output_or_check_gets_a_note() {
+        let f = Files::new();
+        let p = prepare_with(spec(), &f.request()).unwrap();
+        assert_eq!(unused_result_note(&p), None);
+        // `w` has no fixed shape and needs its reference; give it one through the signature.
+        let mut s = spec();
+        s.signature = simpler_host::Signature::new(
+            s.signature
+                .args
+                .iter()
+                .filter(|a| a.name != "w")
+                .cloned()
+                .collect(),
+        )
+        .unwrap();
+        let r = RunRequest {
+            outputs: vec![],
+            checks: vec![],
+            ..f.request()
+        };
+        let p = prepare_with(s, &r).unwrap();
+        assert!(unused_result_note(&p)
+            .unwrap()
+            .contains("not saved or checked"));
     }
 
     #[test]

@@ -142,6 +142,84 @@ fn compile_error_shows_file_and_line_and_exits_2() {
     assert!(!ex.path().join("tiny.simpler").exists());
 }
 
+/// Every compiled library is loaded at build time: a missing (misspelt, `static`) entry
+/// symbol or an undefined reference fails the build with exit 2, naming the symbol, the
+/// source and the manifest field, and writes no bundle.
+#[test]
+fn build_checks_every_entry_symbol_and_that_libraries_load() {
+    let cases: [(&str, &str, &str, &[&str]); 4] = [
+        (
+            "kernels/copy.c",
+            "SIMPLER_KERNEL void kernel_entry",
+            "SIMPLER_KERNEL void kernel_entyr",
+            &[
+                "kernel 5 (aiv)",
+                "kernels/copy.c` does not export its entry symbol `kernel_entry`",
+                "named by `kernels[0].entry` in",
+                "simpler.toml",
+                "marked SIMPLER_KERNEL",
+            ],
+        ),
+        (
+            "kernels/copy.c",
+            "SIMPLER_KERNEL void kernel_entry",
+            "static void kernel_entry",
+            &["does not export its entry symbol `kernel_entry`"],
+        ),
+        (
+            "orchestration.c",
+            "SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry",
+            "SIMPLER_ORCHESTRATION int32_t orchestration_entry",
+            &[
+                "orchestration `",
+                "orchestration.c` does not export its entry symbol `aicpu_orchestration_entry`",
+                "named by `orchestration.entry`",
+                "marked SIMPLER_ORCHESTRATION",
+            ],
+        ),
+        (
+            "kernels/copy.c",
+            "(void)x;",
+            "(void)x;\n    extern void simpler_test_undefined(void);\n    simpler_test_undefined();",
+            &[
+                "the library compiled from",
+                "kernels/copy.c` for the kernel 5 (aiv) does not load",
+                "undefined symbol: simpler_test_undefined",
+            ],
+        ),
+    ];
+    for (file, from, to, needles) in cases {
+        let ex = example();
+        let path = ex.path().join(file);
+        let src = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(src.matches(from).count(), 1, "{from:?} in {src}");
+        std::fs::write(&path, src.replace(from, to)).unwrap();
+        let o = simpler(&["build", path_str(ex.path())], ex.path());
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{to}: {err}");
+        assert!(err.starts_with("error: "), "{err}");
+        for n in needles {
+            assert!(err.contains(n), "{to}: stderr lacks {n:?}:\n{err}");
+        }
+        assert!(!ex.path().join("tiny.simpler").exists());
+    }
+    // A manifest `entry` naming a symbol the source does not define.
+    let ex = example();
+    let m = MANIFEST.replace(
+        "source = \"kernels/copy.c\"",
+        "source = \"kernels/copy.c\"\nentry = \"copy_entry\"",
+    );
+    std::fs::write(ex.path().join("simpler.toml"), m).unwrap();
+    let o = simpler(&["build", path_str(ex.path())], ex.path());
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("does not export its entry symbol `copy_entry`")
+            && err.contains("kernels[0].entry"),
+        "{err}"
+    );
+}
+
 #[test]
 fn missing_source_file_exits_2() {
     let ex = example();
@@ -220,7 +298,12 @@ fn run_checks_arguments_against_the_signature() {
         "{err}"
     );
     let err = run_err(&["run", b, "--input", "x=x.npy", "--input", "y=x.npy"], p);
-    assert!(err.contains("--input given 2 times"), "{err}");
+    assert!(
+        err.contains(
+            "--input y: `y` is an `out` argument: use --output (and --check), not --input"
+        ),
+        "{err}"
+    );
     let err = run_err(&["run", b, "--input", "x=absent.npy"], p);
     assert!(err.contains("absent.npy` does not exist"), "{err}");
     let err = run_err(&["run", b, "--input", "x"], p);
@@ -247,6 +330,9 @@ fn help_and_version_exit_0() {
     let o = simpler(&["--help"], dir.path());
     assert!(o.status.success());
     assert!(text(&o).0.contains("build") && text(&o).0.contains("run"));
+    for var in ["SIMPLER_INCLUDE_DIR", "SIMPLER_ORCH_LOG", "PTO2_RING_HEAP"] {
+        assert!(text(&o).0.contains(var), "--help lacks {var}");
+    }
     assert!(simpler(&["--version"], dir.path()).status.success());
     // An unknown subcommand is a usage error.
     assert_eq!(simpler(&["frobnicate"], dir.path()).status.code(), Some(2));

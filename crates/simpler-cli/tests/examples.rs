@@ -15,7 +15,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{path_str, simpler, text, write_f32_npy, write_npy_raw};
-use simpler_examples::Array;
+use simpler_examples::{Array, Scalar};
 
 // ---- helpers -------------------------------------------------------------------------------
 
@@ -123,11 +123,12 @@ fn tree(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// An example's inputs (`<name>.npy`) and reference (`<out>.ref.npy`) written into a fresh
-/// temporary directory, with an empty `out/` directory for results.
+/// temporary directory, with an empty `out/` directory for results, and its scalar values.
 struct Workdir {
     dir: tempfile::TempDir,
     example: &'static str,
     inputs: Vec<Array>,
+    scalars: Vec<Scalar>,
     reference: Array,
 }
 
@@ -140,6 +141,7 @@ impl Workdir {
             dir: tempfile::tempdir().unwrap(),
             example,
             inputs,
+            scalars: simpler_examples::scalars(example).unwrap(),
             reference: refs.remove(0),
         };
         for a in &w.inputs {
@@ -194,6 +196,14 @@ impl Workdir {
             .collect()
     }
 
+    /// `--scalar NAME=VALUE` for every scalar argument.
+    fn scalar_flags(&self) -> Vec<String> {
+        self.scalars
+            .iter()
+            .flat_map(|s| ["--scalar".to_string(), s.flag_value()])
+            .collect()
+    }
+
     /// `--output NAME=out/NAME.npy`.
     fn output_flag(&self) -> [String; 2] {
         [
@@ -209,9 +219,10 @@ impl Workdir {
         run_simpler(&args, self.dir.path())
     }
 
-    /// Every input, the output and a check against the true reference.
+    /// Every input and scalar, the output and a check against the true reference.
     fn full_flags(&self) -> Vec<String> {
         let mut flags = self.input_flags();
+        flags.extend(self.scalar_flags());
         flags.extend(self.output_flag());
         flags.push("--check".into());
         flags.push(format!(
@@ -245,7 +256,14 @@ fn end_to_end(example: &'static str) {
     w.assert_passed(&o);
 }
 
-// ---- the four examples ---------------------------------------------------------------------
+// ---- the examples ----------------------------------------------------------------------------
+
+/// Every example in `simpler_examples::EXAMPLES` has an end-to-end test below.
+#[test]
+fn every_example_is_covered() {
+    let covered = ["vector_add", "formula", "gemm", "softmax", "axpy"];
+    assert_eq!(simpler_examples::EXAMPLES, covered);
+}
 
 #[test]
 fn vector_add_end_to_end() {
@@ -265,6 +283,68 @@ fn gemm_end_to_end() {
 #[test]
 fn softmax_end_to_end() {
     end_to_end("softmax");
+}
+
+/// `y = alpha * x + y`: an `inout` argument (given with --input, written with --output and
+/// checked) and a signature scalar (--scalar alpha=2.5).
+#[test]
+fn axpy_end_to_end() {
+    end_to_end("axpy");
+}
+
+/// axpy's scalar is required, parsed as its dtype, and changes the result.
+#[test]
+fn axpy_scalar_is_required_and_used() {
+    let w = Workdir::new("axpy");
+    let bundle = w.build();
+    let mut flags = w.input_flags();
+    flags.extend(w.output_flag());
+    w.run(&bundle, &flags)
+        .failed(2, &["missing --scalar for `alpha`"]);
+    let mut bad = flags.clone();
+    bad.extend(["--scalar".into(), "alpha=two".into()]);
+    w.run(&bundle, &bad)
+        .failed(2, &["--scalar alpha=two", "not a number (f32 expected)"]);
+    let mut bad = flags.clone();
+    bad.extend([
+        "--scalar".into(),
+        format!("x={}", w.path("x.npy").display()),
+    ]);
+    w.run(&bundle, &bad).failed(
+        2,
+        &["--scalar x: `x` is an `in` argument: use --input, not --scalar"],
+    );
+    assert_empty(&w.out_dir());
+    // Another alpha gives another (correct) result: y = -1 * x + y.
+    flags.extend(["--scalar".into(), "alpha=-1".into()]);
+    w.run(&bundle, &flags).succeeded();
+    let (_, y) = read_f32_npy(&w.out_file());
+    let x = &w.inputs[0].data;
+    let y0 = &w.inputs[1].data;
+    let want = simpler_examples::axpy_ref(-1.0, x, y0);
+    assert!(simpler_examples::allclose(&y, &want, 1e-5, 1e-5).is_ok());
+}
+
+/// With neither --output nor --check the run still works, and says its result was dropped.
+#[test]
+fn a_run_without_output_or_check_says_so() {
+    let w = Workdir::new("vector_add");
+    let bundle = w.build();
+    let o = w.run(&bundle, &w.input_flags());
+    o.succeeded();
+    assert!(
+        o.stdout
+            .contains("(no --output or --check given: the result was not saved or checked)"),
+        "{}",
+        o.context()
+    );
+    let o = w.run(&bundle, &w.full_flags());
+    w.assert_passed(&o);
+    assert!(
+        !o.stdout.contains("no --output or --check"),
+        "{}",
+        o.context()
+    );
 }
 
 /// `simpler run <example dir>` builds in memory and leaves the example directory as it was.
@@ -319,7 +399,12 @@ fn bad_inputs_exit_2_naming_the_cause_and_write_nothing() {
         (
             "an extra input of an unknown name",
             vec![a.clone(), b.clone(), format!("zz={}", p("a.npy"))],
-            vec!["--input given 3 times", "has 2 input", "`a`, `b`"],
+            vec!["--input zz", "no argument `zz`", "`a`, `b`, `f`"],
+        ),
+        (
+            "the output given as an input",
+            vec![a.clone(), b.clone(), format!("f={}", p("a.npy"))],
+            vec!["--input f: `f` is an `out` argument: use --output (and --check), not --input"],
         ),
         (
             "an unknown name instead of b",
@@ -427,19 +512,32 @@ fn damaged_bundles_exit_2_and_write_nothing() {
     }
 }
 
-/// A manifest naming an entry symbol its library does not export: whether the build or the
-/// run notices, the run fails with exit 2 naming the symbol, and nothing is written.
+/// A manifest naming an entry symbol its library does not export: `simpler build` and `simpler
+/// run <dir>` refuse it at build time (exit 2) naming the symbol, the source and the manifest
+/// field; a bundle carrying such an entry (made by hand: the build no longer lets one through)
+/// is refused when it is loaded (exit 2) naming the symbol. Nothing is written.
 #[test]
 fn missing_entry_symbols_exit_2_naming_the_symbol() {
     let cases = [
         (
             "entry = \"kernel_entry\"",
             "entry = \"no_such_symbol\"",
+            &[
+                "kernel 0 (aiv) `",
+                "kernels/add.c` does not export its entry symbol `no_such_symbol`",
+                "named by `kernels[0].entry` in `",
+                "simpler.toml`",
+            ][..],
             "kernel func 0 image does not export the entry symbol `no_such_symbol`",
         ),
         (
             "entry = \"aicpu_orchestration_entry\"",
             "entry = \"no_such_orchestration\"",
+            &[
+                "orchestration `",
+                "orchestration.c` does not export its entry symbol `no_such_orchestration`",
+                "named by `orchestration.entry` in `",
+            ][..],
             "orchestration image does not export the entry symbol `no_such_orchestration`",
         ),
     ];
@@ -447,7 +545,8 @@ fn missing_entry_symbols_exit_2_naming_the_symbol() {
     let src = example_dir("vector_add");
     let mut flags = w.input_flags();
     flags.extend(w.output_flag());
-    for (i, (from, to, needle)) in cases.into_iter().enumerate() {
+    let good = simpler_host::Bundle::read(w.build()).unwrap();
+    for (i, (from, to, build_needles, load_needle)) in cases.into_iter().enumerate() {
         // A copy of examples/vector_add with one entry renamed in its manifest.
         let ex = w.path(&format!("example{i}"));
         std::fs::create_dir_all(ex.join("kernels")).unwrap();
@@ -458,20 +557,34 @@ fn missing_entry_symbols_exit_2_naming_the_symbol() {
         assert_eq!(manifest.matches(from).count(), 1, "{manifest}");
         std::fs::write(ex.join("simpler.toml"), manifest.replace(from, to)).unwrap();
 
-        // From the directory (built in memory)...
-        w.run(&ex, &flags).labelled(to).failed(2, &[needle]);
-        assert_empty(&w.out_dir());
-        // ...and through a bundle, if the build lets it through.
+        // `simpler build` fails...
         let bundle = w.path(&format!("example{i}.simpler"));
-        let b = run_simpler(
+        run_simpler(
             &["build", path_str(&ex), "-o", path_str(&bundle)],
             w.dir.path(),
-        );
-        if b.code == Some(0) {
-            w.run(&bundle, &flags).labelled(to).failed(2, &[needle]);
+        )
+        .labelled(to)
+        .failed(2, build_needles);
+        assert!(!bundle.exists());
+        // ...and so does `simpler run` on the directory (built in memory).
+        w.run(&ex, &flags)
+            .labelled(to)
+            .failed(2, &["cannot build `"])
+            .failed(2, build_needles);
+        assert_empty(&w.out_dir());
+
+        // A bundle with the entry renamed is refused when loaded.
+        let mut b = good.clone();
+        let symbol = to.split('"').nth(1).unwrap().to_string();
+        if i == 0 {
+            b.kernels[0].code.entry = symbol;
         } else {
-            assert!(b.stderr.contains(needle), "{}", b.context());
+            b.orchestration.entry = symbol;
         }
+        b.write(&bundle).unwrap();
+        w.run(&bundle, &flags)
+            .labelled(to)
+            .failed(2, &["cannot load `vector_add`", load_needle]);
         assert_empty(&w.out_dir());
     }
 }
@@ -603,6 +716,53 @@ fn invalid_submits_exit_1_naming_the_func_id() {
     for (submit, needles) in cases {
         let orch = edit(TINY_ORCH, "SIMPLER_CORE_AIV, 0", submit);
         tiny_fails(&orch, TINY_KERNEL, needles);
+    }
+}
+
+/// A copy of `examples/<example>` in `dir` with `from` (exactly once in `file`) replaced by
+/// `to`.
+fn edited_example(dir: &Path, example: &str, file: &str, from: &str, to: &str) -> PathBuf {
+    let src = example_dir(example);
+    let dst = dir.join(format!("{example}-edited"));
+    std::fs::create_dir_all(dst.join("kernels")).unwrap();
+    for e in std::fs::read_dir(src.join("kernels")).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, dst.join("kernels").join(p.file_name().unwrap())).unwrap();
+    }
+    for f in ["simpler.toml", "orchestration.c"] {
+        std::fs::copy(src.join(f), dst.join(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(dst.join(file)).unwrap();
+    std::fs::write(dst.join(file), edit(&text, from, to)).unwrap();
+    dst
+}
+
+/// The example kernels check the argument counts their task was submitted with
+/// (`simpler_expect_args`): a task short of a tensor or a scalar fails the run with fatal code
+/// 1000 + its tensor count instead of reading a missing argument.
+#[test]
+fn example_kernels_refuse_tasks_with_missing_arguments() {
+    let cases = [
+        (
+            "vector_add",
+            "        simpler_task_add_input(&d, &vb);\n",
+            "fatal code 1002",
+        ),
+        (
+            "axpy",
+            "            simpler_task_add_scalar(&d, alpha_bits);\n",
+            "fatal code 1002",
+        ),
+    ];
+    for (example, drop, code) in cases {
+        let w = Workdir::new(example);
+        let ex = edited_example(w.dir.path(), example, "orchestration.c", drop, "");
+        let o = w.run(&ex, &w.full_flags()).labelled(example);
+        o.failed(
+            1,
+            &[&format!("running `{example}` failed"), "KERNEL_FATAL", code],
+        );
+        assert_empty(&w.out_dir());
     }
 }
 

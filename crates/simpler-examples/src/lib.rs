@@ -11,7 +11,9 @@
 //! inputs and references as `.npy` files.
 //!
 //! The shapes and argument names here are those of each example's `simpler.toml`; inputs are
-//! named like the `in` arguments and references like the `out` arguments, in manifest order.
+//! named like the `in`/`inout` arguments and references like the `out`/`inout` arguments, in
+//! manifest order. An example's scalar arguments have fixed values ([`scalars`]), which its
+//! reference uses.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -23,7 +25,7 @@ pub use compare::{allclose, Mismatch};
 pub use npy::write_npy;
 
 /// The example names, one folder `examples/<name>/` each.
-pub const EXAMPLES: [&str; 4] = ["vector_add", "formula", "gemm", "softmax"];
+pub const EXAMPLES: [&str; 5] = ["vector_add", "formula", "gemm", "softmax", "axpy"];
 
 /// Suggested relative tolerance when comparing an example's outputs with [`reference()`]
 /// (the upstream scene-test default).
@@ -31,6 +33,23 @@ pub const RTOL: f32 = 1e-5;
 /// Suggested absolute tolerance when comparing an example's outputs with [`reference()`]
 /// (the upstream scene-test default).
 pub const ATOL: f32 = 1e-5;
+
+/// A scalar argument's name and value, given to `simpler run` as `--scalar NAME=VALUE`
+/// (see [`Scalar::flag_value`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scalar {
+    /// The argument name, as in the example's manifest.
+    pub name: String,
+    /// The value (every example scalar is an `f32`).
+    pub value: f32,
+}
+
+impl Scalar {
+    /// `NAME=VALUE`, with the shortest decimal that reads back as exactly `value`.
+    pub fn flag_value(&self) -> String {
+        format!("{}={}", self.name, self.value)
+    }
+}
 
 /// A named, row-major (C order) `f32` array.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,6 +99,11 @@ const GEMM_N: u64 = 512;
 /// `softmax` works on `[rows, cols]`.
 const SOFTMAX_ROWS: u64 = 1024;
 const SOFTMAX_COLS: u64 = 256;
+/// `axpy` works on `[rows, cols]`.
+const AXPY_ROWS: u64 = 512;
+const AXPY_COLS: u64 = 512;
+/// `axpy`'s scalar `alpha`.
+const AXPY_ALPHA: f32 = 2.5;
 
 /// The seed of an example's input generator: fixed, different per example.
 fn seed(example: &str) -> Option<u64> {
@@ -105,6 +129,10 @@ pub fn inputs(example: &str) -> Option<Vec<Array>> {
         "formula" => &[("a", &[FORMULA_LEN]), ("b", &[FORMULA_LEN])],
         "gemm" => &[("A", &[GEMM_M, GEMM_K]), ("B", &[GEMM_K, GEMM_N])],
         "softmax" => &[("x", &[SOFTMAX_ROWS, SOFTMAX_COLS])],
+        "axpy" => &[
+            ("x", &[AXPY_ROWS, AXPY_COLS]),
+            ("y", &[AXPY_ROWS, AXPY_COLS]),
+        ],
         _ => return None,
     };
     Some(
@@ -115,6 +143,20 @@ pub fn inputs(example: &str) -> Option<Vec<Array>> {
     )
 }
 
+/// The scalar arguments of `example` with their fixed values, in manifest order (empty for
+/// an example without scalars), or `None` for an unknown example.
+pub fn scalars(example: &str) -> Option<Vec<Scalar>> {
+    seed(example)?;
+    let scalar = |name: &str, value: f32| Scalar {
+        name: name.into(),
+        value,
+    };
+    Some(match example {
+        "axpy" => vec![scalar("alpha", AXPY_ALPHA)],
+        _ => vec![],
+    })
+}
+
 /// Finds the input called `name` with exactly `shape`.
 fn input<'a>(inputs: &'a [Array], name: &str, shape: &[u64]) -> Option<&'a Array> {
     inputs.iter().find(|a| {
@@ -122,8 +164,8 @@ fn input<'a>(inputs: &'a [Array], name: &str, shape: &[u64]) -> Option<&'a Array
     })
 }
 
-/// The expected outputs of `example` for `inputs`, named and ordered as the manifest's `out`
-/// arguments.
+/// The expected outputs of `example` for `inputs` (and the values of [`scalars`]), named and
+/// ordered as the manifest's `out`/`inout` arguments.
 ///
 /// `None` for an unknown example, or when `inputs` lacks an input of the expected name and
 /// shape (inputs are found by name, so their order does not matter).
@@ -167,6 +209,16 @@ pub fn reference(example: &str, inputs: &[Array]) -> Option<Vec<Array>> {
                 "y",
                 shape.to_vec(),
                 softmax_ref(&x.data, rows, cols),
+            )])
+        }
+        "axpy" => {
+            let shape = [AXPY_ROWS, AXPY_COLS];
+            let x = input(inputs, "x", &shape)?;
+            let y = input(inputs, "y", &shape)?;
+            Some(vec![Array::new(
+                "y",
+                shape.to_vec(),
+                axpy_ref(AXPY_ALPHA, &x.data, &y.data),
             )])
         }
         _ => None,
@@ -223,6 +275,19 @@ pub fn gemm_ref(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f32> 
         }
     }
     c
+}
+
+/// `alpha * x[i] + y[i]`, evaluated in `f64`.
+///
+/// # Panics
+/// If the lengths differ.
+pub fn axpy_ref(alpha: f32, x: &[f32], y: &[f32]) -> Vec<f32> {
+    assert_eq!(x.len(), y.len(), "axpy_ref: x and y differ in length");
+    let alpha = f64::from(alpha);
+    x.iter()
+        .zip(y)
+        .map(|(&x, &y)| (alpha * f64::from(x) + f64::from(y)) as f32)
+        .collect()
 }
 
 /// Row-wise softmax of row-major `x [rows, cols]`: `y[r][c] = exp(x[r][c] - max_r) / sum_r`,
@@ -308,6 +373,43 @@ mod tests {
             io("softmax"),
             (vec![s("x", &[1024, 256])], vec![s("y", &[1024, 256])])
         );
+        assert_eq!(
+            io("axpy"),
+            (
+                vec![s("x", &[512, 512]), s("y", &[512, 512])],
+                vec![s("y", &[512, 512])]
+            )
+        );
+    }
+
+    #[test]
+    fn scalars_follow_the_manifests() {
+        for example in EXAMPLES {
+            let sc = scalars(example).unwrap();
+            assert_eq!(sc.is_empty(), example != "axpy", "{example}: {sc:?}");
+        }
+        let alpha = &scalars("axpy").unwrap()[0];
+        assert_eq!(alpha.flag_value(), "alpha=2.5");
+        // The flag's text reads back as exactly the value.
+        let text = alpha.flag_value();
+        let parsed: f32 = text.split_once('=').unwrap().1.parse().unwrap();
+        assert_eq!(parsed.to_bits(), alpha.value.to_bits());
+        assert!(scalars("nope").is_none());
+    }
+
+    #[test]
+    fn axpy_by_hand() {
+        assert_eq!(
+            axpy_ref(2.0, &[1.0, -0.5, 0.0], &[0.5, 1.0, -3.0]),
+            vec![2.5, 0.0, -3.0]
+        );
+        // The reference is alpha * x + y of the generated inputs, y being updated.
+        let ins = inputs("axpy").unwrap();
+        let y = &reference("axpy", &ins).unwrap()[0];
+        let i = 1234;
+        let want = 2.5 * f64::from(ins[0].data[i]) + f64::from(ins[1].data[i]);
+        assert_eq!(y.data[i], want as f32);
+        assert_ne!(y.data, ins[1].data);
     }
 
     #[test]

@@ -8,7 +8,8 @@
  * All three are f32 2-D views into larger row-major matrices, so they are strided:
  * element (r, c) is at data[r*strides[0] + c*strides[1]]. Each output element's dot
  * product over this tile's K is summed in double, then added to C once.
- * On a bad argument the kernel writes nothing and fails the run (simpler_kernel_fail).
+ * On a bad argument the kernel writes nothing and fails the run (simpler_kernel_fail; a task
+ * submitted with other argument counts fails with code 1000 + its tensor count).
  */
 #include "simpler/kernel.h"
 
@@ -20,6 +21,7 @@ static int is_f32_matrix(const SimplerChipTensor *t) {
 }
 
 SIMPLER_KERNEL void kernel_entry(int64_t *args) {
+    if (!simpler_expect_args(args, 3, 1)) return;
     const SimplerChipTensor *a = simpler_arg_tensor(args, 0);
     const SimplerChipTensor *b = simpler_arg_tensor(args, 1);
     const SimplerChipTensor *c = simpler_arg_tensor(args, 2);

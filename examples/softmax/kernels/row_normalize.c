@@ -4,12 +4,13 @@
  * Arguments: tensor 0 = x block [R, C] (input, f32), tensor 1 = stats [R, 2] (input, f32,
  * from row_stats: max and sum of exp per row), tensor 2 = y block [R, C] (written, f32).
  * x and y are strided views of the full matrices: element (r, c) is at
- * data[r*strides[0] + c*strides[1]].
- * On a bad argument the kernel writes nothing and fails the run (simpler_kernel_fail).
+ * data[r*strides[0] + c*strides[1]] (simpler_view2d).
+ * On a bad argument the kernel writes nothing and fails the run (simpler_kernel_fail; a task
+ * submitted with other argument counts fails with code 1000 + its tensor count).
  */
 #include "simpler/kernel.h"
 
-#define KERNEL_BAD_TENSOR 1 /* wrong dtype or not 2-D */
+#define KERNEL_BAD_TENSOR 1 /* wrong dtype or ndims not 1 or 2 (1-D is one row) */
 #define KERNEL_BAD_SHAPE 2  /* x and y differ, or stats is not [R, 2] */
 
 /*
@@ -46,36 +47,25 @@ static double exp_d(double x) {
     return p * pow2i(k1) * pow2i(k2);
 }
 
-static int is_f32_matrix(const SimplerChipTensor *t) {
-    return t != NULL && t->dtype == SIMPLER_DT_FLOAT32 && t->ndims == 2;
-}
-
 SIMPLER_KERNEL void kernel_entry(int64_t *args) {
-    const SimplerChipTensor *x = simpler_arg_tensor(args, 0);
-    const SimplerChipTensor *stats = simpler_arg_tensor(args, 1);
-    const SimplerChipTensor *y = simpler_arg_tensor(args, 2);
-    if (!is_f32_matrix(x) || !is_f32_matrix(stats) || !is_f32_matrix(y)) {
+    if (!simpler_expect_args(args, 3, 0)) return;
+    SimplerView2D x, stats, y;
+    if (!simpler_view2d(simpler_arg_tensor(args, 0), SIMPLER_DT_FLOAT32, &x) ||
+        !simpler_view2d(simpler_arg_tensor(args, 1), SIMPLER_DT_FLOAT32, &stats) ||
+        !simpler_view2d(simpler_arg_tensor(args, 2), SIMPLER_DT_FLOAT32, &y)) {
         simpler_kernel_fail(args, KERNEL_BAD_TENSOR);
         return;
     }
-    const uint64_t rows = x->shapes[0], cols = x->shapes[1];
-    if (y->shapes[0] != rows || y->shapes[1] != cols || stats->shapes[0] != rows ||
-        stats->shapes[1] != 2) {
+    if (!simpler_view2d_same_shape(&x, &y) || stats.rows != x.rows || stats.cols != 2) {
         simpler_kernel_fail(args, KERNEL_BAD_SHAPE);
         return;
     }
-    const float *xd = SIMPLER_TENSOR_DATA(float, x);
-    const float *sd = SIMPLER_TENSOR_DATA(float, stats);
-    float *yd = SIMPLER_TENSOR_DATA(float, y);
-    const uint64_t xs0 = x->strides[0], xs1 = x->strides[1];
-    const uint64_t ss0 = stats->strides[0], ss1 = stats->strides[1];
-    const uint64_t ys0 = y->strides[0], ys1 = y->strides[1];
-
-    for (uint64_t r = 0; r < rows; ++r) {
-        const double mx = (double)sd[r * ss0];
-        const double inv_sum = 1.0 / (double)sd[r * ss0 + ss1];
-        const float *xr = xd + r * xs0;
-        float *yr = yd + r * ys0;
-        for (uint64_t c = 0; c < cols; ++c) yr[c * ys1] = (float)(exp_d((double)xr[c * xs1] - mx) * inv_sum);
+    for (uint64_t r = 0; r < x.rows; ++r) {
+        const double mx = (double)SIMPLER_VIEW2D_AT(float, &stats, r, 0);
+        const double inv_sum = 1.0 / (double)SIMPLER_VIEW2D_AT(float, &stats, r, 1);
+        const float *xr = SIMPLER_VIEW2D_ROW(float, &x, r);
+        float *yr = SIMPLER_VIEW2D_ROW(float, &y, r);
+        for (uint64_t c = 0; c < x.cols; ++c)
+            yr[c * y.col_stride] = (float)(exp_d((double)xr[c * x.col_stride] - mx) * inv_sum);
     }
 }

@@ -4,12 +4,13 @@
  * Arguments: tensor 0 = x block [R, C] (input, f32, a strided view of the full matrix),
  * tensor 1 = stats [R, 2] (written, f32): stats[r][0] = max_c x[r][c] and
  * stats[r][1] = sum_c exp(x[r][c] - stats[r][0]) (summed in double).
- * Element (r, c) of a 2-D view is at data[r*strides[0] + c*strides[1]].
- * On a bad argument the kernel writes nothing and fails the run (simpler_kernel_fail).
+ * Element (r, c) of a 2-D view is at data[r*strides[0] + c*strides[1]] (simpler_view2d).
+ * On a bad argument the kernel writes nothing and fails the run (simpler_kernel_fail; a task
+ * submitted with other argument counts fails with code 1000 + its tensor count).
  */
 #include "simpler/kernel.h"
 
-#define KERNEL_BAD_TENSOR 1 /* wrong dtype or not 2-D */
+#define KERNEL_BAD_TENSOR 1 /* wrong dtype or ndims not 1 or 2 (1-D is one row) */
 #define KERNEL_BAD_SHAPE 2  /* stats is not [R, 2], or C == 0 */
 
 /*
@@ -46,38 +47,29 @@ static double exp_d(double x) {
     return p * pow2i(k1) * pow2i(k2);
 }
 
-static int is_f32_matrix(const SimplerChipTensor *t) {
-    return t != NULL && t->dtype == SIMPLER_DT_FLOAT32 && t->ndims == 2;
-}
-
 SIMPLER_KERNEL void kernel_entry(int64_t *args) {
-    const SimplerChipTensor *x = simpler_arg_tensor(args, 0);
-    const SimplerChipTensor *stats = simpler_arg_tensor(args, 1);
-    if (!is_f32_matrix(x) || !is_f32_matrix(stats)) {
+    if (!simpler_expect_args(args, 2, 0)) return;
+    SimplerView2D x, stats;
+    if (!simpler_view2d(simpler_arg_tensor(args, 0), SIMPLER_DT_FLOAT32, &x) ||
+        !simpler_view2d(simpler_arg_tensor(args, 1), SIMPLER_DT_FLOAT32, &stats)) {
         simpler_kernel_fail(args, KERNEL_BAD_TENSOR);
         return;
     }
-    const uint64_t rows = x->shapes[0], cols = x->shapes[1];
-    if (cols == 0 || stats->shapes[0] != rows || stats->shapes[1] != 2) {
+    if (x.cols == 0 || stats.rows != x.rows || stats.cols != 2) {
         simpler_kernel_fail(args, KERNEL_BAD_SHAPE);
         return;
     }
-    const float *xd = SIMPLER_TENSOR_DATA(float, x);
-    float *sd = SIMPLER_TENSOR_DATA(float, stats);
-    const uint64_t xs0 = x->strides[0], xs1 = x->strides[1];
-    const uint64_t ss0 = stats->strides[0], ss1 = stats->strides[1];
-
-    for (uint64_t r = 0; r < rows; ++r) {
-        const float *xr = xd + r * xs0;
+    for (uint64_t r = 0; r < x.rows; ++r) {
+        const float *xr = SIMPLER_VIEW2D_ROW(float, &x, r);
         float mx = xr[0];
-        for (uint64_t c = 1; c < cols; ++c) {
-            const float v = xr[c * xs1];
+        for (uint64_t c = 1; c < x.cols; ++c) {
+            const float v = xr[c * x.col_stride];
             if (v > mx || v != v) mx = v; /* NaN wins, as in numpy */
             if (mx != mx) break;
         }
         double sum = 0.0;
-        for (uint64_t c = 0; c < cols; ++c) sum += exp_d((double)xr[c * xs1] - (double)mx);
-        sd[r * ss0] = mx;
-        sd[r * ss0 + ss1] = (float)sum;
+        for (uint64_t c = 0; c < x.cols; ++c) sum += exp_d((double)xr[c * x.col_stride] - (double)mx);
+        SIMPLER_VIEW2D_AT(float, &stats, r, 0) = mx;
+        SIMPLER_VIEW2D_AT(float, &stats, r, 1) = (float)sum;
     }
 }

@@ -2,13 +2,21 @@
 //! `<out-dir>/<NAME>.npy` and its reference outputs as `<out-dir>/<NAME>.ref.npy`, and prints
 //! each path written. The output directory is created if missing.
 //!
+//! An example with scalar arguments also gets `<out-dir>/scalars.txt`: one `NAME=VALUE` line
+//! per scalar, in manifest order, each line exactly what `simpler run --scalar` takes
+//! (`scripts/run-example.sh` turns every line into a `--scalar` flag). An example without
+//! scalars gets no such file (a stale one is removed).
+//!
 //! Exit codes: 0 on success, 1 on an I/O error, 2 on a usage error (wrong arguments or an
 //! unknown example).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use simpler_examples::{inputs, reference, write_npy, Array, EXAMPLES};
+use simpler_examples::{inputs, reference, scalars, write_npy, Array, EXAMPLES};
+
+/// The file listing the scalar arguments, one `NAME=VALUE` line each.
+const SCALARS_FILE: &str = "scalars.txt";
 
 fn usage() -> String {
     format!(
@@ -31,9 +39,22 @@ fn write_all(example: &str, out_dir: &Path) -> Result<Vec<PathBuf>, String> {
                 .map(|a| (out_dir.join(format!("{}.ref.npy", a.name)), a)),
         )
         .collect();
-    let mut written = Vec::with_capacity(files.len());
+    let mut written = Vec::with_capacity(files.len() + 1);
     for (path, a) in files {
         write_npy(&path, a).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        written.push(path);
+    }
+    let sc = scalars(example).ok_or_else(|| format!("no scalars for example {example:?}"))?;
+    let path = out_dir.join(SCALARS_FILE);
+    if sc.is_empty() {
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
+        }
+    } else {
+        let text: String = sc.iter().map(|s| s.flag_value() + "\n").collect();
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         written.push(path);
     }
     Ok(written)
