@@ -581,10 +581,19 @@ pub fn prepare_with(spec: CallableSpec, req: &RunRequest) -> Result<PreparedRun,
                 name: a.name.clone(),
                 shape: shape.clone(),
             })?;
+        // Allocate fallibly: an absurd shape must be an error, not an abort.
+        let mut bytes = Vec::new();
+        bytes
+            .try_reserve_exact(n)
+            .map_err(|_| RunError::OutputTooLarge {
+                name: a.name.clone(),
+                shape: shape.clone(),
+            })?;
+        bytes.resize(n, 0);
         values[i] = Some(ArgValue::Tensor(NpyArray {
             shape,
             dtype: a.dtype,
-            bytes: vec![0; n],
+            bytes,
         }));
     }
     let mut outputs: Vec<(usize, PathBuf)> = Vec::with_capacity(out_idx.len());
@@ -761,24 +770,42 @@ pub fn parse_scalar(text: &str, dtype: DataType) -> Result<u64, String> {
         return Ok(v);
     }
     let float = || -> Result<f32, String> {
-        let v: f32 = t
+        let v: f64 = t
             .parse()
             .map_err(|_| format!("`{t}` is not a number ({dtype} expected)"))?;
-        Ok(v)
+        // Explicit infinities pass; a finite number beyond f32 is out of range, not inf.
+        if v.is_finite() && v.abs() > f32::MAX as f64 {
+            return Err(format!(
+                "{t} is out of range for {dtype} (|x| <= {:e})",
+                f32::MAX
+            ));
+        }
+        Ok(v as f32)
+    };
+    let out_of_range = |e: std::num::ParseIntError| match e.kind() {
+        std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+            format!("{t} is out of range for {dtype}")
+        }
+        _ => format!("`{t}` is not an integer ({dtype} expected)"),
     };
     let signed = |min: i64, max: i64| -> Result<u64, String> {
-        let v: i64 = t
-            .parse()
-            .map_err(|_| format!("`{t}` is not an integer ({dtype} expected)"))?;
+        let v: i64 = t.parse().map_err(out_of_range)?;
         if v < min || v > max {
             return Err(format!("{v} is out of range for {dtype} ({min}..={max})"));
         }
         Ok(v as u64)
     };
     let unsigned = |max: u64| -> Result<u64, String> {
-        let v: u64 = t
-            .parse()
-            .map_err(|_| format!("`{t}` is not a non-negative integer ({dtype} expected)"))?;
+        let v: u64 = t.parse().map_err(|e: std::num::ParseIntError| {
+            if t.starts_with('-')
+                && !t[1..].is_empty()
+                && t[1..].bytes().all(|b| b.is_ascii_digit())
+            {
+                format!("{t} is out of range for {dtype} (it is unsigned)")
+            } else {
+                out_of_range(e)
+            }
+        })?;
         if v > max {
             return Err(format!("{v} is out of range for {dtype} (0..={max})"));
         }
@@ -1411,6 +1438,20 @@ mod tests {
             Ok(u64::MAX)
         );
         assert!(parse_scalar("x", DataType::Float32).is_err());
+        // Values beyond the type are out of range, never silently inf or "not a number".
+        for (text, dtype) in [
+            ("1e39", DataType::Float32),
+            ("18446744073709551616", DataType::Uint64),
+            ("9223372036854775808", DataType::Int64),
+            ("-1", DataType::Uint32),
+        ] {
+            let err = parse_scalar(text, dtype).unwrap_err();
+            assert!(err.contains("out of range"), "{text} as {dtype}: {err}");
+        }
+        assert_eq!(
+            parse_scalar("inf", DataType::Float32),
+            Ok(f32::INFINITY.to_bits() as u64)
+        );
     }
 
     #[test]

@@ -91,6 +91,14 @@ pub enum SignatureError {
         /// Its number of dimensions.
         ndims: usize,
     },
+    /// A tensor shape has a zero extent.
+    #[error("tensor argument `{name}` has shape {shape:?}; every dimension must be at least 1")]
+    EmptyShape {
+        /// The argument.
+        name: String,
+        /// Its shape.
+        shape: Vec<u64>,
+    },
     /// Too many tensors or scalars for one orchestration entry.
     #[error("the signature has {count} {kind}; at most {max} are allowed")]
     TooMany {
@@ -136,6 +144,12 @@ impl Signature {
                         return Err(SignatureError::BadRank {
                             name: a.name.clone(),
                             ndims: shape.len(),
+                        });
+                    }
+                    if shape.contains(&0) {
+                        return Err(SignatureError::EmptyShape {
+                            name: a.name.clone(),
+                            shape: shape.clone(),
                         });
                     }
                 }
@@ -235,6 +249,16 @@ mod tests {
                 SignatureError::BadRank {
                     name: "a".into(),
                     ndims: 6,
+                },
+            ),
+            (
+                vec![ArgSpec {
+                    shape: Some(vec![4, 0]),
+                    ..t("a", In)
+                }],
+                SignatureError::EmptyShape {
+                    name: "a".into(),
+                    shape: vec![4, 0],
                 },
             ),
         ];
