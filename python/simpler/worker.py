@@ -131,6 +131,8 @@ class Worker:
         self._handles: Dict[str, CallableHandle] = {}
         self._lock = threading.RLock()
         self._warned_staging = False
+        # Runs in flight with the host memory ranges of their arrays: (handle, [(lo, hi, writes)]).
+        self._inflight: list = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -372,7 +374,7 @@ class Worker:
                 )
             epoch, device_s, total_s = native.run(native_id, items, native_config)
             return RunReport(epoch, device_s, total_s)
-        return RunHandle(native.submit(native_id, items, native_config), self).result()
+        return self._submit_host(native, native_id, callable, items, native_config).result()
 
     def submit(
         self, callable: CallableHandle, args: Any = None, config: Optional[CallConfig] = None
@@ -385,7 +387,40 @@ class Worker:
                 "submit: device Buffer tensors are staged through host memory, which only "
                 "run() does; use run(), or host arrays with submit()"
             )
-        return RunHandle(native.submit(native_id, items, native_config), self)
+        return self._submit_host(native, native_id, callable, items, native_config)
+
+    def _submit_host(self, native, native_id, callable, items, native_config) -> "RunHandle":
+        """Submits host-array arguments. A run whose arrays overlap those of a run still in
+        flight — one of the two writing them — first waits for that run, so submissions on
+        shared arrays behave as if executed in order (the host copies inputs in at launch
+        and outputs back at the end, so overlapping them would read stale data)."""
+        sig = self._own_handle(callable).signature
+        ranges = []
+        for spec, item in zip(sig, items):
+            if item[0] == "host":
+                arr = item[1]
+                lo = int(arr.__array_interface__["data"][0])
+                ranges.append((lo, lo + int(arr.nbytes), spec.direction.copies_back))
+        with self._lock:
+            self._inflight = [(h, r) for h, r in self._inflight if not h.done]
+            earlier = [
+                h
+                for h, theirs in self._inflight
+                if any(
+                    lo < t_hi and t_lo < hi and (w or t_w)
+                    for lo, hi, w in ranges
+                    for t_lo, t_hi, t_w in theirs
+                )
+            ]
+        for h in earlier:
+            try:
+                h.wait()
+            except Exception:  # noqa: BLE001 - that run's error belongs to its own handle
+                pass
+        handle = RunHandle(native.submit(native_id, items, native_config), self)
+        with self._lock:
+            self._inflight.append((handle, ranges))
+        return handle
 
     def _prepare(self, callable: Any, args: Any, config: Optional[CallConfig]):
         with self._lock:

@@ -128,3 +128,19 @@ def test_submit_refuses_device_buffers_clearly(chip, vadd):
             chip.submit(h, [t, t, np.zeros(16, np.float32)])
     finally:
         chip.free(buf)
+
+
+def test_submits_sharing_arrays_behave_as_if_in_order(chip, vadd, rng):
+    """A run reading (or writing) an array that an earlier, unfinished run writes waits for
+    it, so chained submits on the same arrays give the sequential result."""
+    h = chip.register(vadd)
+    a, b, c = (rng.random(1 << 16, dtype=np.float32) for _ in range(3))
+    d, e = np.empty_like(a), np.empty_like(a)
+    first = chip.submit(h, [a, b, c])  # c = a + b
+    second = chip.submit(h, [c, b, d])  # d = c + b, reads the first run's output
+    third = chip.submit(h, [d, a, e])  # e = d + a
+    for handle in (first, second, third):
+        handle.wait(timeout=30)
+    np.testing.assert_allclose(c, a + b, rtol=1e-6)
+    np.testing.assert_allclose(d, (a + b) + b, rtol=1e-6)
+    np.testing.assert_allclose(e, ((a + b) + b) + a, rtol=1e-6)
