@@ -39,6 +39,10 @@ code   class                     builtin           raised when
 20     ArgumentTypeError         TypeError         an argument has the wrong Python type
 21     WorkerStateError          RuntimeError      closed worker, missing ``init()``, double init
 22     UnsupportedError          NotImplementedError  a feature this build does not have
+23     ExecutionContextRefused   RuntimeError      wrong execution context (forked child, borrowed
+                                                   context not current); retry once restored
+24     RunPreparationRefused     RuntimeError      the run was refused at preparation and its
+                                                   rollback proven (``epoch`` names the run)
 30     BundleError               ValueError        a bundle file is malformed
 31     BundleIOError             OSError           a bundle file cannot be read or written
 40     CompileError              RuntimeError      the C compiler rejected a source
@@ -71,6 +75,8 @@ __all__ = [
     "ArgumentTypeError",
     "WorkerStateError",
     "UnsupportedError",
+    "ExecutionContextRefused",
+    "RunPreparationRefused",
     "BundleError",
     "BundleIOError",
     "CompileError",
@@ -232,6 +238,23 @@ class UnsupportedError(SimplerError, NotImplementedError):
     """A feature of the upstream API that this build does not provide."""
 
     CODE = 22
+
+
+class ExecutionContextRefused(SimplerError, RuntimeError):
+    """The worker was used from the wrong execution context: a forked child (every handle and
+    worker operation refuses there, touching nothing), or a thread whose current borrowed
+    context is not the worker's. Nothing changed; a borrowed context can be restored and the
+    same call (the same run handle) retried."""
+
+    CODE = 23
+
+
+class RunPreparationRefused(SimplerError, RuntimeError):
+    """The run was refused at preparation and its rollback was proven: everything it took is
+    released and its arguments are handed back. ``epoch`` names the run; ``cause`` says why
+    preparation failed."""
+
+    CODE = 24
 
 
 class BundleError(SimplerError, ValueError):

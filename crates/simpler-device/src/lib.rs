@@ -21,6 +21,10 @@
 //!   on hardware (`design/run-completion-fences.txt`, "The question a stream cannot answer").
 //! - [`Device::reset`] is a forced reset: the only way to end work that no boundary and no
 //!   stream synchronize can prove finished.
+//! - Faults are also reported out of band, as [`FaultNotice`]s (device, stream, code) handed
+//!   to the one exception callback of the process ([`Device::set_fault_callback`]). A notice
+//!   arrives asynchronously, possibly late, possibly never; it is evidence about the device,
+//!   never a run's verdict (`design/run-completion-fences.txt`; spec `run-lane.md` §5).
 //! - Memory copies are checked against the live allocations: an out-of-range copy, a double
 //!   free or a foreign pointer is an error, never undefined behaviour.
 
@@ -55,6 +59,22 @@ pub struct StreamId(pub u32);
 /// Handle of an event created by [`Device::create_event`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EventId(pub u32);
+
+/// An asynchronous fault notice: what the exception callback receives
+/// (`aclrtSetExceptionInfoCallback`'s device id, stream id and error code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FaultNotice {
+    /// Logical id of the device that raised it ([`Device::device_id`]).
+    pub device: u32,
+    /// The stream the fault was raised on, when the device could name one.
+    pub stream: Option<StreamId>,
+    /// The device's fault code.
+    pub code: i32,
+}
+
+/// The exception callback: called from a device thread, at any time, possibly concurrently
+/// with itself. It must not block.
+pub type FaultCallback = std::sync::Arc<dyn Fn(FaultNotice) + Send + Sync>;
 
 /// Answer of [`Device::query_event`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,6 +134,15 @@ pub type AicpuKernel = fn(&AicpuContext<'_>, DevicePtr) -> i32;
 pub trait Device: Send + Sync {
     /// The chip's topology.
     fn topology(&self) -> &Topology;
+
+    /// The device's logical id, as its [`FaultNotice`]s name it.
+    fn device_id(&self) -> u32;
+
+    /// Installs (`Some`) or removes (`None`) the exception callback. There is **one slot per
+    /// process and backend**, not per device: installing through any device replaces the
+    /// callback every device of the backend reports to, and removing it silences them all.
+    /// Notices raised while no callback is installed are lost.
+    fn set_fault_callback(&self, callback: Option<FaultCallback>) -> Result<(), DeviceError>;
 
     /// Allocates `size` bytes (> 0) of zeroed device memory, 64-byte aligned.
     fn malloc(&self, size: u64) -> Result<DevicePtr, DeviceError>;

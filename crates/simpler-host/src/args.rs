@@ -76,6 +76,15 @@ pub(crate) fn check_owned(
                 dtype: *dtype,
             },
             OwnedArg::Scalar(_) => ArgView::Scalar,
+            OwnedArg::Device { shape, dtype, .. } => ArgView::Tensor {
+                // A device tensor's length is its shape's; only shape and dtype are checked.
+                len: shape
+                    .iter()
+                    .try_fold(dtype.size_bytes() as u64, |a, &s| a.checked_mul(s))
+                    .map_or(usize::MAX, |b| b as usize),
+                shape,
+                dtype: *dtype,
+            },
         })
         .collect();
     check_views(callable, sig, &views)

@@ -94,6 +94,33 @@ pub enum HostError {
     /// The worker is shut down.
     #[error("the worker is closed")]
     WorkerClosed,
+    /// The operation is not allowed in the worker's current state (a latched execution mode,
+    /// a registry mutation while a run is outstanding, recovery of a borrowed device...).
+    #[error("invalid state: {0}")]
+    InvalidState(String),
+    /// The worker was used from the wrong execution context: a forked child (never
+    /// restorable), or a thread whose current borrowed context is not the worker's (restoring
+    /// it allows a retry with the same handle). Nothing was changed.
+    #[error("execution context refused: {0}")]
+    ExecutionContextRefused(String),
+    /// The run was not prepared, and its rollback was proven: every binding and resource it
+    /// took is released (the release marker matched its epoch), so its arguments are handed
+    /// back. `cause` says why preparation failed.
+    #[error("run {epoch} was refused at preparation and rolled back: {cause}")]
+    RunPreparationRefused {
+        /// The run's epoch (the release marker's).
+        epoch: u64,
+        /// Why preparation failed.
+        cause: Box<HostError>,
+    },
+    /// The worker was dropped without `close()` while the run was in flight: its handle is
+    /// detached, and whatever the device may still touch is kept.
+    #[error("the run was detached: {0}")]
+    Detached(String),
+    /// `close()` was accepted (the worker is closed) but could not prove every resource
+    /// free; what it could not free is kept, and calling `close()` again retries.
+    #[error("the worker is closed, but its cleanup is incomplete: {0}")]
+    CleanupIncomplete(String),
 }
 
 impl From<LoadError> for HostError {
@@ -103,6 +130,21 @@ impl From<LoadError> for HostError {
 }
 
 impl HostError {
+    /// Whether this is an invalid-state error (`INVALID_STATE`): [`HostError::InvalidState`]
+    /// or a full callable registry.
+    pub fn is_invalid_state(&self) -> bool {
+        matches!(
+            self,
+            HostError::InvalidState(_) | HostError::RegistryFull(_)
+        )
+    }
+
+    /// Whether this is an invalid-argument error (`INVALID_ARGUMENT`): one argument of the
+    /// call was wrong (including an explicit callable id out of range or taken).
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self, HostError::InvalidArgument { .. })
+    }
+
     /// Wraps a device error with what the host was doing.
     pub(crate) fn device(context: impl Into<String>) -> impl FnOnce(DeviceError) -> HostError {
         let context = context.into();

@@ -125,14 +125,14 @@ pub(crate) struct Boundary {
     pub(crate) record_error: Option<DeviceError>,
     /// Reserved, not yet committed or revoked, references to this boundary's event.
     pub(crate) pending: u32,
-    /// Committed references by waiter stream.
-    pub(crate) committed: [u32; 2],
+    /// Committed references by waiter stream ([`crate::identity::Waiter`]).
+    pub(crate) committed: [u32; 3],
 }
 
 impl Boundary {
     #[cfg_attr(any(not(test), loom), allow(dead_code))] // spec API, exercised by the tests
     pub(crate) fn references(&self) -> u32 {
-        self.pending + self.committed[0] + self.committed[1]
+        self.pending + self.committed.iter().sum::<u32>()
     }
 
     fn reset_facts(&mut self) {

@@ -43,6 +43,17 @@ pub enum OwnedArg {
     },
     /// A scalar's raw 64 bits.
     Scalar(u64),
+    /// A tensor already in device memory (from [`ChipWorker::malloc`](crate::ChipWorker::malloc)),
+    /// passed in place: neither staged nor copied back. With a caller stream, the caller
+    /// orders its writes before the launch and its reads after Tail.
+    Device {
+        /// The tensor's first byte.
+        ptr: simpler_device::DevicePtr,
+        /// Shape in elements (1..=5 dims), C order.
+        shape: Vec<u64>,
+        /// Element type.
+        dtype: DataType,
+    },
 }
 
 impl std::fmt::Debug for OwnedArg {
@@ -54,6 +65,12 @@ impl std::fmt::Debug for OwnedArg {
                 .field("dtype", dtype)
                 .finish_non_exhaustive(),
             OwnedArg::Scalar(v) => f.debug_tuple("Scalar").field(v).finish(),
+            OwnedArg::Device { ptr, shape, dtype } => f
+                .debug_struct("Device")
+                .field("ptr", ptr)
+                .field("shape", shape)
+                .field("dtype", dtype)
+                .finish(),
         }
     }
 }
@@ -108,7 +125,7 @@ impl RunCell {
         self.done.load(Ordering::Acquire)
     }
 
-    fn outcome(&self) -> Result<RunReport, HostError> {
+    pub(crate) fn outcome(&self) -> Result<RunReport, HostError> {
         self.terminal
             .lock()
             .as_ref()
@@ -144,13 +161,26 @@ impl std::fmt::Debug for RunHandle {
 
 impl RunHandle {
     /// True once the run is terminal (succeeded or failed). Never blocks: it makes the
-    /// progress that needs no waiting, and answers false when another thread holds the lane.
+    /// progress that needs no waiting, and answers false when another thread holds the lane
+    /// — or when the handle is used from the wrong execution context (see
+    /// [`try_poll`](RunHandle::try_poll)).
     pub fn poll(&self) -> bool {
+        self.try_poll().unwrap_or(false)
+    }
+
+    /// [`poll`](RunHandle::poll), telling a refused context apart.
+    ///
+    /// # Errors
+    /// [`HostError::ExecutionContextRefused`] in a forked child (before any lock is taken),
+    /// or on a thread whose current borrowed context is not the worker's (retry after
+    /// restoring it).
+    pub fn try_poll(&self) -> Result<bool, HostError> {
+        self.shared.identity.check()?;
         if self.cell.is_done() {
-            return true;
+            return Ok(true);
         }
         exec::poll_progress(&self.shared);
-        self.cell.is_done()
+        Ok(self.cell.is_done())
     }
 
     /// Waits until the run is terminal, at most `timeout` (`None`: as long as it takes,
@@ -158,9 +188,12 @@ impl RunHandle {
     /// Re-waiting is fine and returns the same outcome.
     ///
     /// # Errors
-    /// [`HostError::WaitTimeout`] if the run is not terminal in time (it goes on), or the
-    /// run's own error.
+    /// [`HostError::WaitTimeout`] if the run is not terminal in time (it goes on),
+    /// [`HostError::ExecutionContextRefused`] from the wrong execution context (nothing is
+    /// touched; a borrowed context can be restored and the wait retried), or the run's own
+    /// error.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<(), HostError> {
+        self.shared.identity.check()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         if !self.cell.is_done() {
             exec::wait_for(&self.shared, &self.cell, deadline, timeout)?;

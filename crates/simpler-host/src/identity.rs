@@ -51,3 +51,34 @@ impl StreamRole {
         }
     }
 }
+
+/// The stream that holds a queued wait on a boundary: one of the run's two, or a caller's
+/// stream (a borrowed caller waits on `cpu_done` before recording its Tail).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Waiter {
+    /// The AICore stream of the lane.
+    Aicore = 0,
+    /// The AICPU stream of the lane.
+    Aicpu = 1,
+    /// The caller's stream of a borrowed launch.
+    Caller = 2,
+}
+
+impl Waiter {
+    /// Every waiter.
+    pub const ALL: [Waiter; 3] = [Waiter::Aicore, Waiter::Aicpu, Waiter::Caller];
+
+    /// Index for per-waiter arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl From<StreamRole> for Waiter {
+    fn from(role: StreamRole) -> Waiter {
+        match role {
+            StreamRole::Aicore => Waiter::Aicore,
+            StreamRole::Aicpu => Waiter::Aicpu,
+        }
+    }
+}

@@ -7,6 +7,13 @@
 //! 2), per-run completion fences, the outcome decision and launch grading
 //! (design `run-completion-fences.txt`, spec `run-lane.md` §1–§3).
 //!
+//! Issue 6 modules, by responsibility: [`fault_monitor`] (the process's exception-callback
+//! slot and notice ring), [`health`] (device health per generation, attribution, admission),
+//! [`registry`] (callable ids, generations, image cache), [`mode`] (the PROGRAM/KERNEL latch),
+//! `caller_stream` (launch on a borrowed caller stream), [`lifecycle`] (environment
+//! identity, context and fork refusal, close/drop rules), `atfork` (the fork hooks) and
+//! [`timeouts`].
+//!
 //! Lane modules, by responsibility: `identity` (run identity), `fence` (the per-slot
 //! completion fence), `wait_ref` (wait-reference tokens), `join` (the cross-run join),
 //! [`outcome`] (decision and drain rules, pure), `launch` (launch grading), [`lane`] (the
@@ -18,21 +25,28 @@
 //! kernel entry functions it launches). It must not reach into runtime internals.
 
 mod args;
+mod atfork;
 pub mod bundle;
 pub mod callable;
+mod caller_stream;
 pub mod config;
-pub mod fsio;
 mod error;
 mod exec;
+pub mod fault_monitor;
 mod fence;
+pub mod fsio;
 mod handle;
+pub mod health;
 mod identity;
 mod join;
 pub mod lane;
 mod launch;
+pub mod lifecycle;
 pub mod loader;
+pub mod mode;
 pub mod outcome;
 mod pod;
+pub mod registry;
 pub mod signature;
 mod slot;
 mod sync;
@@ -48,8 +62,11 @@ pub use error::HostError;
 pub use exec::RunReport;
 pub use fence::Completion;
 pub use handle::{HostBuffer, OwnedArg, RunHandle, RunOutput};
-pub use identity::{RunIdentity, StreamRole};
+pub use identity::{RunIdentity, StreamRole, Waiter};
 pub use launch::LaunchGrade;
+pub use lifecycle::{EnvironmentIdentity, Ownership, WorkerState};
+pub use mode::{ExecutionMode, ExecutionModeLatch};
+pub use registry::{CallableId, CallableInfo, ImageCacheStats, MAX_CALLABLES};
 pub use signature::{ArgDirection, ArgSpec, Signature, SignatureError};
 pub use timeouts::Timeouts;
-pub use worker::{CallableId, ChipWorker, WorkerConfig, MAX_CALLABLES};
+pub use worker::{ChipWorker, WorkerConfig};

@@ -4,20 +4,23 @@
 //! - per pipeline slot ([`PipelineSlot`], one per unit of launch depth): the launch
 //!   descriptor, the epoch-stamped result region, the orchestration arguments, the func
 //!   tables, the core mailboxes and the runtime state word, the slot's completion fence and
-//!   its two join-proof events. Two runs in flight never share any of these, so a successor
+//!   its two join-proof events, and its three caller-order events (created lazily, by the
+//!   first caller launch the slot hosts; [`crate::caller_stream`]). Two runs in flight never share any of these, so a successor
 //!   can be staged while its predecessor executes;
 //! - per lane ([`LaneResources`]): the stream pair every run is launched on (preparing a
 //!   successor never selects or replaces a stream) and the output heap (device scratch:
 //!   runs execute one after the other on the device, so one heap serves both slots).
 //!
-//! Everything is allocated once per worker and freed at
-//! teardown, and only on a path that proved the device done with it.
+//! Everything is allocated once per worker and freed at teardown, and only on a path that
+//! proved the device done with it; a free or destroy that fails keeps its handle, so a
+//! retried teardown frees exactly what is left.
 
 use std::sync::Arc;
 
 use simpler_abi::{CoreMailbox, OrchArgs, RunLaunchDesc, RunResult, MAX_FUNC_ID};
 use simpler_device::{Device, DevicePtr, EventId, StreamId};
 
+use crate::caller_stream::CallerEvents;
 use crate::fence::RunCompletionFence;
 use crate::identity::StreamRole;
 use crate::HostError;
@@ -36,6 +39,8 @@ pub(crate) struct PipelineSlot {
     pub(crate) fence: Arc<RunCompletionFence>,
     /// Join-proof events, by the stream that holds the join wait (created at first join).
     pub(crate) proofs: [Option<EventId>; 2],
+    /// Start, Fork and Tail of caller launches (created at the first one).
+    pub(crate) caller_events: CallerEvents,
     /// The zero result marker was published: the region's bytes are evidence from now on.
     pub(crate) result_initialized: bool,
     /// Dispatch id of the run occupying the slot.
@@ -83,6 +88,7 @@ impl PipelineSlot {
             state_word,
             fence: Arc::new(RunCompletionFence::new()),
             proofs: [None, None],
+            caller_events: CallerEvents::default(),
             result_initialized: false,
             occupant: None,
             quarantined: false,
@@ -109,15 +115,20 @@ impl PipelineSlot {
         ])
     }
 
-    /// Frees everything (only once the slot is proven quiescent, or after a confirmed reset).
-    pub(crate) fn release(&mut self, device: &Arc<dyn Device>) {
-        for p in self.allocations.drain(..) {
-            let _ = device.free(p);
+    /// Frees everything (only once the slot is proven quiescent, or after a confirmed
+    /// reset). What fails to free is kept for a retry; true when nothing is left.
+    pub(crate) fn release(&mut self, device: &Arc<dyn Device>) -> bool {
+        self.allocations.retain(|p| device.free(*p).is_err());
+        for e in self.proofs.iter_mut() {
+            if let Some(ev) = *e {
+                if device.destroy_event(ev).is_ok() {
+                    *e = None;
+                }
+            }
         }
-        for e in self.proofs.iter_mut().filter_map(Option::take) {
-            let _ = device.destroy_event(e);
-        }
-        let _ = self.fence.release(&**device);
+        let events = self.caller_events.release(&**device);
+        let fence = self.fence.release(&**device).is_ok();
+        self.allocations.is_empty() && self.proofs.iter().all(Option::is_none) && events && fence
     }
 }
 
@@ -126,6 +137,8 @@ pub(crate) struct LaneResources {
     pub(crate) aicore_stream: StreamId,
     pub(crate) aicpu_stream: StreamId,
     pub(crate) heap: Option<DevicePtr>,
+    /// Streams destroyed so far (AICore, AICPU).
+    destroyed: [bool; 2],
 }
 
 impl LaneResources {
@@ -144,6 +157,7 @@ impl LaneResources {
             aicore_stream,
             aicpu_stream,
             heap: None,
+            destroyed: [false; 2],
         })
     }
 
@@ -171,12 +185,22 @@ impl LaneResources {
         Ok(h)
     }
 
-    /// Frees the heap and destroys the streams.
-    pub(crate) fn release(&mut self, device: &Arc<dyn Device>) {
-        if let Some(h) = self.heap.take() {
-            let _ = device.free(h);
+    /// Frees the heap and destroys the streams; what fails is kept for a retry. True when
+    /// nothing is left.
+    pub(crate) fn release(&mut self, device: &Arc<dyn Device>) -> bool {
+        if let Some(h) = self.heap {
+            if device.free(h).is_ok() {
+                self.heap = None;
+            }
         }
-        let _ = device.destroy_stream(self.aicore_stream);
-        let _ = device.destroy_stream(self.aicpu_stream);
+        for (i, s) in [self.aicore_stream, self.aicpu_stream]
+            .into_iter()
+            .enumerate()
+        {
+            if !self.destroyed[i] && device.destroy_stream(s).is_ok() {
+                self.destroyed[i] = true;
+            }
+        }
+        self.heap.is_none() && self.destroyed.iter().all(|&d| d)
     }
 }

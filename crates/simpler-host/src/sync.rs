@@ -1,9 +1,14 @@
-//! The locks of the lock-sensitive pieces (the completion fence), switched to `loom`'s
-//! model-checked versions under `cfg(loom)` so the loom model in `fence` exercises the real
-//! code.
+//! The locks of the lock-sensitive pieces (the completion fence) and the atomics of the
+//! lock-free one (the fault monitor's notice ring), switched to `loom`'s model-checked
+//! versions under `cfg(loom)` so the loom models in `fence` and `fault_monitor` exercise the
+//! real code.
 
 #[cfg(loom)]
+pub(crate) use loom::sync::atomic;
+#[cfg(loom)]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic;
 pub(crate) use std::sync::TryLockError;
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Mutex, MutexGuard};

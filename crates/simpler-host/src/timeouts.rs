@@ -243,4 +243,47 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn the_tensor_data_timeout_stays_outside_the_ordering() {
+        // (variables, warnings, tensor-data timeout, op/sync/scheduler back to defaults)
+        type Row<'a> = (&'a [(&'a str, &'a str)], usize, Duration, bool);
+        let rows: &[Row<'_>] = &[
+            // Alone, even far above every other timeout, it triggers no ordering check.
+            (
+                &[("SIMPLER_TENSOR_DATA_TIMEOUT_MS", "2000000000")],
+                0,
+                Duration::from_millis(2_000_000_000),
+                false,
+            ),
+            // A broken ordering resets op/sync/scheduler and keeps the tensor-data override.
+            (
+                &[
+                    ("SIMPLER_SCHEDULER_TIMEOUT_MS", "50000"),
+                    ("SIMPLER_TENSOR_DATA_TIMEOUT_MS", "250"),
+                ],
+                1,
+                Duration::from_millis(250),
+                true,
+            ),
+            // A bad tensor-data value warns on its own and keeps its default.
+            (
+                &[("SIMPLER_TENSOR_DATA_TIMEOUT_MS", "0")],
+                1,
+                DEFAULT_TENSOR_DATA,
+                false,
+            ),
+        ];
+        for (vars, warnings, tensor, reset) in rows {
+            let (t, w) = Timeouts::resolve(env(vars), true);
+            assert_eq!(w.len(), *warnings, "{vars:?}: {w:?}");
+            assert_eq!(t.tensor_data, *tensor, "{vars:?}");
+            let defaults = (t.op_execute, t.stream_sync, t.scheduler)
+                == (DEFAULT_OP_EXECUTE, DEFAULT_STREAM_SYNC, DEFAULT_SCHEDULER);
+            assert!(defaults || !reset, "{vars:?}");
+            if *reset {
+                assert!(w[0].contains("below op-execute"), "{w:?}");
+            }
+        }
+    }
 }

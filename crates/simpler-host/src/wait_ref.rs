@@ -27,7 +27,7 @@
 use simpler_device::EventId;
 
 use crate::fence::{FenceError, RunCompletionFence};
-use crate::identity::{RunIdentity, StreamRole};
+use crate::identity::{RunIdentity, StreamRole, Waiter};
 use crate::sync::lock;
 
 /// Refusal reasons of the token rules, shared with the tests.
@@ -62,7 +62,7 @@ struct Minted {
     arming: u64,
     identity: RunIdentity,
     boundary: StreamRole,
-    waiter: StreamRole,
+    waiter: Waiter,
 }
 
 /// One reference to a boundary event held by a queued stream wait. Move-only.
@@ -132,9 +132,10 @@ impl RunCompletionFence {
         &self,
         id: &RunIdentity,
         boundary: StreamRole,
-        waiter: StreamRole,
+        waiter: impl Into<Waiter>,
         out: &mut WaitReference,
     ) -> Result<(), FenceError> {
+        let waiter = waiter.into();
         if !out.is_empty() {
             return Err(FenceError::Refused(why::OUT_NOT_EMPTY));
         }
@@ -204,8 +205,9 @@ impl RunCompletionFence {
     pub(crate) fn release_wait_reference(
         &self,
         r: &mut WaitReference,
-        proven_waiter: StreamRole,
+        proven_waiter: impl Into<Waiter>,
     ) -> Result<(), FenceError> {
+        let proven_waiter = proven_waiter.into();
         let mut st = lock(&self.state);
         let m = match (r.state, r.minted) {
             (RefState::Committed, Some(m)) => m,

@@ -7,23 +7,39 @@
 //! cross-run join; completion is each run's own two boundaries, the verdict its own
 //! epoch-stamped result record. [`ChipWorker::run`] is submit + wait for borrowed buffers.
 //! The worker is a thin owner of an `Arc<Shared>` so run handles can drive the lane.
+//!
+//! Every operation starts with the environment check of [`crate::lifecycle`] (a forked
+//! child, or a borrowed worker outside its context, is refused before any lock), and the
+//! launching ones claim the execution mode ([`crate::mode`]): `submit`/`run` PROGRAM,
+//! `submit_on_stream` KERNEL. Registration goes through [`crate::registry`] and is
+//! serialized with `close()` on the worker's context lock; it is refused while a run is
+//! outstanding. The worker holds a reference on the process's fault monitor
+//! ([`crate::fault_monitor`]) from creation to teardown, so its lane can read the device's
+//! fault notices into its health ([`crate::health`]).
+//!
+//! Locks, in acquisition order: context → lane → callable table (the table is only ever
+//! held briefly, alone or last).
 
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
-use simpler_abi::{CoreType, MAX_FUNC_ID};
 use simpler_device::sim::SimDevice;
-use simpler_device::{Device, DevicePtr, Topology};
+use simpler_device::{Device, DevicePtr, StreamId, Topology};
 
 use crate::config::CallConfig;
 use crate::exec::{self, Kernels, Lane, RunReport};
+use crate::fault_monitor::FaultMonitor;
 use crate::handle::{OwnedArg, RunHandle};
-use crate::loader::{self, EntryKind, LoadedCode};
-use crate::{CallableSpec, HostArg, HostError, Signature};
-
-/// Number of callable slots (`MAX_REGISTERED_CALLABLE_IDS`).
-pub const MAX_CALLABLES: usize = 64;
+use crate::health::HealthReport;
+use crate::lifecycle::{EnvironmentIdentity, WorkerState};
+use crate::mode::{ExecutionMode, ExecutionModeLatch};
+use crate::registry::{
+    self, CallableId, CallableInfo, CallableTable, ImageCache, ImageCacheStats, Registered,
+};
+use crate::{CallableSpec, HostArg, HostError};
 
 /// Configuration of a [`ChipWorker`].
 #[derive(Clone, Debug)]
@@ -123,22 +139,10 @@ impl WorkerConfig {
     }
 }
 
-/// Id of a registered callable (its registry slot, `0..64`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct CallableId(pub u32);
-
-/// A registered callable: loaded code and its func tables.
-pub(crate) struct Registered {
-    pub(crate) name: String,
-    pub(crate) signature: Signature,
-    pub(crate) orchestration: LoadedCode,
-    pub(crate) _kernels: Vec<LoadedCode>,
-    /// func id → entry address (0 = none), `func_count` entries.
-    pub(crate) func_addrs: Vec<u64>,
-    /// The func table as published to the device (little-endian u64 per func id).
-    pub(crate) func_table_bytes: Vec<u8>,
-    /// The core-type table as published (little-endian u32 per func id).
-    pub(crate) func_type_bytes: Vec<u8>,
+/// What the context lock guards: the image cache and the occupancy generations.
+pub(crate) struct RegistryContext {
+    cache: ImageCache,
+    next_generation: u64,
 }
 
 /// Everything a worker and its run handles share.
@@ -146,18 +150,28 @@ pub(crate) struct Shared {
     pub(crate) device: Arc<dyn Device>,
     pub(crate) config: WorkerConfig,
     pub(crate) kernels: Kernels,
-    pub(crate) callables: Mutex<Vec<Option<Arc<Registered>>>>,
+    /// Who this worker is; checked first by every operation.
+    pub(crate) identity: EnvironmentIdentity,
+    /// PROGRAM or KERNEL, claimed once.
+    pub(crate) mode: ExecutionModeLatch,
+    /// Serializes register, unregister and close.
+    pub(crate) context: Mutex<RegistryContext>,
+    /// The callable slots (brief locking only).
+    pub(crate) table: Mutex<CallableTable>,
     pub(crate) lane: Mutex<Lane>,
     /// Signalled whenever the lane makes progress (runs end, a driver finishes).
     pub(crate) cv: Condvar,
+    /// Set once the worker left OPEN (closed or detached): device-memory calls refuse too.
+    pub(crate) closed: AtomicBool,
 }
 
 /// One chip, its runtime and its callables.
 ///
-/// Thread-safe. Dropping the worker drains the runs in flight (queued runs end with
+/// Thread-safe. [`close`](ChipWorker::close) drains the runs in flight (queued runs end with
 /// [`HostError::WorkerClosed`]) and frees every device allocation it made — after a forced
-/// device reset if the device was marked unusable, and never while the device may still
-/// touch the memory.
+/// device reset if an owned device was marked unusable, and never while the device may still
+/// touch the memory. Dropping a worker that was not closed detaches its handles instead
+/// ([`HostError::Detached`] for runs still on the device, whose resources are kept).
 pub struct ChipWorker {
     shared: Arc<Shared>,
 }
@@ -166,12 +180,14 @@ impl std::fmt::Debug for ChipWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChipWorker")
             .field("config", &self.shared.config)
+            .field("identity", &self.shared.identity)
             .finish_non_exhaustive()
     }
 }
 
 impl ChipWorker {
-    /// Starts a sim device with `config` and prepares the lane (streams and slots).
+    /// Starts a sim device with `config` and prepares the lane (streams and slots). The worker
+    /// owns its context; its execution mode is claimed by its first launch.
     ///
     /// # Errors
     /// [`HostError::InvalidConfig`] naming the bad field, or a device error.
@@ -185,7 +201,8 @@ impl ChipWorker {
     }
 
     /// A worker on an existing device (for example a [`SimDevice`] whose faults a test
-    /// injects). `config.topology` is ignored: the device's own topology is used.
+    /// injects), owning its context. `config.topology` is ignored: the device's own topology
+    /// is used.
     ///
     /// # Errors
     /// [`HostError::InvalidConfig`] naming the bad field, or a device error.
@@ -193,22 +210,75 @@ impl ChipWorker {
         config: WorkerConfig,
         device: Arc<dyn Device>,
     ) -> Result<ChipWorker, HostError> {
+        ChipWorker::init(config, device, None)
+    }
+
+    /// A worker in a context the caller owns (`borrowed_context_generation`), on the caller's
+    /// device. It claims the KERNEL execution mode at once: its runs are launched on caller
+    /// streams ([`submit_on_stream`](ChipWorker::submit_on_stream)) and program launch is
+    /// refused. Every operation needs the generation to be the calling thread's current
+    /// context ([`crate::lifecycle::enter_context`]); the worker never synchronizes or resets
+    /// the whole device — its failures poison it and the caller owns recovery.
+    ///
+    /// # Errors
+    /// [`HostError::ExecutionContextRefused`] when the generation is not current on this
+    /// thread, [`HostError::InvalidConfig`], or a device error.
+    pub fn borrowed(
+        config: WorkerConfig,
+        device: Arc<dyn Device>,
+        borrowed_context_generation: NonZeroU64,
+    ) -> Result<ChipWorker, HostError> {
+        let w = ChipWorker::init(config, device, Some(borrowed_context_generation))?;
+        w.shared.mode.latch(ExecutionMode::Kernel)?;
+        Ok(w)
+    }
+
+    fn init(
+        config: WorkerConfig,
+        device: Arc<dyn Device>,
+        borrowed: Option<NonZeroU64>,
+    ) -> Result<ChipWorker, HostError> {
+        let identity = EnvironmentIdentity::new(device.device_id(), borrowed);
+        identity.check()?;
         let config = WorkerConfig {
             topology: *device.topology(),
             ..config
         };
         config.validate()?;
-        let lane = Lane::new(&device, config.launch_depth, config.heap_size)?;
+        let mut lane = Lane::new(
+            &device,
+            config.launch_depth,
+            config.heap_size,
+            identity.ownership,
+        )?;
+        let monitor = FaultMonitor::global();
+        match monitor.acquire(&*device) {
+            Ok(()) => lane.watch_notices(monitor.cursor_from_now()),
+            // Not fatal: the worker runs without notices (silence is not health).
+            Err(e) => tracing::warn!(error = %e, "cannot install the fault callback"),
+        }
         Ok(ChipWorker {
             shared: Arc::new(Shared {
                 device,
                 config,
                 kernels: Kernels::default(),
-                callables: Mutex::new((0..MAX_CALLABLES).map(|_| None).collect()),
+                identity,
+                mode: ExecutionModeLatch::new(),
+                context: Mutex::new(RegistryContext {
+                    cache: ImageCache::default(),
+                    next_generation: 1,
+                }),
+                table: Mutex::new(CallableTable::default()),
                 lane: Mutex::new(lane),
                 cv: Condvar::new(),
+                closed: AtomicBool::new(false),
             }),
         })
+    }
+
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// The device this worker drives.
@@ -221,111 +291,193 @@ impl ChipWorker {
         &self.shared.config
     }
 
-    /// Why the device refuses new runs, if it does (admission is closed until a confirmed
-    /// forced reset, which happens when the worker is dropped).
-    pub fn unusable_reason(&self) -> Option<String> {
-        self.shared.lane.lock().unusable.clone()
+    /// Who this worker is (process, incarnation, context generation, device, ownership).
+    pub fn identity(&self) -> &EnvironmentIdentity {
+        &self.shared.identity
     }
 
-    /// Loads a callable's code and registers it under the lowest free id.
+    /// The execution mode claimed so far; `None` while unclaimed.
+    pub fn latched_mode(&self) -> Option<ExecutionMode> {
+        self.shared.mode.latched_mode()
+    }
+
+    /// Open, closed (with or without cleanup debt), or detached.
+    ///
+    /// # Errors
+    /// [`HostError::ExecutionContextRefused`] from the wrong context.
+    pub fn state(&self) -> Result<WorkerState, HostError> {
+        self.shared.identity.check()?;
+        Ok(self.shared.lane.lock().state)
+    }
+
+    /// Why the device refuses new runs, if it does: a run the lane could not prove finished,
+    /// or a suspect device (a fault notice named one of this worker's streams). Admission
+    /// returns only through a confirmed forced reset ([`recover_device`](Self::recover_device),
+    /// or teardown). In a forked child this answers without taking a lock.
+    pub fn unusable_reason(&self) -> Option<String> {
+        if let Err(e) = self.shared.identity.check_process() {
+            return Some(e.to_string());
+        }
+        self.shared.lane.lock().admission_refusal()
+    }
+
+    /// The device health of this worker: generation, suspicion, first fault code, counters.
+    ///
+    /// # Errors
+    /// [`HostError::ExecutionContextRefused`] from the wrong context.
+    pub fn health(&self) -> Result<HealthReport, HostError> {
+        self.shared.identity.check()?;
+        Ok(self.shared.lane.lock().health.report())
+    }
+
+    /// Whether the worker reads the device's fault notices (its fault-callback install
+    /// succeeded).
+    pub fn watches_fault_notices(&self) -> bool {
+        self.shared.lane.lock().watches_notices()
+    }
+
+    /// Restores admission through a confirmed forced reset of the device: retires the device
+    /// generation (suspicion, stream history), abandons every fence, frees what the lane had
+    /// to keep, and reinstalls the fault callback. Owned workers only, with no run
+    /// outstanding. An unconfirmed reset leaves admission closed.
+    ///
+    /// # Errors
+    /// [`HostError::InvalidState`] for a borrowed worker (the caller owns recovery) or with
+    /// runs outstanding, a device error when the reset is not confirmed,
+    /// [`HostError::WorkerClosed`], [`HostError::ExecutionContextRefused`].
+    pub fn recover_device(&self) -> Result<(), HostError> {
+        self.shared.identity.check()?;
+        exec::recover_device(&self.shared)
+    }
+
+    /// Loads a callable's code (sharing equal images already loaded) and registers it under
+    /// the lowest free id.
     ///
     /// # Errors
     /// [`HostError::InvalidCallable`] (duplicate or out-of-range func ids, no kernels),
-    /// [`HostError::Signature`], [`HostError::Load`] naming the image and symbol, or
-    /// [`HostError::RegistryFull`].
+    /// [`HostError::Signature`], [`HostError::Load`] naming the image and symbol,
+    /// [`HostError::RegistryFull`] (invalid-state), [`HostError::InvalidState`] while a run
+    /// is outstanding, [`HostError::WorkerClosed`], [`HostError::ExecutionContextRefused`].
     pub fn register(&self, spec: &CallableSpec) -> Result<CallableId, HostError> {
-        spec.signature.validate()?;
-        let invalid = |reason: String| HostError::InvalidCallable {
-            name: spec.name.clone(),
-            reason,
-        };
-        let mut count = 0usize;
-        for (i, k) in spec.kernels.iter().enumerate() {
-            if k.func_id as usize >= MAX_FUNC_ID {
-                return Err(invalid(format!(
-                    "func id {} is not below {MAX_FUNC_ID}",
-                    k.func_id
-                )));
-            }
-            if spec.kernels[..i].iter().any(|o| o.func_id == k.func_id) {
-                return Err(invalid(format!(
-                    "func id {} is used by two kernels",
-                    k.func_id
-                )));
-            }
-            count = count.max(k.func_id as usize + 1);
-        }
-        let orchestration = loader::load(
-            &spec.orchestration,
-            EntryKind::Orchestration,
-            &format!("`{}` orchestration", spec.name),
-        )?;
-        let mut func_addrs = vec![0u64; count];
-        let mut func_types = vec![0u32; count];
-        let mut kernels = Vec::with_capacity(spec.kernels.len());
-        for k in &spec.kernels {
-            let code = loader::load(
-                &k.image,
-                EntryKind::Kernel,
-                &format!("`{}` kernel func {}", spec.name, k.func_id),
-            )?;
-            func_addrs[k.func_id as usize] = code.addr;
-            func_types[k.func_id as usize] = match k.core_type {
-                CoreType::Aic => 1,
-                CoreType::Aiv => 2,
-            };
-            kernels.push(code);
-        }
-        let func_table_bytes = func_addrs.iter().flat_map(|a| a.to_le_bytes()).collect();
-        let func_type_bytes = func_types.iter().flat_map(|t| t.to_le_bytes()).collect();
-        let registered = Arc::new(Registered {
-            name: spec.name.clone(),
-            signature: spec.signature.clone(),
-            orchestration,
-            _kernels: kernels,
-            func_addrs,
-            func_table_bytes,
-            func_type_bytes,
-        });
-        let mut callables = self.shared.callables.lock();
-        let free = callables
-            .iter()
-            .position(Option::is_none)
-            .ok_or(HostError::RegistryFull(MAX_CALLABLES))?;
-        callables[free] = Some(registered);
-        Ok(CallableId(free as u32))
+        self.register_as(None, spec)
     }
 
-    /// Removes a callable; its code is unloaded once no run uses it.
+    /// Registers a callable under the explicit id `id` (same namespace as automatic ids).
     ///
     /// # Errors
-    /// [`HostError::UnknownCallable`].
-    pub fn unregister(&self, id: CallableId) -> Result<(), HostError> {
-        let mut callables = self.shared.callables.lock();
-        match callables.get_mut(id.0 as usize).and_then(Option::take) {
-            Some(_) => Ok(()),
-            None => Err(HostError::UnknownCallable(id.0)),
+    /// As [`register`](Self::register), plus [`HostError::InvalidArgument`] (argument
+    /// `callable_id`) when `id` is out of range or taken.
+    pub fn register_with_id(&self, id: u32, spec: &CallableSpec) -> Result<CallableId, HostError> {
+        self.register_as(Some(id), spec)
+    }
+
+    /// The out-parameter form (`simpler_register_callable_v2`): registers under the lowest
+    /// free id and writes it to `out_id`, or −1 on any failure.
+    ///
+    /// # Errors
+    /// As [`register`](Self::register).
+    pub fn register_v2(&self, spec: &CallableSpec, out_id: &mut i32) -> Result<(), HostError> {
+        registry::register_into(out_id, || self.register(spec))
+    }
+
+    fn register_as(
+        &self,
+        explicit: Option<u32>,
+        spec: &CallableSpec,
+    ) -> Result<CallableId, HostError> {
+        self.shared.identity.check()?;
+        let mut ctx = self.shared.context.lock();
+        // Fail fast, before loading anything.
+        self.check_mutable()?;
+        if let Some(id) = explicit {
+            registry::check_explicit(&self.shared.table.lock(), id)?;
+        } else {
+            self.shared.table.lock().lowest_free()?;
         }
+        let generation = ctx.next_generation;
+        let registered = Arc::new(registry::build(&mut ctx.cache, spec, generation)?);
+        // The commit point: no run outstanding, under the lane lock.
+        let lane = self.lock_mutable_lane()?;
+        let mut table = self.shared.table.lock();
+        let id = match explicit {
+            Some(id) => table.insert_explicit(id, registered)?,
+            None => table.insert_auto(registered)?,
+        };
+        ctx.next_generation += 1;
+        drop(lane);
+        Ok(id)
+    }
+
+    /// Removes a callable; its code is unloaded once no callable and no run uses it.
+    ///
+    /// # Errors
+    /// [`HostError::UnknownCallable`], [`HostError::InvalidState`] while a run is
+    /// outstanding, [`HostError::WorkerClosed`], [`HostError::ExecutionContextRefused`].
+    pub fn unregister(&self, id: CallableId) -> Result<(), HostError> {
+        self.shared.identity.check()?;
+        let _ctx = self.shared.context.lock();
+        let lane = self.lock_mutable_lane()?;
+        let removed = self.shared.table.lock().remove(id)?;
+        drop(lane);
+        drop(removed);
+        Ok(())
+    }
+
+    /// What slot `id` holds (name and occupancy generation), if anything.
+    pub fn callable_info(&self, id: CallableId) -> Option<CallableInfo> {
+        self.shared.table.lock().info(id)
+    }
+
+    /// Counters of the image cache (live images, loads, loads avoided by sharing).
+    pub fn image_cache_stats(&self) -> ImageCacheStats {
+        self.shared.context.lock().cache.stats()
+    }
+
+    fn check_mutable(&self) -> Result<(), HostError> {
+        drop(self.lock_mutable_lane()?);
+        Ok(())
+    }
+
+    /// The lane, locked, provided the registry may be mutated: the worker is open and no
+    /// run is outstanding (finished runs are finalized first, without blocking).
+    fn lock_mutable_lane(&self) -> Result<parking_lot::MutexGuard<'_, Lane>, HostError> {
+        exec::poll_progress(&self.shared);
+        let lane = self.shared.lane.lock();
+        if lane.state != WorkerState::Open {
+            return Err(HostError::WorkerClosed);
+        }
+        match lane.outstanding() {
+            0 => Ok(lane),
+            n => Err(HostError::InvalidState(format!(
+                "{n} run(s) are outstanding; the callable registry is not mutated while a run \
+                 is outstanding"
+            ))),
+        }
+    }
+
+    /// The identity and context check, then: not closed.
+    fn open(&self) -> Result<(), HostError> {
+        self.shared.identity.check()?;
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(HostError::WorkerClosed);
+        }
+        Ok(())
     }
 
     fn callable(&self, id: CallableId) -> Result<Arc<Registered>, HostError> {
-        self.shared
-            .callables
-            .lock()
-            .get(id.0 as usize)
-            .and_then(Clone::clone)
-            .ok_or(HostError::UnknownCallable(id.0))
+        self.shared.table.lock().get(id)
     }
 
     /// Submits a run of a registered callable on owned `args` (signature order) to the lane
     /// and returns at once with its handle; the run is prepared and launched now when a
     /// pipeline slot is free. When the lane already holds two runs, this call first drives
-    /// the oldest to completion.
+    /// the oldest to completion. Claims the PROGRAM execution mode.
     ///
     /// # Errors
     /// Argument errors (synchronously, before anything touches the device),
     /// [`HostError::UnknownCallable`], [`HostError::DeviceUnusable`] when admission is
-    /// closed, [`HostError::WorkerClosed`]. Failures of the run itself are the handle's.
+    /// closed, [`HostError::InvalidState`] in a KERNEL context, [`HostError::WorkerClosed`],
+    /// [`HostError::ExecutionContextRefused`]. Failures of the run itself are the handle's.
     pub fn submit(&self, id: CallableId, args: Vec<OwnedArg>) -> Result<RunHandle, HostError> {
         self.submit_with(id, args, &CallConfig::default())
     }
@@ -340,10 +492,50 @@ impl ChipWorker {
         mut args: Vec<OwnedArg>,
         config: &CallConfig,
     ) -> Result<RunHandle, HostError> {
+        self.shared.identity.check()?;
+        self.shared.mode.latch(ExecutionMode::Program)?;
         let plan = config.plan(&self.shared.config)?;
         let callable = self.callable(id)?;
         crate::args::check_owned(&callable.name, &callable.signature, &mut args)?;
-        exec::submit(&self.shared, callable, args, plan)
+        exec::submit(&self.shared, callable, args, plan, None)
+    }
+
+    /// Launches a run on the caller's stream `caller` (`simpler_launch_run_on_stream`):
+    /// ordered after the work the caller queued on it before this call, and before the work
+    /// it queues after this call returns (design: caller → Start → the run's two kernels →
+    /// the caller waits the run's whole-operator boundary → Tail). A successful return means
+    /// the run is actually enqueued (predecessors are drained first when no slot is free);
+    /// launch errors are returned here, not deferred to the handle. `wait`/`result` still
+    /// give the run's verdict. Claims the KERNEL execution mode.
+    ///
+    /// The caller orders its input writes before this call, serializes its submissions, keeps
+    /// the stream and the buffers alive until the run is finalized, and consumes outputs only
+    /// behind the Tail (work queued on `caller` after this call) — never merely because this
+    /// call failed. [`OwnedArg::Device`] passes device tensors in place.
+    ///
+    /// # Errors
+    /// As [`submit_with`](Self::submit_with) (with [`HostError::InvalidState`] in a PROGRAM
+    /// context), [`HostError::InvalidArgument`] (`caller_stream`) for an unknown stream, and
+    /// the launch's own error.
+    pub fn submit_on_stream(
+        &self,
+        id: CallableId,
+        mut args: Vec<OwnedArg>,
+        config: &CallConfig,
+        caller: StreamId,
+    ) -> Result<RunHandle, HostError> {
+        self.shared.identity.check()?;
+        self.shared.mode.latch(ExecutionMode::Kernel)?;
+        let plan = config.plan(&self.shared.config)?;
+        let callable = self.callable(id)?;
+        crate::args::check_owned(&callable.name, &callable.signature, &mut args)?;
+        if let Err(e) = self.shared.device.query_stream(caller) {
+            return Err(HostError::InvalidArgument {
+                arg: "caller_stream".into(),
+                reason: format!("not a usable stream of this device: {e}"),
+            });
+        }
+        exec::submit(&self.shared, callable, args, plan, Some(caller))
     }
 
     /// Runs a registered callable on `args` (signature order) and waits for it.
@@ -355,7 +547,8 @@ impl ChipWorker {
     /// # Errors
     /// Argument errors (before anything touches the device), [`HostError::RunFailed`] with
     /// the runtime's code and message, [`HostError::Timeout`], [`HostError::DeviceFault`],
-    /// [`HostError::DeviceUnusable`], [`HostError::RunUndecided`].
+    /// [`HostError::DeviceUnusable`], [`HostError::RunUndecided`],
+    /// [`HostError::RunPreparationRefused`], and the refusals of `submit`.
     pub fn run(&self, id: CallableId, args: &mut [HostArg<'_>]) -> Result<RunReport, HostError> {
         self.run_with(id, args, &CallConfig::default())
     }
@@ -370,6 +563,8 @@ impl ChipWorker {
         args: &mut [HostArg<'_>],
         config: &CallConfig,
     ) -> Result<RunReport, HostError> {
+        self.shared.identity.check()?;
+        self.shared.mode.latch(ExecutionMode::Program)?;
         let plan = config.plan(&self.shared.config)?;
         let callable = self.callable(id)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
@@ -391,7 +586,7 @@ impl ChipWorker {
                 HostArg::Scalar(v) => OwnedArg::Scalar(*v),
             })
             .collect();
-        let out = exec::submit(&self.shared, callable.clone(), owned, plan)?.result()?;
+        let out = exec::submit(&self.shared, callable.clone(), owned, plan, None)?.result()?;
         for ((spec, dst), src) in callable
             .signature
             .args
@@ -411,8 +606,10 @@ impl ChipWorker {
     /// Allocates `size` bytes of device memory.
     ///
     /// # Errors
-    /// A device error (zero or huge size, out of memory).
+    /// A device error (zero or huge size, out of memory), a refused context, or
+    /// [`HostError::WorkerClosed`].
     pub fn malloc(&self, size: u64) -> Result<DevicePtr, HostError> {
+        self.open()?;
         self.shared
             .device
             .malloc(size)
@@ -422,8 +619,9 @@ impl ChipWorker {
     /// Frees device memory from [`malloc`](ChipWorker::malloc).
     ///
     /// # Errors
-    /// A device error (unknown pointer, double free).
+    /// A device error (unknown pointer, double free), or a refused context.
     pub fn free(&self, ptr: DevicePtr) -> Result<(), HostError> {
+        self.open()?;
         self.shared
             .device
             .free(ptr)
@@ -433,8 +631,10 @@ impl ChipWorker {
     /// Copies host bytes to device memory.
     ///
     /// # Errors
-    /// A device error when the range is not inside one live allocation.
+    /// A device error when the range is not inside one live allocation, or a refused
+    /// context.
     pub fn copy_to(&self, dst: DevicePtr, src: &[u8]) -> Result<(), HostError> {
+        self.open()?;
         self.shared
             .device
             .copy_to_device(dst, src)
@@ -444,17 +644,152 @@ impl ChipWorker {
     /// Copies device memory to host bytes.
     ///
     /// # Errors
-    /// A device error when the range is not inside one live allocation.
+    /// A device error when the range is not inside one live allocation, or a refused
+    /// context.
     pub fn copy_from(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), HostError> {
+        self.open()?;
         self.shared
             .device
             .copy_from_device(dst, src)
             .map_err(HostError::device("copying from the device"))
     }
+
+    /// Closes the worker: validated first (a refused close changes nothing), then CLOSED for
+    /// good — queued runs end with [`HostError::WorkerClosed`], launched runs are drained,
+    /// and every resource is freed (after a forced reset if an owned device is unusable; a
+    /// borrowed device is only synchronized on its bound streams). Closing again is a no-op,
+    /// or retries a cleanup that was incomplete.
+    ///
+    /// # Errors
+    /// [`HostError::ExecutionContextRefused`] (the worker stays as it was),
+    /// [`HostError::CleanupIncomplete`] (the worker is closed; what could not be freed is
+    /// kept; call `close()` again to retry).
+    pub fn close(&self) -> Result<(), HostError> {
+        self.shared.identity.check()?;
+        let _ctx = self.shared.context.lock();
+        exec::close_lane(&self.shared)
+    }
 }
 
 impl Drop for ChipWorker {
     fn drop(&mut self) {
-        exec::close(&self.shared);
+        // A forked child does no device cleanup and takes no lock.
+        if !self.shared.identity.in_creating_process() {
+            return;
+        }
+        exec::detach_lane(&self.shared);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+pub(crate) mod tests {
+    use super::*;
+    use crate::{ArgDirection, ArgSpec, CodeImage, KernelSpec, Signature};
+    use simpler_abi::{CoreType, DataType, OrchArgs, OrchOps};
+
+    unsafe extern "C" fn empty_orch(_: *const OrchOps, _: *const OrchArgs) -> i32 {
+        0
+    }
+    unsafe extern "C" fn no_kernel(_: *mut i64) {}
+
+    pub(crate) fn empty_spec() -> CallableSpec {
+        CallableSpec {
+            name: "empty".into(),
+            signature: Signature::new(vec![ArgSpec {
+                name: "x".into(),
+                direction: ArgDirection::InOut,
+                dtype: DataType::Float32,
+                shape: None,
+            }])
+            .unwrap(),
+            orchestration: CodeImage::Orchestration(empty_orch),
+            kernels: vec![KernelSpec {
+                func_id: 0,
+                core_type: CoreType::Aiv,
+                image: CodeImage::Kernel(no_kernel),
+            }],
+        }
+    }
+
+    pub(crate) fn small_worker() -> ChipWorker {
+        ChipWorker::new(WorkerConfig {
+            topology: Topology {
+                clusters: 1,
+                aicpu_threads: 2,
+            },
+            heap_size: 1 << 16,
+            run_timeout: Duration::from_secs(30),
+            ..WorkerConfig::default()
+        })
+        .unwrap()
+    }
+
+    pub(crate) fn one_arg() -> Vec<OwnedArg> {
+        vec![OwnedArg::Tensor {
+            buffer: Box::new(vec![0u8; 64]),
+            shape: vec![16],
+            dtype: DataType::Float32,
+        }]
+    }
+
+    /// A real `fork()` while another thread holds every worker lock: in the child, every
+    /// handle and worker operation refuses without taking a lock (a lock taken would hang
+    /// the child: its holder does not exist there); the parent continues.
+    #[test]
+    fn a_forked_child_refuses_everything_before_any_lock_and_the_parent_continues() {
+        let w = small_worker();
+        let id = w.register(&empty_spec()).unwrap();
+        let done = w.submit(id, one_arg()).unwrap();
+        done.wait(None).unwrap();
+        let ptr = w.malloc(64).unwrap();
+        let shared = w.shared.clone();
+        let (locked_tx, locked_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _ctx = shared.context.lock();
+            let _lane = shared.lane.lock();
+            let _table = shared.table.lock();
+            locked_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        });
+        locked_rx.recv().unwrap();
+        let child_ok = crate::atfork::in_forked_child(|| {
+            let refused =
+                |r: Result<(), HostError>| matches!(r, Err(HostError::ExecutionContextRefused(_)));
+            let mut buf = [0u8; 4];
+            let mut out = -7;
+            let checks = [
+                refused(w.submit(id, one_arg()).map(drop)),
+                refused(w.register(&empty_spec()).map(drop)),
+                refused(w.register_v2(&empty_spec(), &mut out)),
+                out == -1,
+                refused(w.unregister(id)),
+                refused(w.malloc(64).map(drop)),
+                refused(w.free(ptr)),
+                refused(w.copy_to(ptr, &buf)),
+                refused(w.copy_from(&mut buf, ptr)),
+                refused(w.close()),
+                refused(w.recover_device()),
+                refused(w.state().map(drop)),
+                refused(w.health().map(drop)),
+                // Inherited handles refuse too, cached status included.
+                refused(done.wait(None)),
+                refused(done.try_poll().map(drop)),
+                !done.poll(),
+                w.unusable_reason()
+                    .is_some_and(|m| m.contains("forked child")),
+            ];
+            let ok = checks.iter().all(|&c| c);
+            // The child never drops the parent's worker (Drop is a no-op there anyway).
+            std::mem::forget(done);
+            ok
+        });
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(child_ok, "the child did not refuse every operation");
+        // The parent continues.
+        w.submit(id, one_arg()).unwrap().wait(None).unwrap();
+        w.free(ptr).unwrap();
+        w.close().unwrap();
     }
 }

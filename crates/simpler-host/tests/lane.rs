@@ -562,6 +562,9 @@ const ROWS: &[Row] = &[
         freed_at_teardown: true,
     },
     Row {
+        // The run's own record decides it (a notice never decides a run), but the fault's
+        // notice names this worker's AICPU stream: the device is suspect and refuses new runs
+        // (issue 6, device health).
         name: "AICPU fatal status latched after a published success",
         shape: "kernel submitted, boundary recorded (the record's success is the verdict)",
         with_predecessor: false,
@@ -577,7 +580,7 @@ const ROWS: &[Row] = &[
         reset_fails: false,
         verdict: Verdict::Ok,
         resources: Resources::Released,
-        admits_after: true,
+        admits_after: false,
         freed_at_teardown: true,
     },
     Row {

@@ -183,6 +183,13 @@ pub(crate) fn host_raise(e: &HostError) -> Raise {
         HostError::RunUndecided(_) => raise("RunUndecidedError"),
         HostError::LanePoisoned(_) => raise("LanePoisonedError"),
         HostError::WorkerClosed => raise("WorkerStateError"),
+        HostError::InvalidState(_) => raise("WorkerStateError"),
+        HostError::ExecutionContextRefused(_) => raise("ExecutionContextRefused"),
+        HostError::RunPreparationRefused { epoch, cause } => raise("RunPreparationRefused")
+            .cause(Some(cause.to_string()))
+            .int("epoch", *epoch as i64),
+        HostError::Detached(_) => raise("WorkerStateError"),
+        HostError::CleanupIncomplete(_) => raise("WorkerStateError"),
     }
 }
 

@@ -486,12 +486,22 @@ impl NativeWorker {
             .map_err(|e| error::host_error(py, e))
     }
 
-    /// Shuts the chip down (once the calls in flight return). Idempotent.
+    /// Shuts the chip down: closes the native worker (queued runs end, launched runs are
+    /// drained, resources freed), then drops this wrapper's reference. Idempotent.
     fn close(&self, py: Python<'_>) {
         let worker = lock(&self.worker).take();
         lock(&self.signatures).clear();
-        // Dropping the last reference joins the device threads: do it detached.
-        py.detach(move || drop(worker));
+        // Closing drains runs and dropping the last reference joins the device threads: do
+        // both detached. An incomplete cleanup is kept by the native worker (it frees what it
+        // can prove free when the last reference goes).
+        py.detach(move || {
+            if let Some(w) = &worker {
+                if let Err(e) = w.close() {
+                    eprintln!("simpler: warning: closing the worker: {e}");
+                }
+            }
+            drop(worker)
+        });
     }
 
     /// True once `close` was called.

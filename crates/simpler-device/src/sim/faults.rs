@@ -7,10 +7,18 @@
 //! armed, so a test can also assert how often the host touched a call (for example that a
 //! recorded success never synchronizes a stream). Rules are checked in the order they were
 //! injected; the first armed rule for a point decides.
+//!
+//! Every kernel fault (an injected fatal status, or a non-zero AICPU kernel return) also
+//! raises a fault notice naming the kernel's stream; [`FaultPoint::Notice`] rules decide how
+//! each notice is delivered (prompt by default, late, or lost; see [`super::notices`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
+
+use super::notices::{self, NoticeCounters, NoticeDelivery, NoticeStats};
+use crate::{FaultNotice, StreamId};
 
 /// A device call (or a kernel's execution) a fault can be injected into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,11 +51,20 @@ pub enum FaultPoint {
     AicpuKernel,
     /// [`Device::reset`](crate::Device::reset).
     Reset,
+    /// [`Device::malloc`](crate::Device::malloc).
+    Malloc,
+    /// [`Device::free`](crate::Device::free).
+    Free,
+    /// [`Device::copy_to_device`](crate::Device::copy_to_device) (the synchronous copy).
+    CopyToDevice,
+    /// A fault notice on its way to the exception callback: a rule here picks its delivery
+    /// ([`FaultAction::DelayNotice`], [`FaultAction::LoseNotice`]); without one it is prompt.
+    Notice,
 }
 
 impl FaultPoint {
     /// Every point, in declaration order.
-    pub const ALL: [FaultPoint; 14] = [
+    pub const ALL: [FaultPoint; 18] = [
         FaultPoint::CreateEvent,
         FaultPoint::RecordEvent,
         FaultPoint::QueryEvent,
@@ -62,6 +79,10 @@ impl FaultPoint {
         FaultPoint::AicoreKernel,
         FaultPoint::AicpuKernel,
         FaultPoint::Reset,
+        FaultPoint::Malloc,
+        FaultPoint::Free,
+        FaultPoint::CopyToDevice,
+        FaultPoint::Notice,
     ];
 
     fn index(self) -> usize {
@@ -85,6 +106,10 @@ impl FaultPoint {
             FaultPoint::AicoreKernel => "aicore_kernel",
             FaultPoint::AicpuKernel => "aicpu_kernel",
             FaultPoint::Reset => "reset",
+            FaultPoint::Malloc => "malloc",
+            FaultPoint::Free => "free",
+            FaultPoint::CopyToDevice => "copy_to_device",
+            FaultPoint::Notice => "fault_notice",
         }
     }
 }
@@ -114,6 +139,18 @@ pub enum FaultAction {
         /// Whether the kernel body runs before the status is latched.
         run: bool,
     },
+    /// Kernel points only: the kernel runs normally and ends cleanly, and the device raises a
+    /// fault notice with `code` naming the kernel's stream — a fault that no run reports.
+    RaiseNotice {
+        /// The notice's fault code.
+        code: i32,
+    },
+    /// [`FaultPoint::Notice`] only: the notice is delivered from another thread after this
+    /// delay. Elsewhere it acts as `Refuse`.
+    DelayNotice(std::time::Duration),
+    /// [`FaultPoint::Notice`] only: the notice is never delivered. Elsewhere it acts as
+    /// `Refuse`.
+    LoseNotice,
 }
 
 /// One injection rule: let `skip` calls at `point` pass, then apply `action` to the next
@@ -168,22 +205,66 @@ struct Armed {
     fired: u64,
 }
 
-/// The fault configuration of one sim device: call counters and armed rules.
+/// The fault configuration of one sim device: call counters, armed rules, and the device's
+/// fault notices.
 pub(crate) struct SimFaults {
     calls: [AtomicU64; FaultPoint::ALL.len()],
     rules: Mutex<Vec<Armed>>,
+    /// The device's logical id (what its notices name).
+    device: u32,
+    notices: Arc<NoticeCounters>,
 }
 
 impl Default for SimFaults {
     fn default() -> Self {
-        SimFaults {
-            calls: std::array::from_fn(|_| AtomicU64::new(0)),
-            rules: Mutex::new(Vec::new()),
-        }
+        SimFaults::new(0)
     }
 }
 
 impl SimFaults {
+    pub(crate) fn new(device: u32) -> SimFaults {
+        SimFaults {
+            calls: std::array::from_fn(|_| AtomicU64::new(0)),
+            rules: Mutex::new(Vec::new()),
+            device,
+            notices: Arc::default(),
+        }
+    }
+
+    pub(crate) fn device(&self) -> u32 {
+        self.device
+    }
+
+    pub(crate) fn notice_stats(&self) -> NoticeStats {
+        self.notices.stats()
+    }
+
+    /// Raises a fault notice from this device, delivered as the [`FaultPoint::Notice`] rules
+    /// say (prompt without one).
+    pub(crate) fn raise_notice(&self, stream: Option<StreamId>, code: i32) {
+        let delivery = match self.check(FaultPoint::Notice) {
+            None => NoticeDelivery::Prompt,
+            Some(FaultAction::DelayNotice(d)) => NoticeDelivery::Late(d),
+            Some(_) => NoticeDelivery::Lost,
+        };
+        self.raise_notice_with(stream, code, delivery);
+    }
+
+    /// Raises a fault notice from this device with an explicit delivery.
+    pub(crate) fn raise_notice_with(
+        &self,
+        stream: Option<StreamId>,
+        code: i32,
+        delivery: NoticeDelivery,
+    ) {
+        let notice = FaultNotice {
+            device: self.device,
+            stream,
+            code,
+        };
+        notices::raise(notice, delivery, &self.notices);
+    }
+
     pub(crate) fn inject(&self, rule: FaultRule) {
         self.rules.lock().push(Armed {
             rule,

@@ -7,13 +7,19 @@
 //!
 //! Every failure the host must survive can be injected ([`SimDevice::inject`], see
 //! [`FaultRule`]), and [`Device::reset`] is a forced reset that terminates running kernels.
+//! Kernel faults raise asynchronous fault notices to the process's one exception callback
+//! ([`notices`]); each device has its own logical id ([`Device::device_id`]), unique in the
+//! process. [`SimDevice::launch_host_fn`] runs a host function in stream order, the way a
+//! framework's own work sits on a stream it lends to the runtime.
 
 mod faults;
 mod memory;
+pub mod notices;
 mod pool;
 mod stream;
 
 pub use faults::{FaultAction, FaultPoint, FaultRule};
+pub use notices::{fault_callback_installed, raise_foreign_notice, NoticeDelivery, NoticeStats};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -27,9 +33,12 @@ use self::memory::Memory;
 use self::pool::{Chip, Pools};
 use self::stream::{Event, Op, Stream};
 use crate::{
-    AicoreKernel, AicpuKernel, Device, DeviceError, DevicePtr, EventId, EventStatus, StreamId,
-    Topology,
+    AicoreKernel, AicpuKernel, Device, DeviceError, DevicePtr, EventId, EventStatus, FaultCallback,
+    StreamId, Topology,
 };
+
+/// Source of the sim devices' logical ids (unique in the process).
+static DEVICE_IDS: AtomicU32 = AtomicU32::new(0);
 
 /// The simulated chip.
 pub struct SimDevice {
@@ -72,7 +81,7 @@ impl SimDevice {
             streams: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
             next_handle: AtomicU32::new(1),
-            faults: Arc::new(SimFaults::default()),
+            faults: Arc::new(SimFaults::new(DEVICE_IDS.fetch_add(1, Ordering::Relaxed))),
         })
     }
 
@@ -94,6 +103,30 @@ impl SimDevice {
     /// How many times `point` was reached since the device started (faulted or not).
     pub fn calls(&self, point: FaultPoint) -> u64 {
         self.faults.calls(point)
+    }
+
+    /// Counts of this device's fault notices (raised, delivered, lost).
+    pub fn notice_stats(&self) -> NoticeStats {
+        self.faults.notice_stats()
+    }
+
+    /// Raises a fault notice from this device naming `stream` (`None`: a notice that names no
+    /// stream), delivered as `delivery` says — a fault the device reports and no run does.
+    pub fn raise_notice(&self, stream: Option<StreamId>, code: i32, delivery: NoticeDelivery) {
+        self.faults.raise_notice_with(stream, code, delivery);
+    }
+
+    /// Enqueues a host function on `stream`: it runs on the stream's thread once everything
+    /// queued before it has finished, and the stream's later work waits for it to return.
+    ///
+    /// # Errors
+    /// [`DeviceError::UnknownStream`].
+    pub fn launch_host_fn(
+        &self,
+        stream: StreamId,
+        f: impl FnOnce() + Send + 'static,
+    ) -> Result<(), DeviceError> {
+        self.stream(stream)?.enqueue(Op::HostFn(Box::new(f)))
     }
 
     /// Counts a call at `point`; an armed rule that fails it outright yields the error to
@@ -175,15 +208,27 @@ impl Device for SimDevice {
         &self.chip.topology
     }
 
+    fn device_id(&self) -> u32 {
+        self.faults.device()
+    }
+
+    fn set_fault_callback(&self, callback: Option<FaultCallback>) -> Result<(), DeviceError> {
+        notices::set_callback(callback);
+        Ok(())
+    }
+
     fn malloc(&self, size: u64) -> Result<DevicePtr, DeviceError> {
+        self.gate(FaultPoint::Malloc, None)?;
         self.memory.alloc(size)
     }
 
     fn free(&self, ptr: DevicePtr) -> Result<(), DeviceError> {
+        self.gate(FaultPoint::Free, None)?;
         self.memory.free(ptr)
     }
 
     fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<(), DeviceError> {
+        self.gate(FaultPoint::CopyToDevice, None)?;
         self.memory.copy_in(dst, src)
     }
 

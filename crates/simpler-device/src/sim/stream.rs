@@ -1,5 +1,7 @@
 //! Sim streams and events. A stream is an in-order queue served by its own worker thread
-//! (started with the stream, parked on a condvar while the queue is empty). An event is a
+//! (started with the stream, parked on a condvar while the queue is empty). A kernel that
+//! ends with a fatal status latches it on the stream and raises a fault notice before the
+//! stream moves on; a host function ([`Op::HostFn`]) runs on the stream's thread in order. An event is a
 //! pair of sequence numbers: how many records were requested and how far the streams have
 //! reached; re-recording bumps the first, so no reset is ever needed.
 //!
@@ -111,6 +113,8 @@ pub(crate) enum Op {
         event: Arc<Event>,
         seq: u64,
     },
+    /// A host function run in stream order (`cudaLaunchHostFunc`, `aclrtLaunchCallback`).
+    HostFn(Box<dyn FnOnce() + Send>),
 }
 
 #[derive(Default)]
@@ -154,7 +158,7 @@ impl Stream {
         let s = shared.clone();
         let worker = std::thread::Builder::new()
             .name(format!("sim-stream-{}", id.0))
-            .spawn(move || serve(&s, &pools, &memory, &faults))
+            .spawn(move || serve(id, &s, &pools, &memory, &faults))
             .map_err(|e| {
                 DeviceError::InvalidLaunch(format!("cannot start a stream thread: {e}"))
             })?;
@@ -240,15 +244,40 @@ impl Drop for Stream {
     }
 }
 
-/// The fatal status an injected kernel fault latches, and whether the kernel body runs.
-fn kernel_fault(faults: &SimFaults, point: FaultPoint) -> Option<(i32, bool)> {
-    match faults.check(point)? {
-        FaultAction::KernelFatal { status, run } => Some((status, run)),
-        _ => Some((-1, false)),
+/// What an injected rule does to a kernel reaching the head of its stream.
+enum KernelFate {
+    /// Runs normally.
+    Normal,
+    /// Runs normally; the device raises a notice with this code.
+    Notice(i32),
+    /// Ends with this fatal status; the body runs first when the flag says so.
+    Fatal(i32, bool),
+}
+
+fn kernel_fate(faults: &SimFaults, point: FaultPoint) -> KernelFate {
+    match faults.check(point) {
+        None => KernelFate::Normal,
+        Some(FaultAction::KernelFatal { status, run }) => KernelFate::Fatal(status, run),
+        Some(FaultAction::RaiseNotice { code }) => KernelFate::Notice(code),
+        Some(_) => KernelFate::Fatal(-1, false),
     }
 }
 
-fn serve(shared: &Shared, pools: &Pools, memory: &Memory, faults: &SimFaults) {
+/// A kernel ended with a fatal status: the device raises a notice naming the stream (unless a
+/// reset is terminating the kernel), before the stream moves on. Returns the status.
+fn kernel_fault_notice(
+    id: StreamId,
+    shared: &Shared,
+    faults: &SimFaults,
+    status: i32,
+) -> Option<i32> {
+    if !shared.state.lock().aborting {
+        faults.raise_notice(Some(id), status);
+    }
+    Some(status)
+}
+
+fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: &SimFaults) {
     loop {
         let op = {
             let mut st = shared.state.lock();
@@ -264,30 +293,43 @@ fn serve(shared: &Shared, pools: &Pools, memory: &Memory, faults: &SimFaults) {
         };
         let fault = match op {
             Op::Copy { dst, bytes } => memory.copy_in(dst, &bytes).err().map(|_| -1),
-            Op::Aicore { kernel, arg } => match kernel_fault(faults, FaultPoint::AicoreKernel) {
-                Some((status, run)) => {
+            Op::Aicore { kernel, arg } => match kernel_fate(faults, FaultPoint::AicoreKernel) {
+                KernelFate::Normal => {
+                    pools.run_aicore(kernel, arg);
+                    None
+                }
+                KernelFate::Notice(code) => {
+                    pools.run_aicore(kernel, arg);
+                    faults.raise_notice(Some(id), code);
+                    None
+                }
+                KernelFate::Fatal(status, run) => {
                     if run {
                         pools.run_aicore(kernel, arg);
                     }
-                    Some(status)
-                }
-                None => {
-                    pools.run_aicore(kernel, arg);
-                    None
+                    kernel_fault_notice(id, shared, faults, status)
                 }
             },
             Op::Aicpu {
                 kernel,
                 arg,
                 threads,
-            } => match kernel_fault(faults, FaultPoint::AicpuKernel) {
-                Some((status, run)) => {
+            } => match kernel_fate(faults, FaultPoint::AicpuKernel) {
+                KernelFate::Normal => match pools.run_aicpu(kernel, arg, threads) {
+                    0 => None,
+                    rc => kernel_fault_notice(id, shared, faults, rc),
+                },
+                KernelFate::Notice(code) => {
+                    let rc = pools.run_aicpu(kernel, arg, threads);
+                    faults.raise_notice(Some(id), code);
+                    Some(rc).filter(|&rc| rc != 0)
+                }
+                KernelFate::Fatal(status, run) => {
                     if run {
                         pools.run_aicpu(kernel, arg, threads);
                     }
-                    Some(status)
+                    kernel_fault_notice(id, shared, faults, status)
                 }
-                None => Some(pools.run_aicpu(kernel, arg, threads)).filter(|&rc| rc != 0),
             },
             Op::Record { event, seq } => {
                 // Retire the record and reach the event under the stream's lock: whoever
@@ -309,6 +351,10 @@ fn serve(shared: &Shared, pools: &Pools, memory: &Memory, faults: &SimFaults) {
                         break;
                     }
                 }
+                None
+            }
+            Op::HostFn(f) => {
+                f();
                 None
             }
         };

@@ -1,0 +1,228 @@
+//! Shared by the issue-6 integration tests: an in-process callable `y = x + 1` over four
+//! independent tiles, whose kernel func is chosen per run (`scalars[0]`): 0 runs at once,
+//! `1..=GATES` waits for its gate to open. Each test binary has its own gates.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use simpler_abi::*;
+use simpler_device::sim::SimDevice;
+use simpler_device::{Device, DevicePtr, Topology};
+use simpler_host::*;
+
+pub const N: usize = 1024;
+const TILES: usize = 4;
+pub const GATES: usize = 4;
+
+pub static GATE: [AtomicBool; GATES] = [const { AtomicBool::new(true) }; GATES];
+
+fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
+    // SAFETY: the runtime passes tensor pointers in the first slots.
+    unsafe { &*(*args.add(i) as *const ChipTensor) }
+}
+
+fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
+    // SAFETY: a 1-D contiguous f32 view of device (= host) memory owned by the run.
+    unsafe {
+        std::slice::from_raw_parts_mut(
+            (t.buffer_addr as *mut f32).add(t.start_offset as usize),
+            t.shapes[0] as usize,
+        )
+    }
+}
+
+/// y = x + 1
+unsafe extern "C" fn inc_kernel(args: *mut i64) {
+    let (x, y) = (data(tensor(args, 0)), data(tensor(args, 1)));
+    for i in 0..y.len() {
+        y[i] = x[i] + 1.0;
+    }
+}
+
+fn wait_gate(g: usize) {
+    while !GATE[g].load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+macro_rules! gated {
+    ($name:ident, $g:expr) => {
+        unsafe extern "C" fn $name(args: *mut i64) {
+            wait_gate($g);
+            // SAFETY: same arguments as `inc_kernel`.
+            unsafe { inc_kernel(args) }
+        }
+    };
+}
+gated!(gated0, 0);
+gated!(gated1, 1);
+gated!(gated2, 2);
+gated!(gated3, 3);
+
+fn task(func: i32) -> Box<TaskDesc> {
+    // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
+    let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
+    d.size = std::mem::size_of::<TaskDesc>() as u32;
+    d.kernel_ids = [NO_KERNEL; 3];
+    d.kernel_ids[LANE_AIV0] = func;
+    d.block_num = 1;
+    d
+}
+
+fn view(t: &ChipTensor, off: usize, len: usize) -> ChipTensor {
+    let mut v = *t;
+    v.start_offset = off as u64;
+    v.shapes[0] = len as u64;
+    v
+}
+
+unsafe extern "C" fn inc_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid args and its own table.
+    unsafe {
+        let a = &*args;
+        let n = a.tensors[0].shapes[0] as usize;
+        let tile = n / TILES;
+        for t in 0..TILES {
+            let mut d = task(a.scalars[0] as i32);
+            for (i, tag) in [
+                (0, TensorArgType::Input),
+                (1, TensorArgType::OutputExisting),
+            ] {
+                d.tensors[d.tensor_count as usize] = view(&a.tensors[i], t * tile, tile);
+                d.tags[d.tensor_count as usize] = tag as u32;
+                d.tensor_count += 1;
+            }
+            let rc = ((*ops).submit_task)((*ops).runtime, &*d, std::ptr::null_mut());
+            if rc != 0 {
+                return rc;
+            }
+        }
+    }
+    0
+}
+
+pub fn spec(name: &str) -> CallableSpec {
+    let arg = |name: &str, direction| ArgSpec {
+        name: name.into(),
+        direction,
+        dtype: DataType::Float32,
+        shape: None,
+    };
+    let k = |func_id, f: KernelEntry| KernelSpec {
+        func_id,
+        core_type: CoreType::Aiv,
+        image: CodeImage::Kernel(f),
+    };
+    CallableSpec {
+        name: name.into(),
+        signature: Signature::new(vec![
+            arg("x", ArgDirection::In),
+            arg("y", ArgDirection::Out),
+            ArgSpec {
+                name: "func".into(),
+                direction: ArgDirection::Scalar,
+                dtype: DataType::Uint64,
+                shape: None,
+            },
+        ])
+        .unwrap(),
+        orchestration: CodeImage::Orchestration(inc_orch),
+        kernels: vec![
+            k(0, inc_kernel),
+            k(1, gated0),
+            k(2, gated1),
+            k(3, gated2),
+            k(4, gated3),
+        ],
+    }
+}
+
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+pub fn input(seed: f32) -> Vec<f32> {
+    (0..N).map(|i| seed + i as f32).collect()
+}
+
+/// Host-tensor arguments; `func` 0 runs at once, `g + 1` waits for gate `g`.
+pub fn args(seed: f32, func: u64) -> Vec<OwnedArg> {
+    vec![
+        OwnedArg::Tensor {
+            buffer: Box::new(f32_bytes(&input(seed))),
+            shape: vec![N as u64],
+            dtype: DataType::Float32,
+        },
+        OwnedArg::Tensor {
+            buffer: Box::new(vec![0u8; N * 4]),
+            shape: vec![N as u64],
+            dtype: DataType::Float32,
+        },
+        OwnedArg::Scalar(func),
+    ]
+}
+
+/// Device-tensor arguments (in place).
+pub fn device_args(x: DevicePtr, y: DevicePtr, func: u64) -> Vec<OwnedArg> {
+    let t = |ptr| OwnedArg::Device {
+        ptr,
+        shape: vec![N as u64],
+        dtype: DataType::Float32,
+    };
+    vec![t(x), t(y), OwnedArg::Scalar(func)]
+}
+
+pub fn check_output(out: RunOutput, seed: f32) {
+    let OwnedArg::Tensor { mut buffer, .. } = out.args.into_iter().nth(1).unwrap() else {
+        panic!("y is a tensor")
+    };
+    check_bytes(buffer.bytes_mut(), seed);
+}
+
+pub fn check_bytes(bytes: &[u8], seed: f32) {
+    for (i, c) in bytes.chunks(4).enumerate() {
+        let v = f32::from_ne_bytes(c.try_into().unwrap());
+        assert_eq!(v, seed + i as f32 + 1.0, "element {i}");
+    }
+}
+
+pub fn config() -> WorkerConfig {
+    WorkerConfig {
+        run_timeout: Duration::from_secs(30),
+        heap_size: 1 << 20,
+        ..WorkerConfig::default()
+    }
+}
+
+pub fn small_device() -> Arc<SimDevice> {
+    Arc::new(
+        SimDevice::new(Topology {
+            clusters: 2,
+            aicpu_threads: 3,
+        })
+        .unwrap(),
+    )
+}
+
+/// An owned worker on a fresh small device, with the callable registered.
+pub fn worker() -> (Arc<SimDevice>, ChipWorker, CallableId) {
+    let dev = small_device();
+    let w = ChipWorker::with_device(config(), dev.clone() as Arc<dyn Device>).unwrap();
+    let id = w.register(&spec("inc")).unwrap();
+    (dev, w, id)
+}
+
+/// Waits (bounded) until `f` holds.
+pub fn eventually(what: &str, f: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
