@@ -711,3 +711,48 @@ fn a_reset_while_the_orchestrator_waits_in_an_op_does_not_abort() {
     // get_tensor_data; the unwind must stop before the orchestration's C frames.
     drop(w);
 }
+
+/// Never returns and never touches a register: only leaving it behind ends the drop.
+unsafe extern "C" fn endless_kernel(_args: *mut i64) {
+    loop {
+        std::hint::spin_loop();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+unsafe extern "C" fn endless_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid tables and arguments.
+    let (ops, a) = unsafe { (&*ops, &*args) };
+    let mut d = task(6, LANE_AIV0);
+    push(&mut d, a.tensors[0], TensorArgType::Inout);
+    // SAFETY: the runtime's table.
+    unsafe { submit(ops, &d) }
+}
+
+#[test]
+fn dropping_a_worker_with_a_kernel_that_never_returns_does_not_hang() {
+    let ms = std::time::Duration::from_millis;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let w = ChipWorker::new(WorkerConfig {
+            run_timeout: ms(200),
+            ..WorkerConfig::default()
+        })
+        .unwrap();
+        let mut s = spec("endless", endless_orch, vec![("x", InOut)]);
+        s.kernels.push(KernelSpec {
+            func_id: 6,
+            core_type: CoreType::Aiv,
+            image: CodeImage::Kernel(endless_kernel),
+        });
+        let id = w.register(&s).unwrap();
+        let mut x = vec![0.0f32; 4];
+        let err = w.run(id, &mut [t(&mut x)]).unwrap_err();
+        assert!(matches!(err, HostError::Timeout(_)), "{err}");
+        drop(w);
+        done_tx.send(()).unwrap();
+    });
+    done_rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("dropping the worker hung on a kernel that never returns");
+}
