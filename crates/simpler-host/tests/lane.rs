@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use simpler_abi::*;
-use simpler_device::sim::{FaultAction, FaultPoint, FaultRule, SimDevice};
+use simpler_device::sim::{FaultAction, FaultPoint, FaultRule, KernelKind, SimDevice};
 use simpler_device::{Device, Topology};
 use simpler_host::*;
 
@@ -683,4 +683,52 @@ fn fault_injection_matrix() {
             row.name
         );
     }
+}
+
+#[test]
+fn a_successor_starts_each_kernel_only_after_its_predecessor_finished_the_other() {
+    let (dev, w, id) = worker(2, Duration::from_secs(30));
+    dev.trace_kernels(true);
+    // The predecessor's AICPU kernel lingers 300 ms after its work: without the crossed
+    // join (successor AICore waits on the predecessor's AICPU boundary, successor AICPU on
+    // its AICore boundary) the successor's AICore kernel would start inside that window.
+    dev.inject(FaultRule {
+        point: FaultPoint::AicpuKernel,
+        skip: 0,
+        times: 1,
+        action: FaultAction::SlowFinish(Duration::from_millis(300)),
+    });
+    let a = w.submit(id, args(1.0, false)).unwrap();
+    let b = w.submit(id, args(2.0, false)).unwrap();
+    check_output(a.result().unwrap(), 1.0);
+    check_output(b.result().unwrap(), 2.0);
+    let spans = dev.kernel_trace();
+    assert_eq!(spans.len(), 4, "{spans:?}");
+    let slow = spans
+        .iter()
+        .find(|s| s.end - s.start >= Duration::from_millis(300))
+        .expect("the predecessor's slow AICPU kernel");
+    let find = |pred: bool, kind: KernelKind| {
+        spans
+            .iter()
+            .find(|s| (s.arg == slow.arg) == pred && s.kind == kind)
+            .copied()
+            .unwrap_or_else(|| panic!("no {kind:?} span (predecessor: {pred}) in {spans:?}"))
+    };
+    let (a_core, a_cpu) = (
+        find(true, KernelKind::Aicore),
+        find(true, KernelKind::Aicpu),
+    );
+    let (b_core, b_cpu) = (
+        find(false, KernelKind::Aicore),
+        find(false, KernelKind::Aicpu),
+    );
+    assert!(
+        b_core.start >= a_cpu.end,
+        "the successor's AICore kernel started before the predecessor's AICPU kernel finished"
+    );
+    assert!(
+        b_cpu.start >= a_core.end,
+        "the successor's AICPU kernel started before the predecessor's AICore kernel finished"
+    );
 }

@@ -151,6 +151,34 @@ pub enum FaultAction {
     /// [`FaultPoint::Notice`] only: the notice is never delivered. Elsewhere it acts as
     /// `Refuse`.
     LoseNotice,
+    /// Kernel points only: the kernel runs normally, then its stream holds it this long
+    /// before the kernel counts as finished (a slow kernel tail). Exposes ordering that must
+    /// not rely on timing, such as a successor's kernel starting before this one finished.
+    SlowFinish(std::time::Duration),
+}
+
+/// Which of the two kernels a [`KernelSpan`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelKind {
+    /// The AICore kernel.
+    Aicore,
+    /// The AICPU kernel.
+    Aicpu,
+}
+
+/// When one kernel ran on its stream, as recorded by [`SimDevice::trace_kernels`](super::SimDevice::trace_kernels).
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSpan {
+    /// The stream it ran on.
+    pub stream: crate::StreamId,
+    /// Which kernel.
+    pub kind: KernelKind,
+    /// Its launch argument (a run's descriptor address).
+    pub arg: crate::DevicePtr,
+    /// When the stream started it.
+    pub start: std::time::Instant,
+    /// When it counted as finished (its stream moved on).
+    pub end: std::time::Instant,
 }
 
 /// One injection rule: let `skip` calls at `point` pass, then apply `action` to the next
@@ -213,6 +241,8 @@ pub(crate) struct SimFaults {
     /// The device's logical id (what its notices name).
     device: u32,
     notices: Arc<NoticeCounters>,
+    /// Kernel spans, recorded while tracing is on.
+    trace: Mutex<Option<Vec<KernelSpan>>>,
 }
 
 impl Default for SimFaults {
@@ -228,7 +258,25 @@ impl SimFaults {
             rules: Mutex::new(Vec::new()),
             device,
             notices: Arc::default(),
+            trace: Mutex::new(None),
         }
+    }
+
+    /// Starts (clearing) or stops recording kernel spans.
+    pub(crate) fn set_tracing(&self, on: bool) {
+        *self.trace.lock() = on.then(Vec::new);
+    }
+
+    /// Records a span if tracing is on.
+    pub(crate) fn record_span(&self, span: KernelSpan) {
+        if let Some(t) = self.trace.lock().as_mut() {
+            t.push(span);
+        }
+    }
+
+    /// The spans recorded so far.
+    pub(crate) fn spans(&self) -> Vec<KernelSpan> {
+        self.trace.lock().clone().unwrap_or_default()
     }
 
     pub(crate) fn device(&self) -> u32 {

@@ -18,7 +18,7 @@ pub mod notices;
 mod pool;
 mod stream;
 
-pub use faults::{FaultAction, FaultPoint, FaultRule};
+pub use faults::{FaultAction, FaultPoint, FaultRule, KernelKind, KernelSpan};
 pub use notices::{fault_callback_installed, raise_foreign_notice, NoticeDelivery, NoticeStats};
 
 use std::collections::HashMap;
@@ -93,6 +93,16 @@ impl SimDevice {
     /// Arms a fault-injection rule (rules are checked in the order they were injected).
     pub fn inject(&self, rule: FaultRule) {
         self.faults.inject(rule);
+    }
+
+    /// Starts recording when each kernel runs (clearing earlier records), or stops.
+    pub fn trace_kernels(&self, on: bool) {
+        self.faults.set_tracing(on);
+    }
+
+    /// The kernels run since tracing started, in the order they finished.
+    pub fn kernel_trace(&self) -> Vec<KernelSpan> {
+        self.faults.spans()
     }
 
     /// Disarms every rule not yet spent.

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::faults::{FaultAction, FaultPoint, SimFaults};
+use super::faults::{FaultAction, FaultPoint, KernelKind, KernelSpan, SimFaults};
 use super::memory::Memory;
 use super::pool::Pools;
 use crate::{AicoreKernel, AicpuKernel, DeviceError, DevicePtr, EventStatus, StreamId};
@@ -252,6 +252,8 @@ enum KernelFate {
     Notice(i32),
     /// Ends with this fatal status; the body runs first when the flag says so.
     Fatal(i32, bool),
+    /// Runs normally; finishes only after this extra delay.
+    Slow(std::time::Duration),
 }
 
 fn kernel_fate(faults: &SimFaults, point: FaultPoint) -> KernelFate {
@@ -259,6 +261,7 @@ fn kernel_fate(faults: &SimFaults, point: FaultPoint) -> KernelFate {
         None => KernelFate::Normal,
         Some(FaultAction::KernelFatal { status, run }) => KernelFate::Fatal(status, run),
         Some(FaultAction::RaiseNotice { code }) => KernelFate::Notice(code),
+        Some(FaultAction::SlowFinish(d)) => KernelFate::Slow(d),
         Some(_) => KernelFate::Fatal(-1, false),
     }
 }
@@ -291,11 +294,21 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
                 shared.work.wait(&mut st);
             }
         };
+        let kernel = match &op {
+            Op::Aicore { arg, .. } => Some((KernelKind::Aicore, *arg, Instant::now())),
+            Op::Aicpu { arg, .. } => Some((KernelKind::Aicpu, *arg, Instant::now())),
+            _ => None,
+        };
         let fault = match op {
             Op::Copy { dst, bytes } => memory.copy_in(dst, &bytes).err().map(|_| -1),
             Op::Aicore { kernel, arg } => match kernel_fate(faults, FaultPoint::AicoreKernel) {
                 KernelFate::Normal => {
                     pools.run_aicore(kernel, arg);
+                    None
+                }
+                KernelFate::Slow(d) => {
+                    pools.run_aicore(kernel, arg);
+                    std::thread::sleep(d);
                     None
                 }
                 KernelFate::Notice(code) => {
@@ -319,6 +332,11 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
                     0 => None,
                     rc => kernel_fault_notice(id, shared, faults, rc),
                 },
+                KernelFate::Slow(d) => {
+                    let rc = pools.run_aicpu(kernel, arg, threads);
+                    std::thread::sleep(d);
+                    Some(rc).filter(|&rc| rc != 0)
+                }
                 KernelFate::Notice(code) => {
                     let rc = pools.run_aicpu(kernel, arg, threads);
                     faults.raise_notice(Some(id), code);
@@ -358,6 +376,15 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
                 None
             }
         };
+        if let Some((kind, arg, start)) = kernel {
+            faults.record_span(KernelSpan {
+                stream: id,
+                kind,
+                arg,
+                start,
+                end: Instant::now(),
+            });
+        }
         let mut st = shared.state.lock();
         if let Some(status) = fault {
             st.fault.get_or_insert(status);
