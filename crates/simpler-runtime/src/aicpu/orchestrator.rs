@@ -47,8 +47,9 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) deps: Vec<TaskId>,
     pub(crate) clusters: u32,
     pub(crate) tensor_wait_ms: u64,
-    /// Set while a submit is being served: "submit #N (func ...)", for error messages.
-    pub(crate) submitting: Option<String>,
+    /// Set while a submit is being served: its index in the run and its kernel ids per
+    /// lane, for error messages (formatted only when one is raised).
+    pub(crate) submitting: Option<(u64, [i32; 3])>,
     /// Submit calls so far (accepted or not).
     pub(crate) submit_calls: u64,
     /// Unwind payload caught inside an op (a device reset), resumed after the entry returns.
@@ -166,11 +167,21 @@ impl<'a> Orchestrator<'a> {
     /// Latches an orchestrator error; inside a submit the message names the submission
     /// (its index in the run and its kernels), so the author can find it.
     pub(crate) fn fail(&self, code: i32, message: impl FnOnce() -> String) -> i32 {
-        match &self.submitting {
-            Some(what) => self
-                .shared
-                .errors
-                .orch_fail(code, || format!("{what}: {}", message())),
+        match self.submitting {
+            Some((n, ids)) => self.shared.errors.orch_fail(code, || {
+                let lanes: Vec<String> = ["aic", "aiv0", "aiv1"]
+                    .iter()
+                    .zip(ids)
+                    .filter(|(_, f)| *f != NO_KERNEL)
+                    .map(|(lane, f)| format!("{lane} func {f}"))
+                    .collect();
+                let kernels = if lanes.is_empty() {
+                    "dummy task".to_string()
+                } else {
+                    lanes.join(", ")
+                };
+                format!("submit #{n} ({kernels}): {}", message())
+            }),
             None => self.shared.errors.orch_fail(code, message),
         }
     }

@@ -124,18 +124,7 @@ impl<'a> Orchestrator<'a> {
             return code;
         }
         self.submit_calls += 1;
-        let lanes: Vec<String> = ["aic", "aiv0", "aiv1"]
-            .iter()
-            .zip(d.kernel_ids)
-            .filter(|(_, f)| *f != NO_KERNEL)
-            .map(|(lane, f)| format!("{lane} func {f}"))
-            .collect();
-        let kernels = if lanes.is_empty() {
-            "dummy task".to_string()
-        } else {
-            lanes.join(", ")
-        };
-        self.submitting = Some(format!("submit #{} ({kernels})", self.submit_calls));
+        self.submitting = Some((self.submit_calls, d.kernel_ids));
         let rc = match self.try_submit(d, outputs) {
             Ok(()) => 0,
             Err(code) => code,
@@ -406,6 +395,16 @@ impl<'a> Orchestrator<'a> {
         Ok(())
     }
 
+    /// Whether ring `r` has room for `res` right now (without reclaiming).
+    fn has_room(&self, r: usize, res: Resource) -> bool {
+        let ring = &self.shared.rings[r];
+        match res {
+            Resource::Slot => ring.has_room(),
+            Resource::DepPool(e) => ring.edges_live.load(Ordering::Acquire) + e <= ring.dep_pool,
+            Resource::Heap(bytes) => self.heaps[r].fits(bytes),
+        }
+    }
+
     /// Waits until ring `r` has room for `res`, reclaiming as it goes.
     fn wait_for_room(&mut self, r: usize, res: Resource) -> Result<(), i32> {
         if let Resource::DepPool(edges) = res {
@@ -415,16 +414,15 @@ impl<'a> Orchestrator<'a> {
             }
         }
         let mut announced = false;
+        let mut reclaimed = false;
         loop {
-            self.reclaim();
+            // Reclaiming scans the rings: do it only once room runs short.
+            if reclaimed || !self.has_room(r, res) {
+                self.reclaim();
+            }
+            reclaimed = true;
             let ring = &self.shared.rings[r];
-            let room = match res {
-                Resource::Slot => ring.has_room(),
-                Resource::DepPool(e) => {
-                    ring.edges_live.load(Ordering::Acquire) + e <= ring.dep_pool
-                }
-                Resource::Heap(bytes) => self.heaps[r].fits(bytes),
-            };
+            let room = self.has_room(r, res);
             if room {
                 if announced {
                     self.bell.cancel_park();
