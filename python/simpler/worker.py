@@ -16,8 +16,8 @@ scalars. Pass a :class:`~simpler.TaskArgs`, or a list with one item per signatur
 buffer-protocol or ``__dlpack__`` objects, :meth:`Worker.make_tensor_arg`) are used in place:
 ``IN``/``INOUT`` are copied to the device, ``OUT``/``INOUT`` copied back after a successful
 run; a failed run leaves them untouched. Device tensors (:meth:`Buffer.tensor` of
-:meth:`malloc` memory) are staged through host memory, because the host API cannot yet pass
-device memory to a run in place (a :class:`~simpler.StagingWarning` says so once per worker).
+:meth:`malloc` memory) are passed to the run in place: the run reads and writes the device
+memory itself, and nothing is copied.
 
 **Errors** are raised before anything reaches the device: wrong types, counts, dtypes,
 shapes, non-contiguous or read-only arrays, aliasing outputs, a closed worker. The worker
@@ -130,7 +130,6 @@ class Worker:
         self._state = "created"
         self._handles: Dict[str, CallableHandle] = {}
         self._lock = threading.RLock()
-        self._warned_staging = False
         # Runs in flight with the host memory ranges of their arrays: (handle, [(lo, hi, writes)]).
         self._inflight: list = []
 
@@ -357,23 +356,11 @@ class Worker:
     ) -> RunReport:
         """Runs a registered callable and waits for it, with the GIL released.
 
-        This is ``submit(...).result()``: host arrays are lent to the run in place, and
-        Ctrl-C raises ``KeyboardInterrupt`` while the run goes on (its outputs land when it
-        completes; ``close`` waits for it). With device-buffer tensors the run is staged
-        through host memory and waited for in one native call.
+        This is ``submit(...).result()``: host arrays are lent to the run in place, device
+        tensors are used in place, and Ctrl-C raises ``KeyboardInterrupt`` while the run goes
+        on (its outputs land when it completes; ``close`` waits for it).
         """
         native, native_id, items, native_config = self._prepare(callable, args, config)
-        if any(item[0] == "device" for item in items):
-            if not self._warned_staging:
-                self._warned_staging = True
-                warnings.warn(
-                    "device Buffer tensors are staged through host memory for each run (the "
-                    "host API cannot pass device memory to a run in place yet)",
-                    StagingWarning,
-                    stacklevel=2,
-                )
-            epoch, device_s, total_s = native.run(native_id, items, native_config)
-            return RunReport(epoch, device_s, total_s)
         return self._submit_host(native, native_id, callable, items, native_config).result()
 
     def submit(
@@ -382,11 +369,6 @@ class Worker:
         """Starts a run and returns at once with its :class:`RunHandle`. The run owns its
         arguments until it finishes: do not modify them meanwhile."""
         native, native_id, items, native_config = self._prepare(callable, args, config)
-        if any(item[0] == "device" for item in items):
-            raise UnsupportedError(
-                "submit: device Buffer tensors are staged through host memory, which only "
-                "run() does; use run(), or host arrays with submit()"
-            )
         return self._submit_host(native, native_id, callable, items, native_config)
 
     def _submit_host(self, native, native_id, callable, items, native_config) -> "RunHandle":

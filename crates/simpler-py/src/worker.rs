@@ -17,13 +17,12 @@
 //! Host arrays are borrowed without copying ([`ArrayMemory`]), except a read-only or
 //! aliased array the run only reads, which is copied; an array the run writes must be
 //! writable and must not share memory with any other argument. Device tensors (memory from
-//! `malloc`) are staged through host memory: the host API takes host tensors only, so their
-//! bytes are copied out before the run and the written ones copied back after a successful
-//! run. Every check happens before the device is touched.
+//! `malloc`) are passed to the run in place. Every check happens before the device is
+//! touched.
 //!
-//! `submit` takes the same tuples except device tensors: the run owns its arguments until
-//! it is collected ([`NativeRunHandle`]), so writable arrays are lent to it in place
-//! ([`ArrayBuffer`], keeping each array alive) and the others copied.
+//! `run` and `submit` take the same tuples: the run owns its arguments until it is collected
+//! ([`NativeRunHandle`]), so writable arrays are lent to it in place ([`ArrayBuffer`],
+//! keeping each array alive) and the others copied; `run` waits for it.
 //!
 //! Every call that may block — starting the chip, loading code, copies, runs — detaches
 //! from the interpreter ([`Python::detach`]), so other Python threads run meanwhile.
@@ -36,8 +35,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use simpler_device::{DevicePtr, Topology};
 use simpler_host::{
-    ArgDirection, CallConfig, CallableId, ChipWorker, HostArg, HostError, HostTensor, OwnedArg,
-    RingValue, RunReport, RuntimeEnv, Signature, WorkerConfig,
+    ArgDirection, CallConfig, CallableId, ChipWorker, HostError, OwnedArg, RingValue, RunReport,
+    RuntimeEnv, Signature, WorkerConfig,
 };
 
 use crate::array::ArrayMemory;
@@ -71,13 +70,8 @@ enum Staged {
     Borrowed(ArrayMemory),
     /// A host array's bytes, copied (read-only or aliased, and only read by the run).
     Copied(Vec<u8>, Vec<u64>),
-    /// A device tensor staged through host memory.
-    Device {
-        ptr: DevicePtr,
-        bytes: Vec<u8>,
-        shape: Vec<u64>,
-        write_back: bool,
-    },
+    /// A device tensor (memory from `malloc`), passed to the run in place.
+    Device { ptr: DevicePtr, shape: Vec<u64> },
     /// A scalar's raw bits.
     Scalar(u64),
 }
@@ -149,13 +143,9 @@ fn stage(py: Python<'_>, callable: &Registered, args: &Bound<'_, PyAny>) -> PyRe
                         ),
                     ));
                 }
-                let len = usize::try_from(nbytes)
-                    .map_err(|_| error::invalid_argument(py, &spec.name, "too large"))?;
                 Staged::Device {
                     ptr: DevicePtr(addr),
-                    bytes: vec![0; len],
                     shape,
-                    write_back: d.copies_back(),
                 }
             }
             (_, d) => {
@@ -245,55 +235,31 @@ fn call_config(config: Option<NativeConfig>) -> Result<CallConfig, HostError> {
     })
 }
 
-fn execute(
-    worker: &ChipWorker,
-    id: u32,
-    sig: &Signature,
-    staged: &mut [Staged],
-    config: &CallConfig,
-) -> Result<RunReport, HostError> {
-    for s in staged.iter_mut() {
-        if let Staged::Device { ptr, bytes, .. } = s {
-            worker.copy_from(bytes, *ptr)?;
-        }
-    }
-    let report = {
-        let mut args: Vec<HostArg<'_>> = staged
-            .iter_mut()
-            .zip(&sig.args)
-            .map(|(s, spec)| match s {
-                Staged::Borrowed(m) => {
-                    let shape = m.shape.clone();
-                    HostArg::Tensor(HostTensor {
-                        bytes: m.bytes_mut().expect("staging copies read-only arrays"),
-                        shape,
-                        dtype: spec.dtype,
-                    })
-                }
-                Staged::Copied(bytes, shape) | Staged::Device { bytes, shape, .. } => {
-                    HostArg::Tensor(HostTensor {
-                        bytes,
-                        shape: shape.clone(),
-                        dtype: spec.dtype,
-                    })
-                }
-                Staged::Scalar(bits) => HostArg::Scalar(*bits),
-            })
-            .collect();
-        worker.run_with(CallableId(id), &mut args, config)?
-    };
-    for s in staged.iter() {
-        if let Staged::Device {
-            ptr,
-            bytes,
-            write_back: true,
-            ..
-        } = s
-        {
-            worker.copy_to(*ptr, bytes)?;
-        }
-    }
-    Ok(report)
+/// The run's owned arguments: writable host arrays lent in place (kept alive by the run),
+/// read-only or aliased ones copied, device tensors passed in place, scalars as bits.
+fn owned_args(staged: Vec<Staged>, sig: &Signature) -> Vec<OwnedArg> {
+    staged
+        .into_iter()
+        .zip(&sig.args)
+        .map(|(s, spec)| match s {
+            Staged::Borrowed(memory) => OwnedArg::Tensor {
+                shape: memory.shape.clone(),
+                buffer: Box::new(ArrayBuffer(memory)),
+                dtype: spec.dtype,
+            },
+            Staged::Copied(bytes, shape) => OwnedArg::Tensor {
+                buffer: Box::new(bytes),
+                shape,
+                dtype: spec.dtype,
+            },
+            Staged::Device { ptr, shape } => OwnedArg::Device {
+                ptr,
+                shape,
+                dtype: spec.dtype,
+            },
+            Staged::Scalar(bits) => OwnedArg::Scalar(bits),
+        })
+        .collect()
 }
 
 /// `(epoch, device_time_s, total_time_s)` of a run.
@@ -390,17 +356,21 @@ impl NativeWorker {
         let config = call_config(config).map_err(|e| error::host_error(py, e))?;
         let worker = self.live(py)?;
         let callable = self.registered(py, id)?;
-        let mut staged = stage(py, &callable, args)?;
+        let owned = owned_args(stage(py, &callable, args)?, &callable.signature);
         let report = py
-            .detach(|| execute(&worker, id, &callable.signature, &mut staged, &config))
+            .detach(|| {
+                worker
+                    .submit_with(CallableId(id), owned, &config)?
+                    .result()
+                    .map(|out| out.report)
+            })
             .map_err(|e| error::host_error(py, e))?;
-        drop(staged);
         Ok(report_tuple(&report))
     }
 
-    /// Submits a run of callable `id` on `args` (host tensors and scalars only) and returns
-    /// its handle at once. The run borrows the writable arrays (kept alive by the handle)
-    /// and copies read-only or aliased inputs.
+    /// Submits a run of callable `id` on `args` and returns its handle at once. The run
+    /// borrows the writable arrays (kept alive by the handle), copies read-only or aliased
+    /// inputs and passes device tensors in place.
     #[pyo3(signature = (id, args, config=None))]
     fn submit(
         &self,
@@ -412,34 +382,7 @@ impl NativeWorker {
         let config = call_config(config).map_err(|e| error::host_error(py, e))?;
         let worker = self.live(py)?;
         let callable = self.registered(py, id)?;
-        let staged = stage(py, &callable, args)?;
-        let mut owned = Vec::with_capacity(staged.len());
-        for (s, spec) in staged.into_iter().zip(&callable.signature.args) {
-            owned.push(match s {
-                Staged::Borrowed(memory) => OwnedArg::Tensor {
-                    shape: memory.shape.clone(),
-                    buffer: Box::new(ArrayBuffer(memory)),
-                    dtype: spec.dtype,
-                },
-                Staged::Copied(bytes, shape) => OwnedArg::Tensor {
-                    buffer: Box::new(bytes),
-                    shape,
-                    dtype: spec.dtype,
-                },
-                Staged::Device { .. } => {
-                    return Err(Raise::new(
-                        "UnsupportedError",
-                        format!(
-                            "argument `{}`: submit takes host tensors only; device buffers are \
-                             staged through host memory by run()",
-                            spec.name
-                        ),
-                    )
-                    .into_err(py))
-                }
-                Staged::Scalar(bits) => OwnedArg::Scalar(bits),
-            });
-        }
+        let owned = owned_args(stage(py, &callable, args)?, &callable.signature);
         let handle = py
             .detach(|| worker.submit_with(CallableId(id), owned, &config))
             .map_err(|e| error::host_error(py, e))?;
