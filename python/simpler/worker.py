@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import threading
-import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -48,7 +47,6 @@ from .errors import (
     ArgumentTypeError,
     InvalidArgumentError,
     InvalidConfigError,
-    StagingWarning,
     UnknownCallableError,
     UnsupportedError,
     WorkerStateError,
