@@ -11,36 +11,17 @@
 //! - `short_runs/depth{1,2}`: throughput of short runs kept two in flight.
 //! - `empty_run/round_trip`: submit + result of a run whose orchestration submits nothing.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::*;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use simpler_abi::*;
 use simpler_host::*;
 
 const TILE: usize = 1024;
-
-fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
-    // SAFETY: the runtime passes tensor pointers in the first slots.
-    unsafe { &*(*args.add(i) as *const ChipTensor) }
-}
-
-fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
-    // SAFETY: a 1-D contiguous f32 view of device (= host) memory owned by the run.
-    unsafe {
-        std::slice::from_raw_parts_mut(
-            (t.buffer_addr as *mut f32).add(t.start_offset as usize),
-            t.shapes[0] as usize,
-        )
-    }
-}
-
-/// y = x + 1 over one tile.
-unsafe extern "C" fn inc_kernel(args: *mut i64) {
-    let (x, y) = (data(tensor(args, 0)), data(tensor(args, 1)));
-    for i in 0..y.len() {
-        y[i] = x[i] + 1.0;
-    }
-}
 
 /// One task per tile of `x`.
 unsafe extern "C" fn tiles_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
@@ -49,23 +30,14 @@ unsafe extern "C" fn tiles_orch(ops: *const OrchOps, args: *const OrchArgs) -> i
         let a = &*args;
         let tiles = a.tensors[0].shapes[0] as usize / TILE;
         for t in 0..tiles {
-            let mut d: Box<TaskDesc> = Box::new(std::mem::zeroed());
-            d.size = std::mem::size_of::<TaskDesc>() as u32;
-            d.kernel_ids = [NO_KERNEL; 3];
-            d.kernel_ids[LANE_AIV0] = 0;
-            d.block_num = 1;
+            let mut d = task(0, LANE_AIV0);
             for (i, tag) in [
                 (0, TensorArgType::Input),
                 (1, TensorArgType::OutputExisting),
             ] {
-                let mut v = a.tensors[i];
-                v.start_offset = (t * TILE) as u64;
-                v.shapes[0] = TILE as u64;
-                d.tensors[d.tensor_count as usize] = v;
-                d.tags[d.tensor_count as usize] = tag as u32;
-                d.tensor_count += 1;
+                push(&mut d, view(&a.tensors[i], t * TILE, TILE), tag);
             }
-            let rc = ((*ops).submit_task)((*ops).runtime, &*d, std::ptr::null_mut());
+            let rc = submit(ops, &d);
             if rc != 0 {
                 return rc;
             }

@@ -148,33 +148,6 @@ struct Row {
     admits_after: bool,
 }
 
-const fn next(point: FaultPoint, action: FaultAction) -> FaultRule {
-    FaultRule {
-        point,
-        skip: 0,
-        times: 1,
-        action,
-    }
-}
-
-const fn nth(point: FaultPoint, n: u64, action: FaultAction) -> FaultRule {
-    FaultRule {
-        point,
-        skip: n - 1,
-        times: 1,
-        action,
-    }
-}
-
-const fn always(point: FaultPoint, action: FaultAction) -> FaultRule {
-    FaultRule {
-        point,
-        skip: 0,
-        times: u64::MAX,
-        action,
-    }
-}
-
 use FaultAction::*;
 use FaultPoint::*;
 
@@ -372,19 +345,7 @@ fn execution_mode_latch_on_the_worker() {
     );
     let mut a = vec![0u8; N * 4];
     let mut b = vec![0u8; N * 4];
-    let mut host = [
-        HostArg::Tensor(HostTensor {
-            bytes: &mut a,
-            shape: vec![N as u64],
-            dtype: simpler_abi::DataType::Float32,
-        }),
-        HostArg::Tensor(HostTensor {
-            bytes: &mut b,
-            shape: vec![N as u64],
-            dtype: simpler_abi::DataType::Float32,
-        }),
-        HostArg::Scalar(0),
-    ];
+    let mut host = host_args(&mut a, &mut b);
     assert!(matches!(
         w.run(id, &mut host),
         Err(HostError::InvalidState(_))

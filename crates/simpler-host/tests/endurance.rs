@@ -3,9 +3,12 @@
 //! allocations and resident memory must stay flat: nothing is started, opened or loaded per
 //! run (the upstream sim dies after about 185 runs from per-run library reloads).
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
+use common::*;
 use simpler_abi::{CoreType, DataType};
 use simpler_host::*;
 
@@ -120,29 +123,8 @@ fn ten_thousand_runs_keep_threads_fds_and_memory_flat() {
     let mut x: Vec<f32> = (0..256).map(|i| i as f32).collect();
     let mut z = vec![0f32; 256];
     let mut run = |i: usize| {
-        // SAFETY: f32 slices viewed as bytes; no padding, every pattern valid.
-        let (xb, zb) = unsafe {
-            (
-                std::slice::from_raw_parts_mut(x.as_mut_ptr() as *mut u8, 1024),
-                std::slice::from_raw_parts_mut(z.as_mut_ptr() as *mut u8, 1024),
-            )
-        };
         worker
-            .run(
-                id,
-                &mut [
-                    HostArg::Tensor(HostTensor {
-                        bytes: xb,
-                        shape: vec![256],
-                        dtype: DataType::Float32,
-                    }),
-                    HostArg::Tensor(HostTensor {
-                        bytes: zb,
-                        shape: vec![256],
-                        dtype: DataType::Float32,
-                    }),
-                ],
-            )
+            .run(id, &mut [host_f32(&mut x), host_f32(&mut z)])
             .unwrap_or_else(|e| panic!("run {i}: {e}"));
         assert_eq!(z[255], 257.0, "run {i}");
     };

@@ -3,26 +3,14 @@
 //! whose correctness needs WAR ordering, and run-level failures that must leave the worker
 //! usable and the host buffers untouched.
 
+mod common;
+
+use common::*;
 use simpler_abi::*;
 use simpler_host::*;
 
 const N: usize = 1 << 16;
 const TILE: usize = 1024;
-
-fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
-    // SAFETY: the runtime passes tensor pointers in the first slots.
-    unsafe { &*(*args.add(i) as *const ChipTensor) }
-}
-
-fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
-    // SAFETY: a 1-D contiguous f32 view of device (= host) memory owned by the run.
-    unsafe {
-        std::slice::from_raw_parts_mut(
-            (t.buffer_addr as *mut f32).add(t.start_offset as usize),
-            t.shapes[0] as usize,
-        )
-    }
-}
 
 /// c = a + b
 unsafe extern "C" fn add_kernel(args: *mut i64) {
@@ -47,40 +35,6 @@ unsafe extern "C" fn double_kernel(args: *mut i64) {
     for i in 0..y.len() {
         y[i] = x[i] * 2.0;
     }
-}
-
-/// Always reports a fatal code.
-unsafe extern "C" fn failing_kernel(args: *mut i64) {
-    // SAFETY: slot 49 points to the core's GlobalContext.
-    unsafe { (*(*args.add(GLOBAL_CONTEXT_SLOT) as *mut GlobalContext)).fatal_code = 42 };
-}
-
-fn task(func: i32, core: usize) -> Box<TaskDesc> {
-    // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
-    let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
-    d.size = std::mem::size_of::<TaskDesc>() as u32;
-    d.kernel_ids = [NO_KERNEL; 3];
-    d.kernel_ids[core] = func;
-    d.block_num = 1;
-    d
-}
-
-fn push(d: &mut TaskDesc, t: ChipTensor, tag: TensorArgType) {
-    d.tensors[d.tensor_count as usize] = t;
-    d.tags[d.tensor_count as usize] = tag as u32;
-    d.tensor_count += 1;
-}
-
-fn view(t: &ChipTensor, off: usize, len: usize) -> ChipTensor {
-    let mut v = *t;
-    v.start_offset = off as u64;
-    v.shapes[0] = len as u64;
-    v
-}
-
-unsafe fn submit(ops: *const OrchOps, d: &TaskDesc) -> i32 {
-    // SAFETY: the caller passes the table it received.
-    unsafe { ((*ops).submit_task)((*ops).runtime, d, std::ptr::null_mut()) }
 }
 
 /// vector add tiled into N / TILE independent AIV tasks.
@@ -201,20 +155,6 @@ fn spec(name: &str, orch: OrchEntry, sig: Vec<(&str, ArgDirection)>) -> Callable
     }
 }
 
-fn bytes(v: &mut [f32]) -> &mut [u8] {
-    // SAFETY: f32 has no invalid bit patterns and no padding.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, v.len() * 4) }
-}
-
-fn t(v: &mut [f32]) -> HostArg<'_> {
-    let n = v.len() as u64;
-    HostArg::Tensor(HostTensor {
-        bytes: bytes(v),
-        shape: vec![n],
-        dtype: DataType::Float32,
-    })
-}
-
 use ArgDirection::{In, InOut, Out};
 
 #[test]
@@ -230,7 +170,11 @@ fn tiled_vector_add_matches_reference() {
     let mut a: Vec<f32> = (0..N).map(|i| i as f32).collect();
     let mut b: Vec<f32> = (0..N).map(|i| (i % 7) as f32 * 0.5).collect();
     let mut c = vec![f32::NAN; N];
-    w.run(id, &mut [t(&mut a), t(&mut b), t(&mut c)]).unwrap();
+    w.run(
+        id,
+        &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
+    )
+    .unwrap();
     for i in 0..N {
         assert_eq!(c[i], a[i] + b[i], "element {i}");
     }
@@ -250,7 +194,11 @@ fn raw_waw_chain_and_cross_core_type_dependency() {
         let mut x: Vec<f32> = (0..4096).map(|i| (i % 13) as f32).collect();
         let mut acc = vec![1.0f32; 4096];
         let mut y = vec![0.0f32; 4096];
-        w.run(id, &mut [t(&mut x), t(&mut acc), t(&mut y)]).unwrap();
+        w.run(
+            id,
+            &mut [host_f32(&mut x), host_f32(&mut acc), host_f32(&mut y)],
+        )
+        .unwrap();
         for i in 0..4096 {
             let want = 1.0 + 8.0 * x[i];
             assert_eq!(acc[i], want, "round {round} element {i}");
@@ -274,8 +222,16 @@ fn war_hazard_is_ordered() {
         let mut y = vec![0.0f32; 65536];
         let mut p = vec![10.0f32; 65536];
         let mut q = vec![20.0f32; 65536];
-        w.run(id, &mut [t(&mut x), t(&mut y), t(&mut p), t(&mut q)])
-            .unwrap();
+        w.run(
+            id,
+            &mut [
+                host_f32(&mut x),
+                host_f32(&mut y),
+                host_f32(&mut p),
+                host_f32(&mut q),
+            ],
+        )
+        .unwrap();
         assert!(
             y.iter().all(|&v| v == 6.0),
             "the reader saw the later write"
@@ -291,7 +247,7 @@ fn kernel_fatal_fails_the_run_and_leaves_outputs_and_worker_intact() {
         .register(&spec("bad", failing_orch, vec![("x", InOut)]))
         .unwrap();
     let mut x = vec![5.0f32; 16];
-    let err = w.run(bad, &mut [t(&mut x)]).unwrap_err();
+    let err = w.run(bad, &mut [host_f32(&mut x)]).unwrap_err();
     match &err {
         HostError::RunFailed {
             code,
@@ -312,7 +268,7 @@ fn kernel_fatal_fails_the_run_and_leaves_outputs_and_worker_intact() {
     let rc = w
         .register(&spec("rc", returns_error_orch, vec![("x", InOut)]))
         .unwrap();
-    let err = w.run(rc, &mut [t(&mut x)]).unwrap_err();
+    let err = w.run(rc, &mut [host_f32(&mut x)]).unwrap_err();
     assert!(
         matches!(err, HostError::RunFailed { code, .. } if code == -ORCH_EXPLICIT_FATAL),
         "{err}"
@@ -327,7 +283,11 @@ fn kernel_fatal_fails_the_run_and_leaves_outputs_and_worker_intact() {
         ))
         .unwrap();
     let (mut a, mut b, mut c) = (vec![1.0f32; N], vec![2.0f32; N], vec![0.0f32; N]);
-    w.run(good, &mut [t(&mut a), t(&mut b), t(&mut c)]).unwrap();
+    w.run(
+        good,
+        &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
+    )
+    .unwrap();
     assert!(
         c.iter().all(|&v| v == 3.0),
         "the worker is usable after run failures"
@@ -341,7 +301,9 @@ fn arguments_are_checked_against_the_signature() {
     s.signature.args[0].shape = Some(vec![N as u64]);
     let id = w.register(&s).unwrap();
     let (mut a, mut b, mut c) = (vec![0.0f32; N], vec![0.0f32; N], vec![0.0f32; N]);
-    let err = w.run(id, &mut [t(&mut a), t(&mut b)]).unwrap_err();
+    let err = w
+        .run(id, &mut [host_f32(&mut a), host_f32(&mut b)])
+        .unwrap_err();
     assert!(
         matches!(
             err,
@@ -355,27 +317,36 @@ fn arguments_are_checked_against_the_signature() {
     );
     let mut short = vec![0.0f32; 8];
     let err = w
-        .run(id, &mut [t(&mut short), t(&mut b), t(&mut c)])
+        .run(
+            id,
+            &mut [host_f32(&mut short), host_f32(&mut b), host_f32(&mut c)],
+        )
         .unwrap_err();
     assert!(
         matches!(&err, HostError::InvalidArgument { arg, .. } if arg == "a"),
         "{err}"
     );
     let err = w
-        .run(id, &mut [t(&mut a), HostArg::Scalar(1), t(&mut c)])
+        .run(
+            id,
+            &mut [host_f32(&mut a), HostArg::Scalar(1), host_f32(&mut c)],
+        )
         .unwrap_err();
     assert!(
         matches!(&err, HostError::InvalidArgument { arg, .. } if arg == "b"),
         "{err}"
     );
     let mut wrong = HostTensor {
-        bytes: bytes(&mut c),
+        bytes: f32_bytes_mut(&mut c),
         shape: vec![N as u64],
         dtype: DataType::Int32,
     };
     wrong.dtype = DataType::Int32;
     let err = w
-        .run(id, &mut [t(&mut a), t(&mut b), HostArg::Tensor(wrong)])
+        .run(
+            id,
+            &mut [host_f32(&mut a), host_f32(&mut b), HostArg::Tensor(wrong)],
+        )
         .unwrap_err();
     assert!(err.to_string().contains("dtype is i32"), "{err}");
     assert!(matches!(
@@ -431,18 +402,30 @@ fn runtime_env_sizes_the_rings_of_one_run() {
     };
     // 64 tasks in the outer scope: a 64-slot ring holds at most 63.
     let err = w
-        .run_with(id, &mut [t(&mut a), t(&mut b), t(&mut c)], &window(64))
+        .run_with(
+            id,
+            &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
+            &window(64),
+        )
         .unwrap_err();
     assert!(
         matches!(err, HostError::RunFailed { code, .. } if code == -ORCH_SCOPE_DEADLOCK),
         "{err}"
     );
     assert!(c.iter().all(|&v| v == 0.0));
-    w.run_with(id, &mut [t(&mut a), t(&mut b), t(&mut c)], &window(128))
-        .unwrap();
+    w.run_with(
+        id,
+        &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
+        &window(128),
+    )
+    .unwrap();
     assert!(c.iter().all(|&v| v == 3.0));
     let err = w
-        .run_with(id, &mut [t(&mut a), t(&mut b), t(&mut c)], &window(100))
+        .run_with(
+            id,
+            &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
+            &window(100),
+        )
         .unwrap_err();
     assert!(
         matches!(&err, HostError::InvalidConfig(m) if m.contains("ring_task_window[0]")),
@@ -456,7 +439,11 @@ fn runtime_env_sizes_the_rings_of_one_run() {
         ..CallConfig::default()
     };
     let err = w
-        .run_with(id, &mut [t(&mut a), t(&mut b), t(&mut c)], &huge)
+        .run_with(
+            id,
+            &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
+            &huge,
+        )
         .unwrap_err();
     assert!(err.to_string().contains("worker's heap"), "{err}");
 }
@@ -523,7 +510,7 @@ fn the_watchdog_names_the_stall_and_the_worker_survives() {
     for (name, orch, class) in cases {
         let id = w.register(&sleepy_spec(name, orch)).unwrap();
         let mut x = vec![1.0f32; 16];
-        let err = w.run(id, &mut [t(&mut x)]).unwrap_err();
+        let err = w.run(id, &mut [host_f32(&mut x)]).unwrap_err();
         match &err {
             HostError::RunFailed { code, message, .. } => {
                 assert_eq!(*code, -SCHED_TIMEOUT, "{name}: {err}");
@@ -540,7 +527,11 @@ fn the_watchdog_names_the_stall_and_the_worker_survives() {
         ))
         .unwrap();
     let (mut a, mut b, mut c) = (vec![1.0f32; N], vec![2.0f32; N], vec![0.0f32; N]);
-    w.run(good, &mut [t(&mut a), t(&mut b), t(&mut c)]).unwrap();
+    w.run(
+        good,
+        &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
+    )
+    .unwrap();
     assert!(c.iter().all(|&v| v == 3.0));
 }
 
@@ -556,7 +547,7 @@ fn get_tensor_data_times_out_with_tensor_wait_timeout() {
         .register(&sleepy_spec("get", sleepy_then_get_orch))
         .unwrap();
     let mut x = vec![1.0f32; 16];
-    let err = w.run(id, &mut [t(&mut x)]).unwrap_err();
+    let err = w.run(id, &mut [host_f32(&mut x)]).unwrap_err();
     assert!(
         matches!(&err, HostError::RunFailed { code, message, .. } if *code == -ORCH_TENSOR_WAIT_TIMEOUT && message.contains("100 ms")),
         "{err}"
@@ -566,7 +557,7 @@ fn get_tensor_data_times_out_with_tensor_wait_timeout() {
     let id = w
         .register(&sleepy_spec("get", sleepy_then_get_orch))
         .unwrap();
-    w.run(id, &mut [t(&mut x)]).unwrap();
+    w.run(id, &mut [host_f32(&mut x)]).unwrap();
 }
 
 /// Records the tensor and scalar counts it was dispatched with into x[0], x[1].
@@ -614,13 +605,13 @@ fn kernels_see_their_argument_counts_and_errors_name_the_submit() {
     });
     let id = w.register(&s).unwrap();
     let mut x = vec![0.0f32; 4];
-    w.run(id, &mut [t(&mut x)]).unwrap();
+    w.run(id, &mut [host_f32(&mut x)]).unwrap();
     assert_eq!(&x[..2], &[1.0, 3.0]);
 
     let id = w
         .register(&spec("nullout", null_outputs_orch, vec![("x", InOut)]))
         .unwrap();
-    let err = w.run(id, &mut [t(&mut x)]).unwrap_err().to_string();
+    let err = w.run(id, &mut [host_f32(&mut x)]).unwrap_err().to_string();
     assert!(
         err.contains("submit #1 (aiv0 func 0)") && err.contains("outputs is NULL"),
         "{err}"
@@ -684,7 +675,7 @@ fn overflowing_sizes_and_ids_are_invalid_args_not_crashes() {
     ] {
         let mut x = vec![1.0f32; 16];
         let err = w
-            .run(id, &mut [t(&mut x), HostArg::Scalar(case)])
+            .run(id, &mut [host_f32(&mut x), HostArg::Scalar(case)])
             .unwrap_err();
         assert!(
             matches!(&err, HostError::RunFailed { code, message, .. } if *code == -ORCH_INVALID_ARGS && message.contains(want)),
@@ -705,7 +696,7 @@ fn a_reset_while_the_orchestrator_waits_in_an_op_does_not_abort() {
         .register(&sleepy_spec("get", sleepy_then_get_orch))
         .unwrap();
     let mut x = vec![1.0f32; 16];
-    let err = w.run(id, &mut [t(&mut x)]).unwrap_err();
+    let err = w.run(id, &mut [host_f32(&mut x)]).unwrap_err();
     assert!(matches!(err, HostError::Timeout(_)), "{err}");
     // Dropping the worker resets the device while the orchestrator is parked inside
     // get_tensor_data; the unwind must stop before the orchestration's C frames.
@@ -747,7 +738,7 @@ fn dropping_a_worker_with_a_kernel_that_never_returns_does_not_hang() {
         });
         let id = w.register(&s).unwrap();
         let mut x = vec![0.0f32; 4];
-        let err = w.run(id, &mut [t(&mut x)]).unwrap_err();
+        let err = w.run(id, &mut [host_f32(&mut x)]).unwrap_err();
         assert!(matches!(err, HostError::Timeout(_)), "{err}");
         drop(w);
         done_tx.send(()).unwrap();

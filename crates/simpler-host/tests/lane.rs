@@ -5,40 +5,19 @@
 //! boundary": one row per shape — what was injected → the run's verdict, whether its device
 //! resources were released or retained, and whether the worker admits runs afterwards.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::*;
 use simpler_abi::*;
 use simpler_device::sim::{FaultAction, FaultPoint, FaultRule, KernelKind, SimDevice};
 use simpler_device::{Device, Topology};
 use simpler_host::*;
 
 const N: usize = 4096;
-const TILES: usize = 4;
-
-fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
-    // SAFETY: the runtime passes tensor pointers in the first slots.
-    unsafe { &*(*args.add(i) as *const ChipTensor) }
-}
-
-fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
-    // SAFETY: a 1-D contiguous f32 view of device (= host) memory owned by the run.
-    unsafe {
-        std::slice::from_raw_parts_mut(
-            (t.buffer_addr as *mut f32).add(t.start_offset as usize),
-            t.shapes[0] as usize,
-        )
-    }
-}
-
-/// y = x + 1
-unsafe extern "C" fn inc_kernel(args: *mut i64) {
-    let (x, y) = (data(tensor(args, 0)), data(tensor(args, 1)));
-    for i in 0..y.len() {
-        y[i] = x[i] + 1.0;
-    }
-}
 
 static GATE: AtomicBool = AtomicBool::new(true);
 /// The matrix's own gate (tests run in parallel).
@@ -60,49 +39,6 @@ unsafe extern "C" fn matrix_gated_kernel(args: *mut i64) {
     }
     // SAFETY: same arguments as `inc_kernel`.
     unsafe { inc_kernel(args) }
-}
-
-fn task(func: i32) -> Box<TaskDesc> {
-    // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
-    let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
-    d.size = std::mem::size_of::<TaskDesc>() as u32;
-    d.kernel_ids = [NO_KERNEL; 3];
-    d.kernel_ids[LANE_AIV0] = func;
-    d.block_num = 1;
-    d
-}
-
-fn view(t: &ChipTensor, off: usize, len: usize) -> ChipTensor {
-    let mut v = *t;
-    v.start_offset = off as u64;
-    v.shapes[0] = len as u64;
-    v
-}
-
-/// y = x + 1 in TILES independent tasks, with kernel func `scalars[0]` (0 plain, 1 gated).
-unsafe extern "C" fn inc_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
-    // SAFETY: the runtime passes valid args and its own table.
-    unsafe {
-        let a = &*args;
-        let n = a.tensors[0].shapes[0] as usize;
-        let tile = n / TILES;
-        for t in 0..TILES {
-            let mut d = task(a.scalars[0] as i32);
-            for (i, tag) in [
-                (0, TensorArgType::Input),
-                (1, TensorArgType::OutputExisting),
-            ] {
-                d.tensors[d.tensor_count as usize] = view(&a.tensors[i], t * tile, tile);
-                d.tags[d.tensor_count as usize] = tag as u32;
-                d.tensor_count += 1;
-            }
-            let rc = ((*ops).submit_task)((*ops).runtime, &*d, std::ptr::null_mut());
-            if rc != 0 {
-                return rc;
-            }
-        }
-    }
-    0
 }
 
 fn spec() -> CallableSpec {
@@ -146,10 +82,6 @@ fn spec() -> CallableSpec {
     }
 }
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
-}
-
 fn args(seed: f32, gated: bool) -> Vec<OwnedArg> {
     args_with(seed, gated as u64)
 }
@@ -170,16 +102,6 @@ fn args_with(seed: f32, func: u64) -> Vec<OwnedArg> {
         },
         OwnedArg::Scalar(func),
     ]
-}
-
-fn check_output(out: RunOutput, seed: f32) {
-    let OwnedArg::Tensor { mut buffer, .. } = out.args.into_iter().nth(1).unwrap() else {
-        panic!("y is a tensor")
-    };
-    for (i, c) in buffer.bytes_mut().chunks(4).enumerate() {
-        let v = f32::from_ne_bytes(c.try_into().unwrap());
-        assert_eq!(v, seed + i as f32 + 1.0, "element {i}");
-    }
 }
 
 fn worker(depth: u32, run_timeout: Duration) -> (Arc<SimDevice>, ChipWorker, CallableId) {
@@ -308,24 +230,6 @@ struct Row {
     admits_after: bool,
     /// Memory freed at teardown (false: a forced reset could not be confirmed).
     freed_at_teardown: bool,
-}
-
-const fn next(point: FaultPoint, action: FaultAction) -> FaultRule {
-    FaultRule {
-        point,
-        skip: 0,
-        times: 1,
-        action,
-    }
-}
-
-const fn nth(point: FaultPoint, n: u64, action: FaultAction) -> FaultRule {
-    FaultRule {
-        point,
-        skip: n - 1,
-        times: 1,
-        action,
-    }
 }
 
 use FaultAction::*;

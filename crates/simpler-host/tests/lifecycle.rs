@@ -259,19 +259,7 @@ fn a_proven_preparation_rollback_is_run_preparation_refused() {
     dev.inject(FaultRule::next(FaultPoint::Malloc, FaultAction::Refuse));
     let mut x = f32_bytes(&input(0.0));
     let mut y = vec![7u8; N * 4];
-    let mut host = [
-        HostArg::Tensor(HostTensor {
-            bytes: &mut x,
-            shape: vec![N as u64],
-            dtype: simpler_abi::DataType::Float32,
-        }),
-        HostArg::Tensor(HostTensor {
-            bytes: &mut y,
-            shape: vec![N as u64],
-            dtype: simpler_abi::DataType::Float32,
-        }),
-        HostArg::Scalar(0),
-    ];
+    let mut host = host_args(&mut x, &mut y);
     assert!(matches!(
         w.run(id, &mut host),
         Err(HostError::RunPreparationRefused { .. })

@@ -12,6 +12,9 @@
 //! The program travels to the in-process orchestration as the address of a host `Vec`
 //! (a scalar argument): the sim device shares the host's address space.
 
+mod common;
+
+use common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use simpler_abi::*;
@@ -148,12 +151,7 @@ unsafe extern "C" fn orchestration(ops: *const OrchOps, args: *const OrchArgs) -
     // SAFETY: as above.
     let prog = unsafe { &*(args.scalars[0] as *const Vec<Op>) };
     for op in prog {
-        // SAFETY: TaskDesc is plain data; all-zero is a valid start.
-        let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
-        d.size = std::mem::size_of::<TaskDesc>() as u32;
-        d.kernel_ids = [NO_KERNEL; 3];
-        d.kernel_ids[LANE_AIV0] = if op.srcs.len() == 1 { MAD1 } else { MAD2 };
-        d.block_num = 1;
+        let mut d = task(if op.srcs.len() == 1 { MAD1 } else { MAD2 }, LANE_AIV0);
         let view = |v: &View| {
             let mut t = args.tensors[v.buf];
             t.start_offset = v.start;
@@ -171,16 +169,14 @@ unsafe extern "C" fn orchestration(ops: *const OrchOps, args: *const OrchArgs) -
             TensorArgType::OutputExisting
         };
         let tensors = op.srcs.iter().map(|v| (view(v), TensorArgType::Input));
-        for (i, (t, tag)) in tensors.chain([(view(&op.dst), tag)]).enumerate() {
-            d.tensors[i] = t;
-            d.tags[i] = tag as u32;
-            d.tensor_count += 1;
+        for (t, tag) in tensors.chain([(view(&op.dst), tag)]) {
+            push(&mut d, t, tag);
         }
         d.scalars[0] = u64::from(op.k);
         d.scalars[1] = u64::from(op.inout);
         d.scalar_count = 2;
-        // SAFETY: the table's own function and runtime pointer.
-        let rc = unsafe { (ops.submit_task)(ops.runtime, &*d, std::ptr::null_mut()) };
+        // SAFETY: the table the runtime passed.
+        let rc = unsafe { submit(ops, &d) };
         if rc != 0 {
             return rc;
         }
@@ -321,17 +317,13 @@ fn check_family(family: Family) {
         let mut want = [init(1), init(2), init(3)];
         reference(&prog, &mut want);
         let [mut a, mut b, mut c] = [init(1), init(2), init(3)];
-        let t = |v: &mut Vec<u32>| {
-            // SAFETY: u32 has no invalid bit patterns and no padding.
-            let bytes = unsafe {
-                std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), v.len() * 4)
-            };
+        fn t(v: &mut [u32]) -> HostTensor<'_> {
             HostTensor {
-                bytes,
+                bytes: u32_bytes_mut(v),
                 shape: vec![N],
                 dtype: DataType::Uint32,
             }
-        };
+        }
         let mut args = [
             HostArg::Tensor(t(&mut a)),
             HostArg::Tensor(t(&mut b)),

@@ -16,11 +16,14 @@
 //! abort the whole process (a panic inside the runtime's `extern "C"` ops) runs in a child
 //! process of this test binary.
 
+mod common;
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::*;
 use simpler_abi::*;
 use simpler_host::*;
 use ArgDirection::{In, InOut, Out};
@@ -105,13 +108,8 @@ const SLOW_FAIL_FUNC: i32 = 8;
 
 unsafe extern "C" fn slow_failing_kernel(args: *mut i64) {
     sleep_ms(30);
-    // SAFETY: slot 49 points to the core's GlobalContext.
-    unsafe { (*(*args.add(GLOBAL_CONTEXT_SLOT) as *mut GlobalContext)).fatal_code = 42 };
-}
-
-unsafe extern "C" fn failing_kernel(args: *mut i64) {
-    // SAFETY: slot 49 points to the core's GlobalContext.
-    unsafe { (*(*args.add(GLOBAL_CONTEXT_SLOT) as *mut GlobalContext)).fatal_code = 42 };
+    // SAFETY: same arguments as `failing_kernel`.
+    unsafe { failing_kernel(args) }
 }
 
 /// Element offsets of a view, row-major.
@@ -302,12 +300,10 @@ struct Task {
 impl Task {
     /// A dummy task (no kernel).
     fn dummy() -> Task {
-        // SAFETY: TaskDesc is plain data; all-zero is a valid start.
-        let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
-        d.size = std::mem::size_of::<TaskDesc>() as u32;
-        d.kernel_ids = [NO_KERNEL; 3];
-        d.block_num = 1;
-        Task { d, kernel: None }
+        Task {
+            d: task_desc(),
+            kernel: None,
+        }
     }
 
     /// A registered (non-closure) kernel on one lane.
@@ -338,10 +334,7 @@ impl Task {
     }
 
     fn arg(mut self, t: ChipTensor, tag: TensorArgType) -> Task {
-        let n = self.d.tensor_count as usize;
-        self.d.tensors[n] = t;
-        self.d.tags[n] = tag as u32;
-        self.d.tensor_count += 1;
+        push(&mut self.d, t, tag);
         self
     }
 
@@ -518,16 +511,11 @@ fn register(w: &ChipWorker, tensors: &[(&str, ArgDirection)]) -> CallableId {
     register_with(w, tensors, 0)
 }
 
-fn bytes(v: &mut [u32]) -> &mut [u8] {
-    // SAFETY: u32 has no invalid bit patterns and no padding.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len() * 4) }
-}
-
 /// A host u32 tensor of `shape`.
 fn ht<'a>(v: &'a mut [u32], shape: &[u64]) -> HostArg<'a> {
     assert_eq!(shape.iter().product::<u64>(), v.len() as u64);
     HostArg::Tensor(HostTensor {
-        bytes: bytes(v),
+        bytes: u32_bytes_mut(v),
         shape: shape.to_vec(),
         dtype: DataType::Uint32,
     })

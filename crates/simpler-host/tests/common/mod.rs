@@ -1,7 +1,13 @@
 //! Shared by the issue-6 integration tests: an in-process callable `y = x + 1` over four
 //! independent tiles, whose kernel func is chosen per run (`scalars[0]`): 0 runs at once,
 //! `1..=GATES` waits for its gate to open. Each test binary has its own gates.
+//!
+//! Also the in-process kernel/orchestration helpers every integration test and the `lane`
+//! bench share: kernel argument access ([`tensor`], [`data`]), task descriptors ([`task`],
+//! [`push`], [`submit`]), 1-D views ([`view`]), f32 byte views and fault-rule constructors.
 
+// Every test binary (and the bench) compiles this module on its own and uses only part of
+// it, so what one binary leaves unused would otherwise warn there.
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use simpler_abi::*;
-use simpler_device::sim::SimDevice;
+use simpler_device::sim::{FaultAction, FaultPoint, FaultRule, SimDevice};
 use simpler_device::{Device, DevicePtr, Topology};
 use simpler_host::*;
 
@@ -19,12 +25,14 @@ pub const GATES: usize = 4;
 
 pub static GATE: [AtomicBool; GATES] = [const { AtomicBool::new(true) }; GATES];
 
-fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
+/// Tensor argument `i` of a kernel.
+pub fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
     // SAFETY: the runtime passes tensor pointers in the first slots.
     unsafe { &*(*args.add(i) as *const ChipTensor) }
 }
 
-fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
+/// The elements of a 1-D contiguous f32 tensor.
+pub fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
     // SAFETY: a 1-D contiguous f32 view of device (= host) memory owned by the run.
     unsafe {
         std::slice::from_raw_parts_mut(
@@ -35,10 +43,109 @@ fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
 }
 
 /// y = x + 1
-unsafe extern "C" fn inc_kernel(args: *mut i64) {
+pub unsafe extern "C" fn inc_kernel(args: *mut i64) {
     let (x, y) = (data(tensor(args, 0)), data(tensor(args, 1)));
     for i in 0..y.len() {
         y[i] = x[i] + 1.0;
+    }
+}
+
+/// Always reports fatal code 42.
+pub unsafe extern "C" fn failing_kernel(args: *mut i64) {
+    // SAFETY: slot 49 points to the core's GlobalContext.
+    unsafe { (*(*args.add(GLOBAL_CONTEXT_SLOT) as *mut GlobalContext)).fatal_code = 42 };
+}
+
+/// A task descriptor with no kernel on any lane, one block and no arguments.
+pub fn task_desc() -> Box<TaskDesc> {
+    // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
+    let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
+    d.size = std::mem::size_of::<TaskDesc>() as u32;
+    d.kernel_ids = [NO_KERNEL; 3];
+    d.block_num = 1;
+    d
+}
+
+/// A task descriptor running kernel `func` on `lane`.
+pub fn task(func: i32, lane: usize) -> Box<TaskDesc> {
+    let mut d = task_desc();
+    d.kernel_ids[lane] = func;
+    d
+}
+
+/// Appends tensor `t` with `tag` to the task's arguments.
+pub fn push(d: &mut TaskDesc, t: ChipTensor, tag: TensorArgType) {
+    d.tensors[d.tensor_count as usize] = t;
+    d.tags[d.tensor_count as usize] = tag as u32;
+    d.tensor_count += 1;
+}
+
+/// A 1-D view of `len` elements at element `off` of a contiguous tensor.
+pub fn view(t: &ChipTensor, off: usize, len: usize) -> ChipTensor {
+    let mut v = *t;
+    v.start_offset = off as u64;
+    v.shapes[0] = len as u64;
+    v
+}
+
+/// Submits `d` through the runtime's table, without asking for its outputs.
+///
+/// # Safety
+/// `ops` is the table the orchestration entry received.
+pub unsafe fn submit(ops: *const OrchOps, d: &TaskDesc) -> i32 {
+    // SAFETY: the caller passes the table it received.
+    unsafe { ((*ops).submit_task)((*ops).runtime, d, std::ptr::null_mut()) }
+}
+
+/// The bytes of an f32 slice.
+pub fn f32_bytes_mut(v: &mut [f32]) -> &mut [u8] {
+    // SAFETY: f32 has no invalid bit patterns and no padding.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, v.len() * 4) }
+}
+
+/// The bytes of a u32 slice.
+pub fn u32_bytes_mut(v: &mut [u32]) -> &mut [u8] {
+    // SAFETY: u32 has no invalid bit patterns and no padding.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), v.len() * 4) }
+}
+
+/// A 1-D host f32 tensor over `v`.
+pub fn host_f32(v: &mut [f32]) -> HostArg<'_> {
+    let n = v.len() as u64;
+    HostArg::Tensor(HostTensor {
+        bytes: f32_bytes_mut(v),
+        shape: vec![n],
+        dtype: DataType::Float32,
+    })
+}
+
+/// A fault on the next occurrence of `point` (a `const` [`FaultRule::next`], for tables).
+pub const fn next(point: FaultPoint, action: FaultAction) -> FaultRule {
+    FaultRule {
+        point,
+        skip: 0,
+        times: 1,
+        action,
+    }
+}
+
+/// A fault on the `n`-th occurrence of `point` (a `const` [`FaultRule::nth`]).
+pub const fn nth(point: FaultPoint, n: u64, action: FaultAction) -> FaultRule {
+    FaultRule {
+        point,
+        skip: n - 1,
+        times: 1,
+        action,
+    }
+}
+
+/// A fault on every occurrence of `point` (a `const` [`FaultRule::always`]).
+pub const fn always(point: FaultPoint, action: FaultAction) -> FaultRule {
+    FaultRule {
+        point,
+        skip: 0,
+        times: u64::MAX,
+        action,
     }
 }
 
@@ -62,40 +169,22 @@ gated!(gated1, 1);
 gated!(gated2, 2);
 gated!(gated3, 3);
 
-fn task(func: i32) -> Box<TaskDesc> {
-    // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
-    let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
-    d.size = std::mem::size_of::<TaskDesc>() as u32;
-    d.kernel_ids = [NO_KERNEL; 3];
-    d.kernel_ids[LANE_AIV0] = func;
-    d.block_num = 1;
-    d
-}
-
-fn view(t: &ChipTensor, off: usize, len: usize) -> ChipTensor {
-    let mut v = *t;
-    v.start_offset = off as u64;
-    v.shapes[0] = len as u64;
-    v
-}
-
-unsafe extern "C" fn inc_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+/// y = x + 1 in `TILES` independent AIV tasks, with kernel func `scalars[0]`.
+pub unsafe extern "C" fn inc_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
     unsafe {
         let a = &*args;
         let n = a.tensors[0].shapes[0] as usize;
         let tile = n / TILES;
         for t in 0..TILES {
-            let mut d = task(a.scalars[0] as i32);
+            let mut d = task(a.scalars[0] as i32, LANE_AIV0);
             for (i, tag) in [
                 (0, TensorArgType::Input),
                 (1, TensorArgType::OutputExisting),
             ] {
-                d.tensors[d.tensor_count as usize] = view(&a.tensors[i], t * tile, tile);
-                d.tags[d.tensor_count as usize] = tag as u32;
-                d.tensor_count += 1;
+                push(&mut d, view(&a.tensors[i], t * tile, tile), tag);
             }
-            let rc = ((*ops).submit_task)((*ops).runtime, &*d, std::ptr::null_mut());
+            let rc = submit(ops, &d);
             if rc != 0 {
                 return rc;
             }
@@ -225,4 +314,16 @@ pub fn eventually(what: &str, f: impl Fn() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
+}
+
+/// Borrowed host-tensor arguments `x`, `y` (`N` f32 each, as bytes) and func 0.
+pub fn host_args<'a>(x: &'a mut [u8], y: &'a mut [u8]) -> [HostArg<'a>; 3] {
+    let t = |bytes| {
+        HostArg::Tensor(HostTensor {
+            bytes,
+            shape: vec![N as u64],
+            dtype: DataType::Float32,
+        })
+    };
+    [t(x), t(y), HostArg::Scalar(0)]
 }
