@@ -625,6 +625,7 @@ unsafe extern "C" fn abuse_orch(ops: *const OrchOps, args: *const OrchArgs) -> i
     // SAFETY: the runtime passes valid tables and arguments.
     let (ops, a) = unsafe { (&*ops, &*args) };
     let mut d = task(0, LANE_AIV0);
+    // SAFETY: TaskOutputs is plain data; all-zero is a valid value.
     let mut outs: Box<TaskOutputs> = Box::new(unsafe { std::mem::zeroed() });
     match a.scalars[0] {
         0 => {
