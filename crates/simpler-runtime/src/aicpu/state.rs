@@ -222,22 +222,20 @@ impl RunShared {
 
     /// Makes `id` ready; a dummy task completes at once (and may make others ready).
     pub(crate) fn make_ready(&self, id: TaskId) {
+        if !self.enqueue_unless_dummy(id) {
+            self.complete_and_route(id);
+        }
+    }
+
+    /// Queues `id` for its shape and wakes the schedulers; false (nothing done) for a dummy.
+    fn enqueue_unless_dummy(&self, id: TaskId) -> bool {
         let shape = self.task(id).body().shape;
-        if shape != Shape::Dummy {
-            self.ready[shape as usize].push(id);
-            self.ring_schedulers();
-            return;
+        if shape == Shape::Dummy {
+            return false;
         }
-        let mut work = vec![id];
-        while let Some(t) = work.pop() {
-            let shape = self.task(t).body().shape;
-            if shape == Shape::Dummy {
-                self.complete(t, &mut work);
-            } else {
-                self.ready[shape as usize].push(t);
-                self.ring_schedulers();
-            }
-        }
+        self.ready[shape as usize].push(id);
+        self.ring_schedulers();
+        true
     }
 
     /// Drops one pin of `id`; when it was the last, the orchestrator may reclaim the slot.
@@ -247,18 +245,20 @@ impl RunShared {
         }
     }
 
-    /// Completes task `id`: releases its consumers (ready ones are pushed to `ready_out`
-    /// for the caller to route), its retained producers, its dependency-pool entries and its
-    /// own not-completed pin.
-    pub(crate) fn complete(&self, id: TaskId, ready_out: &mut Vec<TaskId>) {
+    /// Completes task `id`: releases its consumers (those now ready are queued, except
+    /// dummies, which are pushed to `dummies` for the caller to complete), its retained
+    /// producers, its dependency-pool entries and its own not-completed pin.
+    fn complete(&self, id: TaskId, dummies: &mut Vec<TaskId>) {
         let task = self.task(id);
         {
             let mut f = task.fanout.lock();
             f.completed = true;
             task.completed.store(true, Ordering::Release);
             for &c in &f.consumers {
-                if self.task(c).fanin.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    ready_out.push(c);
+                if self.task(c).fanin.fetch_sub(1, Ordering::AcqRel) == 1
+                    && !self.enqueue_unless_dummy(c)
+                {
+                    dummies.push(c);
                 }
             }
             f.consumers.clear();
@@ -283,10 +283,12 @@ impl RunShared {
 
     /// Completes `id` (from a scheduler) and routes every task that became ready.
     pub(crate) fn complete_and_route(&self, id: TaskId) {
-        let mut ready = Vec::new();
-        self.complete(id, &mut ready);
-        for t in ready {
-            self.make_ready(t);
+        // Only dummy consumers land here (no allocation on the common path), completed with
+        // an explicit work list rather than recursion.
+        let mut dummies = Vec::new();
+        self.complete(id, &mut dummies);
+        while let Some(t) = dummies.pop() {
+            self.complete(t, &mut dummies);
         }
     }
 }
