@@ -13,7 +13,7 @@
 //! the criterion benches to print.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 use simpler_abi::*;
@@ -216,9 +216,4 @@ pub fn suite(tasks: u64, runs: u32) -> Result<Vec<Measurement>, HostError> {
         }
     }
     Ok(out)
-}
-
-/// A wall-clock budget helper for callers that want a rough time box.
-pub fn elapsed_since(start: Instant) -> Duration {
-    start.elapsed()
 }

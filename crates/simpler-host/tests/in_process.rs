@@ -157,6 +157,27 @@ fn spec(name: &str, orch: OrchEntry, sig: Vec<(&str, ArgDirection)>) -> Callable
 
 use ArgDirection::{In, InOut, Out};
 
+/// Registers the vector-add callable and checks a run of it: the worker is still usable.
+fn assert_still_adds(w: &ChipWorker) {
+    let id = w
+        .register(&spec(
+            "vadd",
+            vadd_orch,
+            vec![("a", In), ("b", In), ("c", Out)],
+        ))
+        .unwrap();
+    let (mut a, mut b, mut c) = (vec![1.0f32; N], vec![2.0f32; N], vec![0.0f32; N]);
+    w.run(
+        id,
+        &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
+    )
+    .unwrap();
+    assert!(
+        c.iter().all(|&v| v == 3.0),
+        "the worker is usable after run failures"
+    );
+}
+
 #[test]
 fn tiled_vector_add_matches_reference() {
     let w = ChipWorker::new(WorkerConfig::default()).unwrap();
@@ -275,23 +296,7 @@ fn kernel_fatal_fails_the_run_and_leaves_outputs_and_worker_intact() {
     );
     assert!(err.to_string().contains("returned 7"), "{err}");
 
-    let good = w
-        .register(&spec(
-            "vadd",
-            vadd_orch,
-            vec![("a", In), ("b", In), ("c", Out)],
-        ))
-        .unwrap();
-    let (mut a, mut b, mut c) = (vec![1.0f32; N], vec![2.0f32; N], vec![0.0f32; N]);
-    w.run(
-        good,
-        &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
-    )
-    .unwrap();
-    assert!(
-        c.iter().all(|&v| v == 3.0),
-        "the worker is usable after run failures"
-    );
+    assert_still_adds(&w);
 }
 
 #[test]
@@ -519,20 +524,7 @@ fn the_watchdog_names_the_stall_and_the_worker_survives() {
             other => panic!("{name}: {other}"),
         }
     }
-    let good = w
-        .register(&spec(
-            "vadd",
-            vadd_orch,
-            vec![("a", In), ("b", In), ("c", Out)],
-        ))
-        .unwrap();
-    let (mut a, mut b, mut c) = (vec![1.0f32; N], vec![2.0f32; N], vec![0.0f32; N]);
-    w.run(
-        good,
-        &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
-    )
-    .unwrap();
-    assert!(c.iter().all(|&v| v == 3.0));
+    assert_still_adds(&w);
 }
 
 #[test]
