@@ -7,8 +7,9 @@
  *
  * args[0..T) point to the task's SimplerChipTensor views (in submission order),
  * args[T..T+S) hold the scalars as raw 64-bit patterns, args[48] points to the
- * SimplerLocalContext (SPMD block index/count) and args[49] to the SimplerGlobalContext.
- * Mirrors crates/simpler-abi/src/kernel.rs.
+ * SimplerLocalContext (SPMD block index/count) and args[49] to the SimplerGlobalContext;
+ * args[50] and args[51] hold T and S. Mirrors crates/simpler-abi/src/kernel.rs. How tasks
+ * reach a core and how a kernel's fatal code fails the run: docs/chip-runtime.md §3, §10.
  */
 #ifndef SIMPLER_KERNEL_H
 #define SIMPLER_KERNEL_H

@@ -11,6 +11,8 @@
  * simpler_scope_begin()/simpler_scope_end(). Returning non-zero fails the run
  * (EXPLICIT_ORCH_FATAL). There is no link-time dependency on the runtime: every call goes
  * through the versioned SimplerOrchOps table. Mirrors crates/simpler-abi/src/orch.rs.
+ * Tasks, rings, scopes and dependency discovery are described in docs/chip-runtime.md
+ * (error codes: §13).
  */
 #ifndef SIMPLER_ORCHESTRATION_H
 #define SIMPLER_ORCHESTRATION_H
