@@ -187,7 +187,7 @@ impl NativeWorkerConfig {
         let c = &self.config;
         format!(
             "WorkerConfig(device_id={}, clusters={}, aicpu_threads={}, aicpu_thread_num={}, \
-             heap_size={}, task_window={}, run_timeout_s={}, launch_depth={})",
+             heap_size={}, task_window={}, run_timeout_s={:?}, launch_depth={})",
             self.device_id,
             c.topology.clusters,
             c.topology.aicpu_threads,

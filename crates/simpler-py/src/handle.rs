@@ -82,7 +82,7 @@ impl NativeRunReport {
 
     fn __repr__(&self) -> String {
         format!(
-            "RunReport(epoch={}, device_time_s={}, total_time_s={})",
+            "RunReport(epoch={}, device_time_s={:?}, total_time_s={:?})",
             self.epoch, self.device_time_s, self.total_time_s
         )
     }
