@@ -97,16 +97,22 @@ impl ArrayMemory {
             .try_fold(itemsize, |acc, &d| acc.checked_mul(d))
             .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(|| error::invalid_argument(py, arg, "the array is too large"))?;
-        if len == 0 || addr == 0 {
+        if len > 0 && addr == 0 {
             return Err(error::invalid_argument(
                 py,
                 arg,
-                format!("the array of shape {shape:?} has no elements"),
+                "the array's data pointer is null",
             ));
         }
+        // An empty array may have any address (even null); its slices use a dangling one.
+        let ptr = if len == 0 {
+            std::ptr::NonNull::<u8>::dangling().as_ptr()
+        } else {
+            addr as *mut u8
+        };
         Ok(ArrayMemory {
             _owner: obj.clone().unbind(),
-            ptr: addr as *mut u8,
+            ptr,
             len,
             shape,
             readonly,
