@@ -109,4 +109,3 @@ class CallConfig:
             raise UnsupportedError(f"{on[0]}: run diagnostics are not available in this build")
         native.validate(worker._worker_config())
         return native
-

@@ -21,7 +21,11 @@ memory itself, and nothing is copied.
 
 **Errors** are raised before anything reaches the device: wrong types, counts, dtypes,
 shapes, non-contiguous or read-only arrays, aliasing outputs, a closed worker. The worker
-stays usable after each.
+stays usable after each. This module only converts Python objects (arrays, tensors,
+numbers) into the native argument types; the host (``simpler-host``) checks them against the
+signature, once, and its errors arrive as the classes of :mod:`simpler.errors`. Options and
+reports cross as native classes with named fields (``simpler._native.WorkerConfig``,
+``CallConfig``, ``RunReport``), and every default is the host's. See ``docs/python.md``.
 
 **Threads.** A run, a wait and every copy release the GIL. ``run`` is ``submit(...).result()``
 and ``RunHandle.wait`` waits in short slices, checking for signals between them, so Ctrl-C

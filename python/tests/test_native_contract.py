@@ -99,7 +99,9 @@ def test_the_hosts_argument_check_names_each_problem(chip, vadd, scale, rng):
     assert info.value.arg == "alpha" and "declares a scalar, got a tensor" in str(info.value)
     with pytest.raises(simpler.ArgumentTypeError, match="argument `alpha`: scalar 1.5"):
         chip.run(chip.register(_int_scale(chip, scale)), [a, 1.5])
-    with pytest.raises(simpler.InvalidArgumentError, match="argument `alpha`: scalar 1e39 does not fit f32"):
+    with pytest.raises(
+        simpler.InvalidArgumentError, match="argument `alpha`: scalar 1e39 does not fit f32"
+    ):
         chip.run(hs, [a, 1e39])
 
 
