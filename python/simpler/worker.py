@@ -455,10 +455,12 @@ class Worker:
             return scalar_item(value)
         if spec is not None and not spec.direction.is_tensor:
             if not isinstance(value, (Tensor, Buffer, np.ndarray)):
-                try:
-                    scalar_item(value)
-                except ArgumentTypeError as e:
-                    raise ArgumentTypeError(f"argument `{name}`: {e}", arg=name) from None
+                # Neither a number nor a tensor (a tensor goes on: the host names the mismatch).
+                raise ArgumentTypeError(
+                    f"argument `{name}`: a scalar must be an int, a float, a numpy scalar or a "
+                    f"ctypes value, got {type(value).__name__}",
+                    arg=name,
+                )
         if isinstance(value, Buffer):
             raise ArgumentTypeError(
                 f"argument `{name}`: pass buffer.tensor(shape, dtype), not the Buffer itself",
