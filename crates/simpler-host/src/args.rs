@@ -242,7 +242,7 @@ pub enum ArgError {
         got: usize,
     },
     /// A tensor where the signature declares a scalar, or the other way round.
-    #[error("argument `{arg}`: the signature declares {}, got {}", declared_kind(*.declared), if *.got_tensor { "a tensor" } else { "a scalar" })]
+    #[error("argument `{arg}`: {}", kind_reason(*.declared, *.got_tensor))]
     Kind {
         /// The argument.
         arg: String,
@@ -261,12 +261,15 @@ pub enum ArgError {
     },
 }
 
-fn declared_kind(d: ArgDirection) -> String {
-    if d.is_tensor() {
-        format!("an {} tensor", d.name())
+/// `the signature declares an in tensor, got a scalar` and the like.
+fn kind_reason(declared: ArgDirection, got_tensor: bool) -> String {
+    let declared = if declared.is_tensor() {
+        format!("an {} tensor", declared.name())
     } else {
         "a scalar".into()
-    }
+    };
+    let got = if got_tensor { "a tensor" } else { "a scalar" };
+    format!("the signature declares {declared}, got {got}")
 }
 
 /// What is wrong with one argument ([`ArgError::Invalid`]).
@@ -295,7 +298,7 @@ pub enum ArgProblem {
     #[error("shape {0:?} has no elements")]
     Empty(Vec<u64>),
     /// The buffer's length is not shape × element size.
-    #[error("holds {len} bytes but shape {shape:?} of {dtype} needs {}", needs.map_or("more than 2^64".to_string(), |b| b.to_string()))]
+    #[error("holds {len} bytes but shape {shape:?} of {dtype} needs {}", needs_text(*.needs))]
     Length {
         /// The buffer's bytes.
         len: u64,
@@ -323,6 +326,11 @@ pub enum ArgProblem {
     /// The scalar cannot be encoded for its dtype.
     #[error(transparent)]
     Scalar(ScalarError),
+}
+
+/// A byte count, or `more than 2^64` when it overflowed.
+fn needs_text(needs: Option<u64>) -> String {
+    needs.map_or_else(|| "more than 2^64".to_string(), |b| b.to_string())
 }
 
 impl ArgError {
@@ -355,11 +363,7 @@ impl ArgError {
                 declared,
                 got_tensor,
                 ..
-            } => format!(
-                "the signature declares {}, got {}",
-                declared_kind(*declared),
-                if *got_tensor { "a tensor" } else { "a scalar" }
-            ),
+            } => kind_reason(*declared, *got_tensor),
             ArgError::Invalid { problem, .. } => problem.to_string(),
         }
     }

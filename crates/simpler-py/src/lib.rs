@@ -19,8 +19,9 @@
 //! Values cross as these classes with named getters, never as positional tuples. The host
 //! (`simpler-host`) is the one validator of options and arguments; this crate only converts
 //! Python objects, and every Rust error becomes a Python exception in one module, [`error`],
-//! with one class per error kind (defined in `simpler/errors.py`). Every call that may block detaches from the
-//! interpreter, so other Python threads keep running while a run executes.
+//! with one class per error kind (defined in `simpler/errors.py`). Every call that may block
+//! detaches from the interpreter, so other Python threads keep running while a run executes.
+//! The Python side of this contract is described in `docs/python.md`.
 //!
 //! Nothing outside this crate imports `pyo3`: the engine crates run without Python.
 
