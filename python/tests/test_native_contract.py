@@ -120,3 +120,9 @@ def test_scalars_are_encoded_by_the_host():
     assert _native.encode_scalar(_native.RawScalar(7), 5) == 7  # raw bits pass unchanged
     with pytest.raises(simpler.ArgumentTypeError):
         _native.encode_scalar("1")
+
+
+def test_the_run_timeout_default_follows_the_hosts_environment_variable(monkeypatch):
+    monkeypatch.setenv("SIMPLER_STREAM_SYNC_TIMEOUT_MS", "1234")
+    assert Worker(level=2)._worker_config().run_timeout_s == pytest.approx(1.234)
+    assert Worker(level=2, run_timeout_s=7)._worker_config().run_timeout_s == 7.0
