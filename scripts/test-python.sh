@@ -3,7 +3,9 @@
 # extension) into a private virtualenv, target/py-venv, and runs the Python tests
 # (python/tests) with pytest. Extra arguments go to pytest, e.g. `--rounds 3`.
 # Needs python3 (with venv and pip), the Rust toolchain and a C compiler; torch is optional
-# (its tests skip without it). Any failure stops the script with a non-zero status.
+# (its tests skip without it). mypy checks the native module's stub (python/tests/test_stub.py
+# runs `python -m mypy.stubtest simpler._native`). Any failure stops the script with a
+# non-zero status.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 trap 'echo "error: scripts/test-python.sh failed (line $LINENO)" >&2' ERR
@@ -21,8 +23,9 @@ fi
 VPY="$VENV/bin/python"
 # The build backend runs the venv's `maturin` by name.
 export PATH="$PWD/$VENV/bin:$PATH"
-echo "== installing the build and test tools (maturin, numpy, pytest)"
-"$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9.4,<2" "numpy>=1.22" "pytest>=7"
+echo "== installing the build and test tools (maturin, numpy, pytest, mypy)"
+"$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9.4,<2" "numpy>=1.22" \
+    "pytest>=7" "mypy>=1.8"
 echo "== pip install . (builds the extension with maturin)"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
 # One test loads a bundle written by `simpler build`.

@@ -1,4 +1,8 @@
-"""Type stub of the native module (crates/simpler-py). Internal: use the ``simpler`` API."""
+"""Type stub of the native module (crates/simpler-py). Internal: use the ``simpler`` API.
+
+Checked against the built module by ``python -m mypy.stubtest simpler._native``
+(python/tests/test_stub.py).
+"""
 
 from os import PathLike
 from typing import Any, Optional, Sequence, Tuple, Union, final
@@ -7,6 +11,14 @@ __all__ = [
     "Callable",
     "ChipWorker",
     "RunHandle",
+    "RunReport",
+    "WorkerConfig",
+    "CallConfig",
+    "RuntimeEnv",
+    "HostTensor",
+    "DeviceTensor",
+    "RawScalar",
+    "encode_scalar",
     "parse_toml",
     "MAX_TENSOR_DIMS",
     "MAX_CALLABLES",
@@ -21,11 +33,10 @@ MAX_FUNC_ID: int
 
 # (name, direction, dtype, shape or None) with manifest names: "in", "f32"...
 _ArgTuple = Tuple[str, str, str, Optional[Sequence[int]]]
-# ("host", ndarray) | ("device", address, nbytes, shape) | ("scalar", bits)
-_RunArg = Tuple[Any, ...]
-_Report = Tuple[int, float, float]
-# (aicpu_thread_num, ring_task_window, ring_heap, ring_dep_pool): each ring value None, or 1 or 4 ints.
-_NativeConfig = Tuple[int, Optional[Sequence[int]], Optional[Sequence[int]], Optional[Sequence[int]]]
+# One run argument per signature entry: a tensor, or a scalar (int, float or RawScalar).
+_RunArg = Union["HostTensor", "DeviceTensor", "RawScalar", int, float]
+# A ring option: None, one int for every ring, or four.
+_RingValue = Union[int, Sequence[int], None]
 
 @final
 class Callable:
@@ -52,33 +63,127 @@ class Callable:
     def kernels(self) -> list[Tuple[int, str, str, bytes]]: ...
 
 @final
+class WorkerConfig:
+    def __new__(
+        cls,
+        *,
+        device_id: Optional[int] = None,
+        clusters: Optional[int] = None,
+        aicpu_threads: Optional[int] = None,
+        aicpu_thread_num: Optional[int] = None,
+        heap_size: Optional[int] = None,
+        task_window: Optional[int] = None,
+        run_timeout_s: Optional[float] = None,
+        launch_depth: Optional[int] = None,
+    ) -> WorkerConfig: ...
+    @property
+    def device_id(self) -> int: ...
+    @property
+    def clusters(self) -> int: ...
+    @property
+    def aicpu_threads(self) -> int: ...
+    @property
+    def aicpu_thread_num(self) -> int: ...
+    @property
+    def effective_aicpu_thread_num(self) -> int: ...
+    @property
+    def heap_size(self) -> int: ...
+    @property
+    def task_window(self) -> int: ...
+    @property
+    def run_timeout_s(self) -> float: ...
+    @property
+    def scheduler_timeout_s(self) -> float: ...
+    @property
+    def launch_depth(self) -> int: ...
+
+@final
+class RuntimeEnv:
+    def __new__(
+        cls,
+        *,
+        ring_task_window: _RingValue = None,
+        ring_heap: _RingValue = None,
+        ring_dep_pool: _RingValue = None,
+    ) -> RuntimeEnv: ...
+    @property
+    def ring_task_window(self) -> Optional[list[int]]: ...
+    @property
+    def ring_heap(self) -> Optional[list[int]]: ...
+    @property
+    def ring_dep_pool(self) -> Optional[list[int]]: ...
+
+@final
+class CallConfig:
+    def __new__(
+        cls, *, aicpu_thread_num: Optional[int] = None, runtime_env: Optional[RuntimeEnv] = None
+    ) -> CallConfig: ...
+    @property
+    def aicpu_thread_num(self) -> int: ...
+    @property
+    def runtime_env(self) -> RuntimeEnv: ...
+    def check_fields(self) -> None: ...
+    def validate(self, worker: WorkerConfig) -> None: ...
+
+@final
+class RunReport:
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def device_time_s(self) -> float: ...
+    @property
+    def total_time_s(self) -> float: ...
+
+@final
+class HostTensor:
+    def __new__(cls, array: Any, dtype: int) -> HostTensor: ...
+    @property
+    def array(self) -> Any: ...
+    @property
+    def dtype(self) -> int: ...
+
+@final
+class DeviceTensor:
+    def __new__(cls, address: int, shape: Sequence[int], dtype: int) -> DeviceTensor: ...
+    @property
+    def address(self) -> int: ...
+    @property
+    def shape(self) -> list[int]: ...
+    @property
+    def dtype(self) -> int: ...
+
+@final
+class RawScalar:
+    def __new__(cls, bits: int) -> RawScalar: ...
+    @property
+    def bits(self) -> int: ...
+
+@final
 class RunHandle:
     @property
     def epoch(self) -> int: ...
     def poll(self) -> bool: ...
     def wait(self, timeout: Optional[float] = None) -> None: ...
-    def result(self) -> _Report: ...
+    def result(self) -> RunReport: ...
 
 @final
 class ChipWorker:
-    def __new__(
-        cls,
-        *,
-        clusters: int = 8,
-        aicpu_threads: int = 4,
-        aicpu_thread_num: int = 0,
-        heap_size: int = ...,
-        task_window: Optional[int] = None,
-        run_timeout_s: float = 50.0,
-        launch_depth: Optional[int] = None,
-    ) -> ChipWorker: ...
+    def __new__(cls, config: WorkerConfig) -> ChipWorker: ...
     def register(self, callable: Callable) -> int: ...
     def unregister(self, id: int) -> None: ...
     def run(
-        self, id: int, args: Sequence[_RunArg], config: Optional[_NativeConfig] = None
-    ) -> _Report: ...
+        self,
+        id: int,
+        callable: Callable,
+        args: Sequence[_RunArg],
+        config: Optional[CallConfig] = None,
+    ) -> RunReport: ...
     def submit(
-        self, id: int, args: Sequence[_RunArg], config: Optional[_NativeConfig] = None
+        self,
+        id: int,
+        callable: Callable,
+        args: Sequence[_RunArg],
+        config: Optional[CallConfig] = None,
     ) -> RunHandle: ...
     def malloc(self, size: int) -> int: ...
     def free(self, addr: int) -> None: ...
@@ -88,6 +193,7 @@ class ChipWorker:
     @property
     def closed(self) -> bool: ...
     @property
-    def config(self) -> Tuple[int, int, int, int, int, float, int]: ...
+    def config(self) -> WorkerConfig: ...
 
+def encode_scalar(value: Union[int, float, RawScalar], dtype: Optional[int] = None) -> int: ...
 def parse_toml(text: str) -> dict[str, Any]: ...

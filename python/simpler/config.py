@@ -2,17 +2,19 @@
 
 Each run may set its AICPU thread count and its ring sizing (task window, heap and
 dependency pool per ring: one value for all four rings, or four); values not given fall back
-to the ``PTO2_RING_*`` environment variables, then to the worker's options. The host checks
-them (power-of-two windows, heaps that fit the worker's heap, ...) and raises
-:class:`~simpler.InvalidConfigError` naming the field. The diagnostics switches exist so
-upstream code reads the same; turning one on raises ``UnsupportedError`` at run time.
+to the ``PTO2_RING_*`` environment variables, then to the worker's options. The defaults and
+the rules (power-of-two windows, heaps that fit the worker's heap, ...) are the host's
+(``simpler._native.CallConfig``); a bad value raises :class:`~simpler.InvalidConfigError`
+naming the field. The diagnostics switches exist so upstream code reads the same; turning
+one on raises ``UnsupportedError`` at run time. See ``docs/python.md``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Sequence, Union
 
+from . import _native
 from .errors import ArgumentTypeError, InvalidConfigError, UnsupportedError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -22,18 +24,7 @@ __all__ = ["CallConfig", "RuntimeEnv"]
 
 RingValue = Union[int, Sequence[int], None]
 
-
-def _ring_values(name: str, value: RingValue) -> Optional[tuple]:
-    if value is None:
-        return None
-    values = (value,) if isinstance(value, int) else tuple(value)
-    if len(values) not in (1, 4) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in values
-    ):
-        raise InvalidConfigError(
-            f"runtime_env.{name} must be one int or 4 ints (one per ring), got {value!r}"
-        )
-    return values
+_DEFAULTS = _native.CallConfig()
 
 
 @dataclass
@@ -44,29 +35,25 @@ class RuntimeEnv:
     ring_heap: RingValue = None
     ring_dep_pool: RingValue = None
 
+    def _to_native(self) -> _native.RuntimeEnv:
+        """The host's RuntimeEnv (``InvalidConfigError`` for a value that is not one int or
+        four)."""
+        return _native.RuntimeEnv(
+            ring_task_window=self.ring_task_window,
+            ring_heap=self.ring_heap,
+            ring_dep_pool=self.ring_dep_pool,
+        )
+
     def validate(self) -> None:
         """Raises :class:`~simpler.InvalidConfigError` for an out-of-range value."""
-        window = _ring_values("ring_task_window", self.ring_task_window)
-        heap = _ring_values("ring_heap", self.ring_heap)
-        pool = _ring_values("ring_dep_pool", self.ring_dep_pool)
-        for v in window or ():
-            if v < 4 or v & (v - 1):
-                raise InvalidConfigError(
-                    f"runtime_env.ring_task_window must be a power of two >= 4, got {v}"
-                )
-        for v in heap or ():
-            if v < 1024:
-                raise InvalidConfigError(f"runtime_env.ring_heap must be >= 1024, got {v}")
-        for v in pool or ():
-            if v < 4:
-                raise InvalidConfigError(f"runtime_env.ring_dep_pool must be >= 4, got {v}")
+        _native.CallConfig(runtime_env=self._to_native()).check_fields()
 
 
 @dataclass
 class CallConfig:
-    """Options of one run. ``aicpu_thread_num = 0`` means all of the worker's AICPU threads."""
+    """Options of one run. ``aicpu_thread_num = 0`` means the worker's setting."""
 
-    aicpu_thread_num: int = 0
+    aicpu_thread_num: int = _DEFAULTS.aicpu_thread_num
     runtime_env: RuntimeEnv = field(default_factory=RuntimeEnv)
     enable_chip_swimlane: Union[bool, int] = 0
     enable_dump_args: int = 0
@@ -84,20 +71,24 @@ class CallConfig:
     )
 
     def validate(self) -> None:
-        """Checks every field; raises :class:`~simpler.InvalidConfigError` naming it."""
-        n = self.aicpu_thread_num
-        if not isinstance(n, int) or isinstance(n, bool):
-            raise InvalidConfigError(f"aicpu_thread_num must be an int, got {n!r}")
-        if n != 0 and n < 2:
-            raise InvalidConfigError(
-                f"aicpu_thread_num must be 0 (auto) or at least 2 (1 orchestrator + "
-                f"schedulers), got {n}"
-            )
+        """Checks every field (the host's rules that need no worker, and the diagnostics
+        fields); raises :class:`~simpler.InvalidConfigError` naming it."""
+        self._checked()
+
+    def check_against(self, worker: "Worker") -> None:
+        """Validates, then refuses what this worker cannot honour for one run."""
+        self._for_worker(worker)
+
+    def _checked(self) -> _native.CallConfig:
+        """The host's CallConfig after the checks of :meth:`validate`."""
         if not isinstance(self.runtime_env, RuntimeEnv):
             raise InvalidConfigError(
                 f"runtime_env must be a RuntimeEnv, got {type(self.runtime_env).__name__}"
             )
-        self.runtime_env.validate()
+        native = _native.CallConfig(
+            aicpu_thread_num=self.aicpu_thread_num, runtime_env=self.runtime_env._to_native()
+        )
+        native.check_fields()
         if not isinstance(self.output_prefix, str) or len(self.output_prefix.encode()) > 1023:
             raise InvalidConfigError("output_prefix must be a string of at most 1023 bytes")
         on = [name for name in self._DIAGNOSTICS if getattr(self, name)]
@@ -106,29 +97,15 @@ class CallConfig:
         for name in ("enable_dump_args",):
             if not 0 <= int(getattr(self, name)) <= 3:
                 raise InvalidConfigError(f"{name} must be in 0..3")
+        return native
 
-    def check_against(self, worker: "Worker") -> None:
-        """Validates, then refuses what this worker cannot honour for one run."""
+    def _for_worker(self, worker: "Worker") -> _native.CallConfig:
+        """The host's CallConfig for a run on ``worker``, checked against its limits."""
         if not isinstance(self, CallConfig):
             raise ArgumentTypeError(f"config must be a CallConfig, got {type(self).__name__}")
-        self.validate()
+        native = self._checked()
         on = [name for name in self._DIAGNOSTICS if getattr(self, name)]
         if on:
             raise UnsupportedError(f"{on[0]}: run diagnostics are not available in this build")
-        threads = int(worker._native_options["aicpu_threads"])
-        if self.aicpu_thread_num and not 2 <= self.aicpu_thread_num <= threads:
-            raise InvalidConfigError(
-                f"aicpu_thread_num={self.aicpu_thread_num}: this worker's chip has {threads} AICPU "
-                "threads; use 0 (the worker's setting) or 2..that"
-            )
-
-    def _native(self) -> tuple:
-        """The tuple the native run/submit take: (aicpu_thread_num, window, heap, dep_pool)."""
-        env = self.runtime_env
-        ring = lambda name, v: None if v is None else list(_ring_values(name, v))  # noqa: E731
-        return (
-            int(self.aicpu_thread_num),
-            ring("ring_task_window", env.ring_task_window),
-            ring("ring_heap", env.ring_heap),
-            ring("ring_dep_pool", env.ring_dep_pool),
-        )
+        native.validate(worker._worker_config())
+        return native

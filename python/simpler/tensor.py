@@ -162,8 +162,6 @@ class Tensor:
         self.array: Optional[np.ndarray] = None
         self.dtype = DataType.of(dtype)
         self.shape = shape_tuple(shapes, "shapes")
-        if not 1 <= len(self.shape) <= 5:
-            raise InvalidArgumentError(f"a tensor has 1..5 dimensions, got shape {self.shape}")
         self.byte_offset = int(byte_offset)
         if self.byte_offset < 0 or self.byte_offset % self.dtype.itemsize:
             raise InvalidArgumentError(

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import _native
 from .errors import ArgumentTypeError, InvalidArgumentError, SignatureError
 
 __all__ = [
@@ -318,72 +319,53 @@ _CTYPES_BITS = {
     ctypes.c_double: ("<d", "<Q"),
 }
 
-_INT_RANGE = {
-    DataType.INT8: (-(2**7), 2**7),
-    DataType.INT16: (-(2**15), 2**15),
-    DataType.INT32: (-(2**31), 2**31),
-    DataType.INT64: (-(2**63), 2**63),
-    DataType.UINT8: (0, 2**8),
-    DataType.UINT16: (0, 2**16),
-    DataType.UINT32: (0, 2**32),
-    DataType.UINT64: (0, 2**64),
-}
 
-
-def _float_bits(value: float, dtype: DataType) -> int:
-    if dtype is DataType.FLOAT32:
-        return struct.unpack("<I", struct.pack("<f", value))[0]
-    if dtype is DataType.FLOAT16:
-        return int(np.array(value, dtype=np.float16).view(np.uint16))
-    # bfloat16: the upper half of the f32 pattern, rounded to nearest even.
-    bits = struct.unpack("<I", struct.pack("<f", value))[0]
-    rounding = 0x7FFF + ((bits >> 16) & 1)
-    return ((bits + rounding) >> 16) & 0xFFFF
-
-
-def scalar_to_uint64(value: Any, dtype: Union[DataType, str, None] = None) -> int:
-    """The 64 raw bits a scalar argument travels as.
-
-    * ``int`` (and numpy integers, ``bool``): the two's-complement value; with an integer
-      ``dtype`` it must fit that type (a negative ``i32`` is sign-extended, as in C).
-    * ``float`` (and numpy floats): the bit pattern of ``dtype`` (``f32`` when ``dtype`` is
-      ``None``, as upstream), zero-extended; refused for an integer ``dtype``.
-    * ``ctypes`` values keep their own type: ``c_double`` its 64 bits, ``c_float`` its 32,
-      integer types their value.
+def scalar_item(value: Any) -> Union[int, float, "_native.RawScalar"]:
+    """A Python scalar as the native module takes it: an ``int`` or a ``float`` (encoded by
+    the host for the signature's dtype), or a :class:`_native.RawScalar` for a ctypes value
+    (which keeps its own bits). Raises :class:`~simpler.ArgumentTypeError` for anything else.
     """
-    dt = None if dtype is None else DataType.of(dtype)
     if isinstance(value, ctypes._SimpleCData):  # type: ignore[attr-defined]
         kind = type(value)
         if kind in _CTYPES_BITS:
             fmt_in, fmt_out = _CTYPES_BITS[kind]
-            return struct.unpack(fmt_out, struct.pack(fmt_in, value.value))[0]
-        value = value.value
-        if not isinstance(value, int):
+            return _native.RawScalar(struct.unpack(fmt_out, struct.pack(fmt_in, value.value))[0])
+        raw = value.value
+        if not isinstance(raw, int):
             raise ArgumentTypeError(f"cannot pass a {kind.__name__} as a scalar")
-        return value & (2**64 - 1)
-    if isinstance(value, (bool, np.bool_)):
-        value = int(value)
-    if isinstance(value, (int, np.integer)):
-        value = int(value)
-        if dt is not None and dt.is_float:
-            return _float_bits(float(value), dt)
-        lo, hi = _INT_RANGE.get(dt, (-(2**63), 2**64)) if dt is not None else (-(2**63), 2**64)
-        if not lo <= value < hi:
-            what = dt.short_name if dt is not None else "64 bits"
-            raise InvalidArgumentError(
-                f"scalar {value} does not fit {what}", reason="scalar out of range"
-            )
-        return value & (2**64 - 1)
+        return _native.RawScalar(raw & (2**64 - 1))
+    if isinstance(value, (bool, np.bool_, int, np.integer)):
+        return int(value)
     if isinstance(value, (float, np.floating)):
-        if dt is not None and not dt.is_float:
-            raise ArgumentTypeError(
-                f"scalar {value!r} is a float but the signature declares {dt.short_name}"
-            )
-        return _float_bits(float(value), dt or DataType.FLOAT32)
+        return float(value)
     raise ArgumentTypeError(
         f"a scalar must be an int, a float, a numpy scalar or a ctypes value, got "
         f"{type(value).__name__}"
     )
+
+
+def is_scalar(value: Any) -> bool:
+    """True for the objects :func:`scalar_item` converts."""
+    return isinstance(
+        value,
+        (bool, np.bool_, int, np.integer, float, np.floating, ctypes._SimpleCData),  # type: ignore[attr-defined]
+    )
+
+
+def scalar_to_uint64(value: Any, dtype: Union[DataType, str, None] = None) -> int:
+    """The 64 raw bits a scalar argument travels as (the host's encoding).
+
+    * ``int`` (and numpy integers, ``bool``): the two's-complement value; with an integer
+      ``dtype`` it must fit that type (a negative ``i32`` is sign-extended, as in C); with a
+      float ``dtype``, the value converted to it.
+    * ``float`` (and numpy floats): the bit pattern of ``dtype`` (``f32`` when ``dtype`` is
+      ``None``, as upstream), zero-extended, rounded to nearest even; refused for an integer
+      ``dtype``, and out of range when a finite value would round to infinity.
+    * ``ctypes`` values keep their own type: ``c_double`` its 64 bits, ``c_float`` its 32,
+      integer types their value.
+    """
+    dt = None if dtype is None else int(DataType.of(dtype))
+    return int(_native.encode_scalar(scalar_item(value), dt))
 
 
 def shape_tuple(shape: Any, what: str = "shape") -> Tuple[int, ...]:

@@ -21,7 +21,11 @@ memory itself, and nothing is copied.
 
 **Errors** are raised before anything reaches the device: wrong types, counts, dtypes,
 shapes, non-contiguous or read-only arrays, aliasing outputs, a closed worker. The worker
-stays usable after each.
+stays usable after each. This module only converts Python objects (arrays, tensors,
+numbers) into the native argument types; the host (``simpler-host``) checks them against the
+signature, once, and its errors arrive as the classes of :mod:`simpler.errors`. Options and
+reports cross as native classes with named fields (``simpler._native.WorkerConfig``,
+``CallConfig``, ``RunReport``), and every default is the host's. See ``docs/python.md``.
 
 **Threads.** A run, a wait and every copy release the GIL. ``run`` is ``submit(...).result()``
 and ``RunHandle.wait`` waits in short slices, checking for signals between them, so Ctrl-C
@@ -43,7 +47,6 @@ from . import _native
 from .callable import CallableHandle, ChipCallable
 from .config import CallConfig
 from .errors import (
-    ArgumentCountError,
     ArgumentTypeError,
     InvalidArgumentError,
     InvalidConfigError,
@@ -52,13 +55,23 @@ from .errors import (
     WorkerStateError,
 )
 from .tensor import Buffer, TaskArgs, Tensor, as_array
-from .types import ArgSpec, TensorArgType, scalar_to_uint64
+from .types import ArgSpec, TensorArgType, is_scalar, scalar_item
 
 __all__ = ["Worker", "RunHandle", "RunReport"]
 
 PLATFORMS = ("sim", "a2a3sim")
 RUNTIMES = ("tensormap_and_ringbuffer",)
-_DEFAULT_HEAP = 256 << 20
+
+# Worker options and the host's WorkerConfig fields they set (unset ones take its defaults).
+_OPTIONS = {
+    "clusters": "clusters",
+    "aicpu_threads": "aicpu_threads",
+    "aicpu_thread_num": "aicpu_thread_num",
+    "heap_ring_size": "heap_size",
+    "task_window": "task_window",
+    "run_timeout_s": "run_timeout_s",
+    "launch_depth": "launch_depth",
+}
 
 # Upstream options with no effect here, accepted so upstream scripts run unchanged.
 _IGNORED_POSITIVE = ("startup_timeout_s", "py_control_timeout_s")
@@ -81,9 +94,11 @@ class Worker:
 
     Options: ``platform`` (``"sim"``; ``"a2a3sim"`` is an alias), ``runtime``
     (``"tensormap_and_ringbuffer"``), ``device_id``, and the chip's shape and sizes:
-    ``clusters`` (8), ``aicpu_threads`` (4), ``aicpu_thread_num`` (0 = all), ``heap_ring_size``
-    (bytes, 256 MiB), ``task_window`` (tasks per run), ``run_timeout_s`` (50),
-    ``launch_depth`` (runs on the device at once, 1 or 2; default 2).
+    ``clusters``, ``aicpu_threads``, ``aicpu_thread_num`` (0 = all), ``heap_ring_size``
+    (bytes), ``task_window`` (tasks per run), ``run_timeout_s``, ``launch_depth`` (runs on
+    the device at once, 1 or 2). Options left out take the host's defaults (8 clusters,
+    4 AICPU threads, 256 MiB, launch depth 2, ...: ``simpler._native.WorkerConfig()``); the
+    host checks the values when :meth:`init` starts the chip.
     """
 
     def __init__(self, level: int = 2, **config: Any) -> None:
@@ -102,17 +117,7 @@ class Worker:
             raise UnsupportedError(
                 f"runtime {self.runtime!r}: only 'tensormap_and_ringbuffer' exists in this build"
             )
-        if not isinstance(self.device_id, int) or self.device_id < 0:
-            raise InvalidConfigError(f"device_id must be an int >= 0, got {self.device_id!r}")
-        self._native_options = {
-            "clusters": config.pop("clusters", 8),
-            "aicpu_threads": config.pop("aicpu_threads", 4),
-            "aicpu_thread_num": config.pop("aicpu_thread_num", 0),
-            "heap_size": config.pop("heap_ring_size", _DEFAULT_HEAP),
-            "task_window": config.pop("task_window", None),
-            "run_timeout_s": float(config.pop("run_timeout_s", 50.0)),
-            "launch_depth": config.pop("launch_depth", None),
-        }
+        options = {field: config.pop(key) for key, field in _OPTIONS.items() if key in config}
         for key in ("device_ids", "num_sub_workers"):
             if config.pop(key, None):
                 raise UnsupportedError(f"{key}: several chips (level 3) are not implemented")
@@ -124,6 +129,8 @@ class Worker:
                 raise InvalidConfigError(f"{key} must be positive and finite, got {value!r}")
         if config:
             raise ArgumentTypeError(f"Worker() got unknown option(s): {', '.join(sorted(config))}")
+        # The host's WorkerConfig: its defaults for what is left out; checked at init().
+        self._config = _native.WorkerConfig(device_id=self.device_id, **options)
         self._native: Optional[_native.ChipWorker] = None
         self._state = "created"
         self._handles: Dict[str, CallableHandle] = {}
@@ -141,7 +148,7 @@ class Worker:
                 raise WorkerStateError("the worker is closed")
             if self._state == "ready":
                 raise WorkerStateError("init() was already called")
-            native = _native.ChipWorker(**self._native_options)
+            native = _native.ChipWorker(self._config)
             try:
                 for handle in self._handles.values():
                     handle._native_id = native.register(handle._callable._native)
@@ -190,33 +197,31 @@ class Worker:
 
     # -- configuration seen by CallConfig ------------------------------------------------------
 
+    def _worker_config(self) -> "_native.WorkerConfig":
+        """The host's configuration: the chip's own once started, else the requested one."""
+        return self._native.config if self._native is not None else self._config
+
     @property
     def aicpu_thread_num(self) -> int:
-        return int(self._native_options["aicpu_thread_num"])
+        return int(self._worker_config().aicpu_thread_num)
 
     @property
     def effective_aicpu_thread_num(self) -> int:
         """AICPU threads a run uses (``aicpu_thread_num``, or all when it is 0)."""
-        return self.aicpu_thread_num or int(self._native_options["aicpu_threads"])
+        return int(self._worker_config().effective_aicpu_thread_num)
 
     @property
     def heap_size(self) -> int:
-        return int(self._native_options["heap_size"])
+        return int(self._worker_config().heap_size)
 
     @property
     def pipeline_depth(self) -> int:
         """Runs the chip holds at once (``launch_depth``)."""
-        if self._native is not None:
-            return int(self._native.config[6])
-        value = self._native_options["launch_depth"]
-        return 2 if value is None else int(value)
+        return int(self._worker_config().launch_depth)
 
     @property
     def task_window(self) -> int:
-        if self._native is not None:
-            return int(self._native.config[4])
-        value = self._native_options["task_window"]
-        return 16384 if value is None else int(value)
+        return int(self._worker_config().task_window)
 
     # -- callables ---------------------------------------------------------------------------
 
@@ -358,28 +363,25 @@ class Worker:
         tensors are used in place, and Ctrl-C raises ``KeyboardInterrupt`` while the run goes
         on (its outputs land when it completes; ``close`` waits for it).
         """
-        native, native_id, items, native_config = self._prepare(callable, args, config)
-        return self._submit_host(native, native_id, callable, items, native_config).result()
+        return self._submit(*self._prepare(callable, args, config)).result()
 
     def submit(
         self, callable: CallableHandle, args: Any = None, config: Optional[CallConfig] = None
     ) -> "RunHandle":
         """Starts a run and returns at once with its :class:`RunHandle`. The run owns its
         arguments until it finishes: do not modify them meanwhile."""
-        native, native_id, items, native_config = self._prepare(callable, args, config)
-        return self._submit_host(native, native_id, callable, items, native_config)
+        return self._submit(*self._prepare(callable, args, config))
 
-    def _submit_host(self, native, native_id, callable, items, native_config) -> "RunHandle":
-        """Submits host-array arguments. A run whose arrays overlap those of a run still in
-        flight — one of the two writing them — first waits for that run, so submissions on
-        shared arrays behave as if executed in order (the host copies inputs in at launch
-        and outputs back at the end, so overlapping them would read stale data)."""
-        sig = self._own_handle(callable).signature
+    def _submit(self, native, handle, native_id, items, native_config) -> "RunHandle":
+        """Submits the run. A run whose host arrays overlap those of a run still in flight —
+        one of the two writing them — first waits for that run, so submissions on shared
+        arrays behave as if executed in order (the host copies inputs in at launch and
+        outputs back at the end, so overlapping them would read stale data)."""
         ranges = []
-        for spec, item in zip(sig, items):
-            if item[0] == "host":
-                arr = item[1]
-                lo = int(arr.__array_interface__["data"][0])
+        for spec, item in zip(handle.signature, items):
+            if isinstance(item, _native.HostTensor):
+                arr = item.array
+                lo = int(arr.ctypes.data)
                 ranges.append((lo, lo + int(arr.nbytes), spec.direction.copies_back))
         with self._lock:
             self._inflight = [(h, r) for h, r in self._inflight if not h.done]
@@ -397,125 +399,96 @@ class Worker:
                 h.wait()
             except Exception:  # noqa: BLE001 - that run's error belongs to its own handle
                 pass
-        handle = RunHandle(native.submit(native_id, items, native_config), self)
+        run = native.submit(native_id, handle._callable._native, items, native_config)
+        result = RunHandle(run, self)
         with self._lock:
-            self._inflight.append((handle, ranges))
-        return handle
+            self._inflight.append((result, ranges))
+        return result
 
     def _prepare(self, callable: Any, args: Any, config: Optional[CallConfig]):
         with self._lock:
             native = self._live()
             handle = self._own_handle(callable)
             native_id = handle._native_id
+        native_config = None
         if config is not None:
             if not isinstance(config, CallConfig):
                 raise ArgumentTypeError(f"config must be a CallConfig, got {type(config).__name__}")
-            config.check_against(self)
-        items = self._native_args(handle, args)
-        return native, native_id, items, (config._native() if config is not None else None)
+            native_config = config._for_worker(self)
+        return native, handle, native_id, self._native_args(handle, args), native_config
 
-    def _native_args(self, handle: CallableHandle, args: Any) -> List[tuple]:
+    def _native_args(self, handle: CallableHandle, args: Any) -> List[Any]:
+        """One native item per argument, in signature order (TaskArgs: its tensors, then its
+        scalars). Only Python objects are converted here; the host checks the count, kinds,
+        dtypes, shapes, writability, aliasing and scalar ranges against the signature."""
         sig = handle.signature
-        tensor_specs = [s for s in sig if s.direction.is_tensor]
-        scalar_specs = [s for s in sig if not s.direction.is_tensor]
         if args is None:
             args = TaskArgs()
         if isinstance(args, TaskArgs):
             tensors = [(args.tensor(i), args.tag(i)) for i in range(args.tensor_count())]
-            scalars = [args.scalar(i) for i in range(args.scalar_count())]
+            scalars = [(args.scalar(i), None) for i in range(args.scalar_count())]
+            entries = tensors + scalars
+            paired = len(tensors) == sum(s.direction.is_tensor for s in sig) and len(
+                entries
+            ) == len(sig)
         elif isinstance(args, (list, tuple)):
-            if len(args) != len(sig):
-                raise ArgumentCountError(
-                    f"callable `{handle.name}` takes {len(sig)} arguments "
-                    f"({', '.join(s.name for s in sig)}), got {len(args)}",
-                    callable=handle.name,
-                    expected=len(sig),
-                    got=len(args),
-                )
-            tensors = [(a, None) for a, s in zip(args, sig) if s.direction.is_tensor]
-            scalars = [a for a, s in zip(args, sig) if not s.direction.is_tensor]
+            entries = [(a, None) for a in args]
+            paired = len(entries) == len(sig)
         else:
             raise ArgumentTypeError(
                 "run arguments must be TaskArgs or a list in signature order, got "
                 f"{type(args).__name__}"
             )
-        if len(tensors) != len(tensor_specs) or len(scalars) != len(scalar_specs):
-            raise ArgumentCountError(
-                f"callable `{handle.name}` takes {len(tensor_specs)} tensors and "
-                f"{len(scalar_specs)} scalars, got {len(tensors)} tensors and {len(scalars)} "
-                "scalars",
-                callable=handle.name,
-                expected=len(sig),
-                got=len(tensors) + len(scalars),
-            )
-        items: List[tuple] = []
-        tensor_iter, scalar_iter = iter(tensors), iter(scalars)
-        for spec in sig:
-            if spec.direction.is_tensor:
-                tensor, tag = next(tensor_iter)
-                items.append(self._tensor_item(spec, tensor, tag))
-            else:
-                value = next(scalar_iter)
-                if isinstance(value, (Tensor, Buffer, np.ndarray)):
-                    raise ArgumentTypeError(
-                        f"argument `{spec.name}`: the signature declares a scalar, got "
-                        f"{type(value).__name__}"
-                    )
-                try:
-                    bits = scalar_to_uint64(value, spec.dtype)
-                except (ArgumentTypeError, InvalidArgumentError) as e:
-                    raise type(e)(f"argument `{spec.name}`: {e}", arg=spec.name) from None
-                items.append(("scalar", bits))
-        return items
+        # Unpaired (a count mismatch), each value converts by its own type and the host
+        # reports the mismatch.
+        specs: List[Optional[ArgSpec]] = list(sig) if paired else [None] * len(entries)
+        return [
+            self._item(spec, i, value, tag)
+            for i, (spec, (value, tag)) in enumerate(zip(specs, entries))
+        ]
 
-    def _tensor_item(self, spec: ArgSpec, tensor: Any, tag: Optional[TensorArgType]) -> tuple:
-        def bad(reason: str) -> InvalidArgumentError:
-            return InvalidArgumentError(
-                f"argument `{spec.name}`: {reason}", arg=spec.name, reason=reason
-            )
-
-        if isinstance(tensor, Buffer):
+    def _item(
+        self, spec: Optional[ArgSpec], index: int, value: Any, tag: Optional[TensorArgType]
+    ) -> Any:
+        name = spec.name if spec is not None else f"#{index}"
+        if is_scalar(value):
+            return scalar_item(value)
+        if spec is not None and not spec.direction.is_tensor:
+            if not isinstance(value, (Tensor, Buffer, np.ndarray)):
+                # Neither a number nor a tensor (a tensor goes on: the host names the mismatch).
+                raise ArgumentTypeError(
+                    f"argument `{name}`: a scalar must be an int, a float, a numpy scalar or a "
+                    f"ctypes value, got {type(value).__name__}",
+                    arg=name,
+                )
+        if isinstance(value, Buffer):
             raise ArgumentTypeError(
-                f"argument `{spec.name}`: pass buffer.tensor(shape, dtype), not the Buffer itself"
+                f"argument `{name}`: pass buffer.tensor(shape, dtype), not the Buffer itself",
+                arg=name,
             )
-        if isinstance(tensor, (int, float)) or tensor is None:
-            raise ArgumentTypeError(
-                f"argument `{spec.name}`: the signature declares an {spec.direction.short_name} "
-                f"tensor, got {type(tensor).__name__}"
-            )
+        if value is None:
+            raise ArgumentTypeError(f"argument `{name}`: expected a tensor, got None", arg=name)
+        tensor = value
         if not isinstance(tensor, Tensor):
+            writable = spec is None or spec.direction.copies_back
             try:
-                tensor = Tensor.from_host(tensor, writable=spec.direction.copies_back)
+                tensor = Tensor.from_host(tensor, writable=writable)
             except (ArgumentTypeError, InvalidArgumentError) as e:
-                raise type(e)(f"argument `{spec.name}`: {e}", arg=spec.name) from None
-        if tag is not None and not tag.agrees_with(spec.direction):
-            raise bad(f"tag {tag.name} does not agree with the signature's {spec.direction.name}")
-        if tensor.dtype is not spec.dtype:
-            raise bad(
-                f"dtype is {tensor.dtype.short_name}, the signature declares "
-                f"{spec.dtype.short_name}"
-            )
-        if not 1 <= tensor.ndim <= 5:
-            raise bad(f"has {tensor.ndim} dimensions; 1..5 are supported")
-        if spec.shape is not None and tuple(tensor.shape) != spec.shape:
-            raise bad(f"shape is {tuple(tensor.shape)}, the signature declares {spec.shape}")
-        if tensor.numel == 0:
-            raise bad(f"shape {tuple(tensor.shape)} has no elements")
-        if not tensor.is_contiguous:
-            raise bad(
-                "is not C-contiguous and the host stages contiguous tensors only; pass "
-                "numpy.ascontiguousarray(...)"
-            )
+                raise type(e)(f"argument `{name}`: {e}", arg=name) from None
+        if tag is not None and spec is not None and not tag.agrees_with(spec.direction):
+            reason = f"tag {tag.name} does not agree with the signature's {spec.direction.name}"
+            raise InvalidArgumentError(f"argument `{name}`: {reason}", arg=name, reason=reason)
         if tensor.is_device:
+            if not tensor.is_contiguous:
+                reason = (
+                    "is not C-contiguous and a device tensor is passed in place; view "
+                    "contiguous device memory"
+                )
+                raise InvalidArgumentError(f"argument `{name}`: {reason}", arg=name, reason=reason)
             self._own_buffer(tensor.buffer)
             address = tensor.buffer.address + tensor.byte_offset
-            return ("device", address, tensor.nbytes, list(tensor.shape))
-        arr = tensor.array
-        if arr.dtype.byteorder not in "=|":
-            raise bad(f"byte order of {arr.dtype} is not native")
-        if spec.direction.copies_back and not arr.flags.writeable:
-            raise bad(f"the array is read-only but the run writes it ({spec.direction.short_name})")
-        return ("host", arr)
+            return _native.DeviceTensor(address, list(tensor.shape), int(tensor.dtype))
+        return _native.HostTensor(tensor.array, int(tensor.dtype))
 
 
 class RunHandle:
@@ -540,18 +513,17 @@ class RunHandle:
     def wait(self, timeout: Optional[float] = None) -> None:
         """Waits for the run; raises ``WaitTimeoutError`` (a ``TimeoutError``) if it is still
         running after ``timeout`` seconds, or the run's error if it failed."""
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-                raise ArgumentTypeError(f"timeout must be a number of seconds, got {timeout!r}")
-            if not (0 <= timeout < math.inf):
-                raise InvalidConfigError(f"timeout must be finite and >= 0, got {timeout!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+        ):
+            raise ArgumentTypeError(f"timeout must be a number of seconds, got {timeout!r}")
         self._native.wait(None if timeout is None else float(timeout))
 
     def result(self, timeout: Optional[float] = None) -> RunReport:
         """Waits (see :meth:`wait`) and returns the run's report."""
         self.wait(timeout)
-        epoch, device_s, total_s = self._native.result()
-        return RunReport(epoch, device_s, total_s)
+        report = self._native.result()
+        return RunReport(report.epoch, report.device_time_s, report.total_time_s)
 
     def __repr__(self) -> str:
         return f"RunHandle(epoch={self.epoch}, done={self.done})"

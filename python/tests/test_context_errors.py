@@ -1,4 +1,4 @@
-"""ExecutionContextRefused and RunPreparationRefused (issue 6): RuntimeError subclasses with
+"""ExecutionContextRefused and RunPreparationRefused: RuntimeError subclasses with
 stable codes, and a real fork: the child's use of an inherited worker is refused, the parent
 continues."""
 

@@ -1,9 +1,20 @@
-//! Host-side run arguments and their check against a [`Signature`]: count, kind, dtype,
-//! shape and byte length, all before anything touches the device.
+//! A run's arguments and the host's one check of them against a [`Signature`]: count, kind,
+//! dtype, rank, shape, byte length, writability, aliasing and scalar encoding, all before
+//! anything touches the device.
+//!
+//! Every path into a run goes through the same rules: [`ChipWorker::run`] (borrowed
+//! [`HostArg`]s), [`ChipWorker::submit`] (owned arguments) and bindings that hold foreign
+//! memory ([`Signature::check_offers`]: a binding describes each argument as an
+//! [`ArgOffer`] and learns how to pass it, lent in place or copied). The public types are
+//! re-exported from [`crate::signature`]. This module only inspects descriptions of memory;
+//! it never reads or writes the bytes.
+//!
+//! [`ChipWorker::run`]: crate::ChipWorker::run
+//! [`ChipWorker::submit`]: crate::ChipWorker::submit
 
 use simpler_abi::DataType;
 
-use crate::{ArgDirection, HostError, OwnedArg, Signature};
+use crate::{ArgDirection, ArgSpec, HostError, OwnedArg, Signature};
 
 /// A host tensor passed to a run: C-order bytes with a shape and a dtype.
 #[derive(Debug)]
@@ -25,11 +36,364 @@ pub enum HostArg<'a> {
     Scalar(u64),
 }
 
-/// What the check needs to know about one argument, borrowed or owned.
-pub(crate) enum ArgView<'a> {
+/// Host memory a binding can lend to a run or copy: the bytes at `addr..addr + len`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostMemory {
+    /// Address of the first byte (used only to detect overlapping arguments).
+    pub addr: usize,
+    /// Length in bytes.
+    pub len: usize,
+    /// False when the memory's owner forbids writes (a read-only numpy array).
+    pub writable: bool,
+    /// Shape in elements, C order.
+    pub shape: Vec<u64>,
+    /// Element type.
+    pub dtype: DataType,
+}
+
+impl HostMemory {
+    fn overlaps(&self, other: &HostMemory) -> bool {
+        self.addr < other.addr.saturating_add(other.len)
+            && other.addr < self.addr.saturating_add(self.len)
+    }
+}
+
+/// A scalar argument's value before it is encoded by the signature's dtype.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ScalarValue {
+    /// An integer: must fit the dtype (a negative value is sign-extended, as in C); for a
+    /// float dtype, its value converted to that type.
+    Int(i128),
+    /// A floating-point number: the bit pattern of the (float) dtype, zero-extended.
+    Float(f64),
+    /// Raw bits, passed unchanged whatever the dtype (a C `double` keeps its 64 bits).
+    Bits(u64),
+}
+
+/// Why a scalar value cannot be encoded for a dtype.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ScalarError {
+    /// A float for an integer dtype.
+    #[error("scalar {value} is a float but the signature declares {dtype}")]
+    FloatForInteger {
+        /// The value as written.
+        value: String,
+        /// The declared dtype.
+        dtype: DataType,
+    },
+    /// The value does not fit the dtype (or 64 bits when no dtype is given).
+    #[error("scalar {value} does not fit {target}")]
+    OutOfRange {
+        /// The value as written.
+        value: String,
+        /// `"u8"`, `"f16"`, ... or `"64 bits"`.
+        target: String,
+    },
+}
+
+impl ScalarValue {
+    /// The 64 bits this value travels as for `dtype`; `None` (no dtype known) accepts any
+    /// integer in `-2^63..2^64` and encodes floats as `f32`.
+    ///
+    /// Floats convert with round-to-nearest-even; infinities and NaN pass, but a finite value
+    /// that would round to infinity is out of range. `bf16` rounds through `f32`.
+    ///
+    /// # Errors
+    /// [`ScalarError::FloatForInteger`] or [`ScalarError::OutOfRange`].
+    pub fn encode(self, dtype: Option<DataType>) -> Result<u64, ScalarError> {
+        match self {
+            ScalarValue::Bits(bits) => Ok(bits),
+            ScalarValue::Int(v) => match dtype {
+                Some(dt) if is_float(dt) => encode_float(v as f64, dt, &v.to_string()),
+                Some(dt) => {
+                    let (lo, hi) = int_range(dt);
+                    if v < lo || v > hi {
+                        return Err(ScalarError::OutOfRange {
+                            value: v.to_string(),
+                            target: dt.name().to_string(),
+                        });
+                    }
+                    Ok(v as u64)
+                }
+                None => {
+                    if v < i128::from(i64::MIN) || v > i128::from(u64::MAX) {
+                        return Err(ScalarError::OutOfRange {
+                            value: v.to_string(),
+                            target: "64 bits".into(),
+                        });
+                    }
+                    Ok(v as u64)
+                }
+            },
+            ScalarValue::Float(f) => match dtype {
+                None => encode_float(f, DataType::Float32, &format!("{f:?}")),
+                Some(dt) if is_float(dt) => encode_float(f, dt, &format!("{f:?}")),
+                Some(dt) => Err(ScalarError::FloatForInteger {
+                    value: format!("{f:?}"),
+                    dtype: dt,
+                }),
+            },
+        }
+    }
+}
+
+fn is_float(dt: DataType) -> bool {
+    matches!(
+        dt,
+        DataType::Float32 | DataType::Float16 | DataType::Bfloat16
+    )
+}
+
+/// The inclusive range of an integer dtype.
+fn int_range(dt: DataType) -> (i128, i128) {
+    match dt {
+        DataType::Int8 => (i8::MIN.into(), i8::MAX.into()),
+        DataType::Int16 => (i16::MIN.into(), i16::MAX.into()),
+        DataType::Int32 => (i32::MIN.into(), i32::MAX.into()),
+        DataType::Int64 => (i64::MIN.into(), i64::MAX.into()),
+        DataType::Uint8 => (0, u8::MAX.into()),
+        DataType::Uint16 => (0, u16::MAX.into()),
+        DataType::Uint32 => (0, u32::MAX.into()),
+        DataType::Uint64 => (0, u64::MAX.into()),
+        DataType::Float32 | DataType::Float16 | DataType::Bfloat16 => {
+            unreachable!("int_range is only asked about integer dtypes")
+        }
+    }
+}
+
+/// The bit pattern of `f` as the float dtype `dt`.
+fn encode_float(f: f64, dt: DataType, text: &str) -> Result<u64, ScalarError> {
+    let (bits, infinite) = match dt {
+        DataType::Float32 => {
+            let x = f as f32;
+            (u64::from(x.to_bits()), x.is_infinite())
+        }
+        DataType::Float16 => {
+            let x = half::f16::from_f64(f);
+            (u64::from(x.to_bits()), x.is_infinite())
+        }
+        DataType::Bfloat16 => {
+            let single = f as f32;
+            let x = half::bf16::from_f32(single);
+            (
+                u64::from(x.to_bits()),
+                x.is_infinite() || single.is_infinite(),
+            )
+        }
+        _ => unreachable!("encode_float is only asked about float dtypes"),
+    };
+    if infinite && f.is_finite() {
+        return Err(ScalarError::OutOfRange {
+            value: text.to_string(),
+            target: dt.name().to_string(),
+        });
+    }
+    Ok(bits)
+}
+
+/// One argument a binding offers for a run, in signature order, before the host decides how
+/// each host buffer travels ([`Signature::check_offers`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArgOffer {
+    /// Host memory, to be lent to the run in place or copied.
+    Host(HostMemory),
+    /// A tensor in device memory (from `malloc`), passed in place.
+    Device {
+        /// Shape in elements, C order.
+        shape: Vec<u64>,
+        /// Element type.
+        dtype: DataType,
+    },
+    /// A scalar, encoded by the signature's dtype.
+    Scalar(ScalarValue),
+}
+
+/// How a binding passes one offered argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Passing {
+    /// Lend the host memory in place: the run reads it and, for `out`/`inout`, writes it.
+    Lend,
+    /// Copy the host memory's bytes: the run only reads them, and the memory is read-only or
+    /// overlaps an earlier argument, so it must not be lent as writable.
+    Copy,
+    /// The device tensor, in place.
+    Device,
+    /// The scalar's 64 encoded bits.
+    Scalar(u64),
+}
+
+/// Why a run's arguments do not match the callable's signature. Each variant but
+/// [`Count`](ArgError::Count) names the argument; [`HostError`] carries the same text
+/// (`ArgumentCount` or `InvalidArgument`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArgError {
+    /// More or fewer arguments than the signature declares.
+    #[error(
+        "callable `{callable}` takes {} arguments ({}), got {got}",
+        arguments.len(),
+        arguments.join(", ")
+    )]
+    Count {
+        /// The callable's name.
+        callable: String,
+        /// The names the signature declares, in order.
+        arguments: Vec<String>,
+        /// How many were passed.
+        got: usize,
+    },
+    /// A tensor where the signature declares a scalar, or the other way round.
+    #[error("argument `{arg}`: {}", kind_reason(*.declared, *.got_tensor))]
+    Kind {
+        /// The argument.
+        arg: String,
+        /// The signature's direction for it.
+        declared: ArgDirection,
+        /// True when a tensor was passed (for a scalar), false for a scalar.
+        got_tensor: bool,
+    },
+    /// A tensor or scalar that fails one of the signature's rules.
+    #[error("argument `{arg}`: {problem}")]
+    Invalid {
+        /// The argument.
+        arg: String,
+        /// What is wrong.
+        problem: ArgProblem,
+    },
+}
+
+/// `the signature declares an in tensor, got a scalar` and the like.
+fn kind_reason(declared: ArgDirection, got_tensor: bool) -> String {
+    let declared = if declared.is_tensor() {
+        format!("an {} tensor", declared.name())
+    } else {
+        "a scalar".into()
+    };
+    let got = if got_tensor { "a tensor" } else { "a scalar" };
+    format!("the signature declares {declared}, got {got}")
+}
+
+/// What is wrong with one argument ([`ArgError::Invalid`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArgProblem {
+    /// The tensor's dtype is not the declared one.
+    #[error("dtype is {got}, the signature declares {declared}")]
+    Dtype {
+        /// The tensor's dtype.
+        got: DataType,
+        /// The signature's.
+        declared: DataType,
+    },
+    /// The tensor has no dimensions or more than [`simpler_abi::MAX_TENSOR_DIMS`].
+    #[error("has {0} dimensions; 1..=5 are supported")]
+    Rank(usize),
+    /// The shape differs from the one the signature fixes.
+    #[error("shape is {got:?}, the signature declares {declared:?}")]
+    Shape {
+        /// The tensor's shape.
+        got: Vec<u64>,
+        /// The signature's.
+        declared: Vec<u64>,
+    },
+    /// The shape has a zero extent.
+    #[error("shape {0:?} has no elements")]
+    Empty(Vec<u64>),
+    /// The buffer's length is not shape × element size.
+    #[error("holds {len} bytes but shape {shape:?} of {dtype} needs {}", needs_text(*.needs))]
+    Length {
+        /// The buffer's bytes.
+        len: u64,
+        /// The tensor's shape.
+        shape: Vec<u64>,
+        /// The tensor's dtype.
+        dtype: DataType,
+        /// The bytes the shape needs (`None`: more than 2^64).
+        needs: Option<u64>,
+    },
+    /// The memory is read-only but the run writes it.
+    #[error("the memory is read-only but the run writes it ({0}); pass a writable array")]
+    ReadOnly(&'static str),
+    /// The run writes the memory and it overlaps another argument.
+    #[error(
+        "the run writes it ({direction}) and it shares memory with argument `{other}`; pass \
+         separate arrays"
+    )]
+    Aliased {
+        /// The written argument's direction.
+        direction: &'static str,
+        /// The other argument.
+        other: String,
+    },
+    /// The scalar cannot be encoded for its dtype.
+    #[error(transparent)]
+    Scalar(ScalarError),
+}
+
+/// A byte count, or `more than 2^64` when it overflowed.
+fn needs_text(needs: Option<u64>) -> String {
+    needs.map_or_else(|| "more than 2^64".to_string(), |b| b.to_string())
+}
+
+impl ArgError {
+    /// The argument it names; `None` for [`ArgError::Count`].
+    pub fn arg(&self) -> Option<&str> {
+        match self {
+            ArgError::Count { .. } => None,
+            ArgError::Kind { arg, .. } | ArgError::Invalid { arg, .. } => Some(arg),
+        }
+    }
+
+    /// True for a wrong kind of value: a tensor for a scalar (or the reverse), or a float
+    /// for an integer scalar. Bindings raise these as type errors.
+    pub fn is_type_error(&self) -> bool {
+        matches!(
+            self,
+            ArgError::Kind { .. }
+                | ArgError::Invalid {
+                    problem: ArgProblem::Scalar(ScalarError::FloatForInteger { .. }),
+                    ..
+                }
+        )
+    }
+
+    /// What is wrong, without the argument's name.
+    pub fn reason(&self) -> String {
+        match self {
+            ArgError::Count { .. } => self.to_string(),
+            ArgError::Kind {
+                declared,
+                got_tensor,
+                ..
+            } => kind_reason(*declared, *got_tensor),
+            ArgError::Invalid { problem, .. } => problem.to_string(),
+        }
+    }
+}
+
+impl From<ArgError> for HostError {
+    fn from(e: ArgError) -> HostError {
+        match e {
+            ArgError::Count {
+                callable,
+                arguments,
+                got,
+            } => HostError::ArgumentCount {
+                callable,
+                expected: arguments.len(),
+                got,
+            },
+            other => HostError::InvalidArgument {
+                arg: other.arg().unwrap_or_default().to_string(),
+                reason: other.reason(),
+            },
+        }
+    }
+}
+
+/// What the check needs to know about one argument.
+enum ArgView<'a> {
     /// A tensor of `len` bytes.
     Tensor {
-        len: usize,
+        len: u64,
         shape: &'a [u64],
         dtype: DataType,
     },
@@ -37,7 +401,79 @@ pub(crate) enum ArgView<'a> {
     Scalar,
 }
 
+fn check_count(callable: &str, sig: &Signature, got: usize) -> Result<(), ArgError> {
+    if got == sig.args.len() {
+        return Ok(());
+    }
+    Err(ArgError::Count {
+        callable: callable.into(),
+        arguments: sig.args.iter().map(|a| a.name.clone()).collect(),
+        got,
+    })
+}
+
+/// Checks one argument's kind, and a tensor's dtype, rank, shape and byte length.
+fn check_view(spec: &ArgSpec, arg: &ArgView<'_>) -> Result<(), ArgError> {
+    let invalid = |problem| ArgError::Invalid {
+        arg: spec.name.clone(),
+        problem,
+    };
+    let kind = |got_tensor| ArgError::Kind {
+        arg: spec.name.clone(),
+        declared: spec.direction,
+        got_tensor,
+    };
+    match (spec.direction, arg) {
+        (ArgDirection::Scalar, ArgView::Scalar) => Ok(()),
+        (ArgDirection::Scalar, ArgView::Tensor { .. }) => Err(kind(true)),
+        (_, ArgView::Scalar) => Err(kind(false)),
+        (_, &ArgView::Tensor { len, shape, dtype }) => {
+            if dtype != spec.dtype {
+                return Err(invalid(ArgProblem::Dtype {
+                    got: dtype,
+                    declared: spec.dtype,
+                }));
+            }
+            if shape.is_empty() || shape.len() > simpler_abi::MAX_TENSOR_DIMS {
+                return Err(invalid(ArgProblem::Rank(shape.len())));
+            }
+            if let Some(want) = &spec.shape {
+                if want.as_slice() != shape {
+                    return Err(invalid(ArgProblem::Shape {
+                        got: shape.to_vec(),
+                        declared: want.clone(),
+                    }));
+                }
+            }
+            let needs = shape
+                .iter()
+                .try_fold(dtype.size_bytes() as u64, |a, &s| a.checked_mul(s));
+            match needs {
+                Some(0) => Err(invalid(ArgProblem::Empty(shape.to_vec()))),
+                Some(b) if b == len => Ok(()),
+                _ => Err(invalid(ArgProblem::Length {
+                    len,
+                    shape: shape.to_vec(),
+                    dtype,
+                    needs,
+                })),
+            }
+        }
+    }
+}
+
+fn check_views(callable: &str, sig: &Signature, args: &[ArgView<'_>]) -> Result<(), ArgError> {
+    check_count(callable, sig, args.len())?;
+    sig.args
+        .iter()
+        .zip(args)
+        .try_for_each(|(spec, arg)| check_view(spec, arg))
+}
+
 /// Checks borrowed arguments against `sig`.
+///
+/// # Errors
+/// [`HostError::ArgumentCount`] or [`HostError::InvalidArgument`] naming the argument.
 pub(crate) fn check(
     callable: &str,
     sig: &Signature,
@@ -47,17 +483,21 @@ pub(crate) fn check(
         .iter()
         .map(|a| match a {
             HostArg::Tensor(t) => ArgView::Tensor {
-                len: t.bytes.len(),
+                len: t.bytes.len() as u64,
                 shape: &t.shape,
                 dtype: t.dtype,
             },
             HostArg::Scalar(_) => ArgView::Scalar,
         })
         .collect();
-    check_views(callable, sig, &views)
+    Ok(check_views(callable, sig, &views)?)
 }
 
-/// Checks owned arguments against `sig`.
+/// Checks owned arguments against `sig` (a device tensor's length is its shape's, so only
+/// its kind, dtype, rank and shape are checked).
+///
+/// # Errors
+/// [`HostError::ArgumentCount`] or [`HostError::InvalidArgument`] naming the argument.
 pub(crate) fn check_owned(
     callable: &str,
     sig: &Signature,
@@ -71,91 +511,409 @@ pub(crate) fn check_owned(
                 shape,
                 dtype,
             } => ArgView::Tensor {
-                len: buffer.bytes_mut().len(),
+                len: buffer.bytes_mut().len() as u64,
                 shape,
                 dtype: *dtype,
             },
             OwnedArg::Scalar(_) => ArgView::Scalar,
-            OwnedArg::Device { shape, dtype, .. } => ArgView::Tensor {
-                // A device tensor's length is its shape's; only shape and dtype are checked.
-                len: shape
-                    .iter()
-                    .try_fold(dtype.size_bytes() as u64, |a, &s| a.checked_mul(s))
-                    .map_or(usize::MAX, |b| b as usize),
-                shape,
-                dtype: *dtype,
-            },
+            OwnedArg::Device { shape, dtype, .. } => device_view(shape, *dtype),
         })
         .collect();
-    check_views(callable, sig, &views)
+    Ok(check_views(callable, sig, &views)?)
 }
 
-/// Checks argument views against `sig`.
-///
-/// # Errors
-/// [`HostError::ArgumentCount`] or [`HostError::InvalidArgument`] naming the argument.
-fn check_views(callable: &str, sig: &Signature, args: &[ArgView<'_>]) -> Result<(), HostError> {
-    if args.len() != sig.args.len() {
-        return Err(HostError::ArgumentCount {
-            callable: callable.into(),
-            expected: sig.args.len(),
-            got: args.len(),
-        });
+fn device_view(shape: &[u64], dtype: DataType) -> ArgView<'_> {
+    ArgView::Tensor {
+        len: shape
+            .iter()
+            .try_fold(dtype.size_bytes() as u64, |a, &s| a.checked_mul(s))
+            .unwrap_or(u64::MAX),
+        shape,
+        dtype,
     }
-    for (spec, arg) in sig.args.iter().zip(args) {
-        let bad = |reason: String| HostError::InvalidArgument {
-            arg: spec.name.clone(),
-            reason,
-        };
-        match (spec.direction, arg) {
-            (ArgDirection::Scalar, ArgView::Scalar) => {}
-            (ArgDirection::Scalar, ArgView::Tensor { .. }) => {
-                return Err(bad("the signature declares a scalar, got a tensor".into()));
-            }
-            (d, ArgView::Scalar) => {
-                return Err(bad(format!(
-                    "the signature declares an {} tensor, got a scalar",
-                    d.name()
-                )));
-            }
-            (_, &ArgView::Tensor { len, shape, dtype }) => {
-                if dtype != spec.dtype {
-                    return Err(bad(format!(
-                        "dtype is {}, the signature declares {}",
-                        dtype, spec.dtype
-                    )));
-                }
-                if shape.is_empty() || shape.len() > simpler_abi::MAX_TENSOR_DIMS {
-                    return Err(bad(format!(
-                        "has {} dimensions; 1..=5 are supported",
-                        shape.len()
-                    )));
-                }
-                if let Some(want) = &spec.shape {
-                    if want.as_slice() != shape {
-                        return Err(bad(format!(
-                            "shape is {:?}, the signature declares {:?}",
-                            shape, want
-                        )));
+}
+
+impl Signature {
+    /// Checks the arguments a binding offers for a run of `callable` (its name, for
+    /// messages) and decides how each travels: host memory is lent in place unless the run
+    /// only reads it and it is read-only or overlaps an earlier lent argument (then
+    /// [`Passing::Copy`]); scalars are encoded by their declared dtype. After this, no two
+    /// lent buffers overlap, and every lent buffer the run writes is writable.
+    ///
+    /// These are the rules [`ChipWorker::submit`](crate::ChipWorker::submit) applies again
+    /// to the owned arguments built from the answer.
+    ///
+    /// # Errors
+    /// [`ArgError`]: the count; then, argument by argument, the kind, a tensor's dtype, rank,
+    /// shape, byte length and writability, a scalar's encoding; then written arguments that
+    /// overlap another lent one.
+    pub fn check_offers(
+        &self,
+        callable: &str,
+        offers: &[ArgOffer],
+    ) -> Result<Vec<Passing>, ArgError> {
+        check_count(callable, self, offers.len())?;
+        let mut passing = Vec::with_capacity(offers.len());
+        for (spec, offer) in self.args.iter().zip(offers) {
+            let invalid = |problem| ArgError::Invalid {
+                arg: spec.name.clone(),
+                problem,
+            };
+            let p = match offer {
+                ArgOffer::Host(m) => {
+                    let view = ArgView::Tensor {
+                        len: m.len as u64,
+                        shape: &m.shape,
+                        dtype: m.dtype,
+                    };
+                    check_view(spec, &view)?;
+                    match (m.writable, spec.direction.copies_back()) {
+                        (true, _) => Passing::Lend,
+                        (false, false) => Passing::Copy,
+                        (false, true) => {
+                            return Err(invalid(ArgProblem::ReadOnly(spec.direction.name())))
+                        }
                     }
                 }
-                let numel = shape.iter().try_fold(1u64, |a, &s| a.checked_mul(s));
-                let bytes = numel.and_then(|n| n.checked_mul(dtype.size_bytes() as u64));
-                match bytes {
-                    Some(0) => return Err(bad(format!("shape {:?} has no elements", shape))),
-                    Some(b) if b == len as u64 => {}
-                    _ => {
-                        return Err(bad(format!(
-                            "holds {} bytes but shape {:?} of {} needs {}",
-                            len,
-                            shape,
-                            dtype,
-                            bytes.map_or("more than 2^64".to_string(), |b| b.to_string())
-                        )))
-                    }
+                ArgOffer::Device { shape, dtype } => {
+                    check_view(spec, &device_view(shape, *dtype))?;
+                    Passing::Device
                 }
+                ArgOffer::Scalar(v) => {
+                    check_view(spec, &ArgView::Scalar)?;
+                    let bits = v
+                        .encode(Some(spec.dtype))
+                        .map_err(|e| invalid(ArgProblem::Scalar(e)))?;
+                    Passing::Scalar(bits)
+                }
+            };
+            passing.push(p);
+        }
+        unalias(self, offers, &mut passing)?;
+        Ok(passing)
+    }
+}
+
+/// Rejects written arguments whose memory overlaps another lent argument, and copies an
+/// overlapping argument that both only read, so that no two lent views share a byte.
+fn unalias(sig: &Signature, offers: &[ArgOffer], passing: &mut [Passing]) -> Result<(), ArgError> {
+    for j in 0..offers.len() {
+        for i in 0..j {
+            let (ArgOffer::Host(a), ArgOffer::Host(b)) = (&offers[i], &offers[j]) else {
+                continue;
+            };
+            if passing[i] != Passing::Lend || passing[j] != Passing::Lend || !a.overlaps(b) {
+                continue;
             }
+            let (si, sj) = (&sig.args[i], &sig.args[j]);
+            if si.direction.copies_back() || sj.direction.copies_back() {
+                let (written, other) = if sj.direction.copies_back() {
+                    (sj, si)
+                } else {
+                    (si, sj)
+                };
+                return Err(ArgError::Invalid {
+                    arg: written.name.clone(),
+                    problem: ArgProblem::Aliased {
+                        direction: written.direction.name(),
+                        other: other.name.clone(),
+                    },
+                });
+            }
+            passing[j] = Passing::Copy;
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ArgDirection::*;
+
+    fn spec(name: &str, direction: ArgDirection, dtype: DataType) -> ArgSpec {
+        ArgSpec {
+            name: name.into(),
+            direction,
+            dtype,
+            shape: None,
+        }
+    }
+
+    fn sig() -> Signature {
+        Signature::new(vec![
+            spec("a", In, DataType::Float32),
+            spec("b", In, DataType::Float32),
+            spec("c", Out, DataType::Float32),
+            spec("n", Scalar, DataType::Uint64),
+        ])
+        .unwrap()
+    }
+
+    fn host(addr: usize, n: u64, writable: bool) -> ArgOffer {
+        ArgOffer::Host(HostMemory {
+            addr,
+            len: n as usize * 4,
+            writable,
+            shape: vec![n],
+            dtype: DataType::Float32,
+        })
+    }
+
+    fn offers() -> Vec<ArgOffer> {
+        vec![
+            host(0x1000, 16, true),
+            host(0x2000, 16, true),
+            host(0x3000, 16, true),
+            ArgOffer::Scalar(ScalarValue::Int(7)),
+        ]
+    }
+
+    #[test]
+    fn well_formed_offers_are_lent_and_scalars_encoded() {
+        let p = sig().check_offers("k", &offers()).unwrap();
+        assert_eq!(
+            p,
+            [
+                Passing::Lend,
+                Passing::Lend,
+                Passing::Lend,
+                Passing::Scalar(7)
+            ]
+        );
+        let mut device = offers();
+        device[1] = ArgOffer::Device {
+            shape: vec![16],
+            dtype: DataType::Float32,
+        };
+        assert_eq!(
+            sig().check_offers("k", &device).unwrap()[1],
+            Passing::Device
+        );
+    }
+
+    #[test]
+    fn the_count_names_every_declared_argument() {
+        let e = sig().check_offers("vadd", &offers()[..2]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "callable `vadd` takes 4 arguments (a, b, c, n), got 2"
+        );
+        assert!(matches!(
+            HostError::from(e),
+            HostError::ArgumentCount {
+                expected: 4,
+                got: 2,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn each_mismatch_names_its_argument() {
+        let cases: Vec<(usize, ArgOffer, &str, &str)> = vec![
+            (
+                3,
+                host(0x9000, 4, true),
+                "n",
+                "declares a scalar, got a tensor",
+            ),
+            (
+                2,
+                ArgOffer::Scalar(ScalarValue::Int(1)),
+                "c",
+                "declares an out tensor, got a scalar",
+            ),
+            (
+                0,
+                ArgOffer::Host(HostMemory {
+                    dtype: DataType::Int32,
+                    ..memory(host(0x1000, 16, true))
+                }),
+                "a",
+                "dtype is i32, the signature declares f32",
+            ),
+            (
+                1,
+                ArgOffer::Host(HostMemory {
+                    shape: vec![],
+                    ..memory(host(0x2000, 16, true))
+                }),
+                "b",
+                "has 0 dimensions",
+            ),
+            (
+                1,
+                ArgOffer::Host(HostMemory {
+                    shape: vec![0],
+                    len: 0,
+                    ..memory(host(0x2000, 16, true))
+                }),
+                "b",
+                "shape [0] has no elements",
+            ),
+            (
+                1,
+                ArgOffer::Host(HostMemory {
+                    shape: vec![8],
+                    ..memory(host(0x2000, 16, true))
+                }),
+                "b",
+                "holds 64 bytes but shape [8] of f32 needs 32",
+            ),
+            (
+                2,
+                host(0x3000, 16, false),
+                "c",
+                "read-only but the run writes it (out)",
+            ),
+            (
+                3,
+                ArgOffer::Scalar(ScalarValue::Int(-1)),
+                "n",
+                "scalar -1 does not fit u64",
+            ),
+            (
+                1,
+                ArgOffer::Device {
+                    shape: vec![16],
+                    dtype: DataType::Float16,
+                },
+                "b",
+                "dtype is f16",
+            ),
+        ];
+        for (i, offer, arg, want) in cases {
+            let mut args = offers();
+            args[i] = offer;
+            let e = sig().check_offers("k", &args).unwrap_err();
+            assert_eq!(e.arg(), Some(arg), "{e}");
+            assert!(e.to_string().contains(want), "`{e}` should say `{want}`");
+            assert!(
+                e.to_string().starts_with(&format!("argument `{arg}`: ")),
+                "{e}"
+            );
+            let host = HostError::from(e.clone());
+            assert_eq!(host.to_string(), e.to_string());
+            assert!(host.is_invalid_argument());
+        }
+    }
+
+    fn memory(offer: ArgOffer) -> HostMemory {
+        match offer {
+            ArgOffer::Host(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn only_kind_errors_and_floats_for_integers_are_type_errors() {
+        let mut args = offers();
+        args[3] = ArgOffer::Scalar(ScalarValue::Float(1.5));
+        let e = sig().check_offers("k", &args).unwrap_err();
+        assert!(e.is_type_error(), "{e}");
+        assert!(e
+            .to_string()
+            .contains("scalar 1.5 is a float but the signature declares u64"));
+        args[3] = host(0x9000, 4, true);
+        assert!(sig().check_offers("k", &args).unwrap_err().is_type_error());
+        args[3] = ArgOffer::Scalar(ScalarValue::Int(-1));
+        assert!(!sig().check_offers("k", &args).unwrap_err().is_type_error());
+    }
+
+    #[test]
+    fn read_only_inputs_are_copied_and_read_aliases_copied_once() {
+        let mut args = offers();
+        args[0] = host(0x1000, 16, false);
+        args[1] = host(0x1000, 16, true);
+        let p = sig().check_offers("k", &args).unwrap();
+        assert_eq!(&p[..3], [Passing::Copy, Passing::Lend, Passing::Lend]);
+        args[0] = host(0x1000, 16, true);
+        let p = sig().check_offers("k", &args).unwrap();
+        assert_eq!(&p[..3], [Passing::Lend, Passing::Copy, Passing::Lend]);
+    }
+
+    #[test]
+    fn a_written_argument_may_not_overlap_another_lent_one() {
+        let mut args = offers();
+        args[2] = host(0x1000 + 60, 16, true); // its first element is a's last
+        let e = sig().check_offers("k", &args).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "argument `c`: the run writes it (out) and it shares memory with argument `a`; \
+             pass separate arrays"
+        );
+        // Adjacent, not overlapping: fine.
+        args[2] = host(0x1000 + 64, 16, true);
+        assert!(sig().check_offers("k", &args).is_ok());
+        // A read-only input overlapping an output is copied, so the output is still lent.
+        args[0] = host(0x3000, 16, false);
+        args[2] = host(0x3000, 16, true);
+        let p = sig().check_offers("k", &args).unwrap();
+        assert_eq!(&p[..3], [Passing::Copy, Passing::Lend, Passing::Lend]);
+    }
+
+    #[test]
+    fn scalars_encode_per_dtype() {
+        use DataType::*;
+        let enc = |v: ScalarValue, dt: Option<DataType>| v.encode(dt);
+        assert_eq!(enc(ScalarValue::Float(1.0), None), Ok(0x3F80_0000));
+        assert_eq!(enc(ScalarValue::Float(1.5), Some(Float32)), Ok(0x3FC0_0000));
+        assert_eq!(enc(ScalarValue::Int(2), Some(Float32)), Ok(0x4000_0000));
+        assert_eq!(enc(ScalarValue::Int(-1), Some(Int32)), Ok(u64::MAX));
+        assert_eq!(enc(ScalarValue::Int(-1), None), Ok(u64::MAX));
+        assert_eq!(enc(ScalarValue::Int(255), Some(Uint8)), Ok(255));
+        assert_eq!(enc(ScalarValue::Float(1.0), Some(Float16)), Ok(0x3C00));
+        assert_eq!(enc(ScalarValue::Float(1.0), Some(Bfloat16)), Ok(0x3F80));
+        assert_eq!(
+            enc(ScalarValue::Bits(u64::MAX - 1), Some(Uint8)),
+            Ok(u64::MAX - 1)
+        );
+        assert_eq!(
+            enc(ScalarValue::Float(f64::INFINITY), Some(Float16)),
+            Ok(0x7C00)
+        );
+        let out = |v, dt| match enc(v, dt) {
+            Err(ScalarError::OutOfRange { value, target }) => format!("{value} {target}"),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(out(ScalarValue::Int(256), Some(Uint8)), "256 u8");
+        assert_eq!(
+            out(ScalarValue::Int(1 << 31), Some(Int32)),
+            "2147483648 i32"
+        );
+        assert_eq!(
+            out(ScalarValue::Int(1 << 64), None),
+            "18446744073709551616 64 bits"
+        );
+        assert_eq!(out(ScalarValue::Float(1e6), Some(Float16)), "1000000.0 f16");
+        assert_eq!(out(ScalarValue::Float(1e39), Some(Float32)), "1e39 f32");
+        assert_eq!(out(ScalarValue::Float(1e39), Some(Bfloat16)), "1e39 bf16");
+        assert!(matches!(
+            enc(ScalarValue::Float(1.5), Some(Int32)),
+            Err(ScalarError::FloatForInteger { .. })
+        ));
+    }
+
+    #[test]
+    fn owned_and_borrowed_checks_keep_the_host_messages() {
+        let mut bytes = vec![0u8; 12];
+        let args = [HostArg::Tensor(HostTensor {
+            bytes: &mut bytes,
+            shape: vec![4],
+            dtype: DataType::Float32,
+        })];
+        let one = Signature::new(vec![spec("x", In, DataType::Float32)]).unwrap();
+        let e = check("k", &one, &args).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "argument `x`: holds 12 bytes but shape [4] of f32 needs 16"
+        );
+        let mut owned = vec![OwnedArg::Scalar(1)];
+        let e = check_owned("k", &one, &mut owned).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "argument `x`: the signature declares an in tensor, got a scalar"
+        );
+    }
 }

@@ -1,10 +1,18 @@
-//! Per-run options: [`CallConfig`] and its [`RuntimeEnv`] (spec `user-api.md` §2.6,
-//! `l2-runtime.md` §2.6 "Runtime overrides").
+//! Per-run options — [`CallConfig`] and its [`RuntimeEnv`] — and the rules for them (the
+//! ring sizing is described in `docs/chip-runtime.md`, the Python `CallConfig` in
+//! `docs/python.md`). Also the conversions every binding needs for worker options: seconds to
+//! a [`Duration`] ([`seconds`]) and the AICPU thread count a run gets
+//! ([`WorkerConfig::effective_aicpu_threads`]).
 //!
 //! Ring sizes resolve with the precedence CallConfig entry > `PTO2_RING_*` environment
 //! variable > worker default, per ring. Each value is either one number for all four rings
-//! or four numbers (ring 0..3). Rules: a task window is a power of two ≥ 4; a ring heap is
-//! ≥ 1024 bytes and all four together fit in the worker's heap; a dependency pool is ≥ 4.
+//! or four numbers (ring 0..3). Rules: a task window is a power of two in 4..=2^24; a ring
+//! heap is ≥ 1024 bytes and all four together fit in the worker's heap; a dependency pool is
+//! in 4..=2^32-1. `aicpu_thread_num` is 0 (the worker's setting) or 2..=the chip's AICPU
+//! threads. [`CallConfig::check_fields`] applies the rules that need no worker;
+//! [`CallConfig::validate`] adds the worker's limits.
+
+use std::time::Duration;
 
 use simpler_runtime::aicpu::{DEFAULT_DEP_POOL, RING_COUNT};
 
@@ -78,6 +86,51 @@ pub(crate) struct RunPlan {
     pub(crate) dep_pools: [u32; RING_COUNT],
 }
 
+/// The largest ring task window.
+const MAX_TASK_WINDOW: u64 = 1 << 24;
+
+/// Checks one ring's value of `field` against its rule (the heap's fit in the worker's heap
+/// is checked over all four rings, by [`CallConfig::validate`]).
+fn check_ring(field: &str, ring: usize, v: u64) -> Result<(), HostError> {
+    let why = match field {
+        "ring_task_window" if v < 4 || !v.is_power_of_two() || v > MAX_TASK_WINDOW => {
+            format!("must be a power of two in 4..={MAX_TASK_WINDOW}, got {v}")
+        }
+        "ring_heap" if v < 1024 => format!("must be at least 1024 bytes, got {v}"),
+        "ring_dep_pool" if !(4..=u64::from(u32::MAX)).contains(&v) => {
+            format!("must be in 4..={}, got {v}", u32::MAX)
+        }
+        _ => return Ok(()),
+    };
+    Err(HostError::InvalidConfig(format!(
+        "runtime_env.{field}[{ring}]: {why}"
+    )))
+}
+
+/// `value` seconds as a [`Duration`]; `field` names the option in the error.
+///
+/// # Errors
+/// [`HostError::InvalidConfig`] naming `field` when `value` is negative, NaN, infinite or
+/// too large for a `Duration`.
+pub fn seconds(field: &str, value: f64) -> Result<Duration, HostError> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        HostError::InvalidConfig(format!(
+            "{field} must be a finite number of seconds >= 0, got {value}"
+        ))
+    })
+}
+
+impl WorkerConfig {
+    /// The AICPU threads a run gets by default: `aicpu_thread_num`, or all of the chip's
+    /// (`topology.aicpu_threads`) when it is 0.
+    pub fn effective_aicpu_threads(&self) -> u32 {
+        match self.aicpu_thread_num {
+            0 => self.topology.aicpu_threads,
+            n => n,
+        }
+    }
+}
+
 fn env_value(var: &str) -> Result<Option<RingValue>, HostError> {
     match std::env::var(var) {
         Ok(text) => RingValue::parse(&text)
@@ -88,6 +141,34 @@ fn env_value(var: &str) -> Result<Option<RingValue>, HostError> {
 }
 
 impl CallConfig {
+    /// Checks the fields against the rules that need no worker: `aicpu_thread_num` is 0 or at
+    /// least 2, and each ring value given obeys its rule (see the module docs).
+    ///
+    /// # Errors
+    /// [`HostError::InvalidConfig`] naming the field and the ring.
+    pub fn check_fields(&self) -> Result<(), HostError> {
+        if self.aicpu_thread_num == 1 {
+            return Err(HostError::InvalidConfig(
+                "aicpu_thread_num must be 0 (the worker's setting) or at least 2 (1 orchestrator \
+                 + schedulers), got 1"
+                    .into(),
+            ));
+        }
+        let env = &self.runtime_env;
+        for (field, value) in [
+            ("ring_task_window", env.ring_task_window),
+            ("ring_heap", env.ring_heap),
+            ("ring_dep_pool", env.ring_dep_pool),
+        ] {
+            if let Some(v) = value {
+                for (ring, &n) in v.per_ring().iter().enumerate() {
+                    check_ring(field, ring, n)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Checks every field against the rules and `worker`'s limits (without consulting the
     /// environment).
     ///
@@ -114,15 +195,11 @@ impl CallConfig {
         env_heap: Option<RingValue>,
         env_pool: Option<RingValue>,
     ) -> Result<RunPlan, HostError> {
-        let bad = |field: &str, ring: usize, why: String| {
-            HostError::InvalidConfig(format!("runtime_env.{field}[{ring}]: {why}"))
-        };
         let max_threads = worker.topology.aicpu_threads;
-        let aicpu_threads = match (self.aicpu_thread_num, worker.aicpu_thread_num) {
-            (0, 0) => max_threads,
-            (0, n) => n,
-            (n, _) if (2..=max_threads).contains(&n) => n,
-            (n, _) => {
+        let aicpu_threads = match self.aicpu_thread_num {
+            0 => worker.effective_aicpu_threads(),
+            n if (2..=max_threads).contains(&n) => n,
+            n => {
                 return Err(HostError::InvalidConfig(format!(
                     "aicpu_thread_num must be 0 (auto) or in 2..={max_threads}, got {n}"
                 )))
@@ -143,28 +220,9 @@ impl CallConfig {
             RingValue::per_ring,
         );
         for r in 0..RING_COUNT {
-            let w = windows[r];
-            if w < 4 || !w.is_power_of_two() || w > 1 << 24 {
-                return Err(bad(
-                    "ring_task_window",
-                    r,
-                    format!("must be a power of two in 4..=16777216, got {w}"),
-                ));
-            }
-            if heaps[r] < 1024 {
-                return Err(bad(
-                    "ring_heap",
-                    r,
-                    format!("must be at least 1024 bytes, got {}", heaps[r]),
-                ));
-            }
-            if pools[r] < 4 || pools[r] > u64::from(u32::MAX) {
-                return Err(bad(
-                    "ring_dep_pool",
-                    r,
-                    format!("must be in 4..=4294967295, got {}", pools[r]),
-                ));
-            }
+            check_ring("ring_task_window", r, windows[r])?;
+            check_ring("ring_heap", r, heaps[r])?;
+            check_ring("ring_dep_pool", r, pools[r])?;
         }
         let total: u64 = heaps.iter().fold(0u64, |a, &h| a.saturating_add(h));
         if total > worker.heap_size {
@@ -292,5 +350,85 @@ mod tests {
             .unwrap();
         assert_eq!(plain.heaps, [1 << 18; 4]);
         assert_eq!(plain.windows, [16384; 4]);
+    }
+
+    #[test]
+    fn field_rules_need_no_worker_and_leave_worker_limits_to_validate() {
+        let ok = CallConfig {
+            aicpu_thread_num: 9,
+            runtime_env: RuntimeEnv {
+                ring_heap: Some(RingValue::All(1 << 40)),
+                ..RuntimeEnv::default()
+            },
+        };
+        ok.check_fields().unwrap();
+        assert!(
+            ok.validate(&worker()).is_err(),
+            "9 threads and 4 TiB exceed the worker"
+        );
+        let cases: Vec<(CallConfig, &str)> = vec![
+            (
+                CallConfig {
+                    aicpu_thread_num: 1,
+                    ..CallConfig::default()
+                },
+                "aicpu_thread_num must be 0 (the worker's setting) or at least 2",
+            ),
+            (
+                CallConfig {
+                    runtime_env: RuntimeEnv {
+                        ring_task_window: Some(RingValue::PerRing([64, 64, 48, 64])),
+                        ..RuntimeEnv::default()
+                    },
+                    ..CallConfig::default()
+                },
+                "runtime_env.ring_task_window[2]: must be a power of two",
+            ),
+            (
+                CallConfig {
+                    runtime_env: RuntimeEnv {
+                        ring_heap: Some(RingValue::All(100)),
+                        ..RuntimeEnv::default()
+                    },
+                    ..CallConfig::default()
+                },
+                "runtime_env.ring_heap[0]: must be at least 1024 bytes, got 100",
+            ),
+            (
+                CallConfig {
+                    runtime_env: RuntimeEnv {
+                        ring_dep_pool: Some(RingValue::All(1 << 32)),
+                        ..RuntimeEnv::default()
+                    },
+                    ..CallConfig::default()
+                },
+                "runtime_env.ring_dep_pool[0]",
+            ),
+        ];
+        for (cfg, want) in cases {
+            let err = cfg.check_fields().unwrap_err().to_string();
+            assert!(err.contains(want), "{err} should contain {want}");
+        }
+    }
+
+    #[test]
+    fn seconds_convert_or_name_the_field() {
+        assert_eq!(seconds("t", 1.5).unwrap(), Duration::from_millis(1500));
+        assert_eq!(seconds("t", 0.0).unwrap(), Duration::ZERO);
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 1e30] {
+            let err = seconds("run_timeout_s", bad).unwrap_err().to_string();
+            assert!(
+                err.contains("run_timeout_s must be a finite number of seconds"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn effective_threads_default_to_the_whole_chip() {
+        let mut w = worker();
+        assert_eq!(w.effective_aicpu_threads(), w.topology.aicpu_threads);
+        w.aicpu_thread_num = 3;
+        assert_eq!(w.effective_aicpu_threads(), 3);
     }
 }

@@ -2,9 +2,18 @@
 //! and (optionally) shape. It fixes argument order, decides which host tensors are staged to
 //! the device and copied back (`In` → copied in; `Out` → copied back; `InOut` → both), and
 //! lets the host reject mismatched arguments before anything touches the device.
+//!
+//! The argument check itself lives in the crate's `args` module; its public half — what a
+//! binding offers ([`ArgOffer`], [`HostMemory`], [`ScalarValue`]), how each argument travels
+//! ([`Passing`], from [`Signature::check_offers`]) and why arguments are refused
+//! ([`ArgError`], [`ArgProblem`], [`ScalarError`]) — is re-exported here.
 
 use serde::{Deserialize, Serialize};
 use simpler_abi::DataType;
+
+pub use crate::args::{
+    ArgError, ArgOffer, ArgProblem, HostMemory, Passing, ScalarError, ScalarValue,
+};
 
 /// Direction of one argument, as the signature declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -3,9 +3,11 @@
 //! The Python layer turns every tensor-like object (buffer protocol, `__dlpack__`, numpy)
 //! into a `numpy.ndarray` view of the same memory; this module reads such an array's
 //! `__array_interface__` (data address, read-only flag, shape, strides, type string) and
-//! checks what the host needs: C-contiguous, native byte order, non-empty, the element size
-//! of the declared dtype. Only objects whose type is `numpy.ndarray` (or a subclass) are
-//! accepted, so the interface is numpy's own description of memory it owns or keeps alive.
+//! checks what only a view of Python memory can tell: a numpy array, C-contiguous, in native
+//! byte order. Everything the signature decides (dtype, shape, emptiness, writability,
+//! aliasing) is the host's check (`Signature::check_offers`). Only objects whose type is
+//! `numpy.ndarray` (or a subclass) are accepted, so the interface is numpy's own description
+//! of memory it owns or keeps alive.
 //!
 //! An [`ArrayMemory`] holds a strong reference to its array, which keeps the memory mapped
 //! and stops numpy from resizing it (resizing needs no other references) for as long as the
@@ -16,7 +18,6 @@
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
-use simpler_abi::DataType;
 
 use crate::error;
 
@@ -41,12 +42,13 @@ pub(crate) struct ArrayMemory {
 unsafe impl Send for ArrayMemory {}
 
 impl ArrayMemory {
-    /// Borrows the memory of `obj`, a C-contiguous `numpy.ndarray`. `what` names it in errors.
+    /// Borrows the memory of `obj`, a C-contiguous `numpy.ndarray` (possibly empty). `arg`
+    /// names it in errors (`argument `arg`: ...`).
     ///
     /// # Errors
     /// `ArgumentTypeError` when `obj` is not an ndarray; `InvalidArgumentError` when it is
-    /// empty, not C-contiguous, or not in native byte order.
-    pub(crate) fn borrow(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<ArrayMemory> {
+    /// not C-contiguous, not in native byte order, or too large to address.
+    pub(crate) fn borrow(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<ArrayMemory> {
         let py = obj.py();
         let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
             Ok(py
@@ -59,7 +61,7 @@ impl ArrayMemory {
             return Err(error::argument_type(
                 py,
                 format!(
-                    "{what}: expected a numpy.ndarray, got {}",
+                    "argument `{arg}`: expected a numpy.ndarray, got {}",
                     obj.get_type().name()?
                 ),
             ));
@@ -67,7 +69,7 @@ impl ArrayMemory {
         let iface = obj.getattr("__array_interface__")?.cast_into::<PyDict>()?;
         let item = |key: &str| -> PyResult<Bound<'_, PyAny>> {
             iface.get_item(key)?.ok_or_else(|| {
-                error::invalid_argument(py, what, format!("__array_interface__ has no `{key}`"))
+                error::invalid_argument(py, arg, format!("__array_interface__ has no `{key}`"))
             })
         };
         let (addr, readonly): (usize, bool) = item("data")?.extract()?;
@@ -76,7 +78,7 @@ impl ArrayMemory {
         if !item("strides")?.is_none() {
             return Err(error::invalid_argument(
                 py,
-                what,
+                arg,
                 "the array is not C-contiguous; pass numpy.ascontiguousarray(...) of it",
             ));
         }
@@ -85,7 +87,7 @@ impl ArrayMemory {
         {
             return Err(error::invalid_argument(
                 py,
-                what,
+                arg,
                 format!("the array's byte order is not native (`{typestr}`)"),
             ));
         }
@@ -94,43 +96,27 @@ impl ArrayMemory {
             .iter()
             .try_fold(itemsize, |acc, &d| acc.checked_mul(d))
             .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(|| error::invalid_argument(py, what, "the array is too large"))?;
-        if len == 0 || addr == 0 {
+            .ok_or_else(|| error::invalid_argument(py, arg, "the array is too large"))?;
+        if len > 0 && addr == 0 {
             return Err(error::invalid_argument(
                 py,
-                what,
-                format!("the array of shape {shape:?} has no elements"),
+                arg,
+                "the array's data pointer is null",
             ));
         }
+        // An empty array may have any address (even null); its slices use a dangling one.
+        let ptr = if len == 0 {
+            std::ptr::NonNull::<u8>::dangling().as_ptr()
+        } else {
+            addr as *mut u8
+        };
         Ok(ArrayMemory {
             _owner: obj.clone().unbind(),
-            ptr: addr as *mut u8,
+            ptr,
             len,
             shape,
             readonly,
         })
-    }
-
-    /// Like [`borrow`](ArrayMemory::borrow), and checks that the element size matches `dtype`.
-    pub(crate) fn borrow_typed(
-        obj: &Bound<'_, PyAny>,
-        dtype: DataType,
-        what: &str,
-    ) -> PyResult<ArrayMemory> {
-        let memory = ArrayMemory::borrow(obj, what)?;
-        let itemsize: usize = obj.getattr("itemsize")?.extract()?;
-        if itemsize != dtype.size_bytes() {
-            let numpy_dtype = obj.getattr("dtype")?.str()?.to_string();
-            return Err(error::invalid_argument(
-                obj.py(),
-                what,
-                format!(
-                    "numpy dtype {numpy_dtype} has {itemsize}-byte elements, {dtype} has {}",
-                    dtype.size_bytes()
-                ),
-            ));
-        }
-        Ok(memory)
     }
 
     /// The byte range the array covers, for aliasing checks.
@@ -139,11 +125,16 @@ impl ArrayMemory {
         start..start + self.len
     }
 
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// The bytes, for reading.
     pub(crate) fn bytes(&self) -> &[u8] {
-        // SAFETY: `borrow` checked that `ptr..ptr + len` is the whole, non-empty, contiguous
-        // data of a live ndarray, which `_owner` keeps alive (and unresizable) while `self`
-        // lives.
+        // SAFETY: `borrow` checked that `ptr..ptr + len` is the whole contiguous data of a
+        // live ndarray, which `_owner` keeps alive (and unresizable) while `self` lives; an
+        // empty array has a dangling, non-null `ptr` and `len` 0.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 

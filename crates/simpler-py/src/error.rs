@@ -1,7 +1,8 @@
 //! The one place where Rust errors become Python exceptions.
 //!
-//! Each [`HostError`] variant (and each [`BundleError`], and the few failures the bindings
-//! detect themselves) maps to one exception class of `simpler.errors`, where the classes are
+//! Each [`HostError`] variant (and each [`BundleError`], [`ArgError`], [`ScalarError`], and
+//! the few failures the bindings detect themselves) maps to one exception class of
+//! `simpler.errors`, where the classes are
 //! defined and documented (each derives from `SimplerError` and from the builtin upstream
 //! raises). An exception is built as `cls(message, code=..., cause=..., **details)`:
 //! `code` is the class's stable number unless given (a failed run passes its completion
@@ -18,6 +19,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyModule};
+use simpler_host::signature::{ArgError, ScalarError};
 use simpler_host::{BundleError, HostError};
 
 /// The `simpler.errors` module, imported on first use.
@@ -212,6 +214,45 @@ pub(crate) fn bundle_error(py: Python<'_>, e: BundleError) -> PyErr {
         _ => Raise::new("BundleError", message),
     };
     raise.cause(cause).into_err(py)
+}
+
+/// Converts the host's argument check failure: a wrong count is an `ArgumentCountError`, a
+/// wrong kind of value (tensor for scalar, float for an integer) an `ArgumentTypeError`,
+/// anything else an `InvalidArgumentError`; each names the argument (`arg`).
+pub(crate) fn arg_error(py: Python<'_>, e: ArgError) -> PyErr {
+    let message = e.to_string();
+    let raise = match &e {
+        ArgError::Count {
+            callable,
+            arguments,
+            got,
+        } => Raise::new("ArgumentCountError", message)
+            .detail("callable", callable.as_str())
+            .int("expected", arguments.len() as i64)
+            .int("got", *got as i64),
+        _ => {
+            let class = if e.is_type_error() {
+                "ArgumentTypeError"
+            } else {
+                "InvalidArgumentError"
+            };
+            Raise::new(class, message)
+                .detail("arg", e.arg().unwrap_or_default())
+                .detail("reason", e.reason())
+        }
+    };
+    raise.into_err(py)
+}
+
+/// Converts a scalar that cannot be encoded: a float for an integer dtype is an
+/// `ArgumentTypeError`, a value out of range an `InvalidArgumentError`.
+pub(crate) fn scalar_error(py: Python<'_>, e: ScalarError) -> PyErr {
+    match &e {
+        ScalarError::FloatForInteger { .. } => Raise::new("ArgumentTypeError", e.to_string()),
+        ScalarError::OutOfRange { .. } => Raise::new("InvalidArgumentError", e.to_string())
+            .detail("reason", "scalar out of range"),
+    }
+    .into_err(py)
 }
 
 /// A `WorkerStateError`: the worker was closed.

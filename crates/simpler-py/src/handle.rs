@@ -41,8 +41,52 @@ impl HostBuffer for ArrayBuffer {
     }
 }
 
-/// `(epoch, device_time_s, total_time_s)`.
-type Report = (u64, f64, f64);
+/// What a successful run reports: the host's [`simpler_host::RunReport`] in seconds.
+#[pyclass(module = "simpler._native", name = "RunReport", frozen)]
+#[derive(Clone, Copy)]
+pub struct NativeRunReport {
+    epoch: u64,
+    device_time_s: f64,
+    total_time_s: f64,
+}
+
+impl From<&simpler_host::RunReport> for NativeRunReport {
+    fn from(r: &simpler_host::RunReport) -> NativeRunReport {
+        NativeRunReport {
+            epoch: r.epoch,
+            device_time_s: r.device_time.as_secs_f64(),
+            total_time_s: r.total_time.as_secs_f64(),
+        }
+    }
+}
+
+#[pymethods]
+impl NativeRunReport {
+    /// The run's epoch (process-unique, non-zero).
+    #[getter]
+    fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Seconds from the launch of the first kernel to the proof of completion.
+    #[getter]
+    fn device_time_s(&self) -> f64 {
+        self.device_time_s
+    }
+
+    /// Seconds from the submission to the outcome, including staging and copy-back.
+    #[getter]
+    fn total_time_s(&self) -> f64 {
+        self.total_time_s
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "RunReport(epoch={}, device_time_s={:?}, total_time_s={:?})",
+            self.epoch, self.device_time_s, self.total_time_s
+        )
+    }
+}
 
 /// A submitted run.
 #[pyclass(module = "simpler._native", name = "RunHandle", frozen)]
@@ -50,7 +94,7 @@ pub struct NativeRunHandle {
     /// The host's handle until its output is collected.
     handle: Mutex<Option<Arc<RunHandle>>>,
     /// The collected outcome.
-    outcome: Mutex<Option<Result<Report, HostError>>>,
+    outcome: Mutex<Option<Result<NativeRunReport, HostError>>>,
     epoch: u64,
 }
 
@@ -68,7 +112,7 @@ impl NativeRunHandle {
     }
 
     /// The collected outcome, once there is one.
-    fn collected(&self) -> Option<Result<Report, HostError>> {
+    fn collected(&self) -> Option<Result<NativeRunReport, HostError>> {
         lock(&self.outcome).clone()
     }
 
@@ -89,14 +133,9 @@ impl NativeRunHandle {
             }
         };
         // The run is terminal: `result` only takes the cached outcome and the arguments.
-        let outcome = handle.result().map(|output| {
-            let r = output.report;
-            (
-                r.epoch,
-                r.device_time.as_secs_f64(),
-                r.total_time.as_secs_f64(),
-            )
-        });
+        let outcome = handle
+            .result()
+            .map(|output| NativeRunReport::from(&output.report));
         *lock(&self.outcome) = Some(outcome);
         true
     }
@@ -175,9 +214,9 @@ impl NativeRunHandle {
         }
     }
 
-    /// `(epoch, device_time_s, total_time_s)` of the finished run (waiting as long as it
-    /// takes); the run's error if it failed.
-    fn result(&self, py: Python<'_>) -> PyResult<Report> {
+    /// The report of the finished run (waiting as long as it takes); the run's error if it
+    /// failed.
+    fn result(&self, py: Python<'_>) -> PyResult<NativeRunReport> {
         self.wait(py, None)?;
         loop {
             if let Some(outcome) = self.collected() {

@@ -9,16 +9,26 @@
 //!   `Bundle` (build, read/write bundle files);
 //! - [`ChipWorker`](worker::NativeWorker): one chip — register, run, submit, device
 //!   memory, close;
-//! - [`RunHandle`](handle::NativeRunHandle): a submitted run — poll, wait, result.
+//! - [`RunHandle`](handle::NativeRunHandle): a submitted run — poll, wait, result (a
+//!   [`RunReport`](handle::NativeRunReport));
+//! - [`WorkerConfig`](config::NativeWorkerConfig), [`CallConfig`](config::NativeCallConfig),
+//!   [`RuntimeEnv`](config::NativeRuntimeEnv): the host's option types, with its defaults;
+//! - [`HostTensor`](args::NativeHostTensor), [`DeviceTensor`](args::NativeDeviceTensor),
+//!   [`RawScalar`](args::NativeRawScalar) and `encode_scalar`: a run's arguments.
 //!
-//! Every Rust error becomes a Python exception in one module, [`error`], with one class per
-//! error kind (defined in `simpler/errors.py`). Every call that may block detaches from the
-//! interpreter, so other Python threads keep running while a run executes.
+//! Values cross as these classes with named getters, never as positional tuples. The host
+//! (`simpler-host`) is the one validator of options and arguments; this crate only converts
+//! Python objects, and every Rust error becomes a Python exception in one module, [`error`],
+//! with one class per error kind (defined in `simpler/errors.py`). Every call that may block
+//! detaches from the interpreter, so other Python threads keep running while a run executes.
+//! The Python side of this contract is described in `docs/python.md`.
 //!
 //! Nothing outside this crate imports `pyo3`: the engine crates run without Python.
 
+mod args;
 mod array;
 mod callable;
+mod config;
 mod error;
 mod handle;
 mod toml_value;
@@ -33,6 +43,14 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<callable::NativeCallable>()?;
     m.add_class::<worker::NativeWorker>()?;
     m.add_class::<handle::NativeRunHandle>()?;
+    m.add_class::<handle::NativeRunReport>()?;
+    m.add_class::<config::NativeWorkerConfig>()?;
+    m.add_class::<config::NativeCallConfig>()?;
+    m.add_class::<config::NativeRuntimeEnv>()?;
+    m.add_class::<args::NativeHostTensor>()?;
+    m.add_class::<args::NativeDeviceTensor>()?;
+    m.add_class::<args::NativeRawScalar>()?;
+    m.add_function(wrap_pyfunction!(args::encode_scalar, m)?)?;
     m.add_function(wrap_pyfunction!(toml_value::parse_toml, m)?)?;
     m.add("MAX_TENSOR_DIMS", simpler_abi::MAX_TENSOR_DIMS)?;
     m.add("MAX_CALLABLES", simpler_host::MAX_CALLABLES)?;

@@ -1,0 +1,357 @@
+//! `simpler._native.WorkerConfig`, `CallConfig` and `RuntimeEnv`: the host's
+//! [`WorkerConfig`], [`CallConfig`] and [`RuntimeEnv`] as Python objects with named getters.
+//!
+//! Every option left out (`None`) takes the host's default — `WorkerConfig::default()`,
+//! `CallConfig::default()` — so the numbers live in one place. Constructing only converts
+//! Python values (an integer that does not fit its field, a ring value that is neither one
+//! integer nor four, seconds that are not a finite number are `InvalidConfigError`s naming
+//! the field); the rules are the host's, applied by [`NativeCallConfig::check_fields`],
+//! [`NativeCallConfig::validate`] and when a worker starts (`ChipWorker(config)`).
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyString};
+use simpler_device::Topology;
+use simpler_host::{CallConfig, RingValue, RuntimeEnv, WorkerConfig};
+
+use crate::error::{self, Raise};
+
+/// An `InvalidConfigError` with `message`.
+fn invalid(py: Python<'_>, message: String) -> PyErr {
+    Raise::new("InvalidConfigError", message).into_err(py)
+}
+
+/// A non-negative integer option of at most `max` (any object with `__index__` but `bool`).
+fn uint(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>, max: u64) -> PyResult<u64> {
+    let bad = || {
+        invalid(
+            py,
+            format!(
+                "{field} must be an int in 0..={max}, got {}",
+                value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+            ),
+        )
+    };
+    if value.is_instance_of::<PyBool>() {
+        return Err(bad());
+    }
+    let v: i128 = value.extract().map_err(|_| bad())?;
+    u64::try_from(v).ok().filter(|&v| v <= max).ok_or_else(bad)
+}
+
+/// A `u32` option (see [`uint`]).
+fn uint32(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<u32> {
+    uint(py, field, value, u32::MAX.into()).map(|v| v as u32)
+}
+
+/// An option in seconds (any real number), as a `Duration`.
+fn secs(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<std::time::Duration> {
+    let v: f64 = match value.extract() {
+        Ok(v) if !value.is_instance_of::<PyBool>() && !value.is_instance_of::<PyString>() => v,
+        _ => {
+            return Err(invalid(
+                py,
+                format!("{field} must be a number of seconds, got {}", value.repr()?),
+            ))
+        }
+    };
+    simpler_host::config::seconds(field, v).map_err(|e| error::host_error(py, e))
+}
+
+/// The configuration of one chip: the host's [`WorkerConfig`] and the device id.
+#[pyclass(module = "simpler._native", name = "WorkerConfig", frozen)]
+#[derive(Clone)]
+pub struct NativeWorkerConfig {
+    pub(crate) config: WorkerConfig,
+    pub(crate) device_id: u32,
+}
+
+impl NativeWorkerConfig {
+    /// The effective configuration of a started worker.
+    pub(crate) fn of(config: WorkerConfig, device_id: u32) -> NativeWorkerConfig {
+        NativeWorkerConfig { config, device_id }
+    }
+}
+
+#[pymethods]
+impl NativeWorkerConfig {
+    /// Options left out take the host's defaults (`WorkerConfig::default()`: 8 clusters,
+    /// 4 AICPU threads, all of them per run, 256 MiB of heap, the runtime's task window,
+    /// the stream-synchronize timeout, launch depth 2). `heap_size` is in bytes,
+    /// `run_timeout_s` in seconds. The values are checked when a worker starts.
+    #[new]
+    #[pyo3(signature = (*, device_id=None, clusters=None, aicpu_threads=None,
+                        aicpu_thread_num=None, heap_size=None, task_window=None,
+                        run_timeout_s=None, launch_depth=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        device_id: Option<Bound<'_, PyAny>>,
+        clusters: Option<Bound<'_, PyAny>>,
+        aicpu_threads: Option<Bound<'_, PyAny>>,
+        aicpu_thread_num: Option<Bound<'_, PyAny>>,
+        heap_size: Option<Bound<'_, PyAny>>,
+        task_window: Option<Bound<'_, PyAny>>,
+        run_timeout_s: Option<Bound<'_, PyAny>>,
+        launch_depth: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<NativeWorkerConfig> {
+        let d = WorkerConfig::default();
+        let u32_or = |field: &str, v: &Option<Bound<'_, PyAny>>, default: u32| match v {
+            Some(v) => uint32(py, field, v),
+            None => Ok(default),
+        };
+        let config = WorkerConfig {
+            topology: Topology {
+                clusters: u32_or("clusters", &clusters, d.topology.clusters)?,
+                aicpu_threads: u32_or("aicpu_threads", &aicpu_threads, d.topology.aicpu_threads)?,
+            },
+            aicpu_thread_num: u32_or("aicpu_thread_num", &aicpu_thread_num, d.aicpu_thread_num)?,
+            heap_size: match &heap_size {
+                Some(v) => uint(py, "heap_size", v, u64::MAX)?,
+                None => d.heap_size,
+            },
+            task_window: u32_or("task_window", &task_window, d.task_window)?,
+            run_timeout: match &run_timeout_s {
+                Some(v) => secs(py, "run_timeout_s", v)?,
+                None => d.run_timeout,
+            },
+            launch_depth: u32_or("launch_depth", &launch_depth, d.launch_depth)?,
+            ..d
+        };
+        Ok(NativeWorkerConfig {
+            config,
+            device_id: u32_or("device_id", &device_id, 0)?,
+        })
+    }
+
+    /// Which chip (the sim platform has one; recorded, not used to pick hardware).
+    #[getter]
+    fn device_id(&self) -> u32 {
+        self.device_id
+    }
+
+    /// Clusters of the chip (each 1 AIC + 2 AIV cores).
+    #[getter]
+    fn clusters(&self) -> u32 {
+        self.config.topology.clusters
+    }
+
+    /// AICPU threads of the chip.
+    #[getter]
+    fn aicpu_threads(&self) -> u32 {
+        self.config.topology.aicpu_threads
+    }
+
+    /// AICPU threads a run uses (1 orchestrator + schedulers); 0 means all of them.
+    #[getter]
+    fn aicpu_thread_num(&self) -> u32 {
+        self.config.aicpu_thread_num
+    }
+
+    /// AICPU threads a run uses by default: `aicpu_thread_num`, or `aicpu_threads` for 0.
+    #[getter]
+    fn effective_aicpu_thread_num(&self) -> u32 {
+        self.config.effective_aicpu_threads()
+    }
+
+    /// Bytes of device heap for runtime-allocated outputs.
+    #[getter]
+    fn heap_size(&self) -> u64 {
+        self.config.heap_size
+    }
+
+    /// Most tasks one run may submit (the default ring task window).
+    #[getter]
+    fn task_window(&self) -> u32 {
+        self.config.task_window
+    }
+
+    /// Seconds a run may take to complete before the device is declared unusable.
+    #[getter]
+    fn run_timeout_s(&self) -> f64 {
+        self.config.run_timeout.as_secs_f64()
+    }
+
+    /// Seconds without scheduler progress before a run fails with SCHEDULER_TIMEOUT.
+    #[getter]
+    fn scheduler_timeout_s(&self) -> f64 {
+        self.config.scheduler_timeout.as_secs_f64()
+    }
+
+    /// Runs on the device at once (1 or 2).
+    #[getter]
+    fn launch_depth(&self) -> u32 {
+        self.config.launch_depth
+    }
+
+    fn __repr__(&self) -> String {
+        let c = &self.config;
+        format!(
+            "WorkerConfig(device_id={}, clusters={}, aicpu_threads={}, aicpu_thread_num={}, \
+             heap_size={}, task_window={}, run_timeout_s={:?}, launch_depth={})",
+            self.device_id,
+            c.topology.clusters,
+            c.topology.aicpu_threads,
+            c.aicpu_thread_num,
+            c.heap_size,
+            c.task_window,
+            c.run_timeout.as_secs_f64(),
+            c.launch_depth
+        )
+    }
+}
+
+/// One ring option: `None`, one integer for all four rings, or four (ring 0..3).
+fn ring_value(
+    py: Python<'_>,
+    field: &str,
+    value: Option<Bound<'_, PyAny>>,
+) -> PyResult<Option<RingValue>> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let bad = |value: &Bound<'_, PyAny>| -> PyErr {
+        invalid(
+            py,
+            format!(
+                "runtime_env.{field} must be one int or 4 ints (one per ring), got {}",
+                value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+            ),
+        )
+    };
+    let field = format!("runtime_env.{field}");
+    if value.is_none() {
+        return Ok(None);
+    }
+    if value.extract::<i128>().is_ok() || value.is_instance_of::<PyBool>() {
+        return Ok(Some(RingValue::All(uint(py, &field, &value, u64::MAX)?)));
+    }
+    if value.is_instance_of::<PyString>() {
+        return Err(bad(&value));
+    }
+    let items: Vec<Bound<'_, PyAny>> = value.extract().map_err(|_| bad(&value))?;
+    let nums = items
+        .iter()
+        .map(|v| uint(py, &field, v, u64::MAX))
+        .collect::<PyResult<Vec<u64>>>()?;
+    match nums.as_slice() {
+        [one] => Ok(Some(RingValue::All(*one))),
+        [a, b, c, d] => Ok(Some(RingValue::PerRing([*a, *b, *c, *d]))),
+        _ => Err(bad(&value)),
+    }
+}
+
+/// A ring option as Python sees it: `None`, `[n]` or `[a, b, c, d]`.
+fn ring_list(v: Option<RingValue>) -> Option<Vec<u64>> {
+    v.map(|v| match v {
+        RingValue::All(n) => vec![n],
+        RingValue::PerRing(r) => r.to_vec(),
+    })
+}
+
+/// Ring sizing of a run: the host's [`RuntimeEnv`].
+#[pyclass(module = "simpler._native", name = "RuntimeEnv", frozen)]
+#[derive(Clone)]
+pub struct NativeRuntimeEnv {
+    env: RuntimeEnv,
+}
+
+#[pymethods]
+impl NativeRuntimeEnv {
+    /// Each option is `None` (the `PTO2_RING_*` variable, then the worker's default), one
+    /// integer for every ring, or four (ring 0..3). Windows count tasks, heaps bytes, pools
+    /// dependency entries.
+    #[new]
+    #[pyo3(signature = (*, ring_task_window=None, ring_heap=None, ring_dep_pool=None))]
+    fn new(
+        py: Python<'_>,
+        ring_task_window: Option<Bound<'_, PyAny>>,
+        ring_heap: Option<Bound<'_, PyAny>>,
+        ring_dep_pool: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<NativeRuntimeEnv> {
+        Ok(NativeRuntimeEnv {
+            env: RuntimeEnv {
+                ring_task_window: ring_value(py, "ring_task_window", ring_task_window)?,
+                ring_heap: ring_value(py, "ring_heap", ring_heap)?,
+                ring_dep_pool: ring_value(py, "ring_dep_pool", ring_dep_pool)?,
+            },
+        })
+    }
+
+    /// Task window per ring: `None`, `[n]` or four values.
+    #[getter]
+    fn ring_task_window(&self) -> Option<Vec<u64>> {
+        ring_list(self.env.ring_task_window)
+    }
+
+    /// Output-heap bytes per ring: `None`, `[n]` or four values.
+    #[getter]
+    fn ring_heap(&self) -> Option<Vec<u64>> {
+        ring_list(self.env.ring_heap)
+    }
+
+    /// Dependency-pool entries per ring: `None`, `[n]` or four values.
+    #[getter]
+    fn ring_dep_pool(&self) -> Option<Vec<u64>> {
+        ring_list(self.env.ring_dep_pool)
+    }
+}
+
+/// Options of one run: the host's [`CallConfig`].
+#[pyclass(module = "simpler._native", name = "CallConfig", frozen)]
+pub struct NativeCallConfig {
+    pub(crate) config: CallConfig,
+}
+
+#[pymethods]
+impl NativeCallConfig {
+    /// `aicpu_thread_num` left out takes the host's default (`CallConfig::default()`: 0, the
+    /// worker's setting); `runtime_env` left out sizes no ring.
+    #[new]
+    #[pyo3(signature = (*, aicpu_thread_num=None, runtime_env=None))]
+    fn new(
+        py: Python<'_>,
+        aicpu_thread_num: Option<Bound<'_, PyAny>>,
+        runtime_env: Option<PyRef<'_, NativeRuntimeEnv>>,
+    ) -> PyResult<NativeCallConfig> {
+        let d = CallConfig::default();
+        Ok(NativeCallConfig {
+            config: CallConfig {
+                aicpu_thread_num: match &aicpu_thread_num {
+                    Some(v) => uint32(py, "aicpu_thread_num", v)?,
+                    None => d.aicpu_thread_num,
+                },
+                runtime_env: runtime_env.map_or(d.runtime_env, |e| e.env),
+            },
+        })
+    }
+
+    /// AICPU threads of the run; 0 = the worker's setting.
+    #[getter]
+    fn aicpu_thread_num(&self) -> u32 {
+        self.config.aicpu_thread_num
+    }
+
+    /// The ring sizing.
+    #[getter]
+    fn runtime_env(&self) -> NativeRuntimeEnv {
+        NativeRuntimeEnv {
+            env: self.config.runtime_env,
+        }
+    }
+
+    /// Applies the rules that need no worker (`CallConfig::check_fields`); raises
+    /// `InvalidConfigError` naming the field and the ring.
+    fn check_fields(&self, py: Python<'_>) -> PyResult<()> {
+        self.config
+            .check_fields()
+            .map_err(|e| error::host_error(py, e))
+    }
+
+    /// Applies every rule and `worker`'s limits (AICPU threads, heap), as a run on that
+    /// worker would; raises `InvalidConfigError` naming the field.
+    fn validate(&self, py: Python<'_>, worker: &NativeWorkerConfig) -> PyResult<()> {
+        self.config
+            .validate(&worker.config)
+            .map_err(|e| error::host_error(py, e))
+    }
+}

@@ -1,0 +1,128 @@
+"""The Python ↔ native contract: options and reports cross as native classes with named
+fields, their defaults come from the host, and the host's argument check names what is wrong.
+"""
+
+import numpy as np
+import pytest
+import simpler
+from simpler import CallConfig, RuntimeEnv, TaskArgs, Worker, _native
+
+
+def test_worker_options_default_to_the_hosts_worker_config():
+    defaults = _native.WorkerConfig()
+    assert (defaults.clusters, defaults.aicpu_threads, defaults.aicpu_thread_num) == (8, 4, 0)
+    assert defaults.heap_size == 256 << 20 and defaults.launch_depth == 2
+    w = Worker(level=2)
+    try:
+        assert w.task_window == defaults.task_window
+        assert w.pipeline_depth == defaults.launch_depth
+        assert w.heap_size == defaults.heap_size
+        assert w.effective_aicpu_thread_num == defaults.aicpu_threads
+    finally:
+        w.close()
+
+
+def test_the_started_worker_reports_its_config_by_name():
+    with Worker(level=2, clusters=2, aicpu_threads=3, heap_ring_size=1 << 20, launch_depth=1) as w:
+        assert w.task_window == _native.WorkerConfig().task_window
+        w.init()
+        config = w._native.config
+        assert isinstance(config, _native.WorkerConfig)
+        assert (config.clusters, config.aicpu_threads, config.heap_size) == (2, 3, 1 << 20)
+        assert config.launch_depth == w.pipeline_depth == 1
+        assert config.effective_aicpu_thread_num == w.effective_aicpu_thread_num == 3
+        assert "clusters=2" in repr(config)
+
+
+def test_bad_worker_option_values_name_the_option():
+    with pytest.raises(simpler.InvalidConfigError, match="clusters"):
+        Worker(level=2, clusters="many")
+    with pytest.raises(simpler.InvalidConfigError, match="device_id"):
+        Worker(level=2, device_id=-1)
+    with pytest.raises(simpler.InvalidConfigError, match="run_timeout_s"):
+        Worker(level=2, run_timeout_s=float("nan"))
+    with pytest.raises(simpler.InvalidConfigError, match="launch_depth"):
+        Worker(level=2, launch_depth=3).init()
+
+
+def test_call_config_defaults_and_rules_are_the_hosts():
+    assert CallConfig().aicpu_thread_num == _native.CallConfig().aicpu_thread_num
+    native = _native.CallConfig(
+        aicpu_thread_num=3, runtime_env=_native.RuntimeEnv(ring_heap=4096, ring_dep_pool=[8] * 4)
+    )
+    assert native.aicpu_thread_num == 3
+    assert native.runtime_env.ring_heap == [4096]
+    assert native.runtime_env.ring_dep_pool == [8, 8, 8, 8]
+    assert native.runtime_env.ring_task_window is None
+    # The worker-free rules pass; the worker's limits do not (its heap is 1 MiB).
+    big = CallConfig(runtime_env=RuntimeEnv(ring_heap=1 << 20))
+    big.validate()
+    with Worker(level=2, heap_ring_size=1 << 20) as w:
+        with pytest.raises(simpler.InvalidConfigError, match="ring_heap needs"):
+            big.check_against(w)
+    with pytest.raises(simpler.InvalidConfigError, match=r"ring_task_window\[3\]"):
+        CallConfig(runtime_env=RuntimeEnv(ring_task_window=[64, 64, 64, 3])).validate()
+    with pytest.raises(simpler.InvalidConfigError, match="one int or 4 ints"):
+        RuntimeEnv(ring_heap="4096").validate()
+
+
+def test_a_run_reports_by_name(chip, vadd, rng):
+    h = chip.register(vadd)
+    a = rng.random(256, dtype=np.float32)
+    c = np.zeros_like(a)
+    handle = chip.submit(h, [a, a, c])
+    native = handle._native.result()
+    assert isinstance(native, _native.RunReport)
+    report = handle.result()
+    assert isinstance(report, simpler.RunReport)
+    assert (report.epoch, report.device_time_s, report.total_time_s) == (
+        native.epoch,
+        native.device_time_s,
+        native.total_time_s,
+    )
+    assert repr(report).startswith(f"RunReport(epoch={report.epoch}, device_time_s=")
+
+
+def test_the_hosts_argument_check_names_each_problem(chip, vadd, scale, rng):
+    h, hs = chip.register(vadd), chip.register(scale)
+    a, b, c = (rng.random(64, dtype=np.float32) for _ in range(3))
+    with pytest.raises(simpler.ArgumentCountError) as info:
+        chip.run(h, [a, b])
+    assert "takes 3 arguments (a, b, c), got 2" in str(info.value)
+    assert (info.value.expected, info.value.got) == (3, 2)
+    with pytest.raises(simpler.InvalidArgumentError) as info:
+        chip.run(h, [c, b, c])
+    assert info.value.arg == "c" and "shares memory with argument `a`" in str(info.value)
+    # Tensors where the signature declares a scalar: a type error naming the argument.
+    with pytest.raises(simpler.ArgumentTypeError) as info:
+        chip.run(hs, TaskArgs().add_tensor(a, "INOUT").add_tensor(b, "INOUT"))
+    assert info.value.arg == "alpha" and "declares a scalar, got a tensor" in str(info.value)
+    with pytest.raises(simpler.ArgumentTypeError, match="argument `alpha`: scalar 1.5"):
+        chip.run(chip.register(_int_scale(chip, scale)), [a, 1.5])
+    with pytest.raises(
+        simpler.InvalidArgumentError, match="argument `alpha`: scalar 1e39 does not fit f32"
+    ):
+        chip.run(hs, [a, 1e39])
+
+
+def _int_scale(chip, scale):
+    """`scale` with an i32 scalar in its signature (never run: the check refuses first)."""
+    sig = [simpler.ArgSpec("x", "inout", "f32"), simpler.ArgSpec("alpha", "scalar", "i32")]
+    return simpler.ChipCallable.build(
+        sig, scale.func_name, scale.binary, scale.children, name="int_scale"
+    )
+
+
+def test_scalars_are_encoded_by_the_host():
+    assert simpler.scalar_to_uint64(65504.0, "f16") == 0x7BFF
+    with pytest.raises(simpler.InvalidArgumentError, match="does not fit f16"):
+        simpler.scalar_to_uint64(1e6, "f16")
+    assert _native.encode_scalar(_native.RawScalar(7), 5) == 7  # raw bits pass unchanged
+    with pytest.raises(simpler.ArgumentTypeError):
+        _native.encode_scalar("1")
+
+
+def test_the_run_timeout_default_follows_the_hosts_environment_variable(monkeypatch):
+    monkeypatch.setenv("SIMPLER_STREAM_SYNC_TIMEOUT_MS", "1234")
+    assert Worker(level=2)._worker_config().run_timeout_s == pytest.approx(1.234)
+    assert Worker(level=2, run_timeout_s=7)._worker_config().run_timeout_s == 7.0
