@@ -1,0 +1,498 @@
+//! The example manifest, `simpler.toml`: what an example directory declares about its
+//! callable. This module owns the one parser of it (serde + toml, strictly: unknown fields
+//! are errors naming the field and file) and turning it into a validated [`Signature`];
+//! compiling the sources is [`crate::build`]'s job. The schema is described in
+//! `docs/toolchain.md`.
+//!
+//! ```toml
+//! name = "gemm"                          # required: letters, digits, `_`, `-`, `.`
+//! [orchestration]                        # required
+//! source = "orchestration.c"             # required
+//! entry = "aicpu_orchestration_entry"    # optional, this is the default
+//! [[kernels]]                            # optional, any number
+//! func_id = 0                            # required, below simpler_abi::MAX_FUNC_ID, unique
+//! core = "aic"                           # required: "aic" | "aiv"
+//! source = "kernels/gemm_tile.c"         # required
+//! entry = "kernel_entry"                 # optional, this is the default
+//! [[args]]                               # optional, in positional order, tensors first
+//! name = "A"                             # required, unique
+//! direction = "in"                       # required: in | out | inout | scalar
+//! dtype = "f32"                          # required: a simpler_abi::DataType name
+//! shape = [512, 512]                     # optional (tensors only); absent accepts any shape
+//! ```
+//!
+//! Source paths are relative to the directory holding the manifest.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer};
+use simpler_abi::{CoreType, DataType};
+use simpler_host::{ArgDirection, ArgSpec, Signature, SignatureError};
+
+/// File name of the manifest inside an example directory.
+pub const MANIFEST_FILE: &str = "simpler.toml";
+
+/// Why a manifest could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The manifest file does not exist.
+    #[error("no manifest: `{}` does not exist", path.display())]
+    Missing {
+        /// Where it was looked for.
+        path: PathBuf,
+    },
+    /// The manifest could not be read.
+    #[error("cannot read manifest `{}`", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The manifest is not valid TOML or does not have the expected fields.
+    #[error("invalid manifest `{}`", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The TOML error (names the field, with line and column).
+        #[source]
+        source: toml::de::Error,
+    },
+    /// A field has a value the format allows but simpler does not.
+    #[error("invalid manifest `{}`: field `{field}`: {reason}", path.display())]
+    Field {
+        /// The file.
+        path: PathBuf,
+        /// Dotted path of the field, e.g. `kernels[1].func_id`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The `[[args]]` do not form a valid signature.
+    #[error("invalid manifest `{}`: the [[args]] do not form a valid signature", path.display())]
+    Signature {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: SignatureError,
+    },
+}
+
+/// The `[orchestration]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrchestrationSection {
+    /// C source, relative to the manifest's directory.
+    pub source: PathBuf,
+    /// Entry symbol.
+    #[serde(default = "default_orch_entry")]
+    pub entry: String,
+}
+
+/// One `[[kernels]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelSection {
+    /// Id the orchestration submits it under.
+    pub func_id: u32,
+    /// Core type.
+    #[serde(deserialize_with = "de_core")]
+    pub core: CoreType,
+    /// C source, relative to the manifest's directory.
+    pub source: PathBuf,
+    /// Entry symbol.
+    #[serde(default = "default_kernel_entry")]
+    pub entry: String,
+}
+
+/// One `[[args]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArgSection {
+    /// Argument name.
+    pub name: String,
+    /// `in`, `out`, `inout` or `scalar`.
+    pub direction: ArgDirection,
+    /// Element type name (`f32`, `i64`, ...).
+    #[serde(deserialize_with = "de_dtype")]
+    pub dtype: DataType,
+    /// Exact shape, if fixed.
+    #[serde(default)]
+    pub shape: Option<Vec<u64>>,
+}
+
+/// A parsed `simpler.toml`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Callable name; also the bundle's file name.
+    pub name: String,
+    /// The orchestration.
+    pub orchestration: OrchestrationSection,
+    /// The kernels.
+    #[serde(default)]
+    pub kernels: Vec<KernelSection>,
+    /// The arguments, in positional order.
+    #[serde(default)]
+    pub args: Vec<ArgSection>,
+}
+
+/// A manifest together with where it came from.
+#[derive(Debug, Clone)]
+pub struct LoadedManifest {
+    /// The manifest file.
+    pub path: PathBuf,
+    /// The directory its sources are relative to.
+    pub dir: PathBuf,
+    /// Its content.
+    pub manifest: Manifest,
+    /// Its arguments as a validated signature.
+    pub signature: Signature,
+}
+
+/// One source a manifest names, with what it builds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceEntry {
+    /// The manifest field naming the source, e.g. `kernels[0].source`.
+    pub field: String,
+    /// The manifest field naming its entry symbol, e.g. `kernels[0].entry` (it has a default).
+    pub entry_field: String,
+    /// The source file: the manifest's directory joined with the path it gives.
+    pub path: PathBuf,
+    /// The entry symbol.
+    pub entry: String,
+    /// `None` for the orchestration, else the kernel's func id and core type.
+    pub kernel: Option<(u32, CoreType)>,
+}
+
+impl SourceEntry {
+    /// "orchestration" or "kernel 3 (aiv)", for messages.
+    pub fn role(&self) -> String {
+        match self.kernel {
+            None => "orchestration".to_string(),
+            Some((func_id, core)) => format!("kernel {func_id} ({core})"),
+        }
+    }
+}
+
+impl LoadedManifest {
+    /// Absolute-or-as-given path of a source named in the manifest.
+    pub fn source_path(&self, source: &Path) -> PathBuf {
+        self.dir.join(source)
+    }
+
+    /// Every source the manifest names: the orchestration first, then the kernels in
+    /// manifest order.
+    pub fn sources(&self) -> Vec<SourceEntry> {
+        let m = &self.manifest;
+        let mut out = vec![SourceEntry {
+            field: "orchestration.source".into(),
+            entry_field: "orchestration.entry".into(),
+            path: self.source_path(&m.orchestration.source),
+            entry: m.orchestration.entry.clone(),
+            kernel: None,
+        }];
+        for (i, k) in m.kernels.iter().enumerate() {
+            out.push(SourceEntry {
+                field: format!("kernels[{i}].source"),
+                entry_field: format!("kernels[{i}].entry"),
+                path: self.source_path(&k.source),
+                entry: k.entry.clone(),
+                kernel: Some((k.func_id, k.core)),
+            });
+        }
+        out
+    }
+}
+
+fn default_orch_entry() -> String {
+    simpler_abi::DEFAULT_ORCH_ENTRY.to_string()
+}
+
+fn default_kernel_entry() -> String {
+    simpler_abi::DEFAULT_KERNEL_ENTRY.to_string()
+}
+
+fn de_core<'de, D: Deserializer<'de>>(d: D) -> Result<CoreType, D::Error> {
+    let name = String::deserialize(d)?;
+    match name.as_str() {
+        "aic" => Ok(CoreType::Aic),
+        "aiv" => Ok(CoreType::Aiv),
+        _ => Err(serde::de::Error::custom(format!(
+            "unknown core type `{name}`, expected `aic` or `aiv`"
+        ))),
+    }
+}
+
+fn de_dtype<'de, D: Deserializer<'de>>(d: D) -> Result<DataType, D::Error> {
+    let name = String::deserialize(d)?;
+    DataType::from_name(&name).ok_or_else(|| {
+        let all: Vec<&str> = DataType::ALL.iter().map(|t| t.name()).collect();
+        serde::de::Error::custom(format!(
+            "unknown dtype `{name}`, expected one of {}",
+            all.join(", ")
+        ))
+    })
+}
+
+/// Where the manifest of `target` is: `target` itself if it is a file, else
+/// `target/simpler.toml`.
+pub fn manifest_path(target: &Path) -> PathBuf {
+    if target.is_file() {
+        target.to_path_buf()
+    } else {
+        target.join(MANIFEST_FILE)
+    }
+}
+
+/// Parses manifest text; `path` is only used in messages.
+///
+/// # Errors
+/// [`ManifestError`] naming `path` and the offending field.
+pub fn parse(text: &str, path: &Path) -> Result<(Manifest, Signature), ManifestError> {
+    let manifest: Manifest = toml::from_str(text).map_err(|source| ManifestError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let field = |field: String, reason: String| ManifestError::Field {
+        path: path.to_path_buf(),
+        field,
+        reason,
+    };
+    if manifest.name.is_empty()
+        || !manifest
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        || manifest.name.starts_with('.')
+    {
+        return Err(field(
+            "name".into(),
+            format!(
+                "`{}` is not a valid callable name (use letters, digits, `_`, `-` and `.`; \
+                 it names the bundle file)",
+                manifest.name
+            ),
+        ));
+    }
+    if manifest.orchestration.entry.is_empty() {
+        return Err(field(
+            "orchestration.entry".into(),
+            "must not be empty".into(),
+        ));
+    }
+    let mut seen = HashSet::new();
+    for (i, k) in manifest.kernels.iter().enumerate() {
+        if k.func_id as usize >= simpler_abi::MAX_FUNC_ID {
+            return Err(field(
+                format!("kernels[{i}].func_id"),
+                format!(
+                    "{} is out of range; func ids must be below {}",
+                    k.func_id,
+                    simpler_abi::MAX_FUNC_ID
+                ),
+            ));
+        }
+        if !seen.insert(k.func_id) {
+            return Err(field(
+                format!("kernels[{i}].func_id"),
+                format!("{} is used by an earlier kernel", k.func_id),
+            ));
+        }
+        if k.entry.is_empty() {
+            return Err(field(
+                format!("kernels[{i}].entry"),
+                "must not be empty".into(),
+            ));
+        }
+    }
+    let signature = Signature::new(
+        manifest
+            .args
+            .iter()
+            .map(|a| ArgSpec {
+                name: a.name.clone(),
+                direction: a.direction,
+                dtype: a.dtype,
+                shape: a.shape.clone(),
+            })
+            .collect(),
+    )
+    .map_err(|source| ManifestError::Signature {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok((manifest, signature))
+}
+
+/// Loads the manifest of an example directory (or a manifest file given directly).
+///
+/// # Errors
+/// [`ManifestError`] naming the file.
+pub fn load(target: &Path) -> Result<LoadedManifest, ManifestError> {
+    let path = manifest_path(target);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ManifestError::Missing { path })
+        }
+        Err(source) => return Err(ManifestError::Io { path, source }),
+    };
+    let (manifest, signature) = parse(&text, &path)?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok(LoadedManifest {
+        path,
+        dir,
+        manifest,
+        signature,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "gemm"
+[orchestration]
+source = "orchestration.c"
+[[kernels]]
+func_id = 0
+core = "aic"
+source = "kernels/gemm_tile.c"
+[[kernels]]
+func_id = 3
+core = "aiv"
+source = "kernels/add.c"
+entry = "add_entry"
+[[args]]
+name = "A"
+direction = "in"
+dtype = "f32"
+shape = [512, 512]
+[[args]]
+name = "C"
+direction = "inout"
+dtype = "f16"
+[[args]]
+name = "alpha"
+direction = "scalar"
+dtype = "f32"
+"#;
+
+    fn err(text: &str) -> String {
+        let e = parse(text, Path::new("ex/simpler.toml")).unwrap_err();
+        crate::error_chain(&e)
+    }
+
+    #[test]
+    fn sources_list_the_orchestration_then_the_kernels() {
+        let (manifest, signature) = parse(GOOD, Path::new("ex/simpler.toml")).unwrap();
+        let loaded = LoadedManifest {
+            path: "ex/simpler.toml".into(),
+            dir: "ex".into(),
+            manifest,
+            signature,
+        };
+        let s = loaded.sources();
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].role(), "orchestration");
+        assert_eq!(s[0].path, Path::new("ex/orchestration.c"));
+        assert_eq!(s[0].entry_field, "orchestration.entry");
+        assert_eq!(s[2].role(), "kernel 3 (aiv)");
+        assert_eq!(s[2].field, "kernels[1].source");
+        assert_eq!(s[2].entry, "add_entry");
+        assert_eq!(s[2].kernel, Some((3, CoreType::Aiv)));
+    }
+
+    #[test]
+    fn parses_the_documented_shape_with_defaults() {
+        let (m, sig) = parse(GOOD, Path::new("simpler.toml")).unwrap();
+        assert_eq!(m.name, "gemm");
+        assert_eq!(m.orchestration.entry, "aicpu_orchestration_entry");
+        assert_eq!(m.kernels[0].entry, "kernel_entry");
+        assert_eq!(m.kernels[1].entry, "add_entry");
+        assert_eq!(m.kernels[1].core, CoreType::Aiv);
+        assert_eq!(sig.args.len(), 3);
+        assert_eq!(sig.args[0].shape, Some(vec![512, 512]));
+        assert_eq!(sig.args[1].direction, ArgDirection::InOut);
+        assert_eq!(sig.args[1].dtype, DataType::Float16);
+        assert_eq!(sig.args[2].direction, ArgDirection::Scalar);
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let msg = err(&GOOD.replace("func_id = 3", "func_id = 3\nblock_dim = 4"));
+        assert!(msg.contains("ex/simpler.toml"), "{msg}");
+        assert!(msg.contains("unknown field `block_dim`"), "{msg}");
+        let msg = err(&format!("{GOOD}\nversion = 2\n"));
+        assert!(msg.contains("unknown field `version`"), "{msg}");
+    }
+
+    #[test]
+    fn bad_dtype_is_named() {
+        let msg = err(&GOOD.replace("dtype = \"f16\"", "dtype = \"f64\""));
+        assert!(msg.contains("unknown dtype `f64`"), "{msg}");
+        assert!(msg.contains("dtype"), "{msg}");
+    }
+
+    #[test]
+    fn bad_direction_is_named() {
+        let msg = err(&GOOD.replace("direction = \"inout\"", "direction = \"output\""));
+        assert!(msg.contains("unknown variant `output`"), "{msg}");
+        assert!(msg.contains("`inout`"), "{msg}");
+    }
+
+    #[test]
+    fn bad_core_is_named() {
+        let msg = err(&GOOD.replace("core = \"aiv\"", "core = \"cube\""));
+        assert!(msg.contains("unknown core type `cube`"), "{msg}");
+    }
+
+    #[test]
+    fn missing_required_field() {
+        let msg = err(&GOOD.replace("source = \"orchestration.c\"", ""));
+        assert!(msg.contains("missing field `source`"), "{msg}");
+    }
+
+    #[test]
+    fn duplicate_and_out_of_range_func_ids() {
+        let msg = err(&GOOD.replace("func_id = 3", "func_id = 0"));
+        assert!(msg.contains("kernels[1].func_id"), "{msg}");
+        let msg = err(&GOOD.replace("func_id = 3", "func_id = 1024"));
+        assert!(
+            msg.contains("kernels[1].func_id") && msg.contains("1024"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bad_name() {
+        let msg = err(&GOOD.replace("name = \"gemm\"", "name = \"../x\""));
+        assert!(msg.contains("field `name`"), "{msg}");
+    }
+
+    #[test]
+    fn invalid_signature_is_reported_with_its_cause() {
+        let msg = err(&GOOD.replace("name = \"C\"", "name = \"A\""));
+        assert!(msg.contains("`A` appears twice"), "{msg}");
+        let text =
+            GOOD.to_string() + "[[args]]\nname = \"late\"\ndirection = \"in\"\ndtype = \"f32\"\n";
+        let msg = err(&text);
+        assert!(msg.contains("`late` comes after a scalar"), "{msg}");
+    }
+
+    #[test]
+    fn load_reports_a_missing_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = load(dir.path()).unwrap_err();
+        assert!(matches!(e, ManifestError::Missing { .. }), "{e:?}");
+        assert!(e.to_string().contains("simpler.toml"), "{e}");
+    }
+}
