@@ -72,7 +72,7 @@ fn hundred_gemm_runs_on_72_cores_and_6_aicpu_threads() {
         worker
             .run(id, &mut args)
             .unwrap_or_else(|e| panic!("run {run}: {e}"));
-        if let Err(m) = simpler_examples::allclose(&c, &reference[0].data, 1e-5, 1e-5) {
+        if let Err(m) = common::close(&c, &reference[0].data) {
             panic!("run {run}: result differs from the reference: {m:?}");
         }
     }

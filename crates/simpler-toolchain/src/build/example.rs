@@ -179,7 +179,14 @@ fn target_of(unit: &SourceEntry) -> Target {
 /// [`BuildError`]: manifest, missing source, compiler missing or failing, a library that does
 /// not load or lacks its entry symbol, invalid bundle.
 pub fn build_example(target: &Path, compiler: &Compiler) -> Result<Built, BuildError> {
-    let loaded = manifest::load(target)?;
+    build_manifest(manifest::load(target)?, compiler)
+}
+
+/// [`build_example`] for a manifest already loaded.
+///
+/// # Errors
+/// As [`build_example`], less the manifest's own errors.
+pub fn build_manifest(loaded: LoadedManifest, compiler: &Compiler) -> Result<Built, BuildError> {
     let units = loaded.sources();
     // Every source must exist before anything is compiled.
     for u in &units {

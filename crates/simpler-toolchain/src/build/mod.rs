@@ -26,7 +26,7 @@ use simpler_abi::CoreType;
 
 use crate::cache::{CacheError, CacheKey, KernelCache, KeyInputs};
 
-pub use example::{build_example, BuildError, Built, CompiledUnit};
+pub use example::{build_example, build_manifest, BuildError, Built, CompiledUnit};
 
 /// The flags every source is compiled with, first.
 pub const BASE_FLAGS: [&str; 4] = ["-std=c11", "-O2", "-shared", "-fPIC"];
