@@ -3,7 +3,7 @@
 //!
 //! Every case spawns the real binary on files in a temporary directory. Inputs and references
 //! come from `simpler-examples` (independent of the runtime); outputs are read back with
-//! `npyz` (independent of `src/npy.rs`). Every failure case passes `--output` into an empty
+//! `npyz` (independent of `simpler_toolchain::npy`). Every failure case passes `--output` into an empty
 //! `out/` directory and asserts that it is still empty afterwards: no output file and no
 //! leftover temporary file.
 //!

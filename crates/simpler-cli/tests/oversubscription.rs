@@ -1,4 +1,4 @@
-//! Oversubscription (issue 3 item 9): a chip of 72 simulated cores and 6 AICPU threads —
+//! Oversubscription: a chip of 72 simulated cores and 6 AICPU threads —
 //! 78 device threads — on a 2-CPU host runs 100 consecutive `gemm` runs (512 tasks each)
 //! with no livelock and no false watchdog timeout, every result correct. The upstream sim
 //! busy-spins and livelocks or times out falsely here; ours polls briefly, then parks.

@@ -335,7 +335,10 @@ mod tests {
     fn equal_arrays_match() {
         assert!(allclose_f32(&[], &[], tol(0.0, 0.0)).unwrap().passed());
         let r = allclose_f32(&[1.0, -2.5, 0.0], &[1.0, -2.5, -0.0], tol(0.0, 0.0)).unwrap();
-        assert!(r.passed() && r.first.is_none() && r.worst.is_none(), "{r:?}");
+        assert!(
+            r.passed() && r.first.is_none() && r.worst.is_none(),
+            "{r:?}"
+        );
         assert_eq!(r.total, 3);
     }
 
@@ -406,11 +409,18 @@ mod tests {
         assert_eq!(r.max_abs_err, 8.0);
         let text = r.to_string();
         assert!(text.contains("2 of 4 elements differ"), "{text}");
-        assert!(text.contains("first at index 1: actual 5e0, expected 4e0"), "{text}");
+        assert!(
+            text.contains("first at index 1: actual 5e0, expected 4e0"),
+            "{text}"
+        );
         assert!(text.contains("worst at index 3"), "{text}");
         // A NaN mismatch is worse than any finite one; the first of equals wins.
-        let r = allclose_f64(&[0.0, 9.0, f64::NAN, f64::NAN], &[1.0, 0.0, 0.0, 0.0], tol(0.0, 0.0))
-            .unwrap();
+        let r = allclose_f64(
+            &[0.0, 9.0, f64::NAN, f64::NAN],
+            &[1.0, 0.0, 0.0, 0.0],
+            tol(0.0, 0.0),
+        )
+        .unwrap();
         assert_eq!(r.worst.map(|w| w.index), Some(2));
         assert_eq!(r.first.map(|w| w.index), Some(0));
     }
@@ -430,7 +440,9 @@ mod tests {
         let r = allclose(&[255, 0], &[255, 0], DataType::Uint8, tol(0.0, 0.0)).unwrap();
         assert!(r.passed());
         // i8 -1 against 1: a difference of 2, signed.
-        assert!(allclose(&[0xff], &[0x01], DataType::Int8, tol(0.0, 2.0)).unwrap().passed());
+        assert!(allclose(&[0xff], &[0x01], DataType::Int8, tol(0.0, 2.0))
+            .unwrap()
+            .passed());
         let r = allclose(&[0xff], &[0x01], DataType::Int8, tol(0.0, 1.0)).unwrap();
         assert_eq!(r.first.map(|m| (m.actual, m.expected)), Some((-1.0, 1.0)));
     }
@@ -438,10 +450,21 @@ mod tests {
     #[test]
     fn half_precision_elements_are_decoded() {
         // f16 1.0 (0x3c00) vs 1.0009765625 (0x3c01); bf16 1.0 (0x3f80) vs 1.0078125 (0x3f81).
-        let r = allclose(&[0x00, 0x3c], &[0x01, 0x3c], DataType::Float16, tol(0.0, 1e-3)).unwrap();
+        let r = allclose(
+            &[0x00, 0x3c],
+            &[0x01, 0x3c],
+            DataType::Float16,
+            tol(0.0, 1e-3),
+        )
+        .unwrap();
         assert!(r.passed(), "{r:?}");
-        let r = allclose(&[0x80, 0x3f], &[0x81, 0x3f], DataType::Bfloat16, tol(0.0, 1e-3))
-            .unwrap();
+        let r = allclose(
+            &[0x80, 0x3f],
+            &[0x81, 0x3f],
+            DataType::Bfloat16,
+            tol(0.0, 1e-3),
+        )
+        .unwrap();
         assert!(!r.passed());
         assert_eq!(r.first.unwrap().expected, 1.0078125);
     }
@@ -461,7 +484,10 @@ mod tests {
         ));
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
             let e = allclose_f32(&[], &[], tol(bad, 0.0)).unwrap_err();
-            assert!(matches!(e, CompareError::BadTolerance { which: "rtol", .. }));
+            assert!(matches!(
+                e,
+                CompareError::BadTolerance { which: "rtol", .. }
+            ));
             let e = allclose_f32(&[], &[], tol(0.0, bad)).unwrap_err();
             assert!(e.to_string().starts_with("atol must be"), "{e}");
         }

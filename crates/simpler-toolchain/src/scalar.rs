@@ -282,7 +282,10 @@ mod tests {
         assert_eq!(parse("-1", DataType::Int32), Ok(u64::MAX));
         assert_eq!(parse("255", DataType::Uint8), Ok(255));
         assert_eq!(parse("+7", DataType::Int8), Ok(7));
-        assert_eq!(parse(" 18446744073709551615 ", DataType::Uint64), Ok(u64::MAX));
+        assert_eq!(
+            parse(" 18446744073709551615 ", DataType::Uint64),
+            Ok(u64::MAX)
+        );
         assert_eq!(parse("-9223372036854775808", DataType::Int64), Ok(1 << 63));
         assert!(matches!(
             refused("1.5", DataType::Int64),
@@ -311,7 +314,10 @@ mod tests {
             ("70000", DataType::Float16),
             ("18446744073709551616", DataType::Uint64),
             ("9223372036854775808", DataType::Int64),
-            ("999999999999999999999999999999999999999999", DataType::Int64),
+            (
+                "999999999999999999999999999999999999999999",
+                DataType::Int64,
+            ),
             ("-1", DataType::Uint32),
         ] {
             let e = refused(text, dtype);
@@ -326,7 +332,9 @@ mod tests {
             refused("300", DataType::Uint8).to_string(),
             "300 is out of range for u8 (0..=255)"
         );
-        assert!(refused("-1", DataType::Uint8).to_string().contains("unsigned"));
+        assert!(refused("-1", DataType::Uint8)
+            .to_string()
+            .contains("unsigned"));
         assert!(refused("70000", DataType::Float16)
             .to_string()
             .contains("|x| <= 65504"));
@@ -339,7 +347,10 @@ mod tests {
         assert_eq!(parse("1.0", DataType::Bfloat16), Ok(0x3f80));
         assert_eq!(parse("-2.5", DataType::Bfloat16), Ok(0xc020));
         // Ties to even; the top of f16 rounds down, past it is out of range.
-        assert_eq!(encode_float(1.0 + 2f64.powi(-11), DataType::Float16), Ok(0x3c00));
+        assert_eq!(
+            encode_float(1.0 + 2f64.powi(-11), DataType::Float16),
+            Ok(0x3c00)
+        );
         assert_eq!(
             encode_float(1.0 + 3.0 * 2f64.powi(-11), DataType::Float16),
             Ok(0x3c02)
@@ -420,7 +431,10 @@ mod tests {
     fn decode_integers_with_their_sign() {
         assert_eq!(decode_int(0xff, DataType::Int8), Some(-1));
         assert_eq!(decode_int(0xff, DataType::Uint8), Some(255));
-        assert_eq!(decode_int(u64::MAX, DataType::Uint64), Some(u64::MAX.into()));
+        assert_eq!(
+            decode_int(u64::MAX, DataType::Uint64),
+            Some(u64::MAX.into())
+        );
         assert_eq!(decode_int(0, DataType::Float32), None);
         assert_eq!(decode(0x3c00, DataType::Float16), 1.0);
         assert_eq!(decode(0x3f80, DataType::Bfloat16), 1.0);

@@ -258,4 +258,3 @@ pub(crate) fn article(direction: ArgDirection) -> &'static str {
         ArgDirection::In | ArgDirection::Out | ArgDirection::InOut => "an",
     }
 }
-

@@ -82,4 +82,3 @@ pub fn finish(prepared: &PreparedRun) -> Result<(), RunError> {
         Err(RunError::CheckFailed { names: failed })
     }
 }
-

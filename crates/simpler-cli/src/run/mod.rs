@@ -24,7 +24,6 @@
 //! nearest even; the bits are zero-extended; a finite value that would round to infinity is
 //! refused), or `0x…` raw bits that fit the type's width.
 
-
 mod error;
 mod finish;
 mod prepare;
@@ -41,7 +40,9 @@ use crate::build;
 
 pub use error::RunError;
 pub use finish::finish;
-pub use prepare::{prepare, prepare_with};
+pub use prepare::prepare;
+#[cfg(test)]
+use prepare::prepare_with;
 
 /// What `simpler run` was asked to do, as parsed from the command line.
 #[derive(Debug, Clone)]
@@ -204,4 +205,3 @@ pub fn unused_result_note(prepared: &PreparedRun) -> Option<&'static str> {
     (has_results && prepared.outputs.is_empty() && prepared.checks.is_empty())
         .then_some("(no --output or --check given: the result was not saved or checked)")
 }
-

@@ -276,4 +276,3 @@ pub fn prepare_with(spec: CallableSpec, req: &RunRequest) -> Result<PreparedRun,
         atol: req.atol,
     })
 }
-

@@ -331,7 +331,10 @@ fn bad_scalar_and_tolerance() {
         matches!(
             &e,
             RunError::BadTolerance {
-                source: simpler_toolchain::compare::CompareError::BadTolerance { which: "rtol", .. }
+                source: simpler_toolchain::compare::CompareError::BadTolerance {
+                    which: "rtol",
+                    ..
+                }
             }
         ),
         "{e:?}"

@@ -45,25 +45,23 @@ pub enum BuildError {
     Compile(#[from] CompileError),
     /// A compiled library does not export the entry symbol the manifest names.
     #[error(
-        "{role} `{}` does not export its entry symbol `{symbol}` (named by `{field}` in `{}`); \
-         define `{symbol}` there, marked {} and not static, or fix `{field}`",
-        path.display(),
+        "{} `{}` does not export its entry symbol `{}` (named by `{}` in `{}`); \
+         define `{}` there, marked {} and not static, or fix `{}`",
+        unit.role(),
+        unit.path.display(),
+        unit.entry,
+        unit.entry_field,
         manifest.display(),
-        entry_marker(*kind)
+        unit.entry,
+        entry_marker(unit.kernel.is_some()),
+        unit.entry_field
     )]
     MissingEntry {
-        /// "orchestration" or "kernel 3 (aiv)".
-        role: String,
-        /// The source.
-        path: PathBuf,
-        /// The symbol looked for.
-        symbol: String,
-        /// The manifest field naming it, e.g. `kernels[0].entry` (it has a default).
-        field: String,
+        /// The source, its entry symbol and the manifest field naming it (it has a
+        /// default).
+        unit: Box<SourceEntry>,
         /// The manifest.
         manifest: PathBuf,
-        /// A kernel's or the orchestration's.
-        kind: EntryKind,
     },
     /// A compiled library cannot be loaded (typically an undefined reference).
     #[error("the library compiled from `{}` for the {role} does not load: {reason}{}", path.display(),
@@ -86,11 +84,12 @@ pub enum BuildError {
     Write(#[source] BundleError),
 }
 
-/// The macro that exports an entry of `kind`.
-fn entry_marker(kind: EntryKind) -> &'static str {
-    match kind {
-        EntryKind::Kernel => "SIMPLER_KERNEL",
-        EntryKind::Orchestration => "SIMPLER_ORCHESTRATION",
+/// The macro that exports a kernel's (or else the orchestration's) entry.
+fn entry_marker(kernel: bool) -> &'static str {
+    if kernel {
+        "SIMPLER_KERNEL"
+    } else {
+        "SIMPLER_ORCHESTRATION"
     }
 }
 
@@ -141,12 +140,8 @@ fn check_entry(
     match loader::load(&code, kind, &role) {
         Ok(_) => Ok(()),
         Err(LoadError::MissingSymbol { .. }) => Err(BuildError::MissingEntry {
-            role,
-            path: unit.path.clone(),
-            symbol: unit.entry.clone(),
-            field: unit.entry_field.clone(),
+            unit: Box::new(unit.clone()),
             manifest: manifest.to_path_buf(),
-            kind,
         }),
         Err(e) => Err(BuildError::Load {
             role,

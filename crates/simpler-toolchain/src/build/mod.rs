@@ -137,7 +137,7 @@ pub enum CompileError {
         /// The compiler's diagnostics.
         stderr: String,
         /// The first error in them, if one could be located.
-        diagnostic: Option<Diagnostic>,
+        diagnostic: Option<Box<Diagnostic>>,
         /// The command that failed, words joined by spaces.
         command: String,
     },
@@ -364,7 +364,7 @@ impl Compiler {
             return Err(CompileError::Rejected {
                 path: source.to_path_buf(),
                 status: out.status,
-                diagnostic: first_error(&report),
+                diagnostic: first_error(&report).map(Box::new),
                 stderr: report,
                 command,
             });

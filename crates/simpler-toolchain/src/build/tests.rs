@@ -136,7 +136,11 @@ fn compiles_through_the_cache_and_misses_when_a_header_changes() {
     assert_eq!(again.image, first.image);
     assert_eq!(kc.cache().stats(), CacheStats { hits: 1, misses: 1 });
     // Another core type is another flag set, so another entry.
-    assert!(!kc.compile_target(&src, Target::Kernel(CoreType::Aic)).unwrap().cached);
+    assert!(
+        !kc.compile_target(&src, Target::Kernel(CoreType::Aic))
+            .unwrap()
+            .cached
+    );
     // Editing an included header or the source misses.
     std::fs::write(&header, "#define FACTOR 3.0f\n").unwrap();
     assert!(!kc.compile_target(&src, aiv).unwrap().cached);
@@ -161,7 +165,9 @@ fn the_core_defines_reach_the_source() {
     )
     .unwrap();
     let kc = compiler(&dir.path().join("cache"));
-    assert!(kc.compile_target(&src, Target::Kernel(CoreType::Aic)).is_ok());
+    assert!(kc
+        .compile_target(&src, Target::Kernel(CoreType::Aic))
+        .is_ok());
     let e = kc
         .compile_target(&src, Target::Kernel(CoreType::Aiv))
         .unwrap_err();
