@@ -9,7 +9,9 @@
 //!   `Bundle` (build, read/write bundle files);
 //! - [`ChipWorker`](worker::NativeWorker): one chip — register, run, submit, device
 //!   memory, close;
-//! - [`RunHandle`](handle::NativeRunHandle): a submitted run — poll, wait, result.
+//! - [`RunHandle`](handle::NativeRunHandle): a submitted run — poll, wait, result;
+//! - [`toolchain`]: the kernel compiler and cache, manifests, example builds, `allclose`
+//!   and scalar encoding of `simpler-toolchain`.
 //!
 //! Every Rust error becomes a Python exception in one module, [`error`], with one class per
 //! error kind (defined in `simpler/errors.py`). Every call that may block detaches from the
@@ -22,6 +24,7 @@ mod callable;
 mod error;
 mod handle;
 mod toml_value;
+mod toolchain;
 mod worker;
 
 use pyo3::prelude::*;
@@ -34,6 +37,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<worker::NativeWorker>()?;
     m.add_class::<handle::NativeRunHandle>()?;
     m.add_function(wrap_pyfunction!(toml_value::parse_toml, m)?)?;
+    toolchain::register(m)?;
     m.add("MAX_TENSOR_DIMS", simpler_abi::MAX_TENSOR_DIMS)?;
     m.add("MAX_CALLABLES", simpler_host::MAX_CALLABLES)?;
     m.add("MAX_FUNC_ID", simpler_abi::MAX_FUNC_ID)?;
