@@ -258,7 +258,12 @@ impl NativeCompiler {
 
 impl NativeCompiler {
     /// `core`'s defines followed by `flags`.
-    fn flags(&self, py: Python<'_>, core: Option<&str>, flags: Vec<String>) -> PyResult<Vec<String>> {
+    fn flags(
+        &self,
+        py: Python<'_>,
+        core: Option<&str>,
+        flags: Vec<String>,
+    ) -> PyResult<Vec<String>> {
         let target = match core {
             None => Target::Orchestration,
             Some(c) => Target::Kernel(core_type(py, c)?),
@@ -366,7 +371,13 @@ pub fn examples_dir() -> PathBuf {
 type ElementTuple = (usize, f64, f64);
 
 /// A comparison report: `(total, mismatches, max_abs_err, first, worst)`.
-type ReportTuple = (usize, usize, f64, Option<ElementTuple>, Option<ElementTuple>);
+type ReportTuple = (
+    usize,
+    usize,
+    f64,
+    Option<ElementTuple>,
+    Option<ElementTuple>,
+);
 
 fn report_tuple(r: Report) -> ReportTuple {
     let t = |e: Element| (e.index, e.actual, e.expected);

@@ -1,11 +1,14 @@
-//! `simpler run`: running a callable once on `.npy` inputs. This module owns the run's
-//! data types, loading the callable, executing on a fresh worker and the command's flow;
-//! [`prepare`] owns turning the command line into a [`PreparedRun`] — the callable (built in memory from an example
-//! directory, or read from a bundle file) and one [`ArgValue`] per signature argument, every
-//! name, direction, dtype and shape checked against the signature before anything runs — and,
-//! [`finish`] owns, after the run, writing the outputs (atomically, only after a successful
-//! run) and comparing them with reference files ([`simpler_toolchain::compare`]); [`error`]
-//! owns [`RunError`]. `.npy` files and scalars are read by [`simpler_toolchain`].
+//! `simpler run`: running a callable once on `.npy` inputs. This module owns the run's data
+//! types, loading the callable (built in memory from an example directory, or read from a
+//! bundle file), executing it on a fresh worker and the command's flow. Its parts:
+//! - `prepare`: turning the command line into a [`PreparedRun`] — one [`ArgValue`] per
+//!   signature argument, every name, direction, dtype and shape checked against the
+//!   signature before anything runs;
+//! - `finish`: after the run, writing the outputs (atomically, only after a successful run)
+//!   and comparing them with reference files ([`simpler_toolchain::compare`]);
+//! - `error`: [`RunError`] and its exit codes.
+//!
+//! `.npy` files and scalars are read by [`simpler_toolchain`].
 //!
 //! Matching rules:
 //! - every `in`/`inout` argument needs exactly one `--input NAME=FILE.npy`;
