@@ -34,8 +34,9 @@ For each case the framework compiles the callable once per class (the
 pooled worker, stages the arguments with tags derived from the signature (``IN`` → ``INPUT``,
 ``OUT`` → ``OUTPUT_EXISTING``, ``INOUT`` → ``INOUT``), runs, and compares every ``OUT`` and
 ``INOUT`` tensor with the golden one by NumPy's ``allclose`` rule, computed by the native
-toolchain (``RTOL`` = ``ATOL`` = 1e-5, or the case's ``rtol``/``atol``; NaN matches NaN). ``--rounds N`` runs each case N times, restoring the written
-tensors before each round and checking every round.
+toolchain (``RTOL`` = ``ATOL`` = 1e-5, or the case's ``rtol``/``atol``; NaN matches NaN).
+``--rounds N`` runs each case N times, restoring the written tensors before each round and
+checking every round.
 
 A case is a dict: ``name`` (required), ``params`` (passed to ``generate_args`` and
 ``compute_golden``), ``platforms`` (default all), ``config`` (``CallConfig`` fields),
