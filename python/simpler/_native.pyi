@@ -5,6 +5,7 @@ Checked against the built module by ``python -m mypy.stubtest simpler._native``
 """
 
 from os import PathLike
+from pathlib import Path
 from typing import Any, Optional, Sequence, Tuple, Union, final
 
 __all__ = [
@@ -20,6 +21,14 @@ __all__ = [
     "RawScalar",
     "encode_scalar",
     "parse_toml",
+    "KernelCompiler",
+    "compiler_words",
+    "default_cache_dir",
+    "load_manifest",
+    "build_example",
+    "allclose",
+    "parse_scalar",
+    "EXAMPLES_DIR",
     "MAX_TENSOR_DIMS",
     "MAX_CALLABLES",
     "MAX_FUNC_ID",
@@ -30,6 +39,8 @@ __version__: str
 MAX_TENSOR_DIMS: int
 MAX_CALLABLES: int
 MAX_FUNC_ID: int
+# The repository's examples/ as it was when the extension was built.
+EXAMPLES_DIR: Path
 
 # (name, direction, dtype, shape or None) with manifest names: "in", "f32"...
 _ArgTuple = Tuple[str, str, str, Optional[Sequence[int]]]
@@ -197,3 +208,59 @@ class ChipWorker:
 
 def encode_scalar(value: Union[int, float, RawScalar], dtype: Optional[int] = None) -> int: ...
 def parse_toml(text: str) -> dict[str, Any]: ...
+
+# -- the toolchain (crates/simpler-toolchain): compiler and cache, manifests, comparison ------
+
+_StrPath = Union[str, PathLike[str]]
+# (index, actual, expected)
+_Element = Tuple[int, float, float]
+# (total, mismatches, max_abs_err, first mismatch, worst mismatch)
+_CompareReport = Tuple[int, int, float, Optional[_Element], Optional[_Element]]
+# (path, name, (orchestration source, entry), [(func_id, core, source, entry)], signature)
+_Manifest = Tuple[
+    Path,
+    str,
+    Tuple[Path, str],
+    list[Tuple[int, str, Path, str]],
+    list[Tuple[str, str, str, Optional[list[int]]]],
+]
+
+@final
+class KernelCompiler:
+    def __new__(
+        cls,
+        cc: Sequence[str],
+        include_dirs: Sequence[_StrPath],
+        extra_flags: Sequence[str],
+        cache_dir: Optional[_StrPath] = None,
+    ) -> KernelCompiler: ...
+    def compile(
+        self,
+        source: _StrPath,
+        core: Optional[str] = None,
+        flags: Sequence[str] = ...,
+        include_dirs: Sequence[_StrPath] = ...,
+    ) -> bytes: ...
+    def cache_path(
+        self, source: _StrPath, core: Optional[str] = None, flags: Sequence[str] = ...
+    ) -> Path: ...
+    @property
+    def hits(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    @property
+    def cache_dir(self) -> Path: ...
+
+def compiler_words(cc: Optional[str] = None) -> list[str]: ...
+def default_cache_dir() -> Path: ...
+def load_manifest(target: _StrPath) -> _Manifest: ...
+def build_example(target: _StrPath, compiler: KernelCompiler) -> Callable: ...
+def allclose(
+    actual: bytes,
+    expected: bytes,
+    dtype: str,
+    rtol: float,
+    atol: float,
+    equal_nan: bool = False,
+) -> _CompareReport: ...
+def parse_scalar(text: str, dtype: str) -> int: ...

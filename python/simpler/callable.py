@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _native
@@ -23,11 +24,55 @@ from .types import ArgSpec, normalize_signature
 if TYPE_CHECKING:  # pragma: no cover
     from .compiler import KernelCompiler
 
-__all__ = ["CoreCallable", "ChipCallable", "CallableHandle"]
+__all__ = ["CoreCallable", "ChipCallable", "CallableHandle", "resolve_example", "example_dirs"]
 
 DEFAULT_KERNEL_ENTRY = "kernel_entry"
 DEFAULT_ORCHESTRATION_ENTRY = "aicpu_orchestration_entry"
 PathLike = Union[str, "os.PathLike[str]"]
+_MANIFEST = "simpler.toml"
+
+
+def example_dirs() -> List[Path]:
+    """Where a bare example name is looked up, in order: ``$SIMPLER_EXAMPLES_DIR``, the source
+    checkout's ``examples/`` (when the package runs from one), the repository's ``examples/``
+    as it was when the package was built."""
+    dirs = []
+    env = os.environ.get("SIMPLER_EXAMPLES_DIR")
+    if env:
+        dirs.append(Path(env))
+    checkout = Path(__file__).resolve().parent.parent.parent / "examples"
+    built = Path(_native.EXAMPLES_DIR)
+    for d in (checkout, built):
+        if d not in dirs and (d.is_dir() or d == built):
+            dirs.append(d)
+    return dirs
+
+
+def resolve_example(path: PathLike) -> Path:
+    """The example folder (or manifest) ``path`` names; see :meth:`ChipCallable.from_example`.
+
+    A path that exists, or one that is not a bare name, is returned as given (a missing
+    manifest is reported when it is loaded); a bare name is looked up in
+    :func:`example_dirs`, and :class:`~simpler.InvalidCallableError` lists the places tried
+    when none has it."""
+    given = Path(os.fspath(path))
+    text = os.fspath(path)
+    bare = not given.is_absolute() and len(given.parts) == 1 and not text.endswith(".toml")
+    if given.exists() or not bare:
+        return given
+    tried = [str(given.resolve())]
+    for d in example_dirs():
+        candidate = d / text
+        if (candidate / _MANIFEST).is_file():
+            return candidate
+        tried.append(str(candidate))
+    raise InvalidCallableError(
+        f"no manifest: there is no example `{text}` (looked for {_MANIFEST} in: "
+        + ", ".join(tried)
+        + "; set SIMPLER_EXAMPLES_DIR to the folder holding your examples)",
+        path=text,
+        tried=tried,
+    )
 
 
 def _core_name(core_type: Any) -> str:
@@ -169,10 +214,17 @@ class ChipCallable:
         cls, path: PathLike, compiler: Optional["KernelCompiler"] = None
     ) -> "ChipCallable":
         """Compiles an example folder (or its ``simpler.toml``) like ``simpler build`` does:
-        the manifest names the orchestration and kernel sources and the signature."""
-        from .manifest import load_manifest  # local: keeps import of the package light
+        the manifest names the orchestration and kernel sources and the signature.
 
-        return load_manifest(path).build(compiler)
+        ``path`` is used as given when it exists. A bare name that does not (``"gemm"``) is
+        looked up as a folder of ``$SIMPLER_EXAMPLES_DIR``, then of the source checkout's
+        ``examples/``, then of the repository's ``examples/`` as it was when the package was
+        built, so a snippet runs from any directory; the error lists every place tried."""
+        from .compiler import KernelCompiler  # local: keeps import of the package light
+
+        kc = compiler or KernelCompiler()
+        folder = resolve_example(path)
+        return cls(_native.build_example(os.fspath(folder), kc._native))
 
     def save(self, path: PathLike) -> None:
         """Writes the callable as a bundle file, which ``simpler run`` accepts."""

@@ -107,3 +107,58 @@ def test_kernel_signature_is_informational(compiler):
     core = CoreCallable.build([ArgDirection.INOUT, ArgDirection.SCALAR], image)
     assert core.sig_count == 2 and core.sig(0) is ArgDirection.INOUT
     assert core.binary_size == len(image) == core.buffer_size()
+
+
+def test_from_example_finds_a_bare_example_name_from_any_directory(
+    tmp_path, monkeypatch, compiler
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SIMPLER_EXAMPLES_DIR", raising=False)
+    callable = ChipCallable.from_example("formula", compiler)
+    assert callable.name == "formula"
+    assert callable.hashid == ChipCallable.from_example(EXAMPLES / "formula", compiler).hashid
+
+
+def test_from_example_looks_in_simpler_examples_dir_first(tmp_path, monkeypatch, compiler):
+    import shutil
+
+    mine = tmp_path / "mine"
+    shutil.copytree(EXAMPLES / "vector_add", mine / "vadd2")
+    manifest = mine / "vadd2" / "simpler.toml"
+    manifest.write_text(manifest.read_text().replace('name = "vector_add"', 'name = "vadd2"'))
+    monkeypatch.setenv("SIMPLER_EXAMPLES_DIR", str(mine))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert ChipCallable.from_example("vadd2", compiler).name == "vadd2"
+    # The repository's examples are still found after it.
+    assert ChipCallable.from_example("gemm", compiler).name == "gemm"
+    # A folder of that name in the current directory wins over both.
+    (elsewhere / "gemm").mkdir()
+    (elsewhere / "gemm" / "simpler.toml").write_text('name = "x\n')
+    with pytest.raises(simpler.InvalidCallableError, match="line 1"):
+        ChipCallable.from_example("gemm", compiler)
+
+
+def test_an_unknown_example_name_lists_where_it_looked(tmp_path, monkeypatch, compiler):
+    monkeypatch.setenv("SIMPLER_EXAMPLES_DIR", str(tmp_path / "mine"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(simpler.InvalidCallableError) as info:
+        ChipCallable.from_example("no_such_example", compiler)
+    message = str(info.value)
+    assert "no_such_example" in message
+    assert str(tmp_path / "mine" / "no_such_example") in message
+    assert str(tmp_path / "no_such_example") in message
+    assert "SIMPLER_EXAMPLES_DIR" in message
+    assert len(info.value.tried) >= 3
+
+
+def test_from_example_checks_entry_symbols_like_the_cli(tmp_path, compiler):
+    import shutil
+
+    ex = tmp_path / "vadd"
+    shutil.copytree(EXAMPLES / "vector_add", ex)
+    kernel = ex / "kernels" / "add.c"
+    kernel.write_text(kernel.read_text().replace("kernel_entry", "kernel_entyr"))
+    with pytest.raises(simpler.LoadError, match="does not export its entry symbol `kernel_entry`"):
+        ChipCallable.from_example(ex, compiler)

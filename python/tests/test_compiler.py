@@ -100,3 +100,63 @@ def test_bad_arguments(tmp_path):
         kc.compile_incore(tmp_path / "missing.c")
     with pytest.raises(NotImplementedError):
         KernelCompiler("a5")
+
+
+def test_kernels_get_the_core_defines_of_simpler_build(tmp_path):
+    src = tmp_path / "cube.c"
+    src.write_text(
+        '#include "simpler/kernel.h"\n#ifndef __DAV_CUBE__\n#error not built as a cube kernel\n'
+        "#endif\nSIMPLER_KERNEL void kernel_entry(int64_t *args) { (void)args; }\n"
+    )
+    kc = KernelCompiler(cache_dir=tmp_path / "cache")
+    assert kc.compile_incore(src, core_type="aic")[:4] == ELF
+    with pytest.raises(simpler.CompileError, match="not built as a cube kernel"):
+        kc.compile_incore(src, core_type="aiv")
+    with pytest.raises(simpler.CompileError, match="not built as a cube kernel"):
+        kc.compile_orchestration(src)
+
+
+def test_the_cache_entry_is_where_cache_path_says(tmp_path):
+    kc = KernelCompiler(cache_dir=tmp_path)
+    image = kc.compile(KERNELS / "scale.c", flags=["-DX=1"])
+    entry = kc.cache_path(KERNELS / "scale.c", flags=["-DX=1"])
+    assert entry.parent == tmp_path and entry.read_bytes() == image
+    assert kc.cache_path(KERNELS / "scale.c") != entry
+
+
+def test_native_allclose_follows_numpy():
+    import numpy as np
+    from simpler import _native
+
+    def report(a, e, rtol=0.0, atol=0.0, equal_nan=False):
+        a = np.asarray(a, np.float64)
+        e = np.asarray(e, np.float64)
+        return _native.allclose(a.tobytes(), e.tobytes(), "f64", rtol, atol, equal_nan)
+
+    assert report([1.0, 2.0], [1.0, 2.0])[1] == 0
+    # Asymmetric in the expected value, like numpy.isclose(actual, expected).
+    assert report([5.0], [10.0], rtol=0.5)[1] == 0
+    assert report([10.0], [5.0], rtol=0.5)[1] == 1
+    nan = float("nan")
+    assert report([nan], [nan])[1] == 1
+    assert report([nan], [nan], equal_nan=True)[1] == 0
+    total, bad, max_err, first, worst = report([0.0, 9.0, 2.0], [1.0, 1.0, 2.0], atol=0.5)
+    assert (total, bad, max_err) == (3, 2, 8.0)
+    assert first == (0, 0.0, 1.0) and worst == (1, 9.0, 1.0)
+    f16 = np.array([1.0, 2.0], np.float16).tobytes()
+    assert _native.allclose(f16, f16, "f16", 0.0, 0.0)[1] == 0
+    with pytest.raises(ValueError):
+        _native.allclose(b"", b"", "f32", -1.0, 0.0)
+
+
+def test_native_scalars_refuse_values_out_of_range():
+    from simpler import _native
+
+    assert _native.parse_scalar("1.0", "f16") == 0x3C00
+    assert _native.encode_scalar(-1, simpler.DataType.INT32) == (1 << 64) - 1
+    assert _native.encode_scalar(2.5, simpler.DataType.BFLOAT16) == 0x4020
+    for value, dtype in [("1e400", "f32"), ("300", "u8"), ("70000", "f16")]:
+        with pytest.raises(simpler.InvalidArgumentError, match="out of range"):
+            _native.parse_scalar(value, dtype)
+    with pytest.raises(simpler.InvalidArgumentError):
+        _native.encode_scalar(300, simpler.DataType.UINT8)

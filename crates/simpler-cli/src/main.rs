@@ -1,10 +1,10 @@
 //! # `simpler` — the command-line tool
 //!
 //! This file owns the command line (clap), dispatch to the subcommands, error printing and
-//! exit codes. The work lives in the modules: [`manifest`] (`simpler.toml`), [`build`]
-//! (compiling an example into a bundle), [`npy`] (`.npy` tensors), [`run`] (matching a
-//! run's files against the callable's signature, executing, checking) and [`bench`]
-//! (runtime overhead figures).
+//! exit codes. The work lives in the modules: [`build`] (compiling an example into a
+//! bundle), [`run`] (matching a run's files against the callable's signature, executing,
+//! checking) and [`bench`] (runtime overhead figures); manifests, compiling, the kernel
+//! cache, `.npy` files, scalars and comparison are [`simpler_toolchain`]'s.
 //!
 //! Exit codes: `0` success, `1` the run, an output write or a `--check` failed, `2` usage or
 //! input errors (bad flags, manifest, sources, compile errors, bundle, code that does not
@@ -14,8 +14,6 @@
 
 mod bench;
 mod build;
-mod manifest;
-mod npy;
 mod run;
 
 use std::path::PathBuf;
@@ -35,6 +33,8 @@ Environment:
                                   <simpler binary>/../../include, else the nearest include/ above
                                   the example, else the repository's include/ at compile time
   CC                              C compiler for `simpler build` (default cc; may be several words)
+  SIMPLER_CACHE_DIR               kernel cache of `simpler build`; default:
+                                  $XDG_CACHE_HOME/simpler/kernels, else ~/.cache/simpler/kernels
   SIMPLER_ORCH_LOG                set (to anything) to print the orchestration's info/debug log
                                   lines to stderr (errors and warnings always print)
   SIMPLER_SCHEDULER_TIMEOUT_MS    scheduler no-progress watchdog (default 10000)
@@ -207,6 +207,7 @@ mod tests {
         let help = Cli::command().render_help().to_string();
         for var in [
             "SIMPLER_INCLUDE_DIR",
+            "SIMPLER_CACHE_DIR",
             "SIMPLER_ORCH_LOG",
             "SIMPLER_SCHEDULER_TIMEOUT_MS",
             "SIMPLER_STREAM_SYNC_TIMEOUT_MS",
@@ -237,7 +238,7 @@ mod tests {
     fn error_chain_prints_every_cause() {
         let e = run::RunError::Build {
             path: "ex".into(),
-            source: Box::new(build::BuildError::MissingSource {
+            source: Box::new(simpler_toolchain::build::BuildError::MissingSource {
                 path: "ex/k.c".into(),
                 field: "kernels[0].source".into(),
                 manifest: "ex/simpler.toml".into(),

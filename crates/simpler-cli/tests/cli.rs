@@ -5,9 +5,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use common::{path_str, simpler, text, write_f32_npy, BIN};
+use common::{path_str, simpler, text, write_f32_npy};
 use simpler_abi::{CoreType, DataType};
 use simpler_host::{ArgDirection, Bundle};
 
@@ -94,6 +93,40 @@ fn build_writes_a_valid_bundle_next_to_the_manifest() {
         names,
         ["kernels", "orchestration.c", "simpler.toml", "tiny.simpler"]
     );
+}
+
+/// `simpler build` compiles with the toolchain's one flag set (an `aiv` kernel sees
+/// `__DAV_VEC__`) through the kernel cache: a second build of unchanged sources compiles
+/// nothing and writes the same bundle; an edited source compiles again.
+#[test]
+fn build_uses_the_core_defines_and_the_kernel_cache() {
+    let ex = example();
+    let kernel = ex.path().join("kernels/copy.c");
+    let guarded = format!(
+        "#ifndef __DAV_VEC__\n#error aiv kernels are built with __DAV_VEC__\n#endif\n\
+         #ifdef __DAV_CUBE__\n#error not a cube kernel\n#endif\n{KERNEL_C}"
+    );
+    std::fs::write(&kernel, &guarded).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let build = || {
+        let o = common::command()
+            .args(["build", path_str(ex.path())])
+            .env("SIMPLER_CACHE_DIR", cache.path())
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+        (out, std::fs::read(ex.path().join("tiny.simpler")).unwrap())
+    };
+    let (first, bundle) = build();
+    assert!(!first.contains("cached"), "{first}");
+    assert!(std::fs::read_dir(cache.path()).unwrap().count() >= 2);
+    let (second, again) = build();
+    assert_eq!(second.matches(", cached)").count(), 2, "{second}");
+    assert_eq!(again, bundle);
+    std::fs::write(&kernel, format!("{guarded}/* edited */\n")).unwrap();
+    let (third, _) = build();
+    assert_eq!(third.matches(", cached)").count(), 1, "{third}");
 }
 
 #[test]
@@ -258,7 +291,7 @@ fn missing_manifest_exits_2() {
 #[test]
 fn compiler_that_cannot_start_exits_2() {
     let ex = example();
-    let o = Command::new(BIN)
+    let o = common::command()
         .args(["build", path_str(ex.path())])
         .env("CC", "/nonexistent/simpler-test-cc")
         .output()
@@ -373,7 +406,7 @@ fn run_formula_end_to_end_pass_and_fail() {
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
         .collect();
-    assert!(simpler_examples::allclose(&got, &f.data, 1e-5, 1e-5).is_ok());
+    assert!(common::close(&got, &f.data).is_ok());
 
     let mut args = base.to_vec();
     args.extend(["--check", "f=f.wrong.npy"]);

@@ -3,7 +3,7 @@
 //!
 //! Every case spawns the real binary on files in a temporary directory. Inputs and references
 //! come from `simpler-examples` (independent of the runtime); outputs are read back with
-//! `npyz` (independent of `src/npy.rs`). Every failure case passes `--output` into an empty
+//! `npyz` (independent of `simpler_toolchain::npy`). Every failure case passes `--output` into an empty
 //! `out/` directory and asserts that it is still empty afterwards: no output file and no
 //! leftover temporary file.
 //!
@@ -145,10 +145,10 @@ impl Workdir {
             reference: refs.remove(0),
         };
         for a in &w.inputs {
-            simpler_examples::write_npy(&w.path(&format!("{}.npy", a.name)), a).unwrap();
+            common::write_array(&w.path(&format!("{}.npy", a.name)), a);
         }
         let r = &w.reference;
-        simpler_examples::write_npy(&w.path(&format!("{}.ref.npy", r.name)), r).unwrap();
+        common::write_array(&w.path(&format!("{}.ref.npy", r.name)), r);
         std::fs::create_dir(w.out_dir()).unwrap();
         w
     }
@@ -242,7 +242,7 @@ impl Workdir {
         assert!(o.stdout.contains(&pass), "{}", o.context());
         let (shape, data) = read_f32_npy(&self.out_file());
         assert_eq!(shape, r.shape);
-        if let Err(m) = simpler_examples::allclose(&data, &r.data, 1e-5, 1e-5) {
+        if let Err(m) = common::close(&data, &r.data) {
             panic!("{}: output differs from the reference: {m}", self.example);
         }
     }
@@ -322,7 +322,7 @@ fn axpy_scalar_is_required_and_used() {
     let x = &w.inputs[0].data;
     let y0 = &w.inputs[1].data;
     let want = simpler_examples::axpy_ref(-1.0, x, y0);
-    assert!(simpler_examples::allclose(&y, &want, 1e-5, 1e-5).is_ok());
+    assert!(common::close(&y, &want).is_ok());
 }
 
 /// With neither --output nor --check the run still works, and says its result was dropped.
@@ -779,7 +779,7 @@ fn failed_check_exits_1_naming_the_first_mismatch() {
     let mut wrong = r.clone();
     wrong.data[3 * 256 + 5] += 1.0;
     let wrong_path = w.path("y.wrong.npy");
-    simpler_examples::write_npy(&wrong_path, &wrong).unwrap();
+    common::write_array(&wrong_path, &wrong);
 
     let mut flags = w.input_flags();
     flags.extend(w.output_flag());
@@ -798,7 +798,7 @@ fn failed_check_exits_1_naming_the_first_mismatch() {
         o.context()
     );
     let (_, data) = read_f32_npy(&w.out_file());
-    assert!(simpler_examples::allclose(&data, &r.data, 1e-5, 1e-5).is_ok());
+    assert!(common::close(&data, &r.data).is_ok());
 
     flags.extend(["--atol".into(), "1.5".into()]);
     let o = w.run(&bundle, &flags);

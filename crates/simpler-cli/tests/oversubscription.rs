@@ -1,4 +1,4 @@
-//! Oversubscription (issue 3 item 9): a chip of 72 simulated cores and 6 AICPU threads —
+//! Oversubscription: a chip of 72 simulated cores and 6 AICPU threads —
 //! 78 device threads — on a 2-CPU host runs 100 consecutive `gemm` runs (512 tasks each)
 //! with no livelock and no false watchdog timeout, every result correct. The upstream sim
 //! busy-spins and livelocks or times out falsely here; ours polls briefly, then parks.
@@ -72,7 +72,7 @@ fn hundred_gemm_runs_on_72_cores_and_6_aicpu_threads() {
         worker
             .run(id, &mut args)
             .unwrap_or_else(|e| panic!("run {run}: {e}"));
-        if let Err(m) = simpler_examples::allclose(&c, &reference[0].data, 1e-5, 1e-5) {
+        if let Err(m) = common::close(&c, &reference[0].data) {
             panic!("run {run}: result differs from the reference: {m:?}");
         }
     }

@@ -6,9 +6,11 @@
 //! kernels, so a run that matches them was computed correctly, not merely consistently.
 //! Intermediate sums are carried in `f64` and rounded to `f32` once at the end.
 //!
-//! It also holds the comparison the tests use ([`allclose`], numpy semantics) and a minimal
-//! `.npy` writer ([`write_npy`]); the `simpler-example-data` binary writes an example's
-//! inputs and references as `.npy` files.
+//! An [`Array`] becomes a `.npy` file through [`Array::to_npy`] and
+//! [`simpler_toolchain::npy::write`]; results are compared with
+//! [`simpler_toolchain::compare`] (NumPy's `allclose`). The `simpler-example-data` binary
+//! writes an example's inputs and references as `.npy` files. This crate must not depend on
+//! the runtime: the references stay independent of what they check.
 //!
 //! The shapes and argument names here are those of each example's `simpler.toml`; inputs are
 //! named like the `in`/`inout` arguments and references like the `out`/`inout` arguments, in
@@ -18,11 +20,7 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-mod compare;
-mod npy;
-
-pub use compare::{allclose, Mismatch};
-pub use npy::write_npy;
+use simpler_toolchain::npy::NpyArray;
 
 /// The example names, one folder `examples/<name>/` each.
 pub const EXAMPLES: [&str; 5] = ["vector_add", "formula", "gemm", "softmax", "axpy"];
@@ -85,6 +83,12 @@ impl Array {
     /// Number of elements (product of the shape).
     pub fn numel(&self) -> usize {
         self.data.len()
+    }
+
+    /// The array as an `f32` [`NpyArray`] of the same shape, for
+    /// [`simpler_toolchain::npy::write`].
+    pub fn to_npy(&self) -> NpyArray {
+        NpyArray::from_f32(self.shape.clone(), &self.data)
     }
 }
 
@@ -317,6 +321,35 @@ pub fn softmax_ref(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use simpler_toolchain::compare::{allclose_f32, Tolerance};
+
+    fn allclose(actual: &[f32], expected: &[f32], rtol: f64, atol: f64) -> bool {
+        allclose_f32(actual, expected, Tolerance::new(rtol, atol))
+            .unwrap()
+            .passed()
+    }
+
+    #[test]
+    fn arrays_write_as_f32_npy_files_numpy_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, shape) in [
+            ("one_d", vec![5u64]),
+            ("two_d", vec![2, 3]),
+            ("scalar", vec![]),
+            ("empty", vec![0, 4]),
+        ] {
+            let n: u64 = shape.iter().product();
+            let data: Vec<f32> = (0..n).map(|i| i as f32 * -0.5 + 0.25).collect();
+            let a = Array::new(name, shape.clone(), data.clone());
+            let path = dir.path().join(format!("{name}.npy"));
+            simpler_toolchain::npy::write(&path, &a.to_npy()).unwrap();
+            let bytes = std::fs::read(&path).unwrap();
+            let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+            assert_eq!(npy.shape(), &shape[..], "{name}");
+            assert_eq!(npy.order(), npyz::Order::C);
+            assert_eq!(npy.into_vec::<f32>().unwrap(), data, "{name}");
+        }
+    }
 
     #[test]
     fn every_example_has_inputs_and_a_reference() {
@@ -490,10 +523,7 @@ mod tests {
         // Row [0, 0] -> [1/2, 1/2]; row [ln 3, 0] -> [3/4, 1/4].
         let ln3 = 3f32.ln();
         let y = softmax_ref(&[0.0, 0.0, ln3, 0.0], 2, 2);
-        assert!(
-            allclose(&y, &[0.5, 0.5, 0.75, 0.25], 1e-6, 1e-7).is_ok(),
-            "{y:?}"
-        );
+        assert!(allclose(&y, &[0.5, 0.5, 0.75, 0.25], 1e-6, 1e-7), "{y:?}");
         // Shift invariance and large values: no overflow thanks to the max subtraction.
         let y = softmax_ref(&[1000.0, 1000.0], 1, 2);
         assert_eq!(y, vec![0.5, 0.5]);

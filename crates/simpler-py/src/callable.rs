@@ -1,8 +1,9 @@
 //! `simpler._native.Callable`: a callable made of shared-library images — an orchestration,
 //! its kernels and a signature — as the host's [`Bundle`] holds it.
 //!
-//! Built from Python (`ChipCallable.build`), read from a file written by `simpler build`, or
-//! read from bytes; validated on construction (names, signature, func ids, ELF images), so a
+//! Built from Python (`ChipCallable.build`), compiled from an example folder
+//! ([`build_example`](crate::toolchain::build_example)), read from a file written by
+//! `simpler build`, or read from bytes; validated on construction (names, signature, func ids, ELF images), so a
 //! malformed callable fails where it is made rather than at registration. Registration turns
 //! it into a [`CallableSpec`](simpler_host::CallableSpec) with [`Bundle::into_spec`].
 
@@ -68,7 +69,8 @@ pub(crate) fn signature(py: Python<'_>, args: Vec<ArgTuple>) -> PyResult<Signatu
     Ok(Signature { args: specs })
 }
 
-fn signature_tuples(sig: &Signature) -> Vec<ArgTuple> {
+/// The signature as Python's `(name, direction, dtype, shape or None)` tuples.
+pub(crate) fn signature_tuples(sig: &Signature) -> Vec<ArgTuple> {
     sig.args
         .iter()
         .map(|a| {

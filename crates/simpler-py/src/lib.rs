@@ -15,6 +15,8 @@
 //!   [`RuntimeEnv`](config::NativeRuntimeEnv): the host's option types, with its defaults;
 //! - [`HostTensor`](args::NativeHostTensor), [`DeviceTensor`](args::NativeDeviceTensor),
 //!   [`RawScalar`](args::NativeRawScalar) and `encode_scalar`: a run's arguments.
+//! - [`toolchain`]: the kernel compiler and cache, manifests, example builds, `allclose`
+//!   and scalar parsing of `simpler-toolchain`.
 //!
 //! Values cross as these classes with named getters, never as positional tuples. The host
 //! (`simpler-host`) is the one validator of options and arguments; this crate only converts
@@ -32,6 +34,7 @@ mod config;
 mod error;
 mod handle;
 mod toml_value;
+mod toolchain;
 mod worker;
 
 use pyo3::prelude::*;
@@ -52,6 +55,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<args::NativeRawScalar>()?;
     m.add_function(wrap_pyfunction!(args::encode_scalar, m)?)?;
     m.add_function(wrap_pyfunction!(toml_value::parse_toml, m)?)?;
+    toolchain::register(m)?;
     m.add("MAX_TENSOR_DIMS", simpler_abi::MAX_TENSOR_DIMS)?;
     m.add("MAX_CALLABLES", simpler_host::MAX_CALLABLES)?;
     m.add("MAX_FUNC_ID", simpler_abi::MAX_FUNC_ID)?;

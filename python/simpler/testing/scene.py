@@ -33,9 +33,10 @@ For each case the framework compiles the callable once per class (the
 :class:`~simpler.KernelCompiler` cache makes later sessions instant), registers it on the
 pooled worker, stages the arguments with tags derived from the signature (``IN`` → ``INPUT``,
 ``OUT`` → ``OUTPUT_EXISTING``, ``INOUT`` → ``INOUT``), runs, and compares every ``OUT`` and
-``INOUT`` tensor with the golden one by ``numpy.allclose`` (``RTOL`` = ``ATOL`` = 1e-5, or the
-case's ``rtol``/``atol``). ``--rounds N`` runs each case N times, restoring the written
-tensors before each round and checking every round.
+``INOUT`` tensor with the golden one by NumPy's ``allclose`` rule, computed by the native
+toolchain (``RTOL`` = ``ATOL`` = 1e-5, or the case's ``rtol``/``atol``; NaN matches NaN).
+``--rounds N`` runs each case N times, restoring the written tensors before each round and
+checking every round.
 
 A case is a dict: ``name`` (required), ``params`` (passed to ``generate_args`` and
 ``compute_golden``), ``platforms`` (default all), ``config`` (``CallConfig`` fields),
@@ -52,6 +53,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .. import _native
 from ..callable import ChipCallable, CoreCallable
 from ..compiler import KernelCompiler
 from ..config import CallConfig, RuntimeEnv
@@ -298,30 +300,30 @@ class SceneTestCase:
     def compare_outputs(
         self, actual: TaskArgsBuilder, golden: TaskArgsBuilder, case: Dict[str, Any]
     ) -> None:
-        """Compares every OUT/INOUT tensor with ``numpy.allclose``; raises ``AssertionError``
-        naming the tensor, the mismatch count and the worst element."""
+        """Compares every OUT/INOUT tensor with the golden one by the native ``allclose``
+        (NumPy's semantics, ``equal_nan=True``, in float64); raises ``AssertionError`` naming
+        the tensor, the mismatch count and the worst element."""
         rtol = case.get("rtol", self.RTOL)
         atol = case.get("atol", self.ATOL)
         tensor_specs = [s for s in self.signature() if s.direction.is_tensor]
         for spec, got_arg, want_arg in zip(tensor_specs, actual.tensors, golden.tensors):
             if not spec.direction.copies_back:
                 continue
-            got = np.asarray(as_array(got_arg.value), dtype=np.float64)
-            want = np.asarray(as_array(want_arg.value), dtype=np.float64)
+            got = np.ascontiguousarray(as_array(got_arg.value), dtype=np.float64)
+            want = np.ascontiguousarray(as_array(want_arg.value), dtype=np.float64)
             if got.shape != want.shape:
                 raise AssertionError(f"{got_arg.name}: shape {got.shape} != golden {want.shape}")
-            close = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
-            if close.all():
+            _, bad, _, _, worst = _native.allclose(
+                got.tobytes(), want.tobytes(), "f64", float(rtol), float(atol), True
+            )
+            if bad == 0:
                 continue
-            bad = int((~close).sum())
-            with np.errstate(invalid="ignore"):
-                diff = np.abs(got - want)
-            err = np.where(close, 0.0, np.where(np.isnan(diff), np.inf, diff))
-            worst = np.unravel_index(int(np.argmax(err)), err.shape)
+            index, got_value, want_value = worst
+            at = tuple(int(i) for i in np.unravel_index(index, got.shape))
             raise AssertionError(
                 f"{got_arg.name}: {bad} of {got.size} elements differ from the golden result "
-                f"(rtol={rtol}, atol={atol}); worst at {tuple(int(i) for i in worst)}: "
-                f"got {float(got[worst])!r}, expected {float(want[worst])!r}"
+                f"(rtol={rtol}, atol={atol}); worst at {at}: "
+                f"got {got_value!r}, expected {want_value!r}"
             )
 
     def run_case(self, worker: Any, case: Dict[str, Any], rounds: int = 1) -> None:

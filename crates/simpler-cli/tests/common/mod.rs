@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests of the `simpler` binary (`cli.rs`, `examples.rs`):
-//! spawning the binary and writing `.npy` files by hand, independently of `src/npy.rs`.
+//! spawning the binary (with a private kernel cache) and writing `.npy` files by hand,
+//! independently of `simpler_toolchain::npy`.
 
 // Each test crate uses a different subset of these helpers.
 #![allow(dead_code)]
@@ -10,13 +11,40 @@ use std::process::{Command, Output};
 /// The `simpler` binary Cargo built for these tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_simpler");
 
+/// The kernel cache the tests' builds use (not the user's).
+pub fn cache_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernel-cache")
+}
+
+/// `simpler` as a command, with the tests' kernel cache.
+pub fn command() -> Command {
+    let mut c = Command::new(BIN);
+    c.env("SIMPLER_CACHE_DIR", cache_dir());
+    c
+}
+
 /// Runs `simpler <args>` in `cwd` and captures its exit status, stdout and stderr.
 pub fn simpler(args: &[&str], cwd: &Path) -> Output {
-    Command::new(BIN)
+    command()
         .args(args)
         .current_dir(cwd)
         .output()
         .expect("the simpler binary runs")
+}
+
+/// Whether `actual` is close to `expected` (rtol = atol = 1e-5); the report on failure.
+pub fn close(actual: &[f32], expected: &[f32]) -> Result<(), String> {
+    use simpler_toolchain::compare::{allclose_f32, Tolerance};
+    match allclose_f32(actual, expected, Tolerance::new(1e-5, 1e-5)) {
+        Ok(r) if r.passed() => Ok(()),
+        Ok(r) => Err(r.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Writes an example array as an `f32` `.npy` file.
+pub fn write_array(path: &Path, a: &simpler_examples::Array) {
+    simpler_toolchain::npy::write(path, &a.to_npy()).unwrap();
 }
 
 /// (stdout, stderr) of a finished command, lossily decoded.

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use simpler_examples::{inputs, reference, scalars, write_npy, Array, EXAMPLES};
+use simpler_examples::{inputs, reference, scalars, Array, EXAMPLES};
 
 /// The file listing the scalar arguments, one `NAME=VALUE` line each.
 const SCALARS_FILE: &str = "scalars.txt";
@@ -41,7 +41,8 @@ fn write_all(example: &str, out_dir: &Path) -> Result<Vec<PathBuf>, String> {
         .collect();
     let mut written = Vec::with_capacity(files.len() + 1);
     for (path, a) in files {
-        write_npy(&path, a).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        simpler_toolchain::npy::write(&path, &a.to_npy())
+            .map_err(|e| simpler_toolchain::error_chain(&e))?;
         written.push(path);
     }
     let sc = scalars(example).ok_or_else(|| format!("no scalars for example {example:?}"))?;

@@ -1,23 +1,24 @@
 //! The example manifest, `simpler.toml`: what an example directory declares about its
-//! callable (name, orchestration source, kernel sources with their func ids and core types,
-//! and the argument list). This module owns parsing it (strictly: unknown fields are errors)
-//! and turning it into a validated [`Signature`]; compiling the sources is `build`'s job.
+//! callable. This module owns the one parser of it (serde + toml, strictly: unknown fields
+//! are errors naming the field and file) and turning it into a validated [`Signature`];
+//! compiling the sources is [`crate::build`]'s job. The schema is described in
+//! `docs/toolchain.md`.
 //!
 //! ```toml
-//! name = "gemm"
-//! [orchestration]
-//! source = "orchestration.c"
+//! name = "gemm"                          # required: letters, digits, `_`, `-`, `.`
+//! [orchestration]                        # required
+//! source = "orchestration.c"             # required
 //! entry = "aicpu_orchestration_entry"    # optional, this is the default
-//! [[kernels]]
-//! func_id = 0
-//! core = "aic"                           # "aic" | "aiv"
-//! source = "kernels/gemm_tile.c"
+//! [[kernels]]                            # optional, any number
+//! func_id = 0                            # required, below simpler_abi::MAX_FUNC_ID, unique
+//! core = "aic"                           # required: "aic" | "aiv"
+//! source = "kernels/gemm_tile.c"         # required
 //! entry = "kernel_entry"                 # optional, this is the default
-//! [[args]]
-//! name = "A"
-//! direction = "in"                       # in | out | inout | scalar
-//! dtype = "f32"
-//! shape = [512, 512]                     # optional
+//! [[args]]                               # optional, in positional order, tensors first
+//! name = "A"                             # required, unique
+//! direction = "in"                       # required: in | out | inout | scalar
+//! dtype = "f32"                          # required: a simpler_abi::DataType name
+//! shape = [512, 512]                     # optional (tensors only); absent accepts any shape
 //! ```
 //!
 //! Source paths are relative to the directory holding the manifest.
@@ -152,10 +153,58 @@ pub struct LoadedManifest {
     pub signature: Signature,
 }
 
+/// One source a manifest names, with what it builds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceEntry {
+    /// The manifest field naming the source, e.g. `kernels[0].source`.
+    pub field: String,
+    /// The manifest field naming its entry symbol, e.g. `kernels[0].entry` (it has a default).
+    pub entry_field: String,
+    /// The source file: the manifest's directory joined with the path it gives.
+    pub path: PathBuf,
+    /// The entry symbol.
+    pub entry: String,
+    /// `None` for the orchestration, else the kernel's func id and core type.
+    pub kernel: Option<(u32, CoreType)>,
+}
+
+impl SourceEntry {
+    /// "orchestration" or "kernel 3 (aiv)", for messages.
+    pub fn role(&self) -> String {
+        match self.kernel {
+            None => "orchestration".to_string(),
+            Some((func_id, core)) => format!("kernel {func_id} ({core})"),
+        }
+    }
+}
+
 impl LoadedManifest {
     /// Absolute-or-as-given path of a source named in the manifest.
     pub fn source_path(&self, source: &Path) -> PathBuf {
         self.dir.join(source)
+    }
+
+    /// Every source the manifest names: the orchestration first, then the kernels in
+    /// manifest order.
+    pub fn sources(&self) -> Vec<SourceEntry> {
+        let m = &self.manifest;
+        let mut out = vec![SourceEntry {
+            field: "orchestration.source".into(),
+            entry_field: "orchestration.entry".into(),
+            path: self.source_path(&m.orchestration.source),
+            entry: m.orchestration.entry.clone(),
+            kernel: None,
+        }];
+        for (i, k) in m.kernels.iter().enumerate() {
+            out.push(SourceEntry {
+                field: format!("kernels[{i}].source"),
+                entry_field: format!("kernels[{i}].entry"),
+                path: self.source_path(&k.source),
+                entry: k.entry.clone(),
+                kernel: Some((k.func_id, k.core)),
+            });
+        }
+        out
     }
 }
 
@@ -340,6 +389,26 @@ dtype = "f32"
     fn err(text: &str) -> String {
         let e = parse(text, Path::new("ex/simpler.toml")).unwrap_err();
         crate::error_chain(&e)
+    }
+
+    #[test]
+    fn sources_list_the_orchestration_then_the_kernels() {
+        let (manifest, signature) = parse(GOOD, Path::new("ex/simpler.toml")).unwrap();
+        let loaded = LoadedManifest {
+            path: "ex/simpler.toml".into(),
+            dir: "ex".into(),
+            manifest,
+            signature,
+        };
+        let s = loaded.sources();
+        assert_eq!(s.len(), 3);
+        assert_eq!(s[0].role(), "orchestration");
+        assert_eq!(s[0].path, Path::new("ex/orchestration.c"));
+        assert_eq!(s[0].entry_field, "orchestration.entry");
+        assert_eq!(s[2].role(), "kernel 3 (aiv)");
+        assert_eq!(s[2].field, "kernels[1].source");
+        assert_eq!(s[2].entry, "add_entry");
+        assert_eq!(s[2].kernel, Some((3, CoreType::Aiv)));
     }
 
     #[test]

@@ -1,0 +1,210 @@
+//! `simpler run`: running a callable once on `.npy` inputs. This module owns the run's data
+//! types, loading the callable (built in memory from an example directory, or read from a
+//! bundle file), executing it on a fresh worker and the command's flow. Its parts:
+//! - `prepare`: turning the command line into a [`PreparedRun`] — one [`ArgValue`] per
+//!   signature argument, every name, direction, dtype and shape checked against the
+//!   signature before anything runs;
+//! - `finish`: after the run, writing the outputs (atomically, only after a successful run)
+//!   and comparing them with reference files ([`simpler_toolchain::compare`]);
+//! - `error`: [`RunError`] and its exit codes.
+//!
+//! `.npy` files and scalars are read by [`simpler_toolchain`].
+//!
+//! Matching rules:
+//! - every `in`/`inout` argument needs exactly one `--input NAME=FILE.npy`;
+//! - an `out`/`inout` argument may have one `--output NAME=FILE.npy` and one
+//!   `--check NAME=REFERENCE.npy`;
+//! - every `scalar` argument needs exactly one `--scalar NAME=VALUE`;
+//! - names must exist, suit the flag (an `out` argument given with `--input` is told to use
+//!   `--output`/`--check`) and appear once per flag;
+//! - a file's dtype and shape must equal the signature's (a signature without a shape accepts
+//!   any rank 1..=5). A `bf16` argument takes a `uint16` file holding the raw bits;
+//! - an `out` argument's shape is the signature's, else its `--check` reference's; with
+//!   neither, the run is refused (the host must know what to allocate).
+//!
+//! Scalar values ([`simpler_toolchain::scalar::parse`]): integers in the argument's range
+//! (signed ones are sign-extended to 64 bits), floats for `f32`/`f16`/`bf16` (rounded to
+//! nearest even; the bits are zero-extended; a finite value that would round to infinity is
+//! refused), or `0x…` raw bits that fit the type's width.
+
+mod error;
+mod finish;
+mod prepare;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use simpler_host::{Bundle, CallableSpec};
+use simpler_toolchain::npy::NpyArray;
+
+use crate::build;
+
+pub use error::RunError;
+pub use finish::finish;
+pub use prepare::prepare;
+#[cfg(test)]
+use prepare::prepare_with;
+
+/// What `simpler run` was asked to do, as parsed from the command line.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// A bundle file, or an example directory (or its `simpler.toml`).
+    pub target: PathBuf,
+    /// `--input NAME=FILE`.
+    pub inputs: Vec<(String, PathBuf)>,
+    /// `--output NAME=FILE`.
+    pub outputs: Vec<(String, PathBuf)>,
+    /// `--check NAME=FILE`.
+    pub checks: Vec<(String, PathBuf)>,
+    /// `--scalar NAME=VALUE`.
+    pub scalars: Vec<(String, String)>,
+    /// Relative tolerance of `--check`.
+    pub rtol: f64,
+    /// Absolute tolerance of `--check`.
+    pub atol: f64,
+}
+
+/// One argument's value, positional with the signature.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ArgValue {
+    /// A tensor: for `in`/`inout` the input file's data, for `out` zeroes of the output's
+    /// shape. Its dtype is the signature's. After the run, `out`/`inout` hold the results.
+    Tensor(NpyArray),
+    /// A scalar's 64 raw bits.
+    Scalar(u64),
+}
+
+/// A run ready to execute: everything checked, every file read.
+#[derive(Debug)]
+pub struct PreparedRun {
+    /// The callable.
+    pub spec: CallableSpec,
+    /// One value per signature argument, in signature order.
+    pub args: Vec<ArgValue>,
+    /// Argument index and file of every `--output`.
+    pub outputs: Vec<(usize, PathBuf)>,
+    /// Argument index, file and loaded reference of every `--check`.
+    pub checks: Vec<(usize, PathBuf, NpyArray)>,
+    /// Relative tolerance.
+    pub rtol: f64,
+    /// Absolute tolerance.
+    pub atol: f64,
+}
+
+/// What the execution reports.
+#[derive(Debug, Clone, Copy)]
+pub struct RunReport {
+    /// From the call to the return, staging and copy-back included.
+    pub total_time: Duration,
+    /// From the launch of the first kernel to the proof that both finished.
+    pub device_time: Duration,
+}
+
+/// Loads the callable named by `target`: an example directory (or manifest) is built in
+/// memory, a file is read as a bundle.
+///
+/// # Errors
+/// [`RunError::NoTarget`], [`RunError::Build`] or [`RunError::Bundle`].
+pub fn load_callable(target: &Path) -> Result<CallableSpec, RunError> {
+    let is_manifest = target.is_file() && target.extension().is_some_and(|e| e == "toml");
+    if target.is_dir() || is_manifest {
+        let built = build::build(target).map_err(|source| RunError::Build {
+            path: target.to_path_buf(),
+            source: Box::new(source),
+        })?;
+        build::print_diagnostics(&built);
+        let b = built.built;
+        eprintln!(
+            "built `{}` from {} in memory ({} sources)",
+            b.bundle.name,
+            b.manifest.path.display(),
+            b.units.len()
+        );
+        Ok(b.bundle.into_spec())
+    } else if target.is_file() {
+        let bundle = Bundle::read(target).map_err(|source| RunError::Bundle {
+            path: target.to_path_buf(),
+            source,
+        })?;
+        Ok(bundle.into_spec())
+    } else {
+        Err(RunError::NoTarget {
+            path: target.to_path_buf(),
+        })
+    }
+}
+
+/// Executes the prepared run on a fresh [`ChipWorker`](simpler_host::ChipWorker) (default
+/// configuration: the sim device), leaving the results in the `out`/`inout` tensors of
+/// `prepared.args`.
+///
+/// # Errors
+/// [`RunError::Load`] when the callable's code cannot be registered (exit code 2: the bundle
+/// or manifest is at fault, nothing ran), [`RunError::Execute`] for whatever else the worker
+/// reports (bring-up, the run).
+pub fn execute(prepared: &mut PreparedRun) -> Result<RunReport, RunError> {
+    use simpler_host::{ChipWorker, HostArg, HostTensor, WorkerConfig};
+    let callable = prepared.spec.name.clone();
+    let failed = |source: simpler_host::HostError| RunError::Execute {
+        callable: callable.clone(),
+        source: source.into(),
+    };
+    let worker = ChipWorker::new(WorkerConfig::default()).map_err(failed)?;
+    let id = worker
+        .register(&prepared.spec)
+        .map_err(|source| RunError::Load {
+            callable: callable.clone(),
+            source: source.into(),
+        })?;
+    let mut args: Vec<HostArg<'_>> = prepared
+        .args
+        .iter_mut()
+        .map(|a| match a {
+            ArgValue::Tensor(t) => HostArg::Tensor(HostTensor {
+                bytes: &mut t.bytes,
+                shape: t.shape.clone(),
+                dtype: t.dtype,
+            }),
+            ArgValue::Scalar(v) => HostArg::Scalar(*v),
+        })
+        .collect();
+    let report = worker.run(id, &mut args).map_err(failed)?;
+    Ok(RunReport {
+        total_time: report.total_time,
+        device_time: report.device_time,
+    })
+}
+
+/// `simpler run`: prepare, execute, write outputs, check.
+///
+/// # Errors
+/// [`RunError`]; see [`RunError::exit_code`].
+pub fn command(req: &RunRequest) -> Result<(), RunError> {
+    let mut prepared = prepare(req)?;
+    let report = execute(&mut prepared)?;
+    println!(
+        "ran `{}` in {:.3} ms ({:.3} ms on the device)",
+        prepared.spec.name,
+        report.total_time.as_secs_f64() * 1e3,
+        report.device_time.as_secs_f64() * 1e3
+    );
+    if let Some(note) = unused_result_note(&prepared) {
+        println!("{note}");
+    }
+    finish(&prepared)
+}
+
+/// The note printed when the callable has results but the run neither writes nor checks
+/// any of them (the work was done and thrown away).
+pub fn unused_result_note(prepared: &PreparedRun) -> Option<&'static str> {
+    let has_results = prepared
+        .spec
+        .signature
+        .args
+        .iter()
+        .any(|a| a.direction.copies_back());
+    (has_results && prepared.outputs.is_empty() && prepared.checks.is_empty())
+        .then_some("(no --output or --check given: the result was not saved or checked)")
+}
