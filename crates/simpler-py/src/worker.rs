@@ -144,7 +144,7 @@ fn stage(py: Python<'_>, callable: &Registered, args: &Bound<'_, PyAny>) -> PyRe
                     ));
                 }
                 Staged::Device {
-                    ptr: DevicePtr(addr),
+                    ptr: DevicePtr::from_raw(addr),
                     shape,
                 }
             }
@@ -393,14 +393,14 @@ impl NativeWorker {
     fn malloc(&self, py: Python<'_>, size: u64) -> PyResult<u64> {
         let worker = self.live(py)?;
         py.detach(|| worker.malloc(size))
-            .map(|p| p.0)
+            .map(|p| p.addr())
             .map_err(|e| error::host_error(py, e))
     }
 
     /// Frees device memory from `malloc`.
     fn free(&self, py: Python<'_>, addr: u64) -> PyResult<()> {
         let worker = self.live(py)?;
-        py.detach(|| worker.free(DevicePtr(addr)))
+        py.detach(|| worker.free(DevicePtr::from_raw(addr)))
             .map_err(|e| error::host_error(py, e))
     }
 
@@ -409,7 +409,7 @@ impl NativeWorker {
         let worker = self.live(py)?;
         let memory = ArrayMemory::borrow(src, "the source")?;
         let bytes = memory.bytes();
-        py.detach(|| worker.copy_to(DevicePtr(addr), bytes))
+        py.detach(|| worker.copy_to(DevicePtr::from_raw(addr), bytes))
             .map_err(|e| error::host_error(py, e))
     }
 
@@ -425,7 +425,7 @@ impl NativeWorker {
                 "the destination array is read-only",
             ));
         };
-        py.detach(|| worker.copy_from(bytes, DevicePtr(addr)))
+        py.detach(|| worker.copy_from(bytes, DevicePtr::from_raw(addr)))
             .map_err(|e| error::host_error(py, e))
     }
 
