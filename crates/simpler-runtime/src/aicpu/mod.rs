@@ -116,7 +116,7 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
         )
     };
 
-    let part = catch_unwind(AssertUnwindSafe(|| {
+    take_part(ctx, &mem, &shared, orchestrator, || {
         if orchestrator {
             let _ = shared.orch_bell.set(ctx.doorbell.clone());
             if !shared.errors.is_fatal() {
@@ -133,14 +133,26 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
         } else {
             scheduler::run(ctx, &shared, ctx.thread_idx, schedulers);
         }
-    }));
-    if let Err(payload) = part {
-        wind_down(&shared, ctx.thread_idx, orchestrator);
-        count_out(ctx, &mem, &shared, true);
+    });
+    0
+}
+
+/// Runs this thread's part of the run, then counts the thread out. A part that unwinds
+/// winds the run down first, and the unwind goes on (to the device thread, which reports a
+/// panic as the launch's fault).
+fn take_part(
+    ctx: &AicpuContext<'_>,
+    mem: &RunMemory,
+    shared: &RunShared,
+    orchestrator: bool,
+    part: impl FnOnce(),
+) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(part)) {
+        wind_down(shared, ctx.thread_idx, orchestrator);
+        count_out(ctx, mem, shared, true);
         resume_unwind(payload);
     }
-    count_out(ctx, &mem, &shared, false);
-    0
+    count_out(ctx, mem, shared, false);
 }
 
 /// A thread's part unwound: makes the rest of the run end without it.
@@ -197,4 +209,153 @@ fn result_record(shared: &RunShared) -> RunResult {
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    use simpler_device::{CoreRegs, Doorbell, Topology};
+
+    use super::*;
+
+    /// A run's descriptor, state word and result record in host memory.
+    struct Run {
+        desc: Box<RunLaunchDesc>,
+        word: Box<AtomicU64>,
+        result: Box<RunResult>,
+    }
+
+    impl Run {
+        fn new() -> Run {
+            let word = Box::new(AtomicU64::new(0));
+            let mut result = Box::new(RunResult::EMPTY);
+            let desc = Box::new(RunLaunchDesc {
+                epoch: 41,
+                runtime_state_addr: &*word as *const AtomicU64 as u64,
+                result_addr: &mut *result as *mut RunResult as u64,
+                ..RunLaunchDesc::default()
+            });
+            Run { desc, word, result }
+        }
+
+        fn mem(&self) -> RunMemory {
+            let arg = DevicePtr::from_raw(&*self.desc as *const RunLaunchDesc as u64);
+            // SAFETY: the descriptor and the word and record it names live in `self`, which
+            // outlives every use in these tests; its other addresses are 0 and never used.
+            unsafe { RunMemory::from_launch_arg(arg) }.unwrap()
+        }
+
+        fn published(&self) -> u64 {
+            // SAFETY: `result` is a live record; the tests run the threads' ends in order.
+            unsafe { std::ptr::read_volatile(&self.result.published) }
+        }
+    }
+
+    /// What one AICPU thread of a two-thread run sees (thread 1 is the orchestrator).
+    struct Thread {
+        topology: Topology,
+        cores: Vec<CoreRegs>,
+        bell: Arc<Doorbell>,
+    }
+
+    impl Thread {
+        fn new() -> Thread {
+            let topology = Topology {
+                clusters: 1,
+                aicpu_threads: 2,
+            };
+            let cores = (0..topology.core_count())
+                .map(|_| CoreRegs::default())
+                .collect();
+            Thread {
+                topology,
+                cores,
+                bell: Arc::new(Doorbell::new()),
+            }
+        }
+
+        fn ctx(&self, thread_idx: u32) -> AicpuContext<'_> {
+            AicpuContext {
+                thread_idx,
+                thread_num: 2,
+                topology: &self.topology,
+                cores: &self.cores,
+                doorbell: &self.bell,
+            }
+        }
+    }
+
+    fn share(run: &Run) -> Arc<RunShared> {
+        let mem = run.mem();
+        mem.share_state(RunShared::new(mem, 1, [4; RING_COUNT], [16; RING_COUNT]))
+    }
+
+    #[test]
+    fn parts_that_return_publish_the_result_and_release_the_state() {
+        let run = Run::new();
+        let t = Thread::new();
+        let shared = share(&run);
+        take_part(&t.ctx(1), &run.mem(), &shared, true, || {});
+        assert_eq!(run.published(), 0, "only the last thread out publishes");
+        take_part(&t.ctx(0), &run.mem(), &shared, false, || {});
+        assert_eq!(run.published(), 41);
+        assert_eq!(
+            run.word.load(Ordering::Acquire),
+            0,
+            "the state word is released"
+        );
+        assert_eq!(
+            Arc::strong_count(&shared),
+            1,
+            "only this test's reference is left"
+        );
+        assert!(t.cores.iter().all(|c| c.read_dmb() == 0));
+    }
+
+    #[test]
+    fn an_unwinding_part_winds_the_run_down_and_publishes_nothing() {
+        for orchestrator_unwinds in [true, false] {
+            let run = Run::new();
+            let t = Thread::new();
+            let shared = share(&run);
+            let (bad, good) = if orchestrator_unwinds { (1, 0) } else { (0, 1) };
+            let unwound = catch_unwind(AssertUnwindSafe(|| {
+                take_part(
+                    &t.ctx(bad),
+                    &run.mem(),
+                    &shared,
+                    orchestrator_unwinds,
+                    || panic!("runtime bug"),
+                )
+            }));
+            let payload = unwound.expect_err("the unwind goes on to the device");
+            assert_eq!(payload.downcast_ref::<&str>(), Some(&"runtime bug"));
+            // The others see a failed run (and, without an orchestrator, a finished one), so
+            // they end instead of waiting.
+            assert!(shared.errors.is_fatal());
+            assert_eq!(
+                shared.orch_done.load(Ordering::Acquire),
+                orchestrator_unwinds
+            );
+            assert!(
+                t.cores.iter().all(|c| c.read_dmb() == 0),
+                "not the last out"
+            );
+            take_part(
+                &t.ctx(good),
+                &run.mem(),
+                &shared,
+                !orchestrator_unwinds,
+                || {},
+            );
+            // The last thread out released every core and published nothing; the state
+            // stays allocated, as after a reset.
+            assert!(t.cores.iter().all(|c| c.read_dmb() == EXIT_SIGNAL));
+            assert_eq!(run.published(), 0);
+            assert_ne!(run.word.load(Ordering::Acquire), 0);
+            run.mem().drop_state();
+        }
+    }
 }
