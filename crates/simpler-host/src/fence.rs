@@ -820,7 +820,7 @@ mod loom_model {
 
     impl EventOps for Ops {
         fn create(&self) -> Result<EventId, DeviceError> {
-            Ok(EventId(self.next.fetch_add(1, SeqCst)))
+            Ok(EventId::from_raw(self.next.fetch_add(1, SeqCst)))
         }
         fn record(&self, _: EventId, _: StreamId) -> Result<(), DeviceError> {
             Ok(())
@@ -861,7 +861,8 @@ mod loom_model {
             f.arm(&*ops, id).unwrap();
             for r in StreamRole::BOTH {
                 f.note_kernel_submitted(&id, r);
-                f.record(&*ops, &id, r, Some(StreamId(1))).unwrap();
+                f.record(&*ops, &id, r, Some(StreamId::from_raw(1)))
+                    .unwrap();
             }
             let (f1, o1) = (f.clone(), ops.clone());
             let poller = loom::thread::spawn(move || {
