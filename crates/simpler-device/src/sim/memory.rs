@@ -2,8 +2,9 @@
 //! known, so copies, memsets and frees are checked (out of range, double free, foreign
 //! pointer) instead of being undefined behaviour.
 //!
-//! This is the only module of the sim backend with `unsafe` code: raw allocation, release
-//! and byte copies into ranges it has just validated.
+//! This is the only module of the sim backend that touches memory through raw pointers: raw
+//! allocation, release and byte copies into ranges it has just validated. (The sim's only
+//! other `unsafe` is the kernel call in `pool`, whose contract the launch's caller keeps.)
 
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashSet};
