@@ -35,22 +35,18 @@ const SPIN_ITERATIONS: u32 = 64;
 /// - **The owner** calls `prepare_park`, re-checks for work (an acquire load or stronger),
 ///   then `cancel_park` if it found some or `park` if not, and re-checks after `park`
 ///   returns (rung, timed out, or spuriously).
-/// - **Why no wake-up is lost.** Every write to the `sleeping` flag is a read-modify-write
-///   (acquire-release): the owner's `prepare_park` (sets it), `cancel_park` and the end of
-///   `park` (clear it), and a ringer's `ring` (clears it, and raises the signal if it was
-///   set). Each swap reads the one before it in the flag's modification order, so that
-///   order is a chain of synchronizes-with edges: whatever a thread did before its swap
-///   happens before whatever another thread does after a later swap. Take a ringer's swap
-///   and the owner's last `prepare_park` before it parks for good. If the ringer's swap
-///   comes first, its publication happens before the owner's re-check, which sees the work
-///   and does not park. If the owner's comes first, no owner swap lies between them (the
-///   owner clears the flag only by cancelling or by returning from `park`, and this was its
-///   last prepare), so the ringer's swap reads `true` and raises the signal under its lock:
-///   the owner's `park` either finds the token or is notified. Neither case needs
-///   sequential consistency or `park`'s timeout (which only bounds the cost of a bug). A
-///   plain store anywhere in the chain would break it — a later swap reading that store
-///   would not synchronize with the ringer — and the loom model below, which runs the
-///   protocol with untimed waits (a lost wake-up is a deadlock there), finds exactly that.
+/// - **Why no wake-up is lost.** Every write of the `sleeping` flag is a swap
+///   (acquire-release): `prepare_park` sets it; `cancel_park`, the end of `park` and `ring`
+///   clear it. Each swap reads the one before it, so the flag's modification order is a
+///   chain of synchronizes-with edges. Take a ring and the owner's last `prepare_park`
+///   before it parks for good. If the ring's swap comes first in the chain, the ringer's
+///   publication happens before the owner's re-check, which sees the work. If the prepare
+///   comes first, the next swap is a ring (the owner swaps again only once it stops
+///   parking), which reads `true` and raises the signal under its lock: the owner's `park`
+///   finds the token or is notified. No step needs sequential consistency or `park`'s
+///   timeout. A plain store in the chain would break it (a swap that reads a store does not
+///   synchronize with the swaps before it); the loom model below, whose waits are untimed
+///   so that a lost wake-up is a deadlock, finds the wake-up such a store loses.
 /// - A ring that finds no one preparing to park costs one atomic swap. A ring between
 ///   `prepare_park` and `cancel_park` leaves a stale token, so the next `park` returns at
 ///   once: a spurious return, which the owner's re-check absorbs.
