@@ -8,8 +8,11 @@ command -v cc >/dev/null || [ -n "${CC:-}" ] || { echo "error: no C compiler (cc
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
-# The loom models of the lock-free pieces (completion fence tokens, fault-notice ring).
+# The loom models of the lock-free pieces (completion fence tokens, fault-notice ring; the
+# device threads' doorbell).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
     cargo test -p simpler-host --lib --release loom
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}/loom" \
+    cargo test -p simpler-device --lib --release loom
 # The Python package: pip install . into target/py-venv, then pytest python/tests.
 ./scripts/test-python.sh

@@ -1,5 +1,5 @@
-//! Runtime error codes, numbered as upstream so logs read the same (spec `l2-runtime.md`
-//! §2.7). The host reports the negated value as a run's completion code.
+//! Runtime error codes, numbered as upstream so logs read the same (`docs/chip-runtime.md`,
+//! error codes). The host reports the negated value as a run's completion code.
 
 /// Orchestrator: a scope cannot accept another task.
 pub const ORCH_SCOPE_DEADLOCK: i32 = 1;

@@ -1,5 +1,5 @@
 //! The AICore kernel entry contract: `void kernel_entry(int64_t *args)` over a
-//! [`KernelArgs`] array (spec `l2-runtime.md` §2.1, `user-api.md` §1.2).
+//! [`KernelArgs`] array (`docs/chip-runtime.md`).
 //!
 //! Slots `[0, T)` hold pointers to the task's [`ChipTensor`](crate::ChipTensor)s, slots
 //! `[T, T+S)` the scalars as raw 64-bit patterns, slot [`LOCAL_CONTEXT_SLOT`] a pointer to the

@@ -1,6 +1,6 @@
 //! The orchestration contract: the exported entry symbol, the arguments it receives
 //! ([`OrchArgs`]) and the versioned operations table ([`OrchOps`]) through which it submits
-//! tasks and opens scopes (spec `l2-runtime.md` §2.1, `user-api.md` §1.3).
+//! tasks and opens scopes (`docs/chip-runtime.md`).
 //!
 //! The orchestration library has no link-time dependency on the runtime: every call goes
 //! through the table, whose first two fields are its size and version so it can grow.

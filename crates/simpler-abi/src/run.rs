@@ -1,5 +1,5 @@
 //! The run launch descriptor: the one structure the host places in device memory for the
-//! two kernels of a run (spec `l2-runtime.md` §1, "Only `DeviceRuntimeLaunchDesc` crosses
+//! two kernels of a run (`docs/chip-runtime.md`, "Only `DeviceRuntimeLaunchDesc` crosses
 //! to the device").
 
 use crate::assert_layout;

@@ -1,5 +1,5 @@
 //! Tensors as the device sees them: [`DataType`], [`TensorArgType`] and the 128-byte
-//! [`ChipTensor`] view descriptor (spec `l2-runtime.md` §2.1).
+//! [`ChipTensor`] view descriptor (`docs/chip-runtime.md`, tensor map).
 
 use crate::assert_layout;
 
@@ -99,7 +99,7 @@ impl std::fmt::Display for DataType {
     }
 }
 
-/// How a task argument takes part in dependency discovery (spec `l2-runtime.md` §2.1).
+/// How a task argument takes part in dependency discovery (`docs/chip-runtime.md`, tensor map).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TensorArgType {

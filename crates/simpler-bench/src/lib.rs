@@ -1,7 +1,7 @@
 //! # simpler-bench — overhead workloads
 //!
 //! No-op task graphs, built from in-process Rust kernels and orchestrations so that only the
-//! runtime's own cost is measured (issue 3 item 8):
+//! runtime's own cost is measured:
 //!
 //! - **submit cost**: the orchestrator's time per submitted task, measured inside the
 //!   orchestration around its submit loop, for independent no-op tasks;

@@ -1,4 +1,4 @@
-//! Device errors.
+//! Device errors: one typed error per way a device call can fail, naming what was wrong.
 
 use crate::{DevicePtr, EventId, StreamId};
 
@@ -51,13 +51,20 @@ pub enum DeviceError {
     /// A timeout of zero was passed where a bounded wait is required.
     #[error("a zero timeout is not allowed")]
     ZeroTimeout,
-    /// A kernel on the stream ended with a fatal status (sticky).
-    #[error("a kernel on stream {stream:?} failed with device status {status}")]
+    /// A kernel (or another operation) on the stream ended with a fatal status (sticky).
+    #[error(
+        "a kernel on stream {stream:?} failed with device status {status}{}",
+        panic_detail(.panic)
+    )]
     KernelFault {
         /// The stream.
         stream: StreamId,
-        /// The kernel's status.
+        /// The kernel's status ([`sim::KERNEL_PANIC_STATUS`](crate::sim::KERNEL_PANIC_STATUS)
+        /// on the sim for a panic).
         status: i32,
+        /// The panic message, when the fault is a kernel (or host function) that panicked on
+        /// a device thread; `None` for a returned or injected status.
+        panic: Option<String>,
     },
     /// The launch shape is not possible on this device.
     #[error("invalid launch: {0}")]
@@ -73,11 +80,19 @@ pub enum DeviceError {
     ResetUnconfirmed(String),
 }
 
+/// The tail of a [`DeviceError::KernelFault`] message for a panic.
+fn panic_detail(panic: &Option<String>) -> String {
+    match panic {
+        Some(message) => format!(": it panicked: {message}"),
+        None => String::new(),
+    }
+}
+
 impl DeviceError {
     /// Builds an `OutOfRange` error.
     pub(crate) fn out_of_range(ptr: DevicePtr, len: u64, base: u64, size: u64) -> DeviceError {
         DeviceError::OutOfRange {
-            ptr: ptr.0,
+            ptr: ptr.addr(),
             len,
             base,
             size,

@@ -5,7 +5,7 @@ use simpler_abi::CoreType;
 /// Number of clusters and AICPU threads of a (simulated) chip.
 ///
 /// Core ids: `0..clusters` are the AIC cores; `clusters..3*clusters` the AIV cores.
-/// Cluster `c` is cores `{c, clusters + 2c, clusters + 2c + 1}` (spec `l2-runtime.md` §1).
+/// Cluster `c` is cores `{c, clusters + 2c, clusters + 2c + 1}` (`docs/chip-runtime.md`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Topology {
     /// Clusters (1 AIC + 2 AIV each), 1..=24.

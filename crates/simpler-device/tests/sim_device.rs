@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use simpler_device::sim::SimDevice;
 use simpler_device::{
-    AicoreContext, AicpuContext, Device, DeviceError, DevicePtr, EventStatus, Topology,
+    AicoreContext, AicpuContext, Device, DeviceError, DevicePtr, EventId, EventStatus, StreamId,
+    Topology,
 };
 
 const LONG: Duration = Duration::from_secs(20);
@@ -27,15 +28,21 @@ fn aicore_kernel_runs_once_on_every_core() {
     .unwrap();
     let s = dev.create_stream().unwrap();
     let before = CORE_HITS.load(Ordering::SeqCst);
-    dev.launch_aicore(s, count_core, DevicePtr(0)).unwrap();
+    // SAFETY: `count_core` ignores its argument.
+    unsafe { dev.launch_aicore(s, count_core, DevicePtr::NULL) }.unwrap();
     dev.synchronize_stream(s, LONG).unwrap();
     assert_eq!(CORE_HITS.load(Ordering::SeqCst) - before, 9);
 }
 
 /// Writes its thread index + 1 into slot `thread_idx` of the u64 array at `arg`.
-fn stamp_threads(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
-    // SAFETY: the test allocated 8 slots at `arg` and each thread writes its own slot.
-    unsafe { *(arg.0 as *mut u64).add(ctx.thread_idx as usize) = u64::from(ctx.thread_idx) + 1 };
+///
+/// # Safety
+/// `arg` must address a live allocation of at least `thread_num` u64 slots.
+unsafe fn stamp_threads(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
+    let slot = (arg.addr() as *mut u64).wrapping_add(ctx.thread_idx as usize);
+    // SAFETY: the caller's contract: slot `thread_idx` is inside the allocation, and each
+    // thread writes only its own slot.
+    unsafe { *slot = u64::from(ctx.thread_idx) + 1 };
     0
 }
 
@@ -52,7 +59,8 @@ fn aicpu_kernel_runs_on_the_requested_threads() {
     let dev = SimDevice::new(Topology::default()).unwrap();
     let buf = dev.malloc(64).unwrap();
     let s = dev.create_stream().unwrap();
-    dev.launch_aicpu(s, stamp_threads, buf, 3).unwrap();
+    // SAFETY: `buf` holds 8 u64 slots (64 bytes) until the synchronize below.
+    unsafe { dev.launch_aicpu(s, stamp_threads, buf, 3) }.unwrap();
     dev.synchronize_stream(s, LONG).unwrap();
     let mut out = [0u8; 64];
     dev.copy_from_device(&mut out, buf).unwrap();
@@ -62,7 +70,8 @@ fn aicpu_kernel_runs_on_the_requested_threads() {
         .collect();
     assert_eq!(words, vec![1, 2, 3, 0, 0, 0, 0, 0]);
     assert!(matches!(
-        dev.launch_aicpu(s, stamp_threads, buf, 5),
+        // SAFETY: refused before anything runs (the device has 4 threads).
+        unsafe { dev.launch_aicpu(s, stamp_threads, buf, 5) },
         Err(DeviceError::InvalidLaunch(_))
     ));
 }
@@ -72,8 +81,8 @@ fn kernel_fault_is_seen_only_by_stream_synchronize_and_is_sticky() {
     let dev = SimDevice::new(Topology::default()).unwrap();
     let s = dev.create_stream().unwrap();
     let e = dev.create_event().unwrap();
-    dev.launch_aicpu(s, fail_on_thread_1, DevicePtr(0), 2)
-        .unwrap();
+    // SAFETY: `fail_on_thread_1` ignores its argument.
+    unsafe { dev.launch_aicpu(s, fail_on_thread_1, DevicePtr::NULL, 2) }.unwrap();
     dev.record_event(e, s).unwrap();
     dev.synchronize_event(e, LONG).unwrap();
     assert_eq!(dev.query_event(e).unwrap(), EventStatus::Complete);
@@ -83,7 +92,8 @@ fn kernel_fault_is_seen_only_by_stream_synchronize_and_is_sticky() {
             dev.synchronize_stream(s, LONG),
             Err(DeviceError::KernelFault {
                 stream: s,
-                status: -507
+                status: -507,
+                panic: None,
             })
         );
     }
@@ -113,7 +123,8 @@ fn events_rerecord_without_reset_and_order_other_streams() {
     dev.synchronize_event(e, LONG).unwrap();
 
     // Re-record behind a blocked kernel: the event goes back to pending.
-    dev.launch_aicpu(a, wait_for_gate, DevicePtr(0), 2).unwrap();
+    // SAFETY: `wait_for_gate` ignores its argument.
+    unsafe { dev.launch_aicpu(a, wait_for_gate, DevicePtr::NULL, 2) }.unwrap();
     dev.record_event(e, a).unwrap();
     assert_eq!(dev.query_event(e).unwrap(), EventStatus::Pending);
     assert_eq!(
@@ -151,12 +162,66 @@ fn bad_handles_and_zero_timeouts_are_refused() {
     );
     dev.destroy_stream(s).unwrap();
     assert_eq!(dev.query_stream(s), Err(DeviceError::UnknownStream(s)));
-    assert!(dev.copy_to_device_async(s, DevicePtr(16), vec![1]).is_err());
+    assert!(dev
+        .copy_to_device_async(s, DevicePtr::from_raw(16), vec![1])
+        .is_err());
     assert!(SimDevice::new(Topology {
         clusters: 0,
         aicpu_threads: 4
     })
     .is_err());
+}
+
+#[test]
+fn handles_of_another_device_or_forged_ones_are_refused() {
+    let a = SimDevice::new(Topology::default()).unwrap();
+    let b = SimDevice::new(Topology::default()).unwrap();
+    let (sa, ea, pa) = (
+        a.create_stream().unwrap(),
+        a.create_event().unwrap(),
+        a.malloc(64).unwrap(),
+    );
+    let (sb, eb) = (b.create_stream().unwrap(), b.create_event().unwrap());
+    assert_eq!(b.query_stream(sa), Err(DeviceError::UnknownStream(sa)));
+    assert_eq!(
+        b.synchronize_stream(sa, LONG),
+        Err(DeviceError::UnknownStream(sa))
+    );
+    assert_eq!(b.query_event(ea), Err(DeviceError::UnknownEvent(ea)));
+    assert_eq!(b.record_event(ea, sb), Err(DeviceError::UnknownEvent(ea)));
+    assert_eq!(b.record_event(eb, sa), Err(DeviceError::UnknownStream(sa)));
+    assert_eq!(
+        b.stream_wait_event(sb, ea),
+        Err(DeviceError::UnknownEvent(ea))
+    );
+    assert_eq!(b.destroy_stream(sa), Err(DeviceError::UnknownStream(sa)));
+    assert_eq!(b.destroy_event(ea), Err(DeviceError::UnknownEvent(ea)));
+    assert_eq!(
+        b.copy_to_device(pa, &[1]),
+        Err(DeviceError::UnknownPointer(pa.addr()))
+    );
+    assert_eq!(b.free(pa), Err(DeviceError::UnknownPointer(pa.addr())));
+    assert!(matches!(
+        b.copy_to_device_async(sb, pa, vec![1]),
+        Err(DeviceError::UnknownPointer(_))
+    ));
+    // SAFETY: refused before anything runs (the stream is not b's).
+    let launch = unsafe { b.launch_aicore(sa, count_core, DevicePtr::NULL) };
+    assert_eq!(launch, Err(DeviceError::UnknownStream(sa)));
+    // Forged values are refused the same way; a's handles still work on a.
+    let forged = StreamId::from_raw(u32::MAX);
+    assert_eq!(
+        a.query_stream(forged),
+        Err(DeviceError::UnknownStream(forged))
+    );
+    let forged = EventId::from_raw(0);
+    assert_eq!(
+        a.query_event(forged),
+        Err(DeviceError::UnknownEvent(forged))
+    );
+    assert!(a.query_stream(sa).unwrap());
+    assert_eq!(a.query_event(ea).unwrap(), EventStatus::Complete);
+    a.free(pa).unwrap();
 }
 
 fn thread_count() -> usize {
@@ -169,13 +234,17 @@ fn thread_count() -> usize {
 fn launches_reuse_the_device_threads() {
     let dev = SimDevice::new(Topology::default()).unwrap();
     let s = dev.create_stream().unwrap();
-    dev.launch_aicore(s, count_core, DevicePtr(0)).unwrap();
+    // SAFETY: `count_core` ignores its argument.
+    unsafe { dev.launch_aicore(s, count_core, DevicePtr::NULL) }.unwrap();
     dev.synchronize_stream(s, LONG).unwrap();
     let threads = thread_count();
     for _ in 0..50 {
-        dev.launch_aicore(s, count_core, DevicePtr(0)).unwrap();
-        dev.launch_aicpu(s, stamp_threads_noop, DevicePtr(0), 4)
-            .unwrap();
+        // SAFETY: both kernels ignore their argument.
+        unsafe {
+            dev.launch_aicore(s, count_core, DevicePtr::NULL).unwrap();
+            dev.launch_aicpu(s, stamp_threads_noop, DevicePtr::NULL, 4)
+                .unwrap();
+        }
     }
     dev.synchronize_stream(s, LONG).unwrap();
     assert!(thread_count() <= threads, "launches started new threads");

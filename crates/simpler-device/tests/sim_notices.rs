@@ -1,21 +1,23 @@
-//! Fault notices of the sim device (spec `run-lane.md` §5): one exception-callback slot per
-//! process, notices (device, stream, code) raised by kernel faults and delivered promptly,
+//! Fault notices of the sim device (`docs/health.md`, `docs/sim-device.md`): one
+//! exception-callback slot per process, notices (device, stream, code) raised by kernel
+//! faults — a kernel that panics on a device thread among them — and delivered promptly,
 //! late or never; host functions in stream order; the memory fault points.
 //!
 //! The callback slot is process-wide, so everything that installs one runs in this binary's
 //! single test, one row after another.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use simpler_device::sim::{
     fault_callback_installed, raise_foreign_notice, FaultAction, FaultPoint, FaultRule,
-    NoticeDelivery, SimDevice,
+    NoticeDelivery, SimDevice, KERNEL_PANIC_STATUS,
 };
 use simpler_device::{
-    AicpuContext, Device, DeviceError, DevicePtr, FaultCallback, FaultNotice, StreamId, Topology,
+    AicoreContext, AicpuContext, Device, DeviceError, DevicePtr, FaultCallback, FaultNotice,
+    StreamId, Topology,
 };
 
 const LONG: Duration = Duration::from_secs(20);
@@ -155,7 +157,8 @@ fn notice_rows() {
                 ok_kernel
             }
         };
-        dev.launch_aicpu(s, kernel, DevicePtr(0), 2).unwrap();
+        // SAFETY: both kernels ignore their argument.
+        unsafe { dev.launch_aicpu(s, kernel, DevicePtr::NULL, 2) }.unwrap();
         dev.record_event(ev, s).unwrap();
         dev.synchronize_event(ev, LONG).unwrap();
         let want = FaultNotice {
@@ -205,13 +208,13 @@ fn one_slot_per_process() {
     );
     // Installing through b replaces the process's one callback.
     b.set_fault_callback(Some(cb2)).unwrap();
-    a.raise_notice(Some(StreamId(42)), 6, NoticeDelivery::Prompt);
+    a.raise_notice(Some(StreamId::from_raw(42)), 6, NoticeDelivery::Prompt);
     assert_eq!(seen1.lock().len(), 1);
     assert_eq!(
         *seen2.lock(),
         vec![FaultNotice {
             device: a.device_id(),
-            stream: Some(StreamId(42)),
+            stream: Some(StreamId::from_raw(42)),
             code: 6
         }]
     );
@@ -275,10 +278,144 @@ fn memory_fault_points() {
     assert_eq!(dev.live_allocations(), 0);
 }
 
+/// AICPU threads that ran the counting kernel.
+static AICPU_RUNS: AtomicU32 = AtomicU32::new(0);
+/// AICore cores that ran the counting kernel.
+static AICORE_RUNS: AtomicU32 = AtomicU32::new(0);
+
+fn count_aicpu(_: &AicpuContext<'_>, _: DevicePtr) -> i32 {
+    AICPU_RUNS.fetch_add(1, Ordering::SeqCst);
+    0
+}
+
+fn count_aicore(_: &AicoreContext<'_>, _: DevicePtr) {
+    AICORE_RUNS.fetch_add(1, Ordering::SeqCst);
+}
+
+fn panic_on_aicpu_thread_1(ctx: &AicpuContext<'_>, _: DevicePtr) -> i32 {
+    if ctx.thread_idx == 1 {
+        panic!("scheduler invariant broken on thread {}", ctx.thread_idx);
+    }
+    0
+}
+
+fn panic_on_core_2(ctx: &AicoreContext<'_>, _: DevicePtr) {
+    if ctx.core_id == 2 {
+        panic!("core kernel bug");
+    }
+}
+
+/// A kernel (or host function) that panics on a device thread is a kernel fault of its
+/// launch: sticky on the stream with the message, a notice with the panic status naming the
+/// stream before the stream moves on, and the threads serve the next launch.
+fn panics_are_kernel_faults() {
+    let dev = small();
+    let (cb, seen) = collector();
+    dev.set_fault_callback(Some(cb)).unwrap();
+    let cores = dev.topology().core_count();
+    let threads = dev.topology().aicpu_threads;
+    // Each case: launches its panic on a fresh stream, says what the message must name.
+    type Launch = fn(&SimDevice, StreamId);
+    let cases: [(&str, Launch, &[&str]); 3] = [
+        (
+            "AICPU kernel",
+            |dev, s| {
+                // SAFETY: the kernel ignores its argument.
+                unsafe { dev.launch_aicpu(s, panic_on_aicpu_thread_1, DevicePtr::NULL, 2) }.unwrap()
+            },
+            &["AICPU thread 1", "scheduler invariant broken on thread 1"],
+        ),
+        (
+            "AICore kernel",
+            |dev, s| {
+                // SAFETY: the kernel ignores its argument.
+                unsafe { dev.launch_aicore(s, panic_on_core_2, DevicePtr::NULL) }.unwrap()
+            },
+            &["AICore 2", "core kernel bug"],
+        ),
+        (
+            "host function",
+            |dev, s| {
+                dev.launch_host_fn(s, || panic!("host work failed"))
+                    .unwrap()
+            },
+            &["host function", "host work failed"],
+        ),
+    ];
+    for (what, launch, names) in cases {
+        seen.lock().clear();
+        let raised = dev.notice_stats().raised;
+        let s = dev.create_stream().unwrap();
+        let ev = dev.create_event().unwrap();
+        launch(&dev, s);
+        dev.record_event(ev, s).unwrap();
+        dev.synchronize_event(ev, LONG).unwrap();
+        assert_eq!(
+            *seen.lock(),
+            vec![FaultNotice {
+                device: dev.device_id(),
+                stream: Some(s),
+                code: KERNEL_PANIC_STATUS,
+            }],
+            "{what}: the notice is in the callback before the stream's next record"
+        );
+        assert_eq!(dev.notice_stats().raised, raised + 1, "{what}");
+        assert!(dev.query_stream(s).unwrap(), "{what}: the stream drained");
+        for _ in 0..2 {
+            match dev.synchronize_stream(s, LONG) {
+                Err(DeviceError::KernelFault {
+                    stream,
+                    status,
+                    panic: Some(message),
+                }) => {
+                    assert_eq!((stream, status), (s, KERNEL_PANIC_STATUS), "{what}");
+                    for name in names {
+                        assert!(message.contains(name), "{what}: {message:?} names {name:?}");
+                    }
+                    let shown = dev.synchronize_stream(s, LONG).unwrap_err().to_string();
+                    assert!(shown.contains(names[1]), "{what}: {shown}");
+                }
+                other => panic!("{what}: synchronize reported {other:?}"),
+            }
+        }
+        // The stream keeps running later work; its fault stays latched.
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        dev.launch_host_fn(s, move || r.store(true, Ordering::SeqCst))
+            .unwrap();
+        assert!(dev.synchronize_stream(s, LONG).is_err());
+        assert!(
+            ran.load(Ordering::SeqCst),
+            "{what}: the stream thread survived"
+        );
+        // Every device thread serves the next launch, on a fresh stream.
+        let fresh = dev.create_stream().unwrap();
+        let (cpu0, core0) = (
+            AICPU_RUNS.load(Ordering::SeqCst),
+            AICORE_RUNS.load(Ordering::SeqCst),
+        );
+        // SAFETY: both kernels ignore their argument.
+        unsafe {
+            dev.launch_aicpu(fresh, count_aicpu, DevicePtr::NULL, threads)
+                .unwrap();
+            dev.launch_aicore(fresh, count_aicore, DevicePtr::NULL)
+                .unwrap();
+        }
+        dev.synchronize_stream(fresh, LONG).unwrap();
+        assert_eq!(AICPU_RUNS.load(Ordering::SeqCst) - cpu0, threads, "{what}");
+        assert_eq!(AICORE_RUNS.load(Ordering::SeqCst) - core0, cores, "{what}");
+        // A reset clears the latched fault.
+        dev.reset(LONG).unwrap();
+        dev.synchronize_stream(s, LONG).unwrap();
+    }
+    dev.set_fault_callback(None).unwrap();
+}
+
 #[test]
 fn sim_fault_notices() {
     notice_rows();
     one_slot_per_process();
     host_functions_run_in_stream_order();
     memory_fault_points();
+    panics_are_kernel_faults();
 }

@@ -306,11 +306,11 @@ mod tests {
 
     fn order() -> CallerOrder {
         CallerOrder::new(
-            StreamId(99),
+            StreamId::from_raw(99),
             CallerEventIds {
-                start: EventId(1),
-                fork: EventId(2),
-                tail: EventId(3),
+                start: EventId::from_raw(1),
+                fork: EventId::from_raw(2),
+                tail: EventId::from_raw(3),
             },
         )
     }

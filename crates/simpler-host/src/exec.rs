@@ -837,7 +837,7 @@ fn prepare(
                             )))?;
                     }
                     orch_args.tensors[orch_args.tensor_count as usize] =
-                        ChipTensor::contiguous(p.0, shape, *dtype);
+                        ChipTensor::contiguous(p.addr(), shape, *dtype);
                     orch_args.tensor_count += 1;
                 }
                 OwnedArg::Scalar(v) => {
@@ -849,7 +849,7 @@ fn prepare(
                     // In place: the caller owns the buffer and its ordering.
                     staging.push(None);
                     orch_args.tensors[orch_args.tensor_count as usize] =
-                        ChipTensor::contiguous(ptr.0, shape, *dtype);
+                        ChipTensor::contiguous(ptr.addr(), shape, *dtype);
                     orch_args.tensor_count += 1;
                 }
             }
@@ -859,19 +859,19 @@ fn prepare(
             magic: RUN_LAUNCH_MAGIC,
             version: RUN_LAUNCH_VERSION,
             epoch: identity.epoch,
-            result_addr: slot.result.0,
+            result_addr: slot.result.addr(),
             orch_entry: callable.orchestration.addr,
-            orch_args_addr: slot.orch_args.0,
-            func_table_addr: slot.func_table.0,
-            func_core_types_addr: slot.func_types.0,
+            orch_args_addr: slot.orch_args.addr(),
+            func_table_addr: slot.func_table.addr(),
+            func_core_types_addr: slot.func_types.addr(),
             func_count: callable.func_addrs.len() as u32,
             aicpu_thread_num: plan.aicpu_threads,
-            heap_addr: heap.0,
+            heap_addr: heap.addr(),
             heap_size: cfg.heap_size,
             task_window: cfg.task_window,
             scheduler_timeout_ms: cfg.scheduler_timeout.as_millis() as u32,
-            core_mailbox_addr: slot.mailboxes.0,
-            runtime_state_addr: slot.state_word.0,
+            core_mailbox_addr: slot.mailboxes.addr(),
+            runtime_state_addr: slot.state_word.addr(),
             ring_task_window: plan.windows,
             ring_heap: plan.heaps,
             ring_dep_pool: plan.dep_pools,
@@ -1000,7 +1000,9 @@ fn launch(shared: &Arc<Shared>, lane: &mut Lane, id: u64, slot_idx: usize) {
                     join::JoinError::Device(what, e) => HostError::device(what)(e),
                 })?;
             }
-            dev.launch_aicore(res.aicore_stream, kernels.aicore, desc)
+            // SAFETY: `desc` is this run's launch descriptor; the lane keeps it and the slot
+            // regions it names allocated until the run's boundaries are proven (docs/run-lane.md).
+            unsafe { dev.launch_aicore(res.aicore_stream, kernels.aicore, desc) }
                 .map_err(HostError::device("launching the AICore kernel"))?;
             sink.mark_submitted();
             fence.note_kernel_submitted(&identity, StreamRole::Aicore);
@@ -1014,7 +1016,8 @@ fn launch(shared: &Arc<Shared>, lane: &mut Lane, id: u64, slot_idx: usize) {
                 .map_err(fence_err("recording the AICore boundary"))
         },
         |sink| {
-            dev.launch_aicpu(res.aicpu_stream, kernels.aicpu, desc, threads)
+            // SAFETY: as for the AICore kernel above.
+            unsafe { dev.launch_aicpu(res.aicpu_stream, kernels.aicpu, desc, threads) }
                 .map_err(HostError::device("launching the AICPU kernel"))?;
             sink.mark_submitted();
             fence.note_kernel_submitted(&identity, StreamRole::Aicpu);

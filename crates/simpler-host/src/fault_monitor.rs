@@ -161,7 +161,7 @@ impl NoticeRing {
     fn write_fields(&self, cell: &Cell, notice: FaultNotice) {
         cell.device.store(notice.device, Ordering::Relaxed);
         cell.stream.store(
-            notice.stream.map_or(NO_STREAM, |s| u64::from(s.0)),
+            notice.stream.map_or(NO_STREAM, |s| u64::from(s.raw())),
             Ordering::Relaxed,
         );
         cell.code.store(notice.code as u32, Ordering::Relaxed);
@@ -185,7 +185,7 @@ impl NoticeRing {
             }
             return NoticeRead::Notice(FaultNotice {
                 device,
-                stream: (stream != NO_STREAM).then_some(StreamId(stream as u32)),
+                stream: (stream != NO_STREAM).then_some(StreamId::from_raw(stream as u32)),
                 code,
             });
         }
@@ -539,7 +539,7 @@ pub(crate) mod tests {
     pub(crate) fn notice(k: u32) -> FaultNotice {
         FaultNotice {
             device: k,
-            stream: Some(StreamId(k.wrapping_mul(3))),
+            stream: Some(StreamId::from_raw(k.wrapping_mul(3))),
             code: (k as i32).wrapping_mul(7),
         }
     }
@@ -883,7 +883,7 @@ mod loom_model {
     fn notice(k: u32) -> FaultNotice {
         FaultNotice {
             device: k,
-            stream: Some(StreamId(k + 100)),
+            stream: Some(StreamId::from_raw(k + 100)),
             code: k as i32 + 1000,
         }
     }

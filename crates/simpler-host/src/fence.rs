@@ -475,7 +475,7 @@ pub(crate) mod tests {
             }
         }
         pub(crate) fn set(&self, e: EventId, s: EventStatus) {
-            self.status.borrow_mut().insert(e.0, s);
+            self.status.borrow_mut().insert(e.raw(), s);
         }
     }
 
@@ -491,13 +491,15 @@ pub(crate) mod tests {
             let mut n = self.next.borrow_mut();
             *n += 1;
             self.status.borrow_mut().insert(*n, EventStatus::Complete);
-            Ok(EventId(*n))
+            Ok(EventId::from_raw(*n))
         }
         fn record(&self, event: EventId, _: StreamId) -> Result<(), DeviceError> {
             if *self.fail_record.borrow() {
                 return Err(injected("record"));
             }
-            self.log.borrow_mut().push(format!("record {}", event.0));
+            self.log
+                .borrow_mut()
+                .push(format!("record {}", event.raw()));
             self.set(event, EventStatus::Pending);
             Ok(())
         }
@@ -505,14 +507,14 @@ pub(crate) mod tests {
             if *self.fail_query.borrow() {
                 return Err(injected("query"));
             }
-            Ok(self.status.borrow()[&event.0])
+            Ok(self.status.borrow()[&event.raw()])
         }
         fn wait(&self, event: EventId, timeout: Duration) -> Result<(), DeviceError> {
-            self.log.borrow_mut().push(format!("wait {}", event.0));
+            self.log.borrow_mut().push(format!("wait {}", event.raw()));
             if let Some(e) = self.fail_wait.borrow().clone() {
                 return Err(e);
             }
-            match self.status.borrow()[&event.0] {
+            match self.status.borrow()[&event.raw()] {
                 EventStatus::Complete => Ok(()),
                 EventStatus::Pending => Err(DeviceError::Timeout(timeout)),
             }
@@ -521,7 +523,7 @@ pub(crate) mod tests {
             if *self.fail_destroy.borrow() {
                 return Err(injected("destroy"));
             }
-            self.status.borrow_mut().remove(&event.0);
+            self.status.borrow_mut().remove(&event.raw());
             Ok(())
         }
     }
@@ -535,7 +537,7 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) const S: Option<StreamId> = Some(StreamId(7));
+    pub(crate) const S: Option<StreamId> = Some(StreamId::from_raw(7));
 
     /// Arms and launches both kernels with both boundaries recorded.
     pub(crate) fn fenced_run(ops: &FakeOps, f: &RunCompletionFence, id: RunIdentity) {
@@ -582,7 +584,7 @@ pub(crate) mod tests {
         let (core, cpu) = (ev(&f, StreamRole::Aicore), ev(&f, StreamRole::Aicpu));
         ops.log.borrow_mut().clear();
         assert_eq!(f.wait(&ops, &id, T), Err(FenceError::TimedOut(T)));
-        assert_eq!(*ops.log.borrow(), vec![format!("wait {}", cpu.0)]);
+        assert_eq!(*ops.log.borrow(), vec![format!("wait {}", cpu.raw())]);
         // A timeout is not stored: the run is still pending, not failed.
         assert_eq!(f.poll(&ops, &id), Completion::Pending);
         ops.complete_all();
@@ -590,7 +592,10 @@ pub(crate) mod tests {
         f.wait(&ops, &id, T).unwrap();
         assert_eq!(
             *ops.log.borrow(),
-            vec![format!("wait {}", cpu.0), format!("wait {}", core.0)],
+            vec![
+                format!("wait {}", cpu.raw()),
+                format!("wait {}", core.raw())
+            ],
             "AICPU first, then AICore"
         );
         // A device error is stored and kept for the arming.
@@ -815,7 +820,7 @@ mod loom_model {
 
     impl EventOps for Ops {
         fn create(&self) -> Result<EventId, DeviceError> {
-            Ok(EventId(self.next.fetch_add(1, SeqCst)))
+            Ok(EventId::from_raw(self.next.fetch_add(1, SeqCst)))
         }
         fn record(&self, _: EventId, _: StreamId) -> Result<(), DeviceError> {
             Ok(())
@@ -856,7 +861,8 @@ mod loom_model {
             f.arm(&*ops, id).unwrap();
             for r in StreamRole::BOTH {
                 f.note_kernel_submitted(&id, r);
-                f.record(&*ops, &id, r, Some(StreamId(1))).unwrap();
+                f.record(&*ops, &id, r, Some(StreamId::from_raw(1)))
+                    .unwrap();
             }
             let (f1, o1) = (f.clone(), ops.clone());
             let poller = loom::thread::spawn(move || {

@@ -208,7 +208,10 @@ impl DeviceHealth {
     /// Why admission is refused, if it is.
     pub fn refusal(&self) -> Option<String> {
         let (code, stream) = self.first_error?;
-        let stream = stream.map_or_else(|| "no stream".to_string(), |s| format!("stream {}", s.0));
+        let stream = stream.map_or_else(
+            || "no stream".to_string(),
+            |s| format!("stream {}", s.raw()),
+        );
         Some(format!(
             "the device is suspect: a fault notice (code {code}, {stream}) named one of this \
              worker's streams in device generation {}; only a confirmed forced reset restores \
@@ -273,7 +276,7 @@ mod tests {
     fn n(device: u32, stream: Option<u32>, code: i32) -> FaultNotice {
         FaultNotice {
             device,
-            stream: stream.map(StreamId),
+            stream: stream.map(StreamId::from_raw),
             code,
         }
     }
@@ -281,7 +284,7 @@ mod tests {
     fn history(ids: &[Option<u32>]) -> StreamHistory {
         let mut h = StreamHistory::default();
         for id in ids {
-            h.note(id.map(StreamId));
+            h.note(id.map(StreamId::from_raw));
         }
         h
     }
@@ -425,7 +428,7 @@ mod tests {
         ];
         for (name, reads, suspect, code, totals) in rows {
             let mut h = DeviceHealth::default();
-            h.note_stream(Some(StreamId(1)));
+            h.note_stream(Some(StreamId::from_raw(1)));
             for r in reads {
                 h.consume(DEV, r);
             }
@@ -476,7 +479,7 @@ mod tests {
     #[test]
     fn a_confirmed_reset_retires_the_generation_and_keeps_the_counters() {
         let mut h = DeviceHealth::default();
-        h.note_stream(Some(StreamId(1)));
+        h.note_stream(Some(StreamId::from_raw(1)));
         h.note_stream(None);
         h.consume(DEV, NoticeRead::Notice(n(DEV, Some(1), -9)));
         h.consume(DEV, NoticeRead::Lost);
@@ -505,7 +508,7 @@ mod tests {
         let m = FaultMonitor::new();
         let mut c = m.cursor_from_now();
         let mut h = DeviceHealth::default();
-        h.note_stream(Some(StreamId(4)));
+        h.note_stream(Some(StreamId::from_raw(4)));
         m.report(n(DEV + 1, Some(4), -1));
         let seq = m.ring().sequence();
         m.ring().hold_writing(seq + 1);

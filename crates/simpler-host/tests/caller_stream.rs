@@ -316,7 +316,7 @@ fn an_unknown_caller_stream_is_refused_before_admission() {
         id,
         device_args(x, y, 0),
         &CallConfig::default(),
-        StreamId(999_999),
+        StreamId::from_raw(999_999),
     );
     assert!(
         matches!(&r, Err(HostError::InvalidArgument { arg, .. }) if arg == "caller_stream"),

@@ -130,13 +130,13 @@ fn notice_rows() {
                 }
             }
             Source::ForeignStream => {
-                dev.raise_notice(Some(StreamId(9999)), CODE, NoticeDelivery::Prompt)
+                dev.raise_notice(Some(StreamId::from_raw(9999)), CODE, NoticeDelivery::Prompt)
             }
             Source::NoStream => dev.raise_notice(None, CODE, NoticeDelivery::Prompt),
             Source::OtherDevice => raise_foreign_notice(
                 FaultNotice {
                     device: dev.device_id() + 100_000,
-                    stream: Some(StreamId(2)),
+                    stream: Some(StreamId::from_raw(2)),
                     code: CODE,
                 },
                 NoticeDelivery::Prompt,
@@ -286,7 +286,11 @@ fn an_overflowing_history_makes_attribution_undecided() {
         "2 private + 32 caller streams overflow 32"
     );
     assert_eq!(h.history_len, 32);
-    dev.raise_notice(Some(StreamId(77_777)), CODE, NoticeDelivery::Prompt);
+    dev.raise_notice(
+        Some(StreamId::from_raw(77_777)),
+        CODE,
+        NoticeDelivery::Prompt,
+    );
     let s = dev.create_stream().unwrap();
     w.submit_on_stream(id, device_args(x, y, 0), &CallConfig::default(), s)
         .unwrap()

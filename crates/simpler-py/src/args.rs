@@ -227,7 +227,7 @@ pub(crate) fn owned_args(
                 shape: t.shape.clone(),
                 dtype: t.dtype,
             });
-            items.push(Item::Device(DevicePtr(t.address)));
+            items.push(Item::Device(DevicePtr::from_raw(t.address)));
         } else if let Some(v) = scalar_value(py, &name, obj)? {
             offers.push(ArgOffer::Scalar(v));
             items.push(Item::Scalar);

@@ -152,14 +152,14 @@ impl NativeWorker {
     fn malloc(&self, py: Python<'_>, size: u64) -> PyResult<u64> {
         let worker = self.live(py)?;
         py.detach(|| worker.malloc(size))
-            .map(|p| p.0)
+            .map(|p| p.addr())
             .map_err(|e| error::host_error(py, e))
     }
 
     /// Frees device memory from `malloc`.
     fn free(&self, py: Python<'_>, addr: u64) -> PyResult<()> {
         let worker = self.live(py)?;
-        py.detach(|| worker.free(DevicePtr(addr)))
+        py.detach(|| worker.free(DevicePtr::from_raw(addr)))
             .map_err(|e| error::host_error(py, e))
     }
 
@@ -175,7 +175,7 @@ impl NativeWorker {
             ));
         }
         let bytes = memory.bytes();
-        py.detach(|| worker.copy_to(DevicePtr(addr), bytes))
+        py.detach(|| worker.copy_to(DevicePtr::from_raw(addr), bytes))
             .map_err(|e| error::host_error(py, e))
     }
 
@@ -198,7 +198,7 @@ impl NativeWorker {
                 "the destination array is read-only",
             ));
         };
-        py.detach(|| worker.copy_from(bytes, DevicePtr(addr)))
+        py.detach(|| worker.copy_from(bytes, DevicePtr::from_raw(addr)))
             .map_err(|e| error::host_error(py, e))
     }
 

@@ -2,32 +2,32 @@
 //!
 //! Report READY(epoch); then repeatedly wait for a new DMB value, run the dispatched kernel
 //! from the payload buffer selected by the id's parity, and answer ACK then FIN; leave on
-//! [`EXIT_SIGNAL`](crate::handshake::EXIT_SIGNAL).
+//! [`EXIT_SIGNAL`](crate::handshake::EXIT_SIGNAL). Device memory is reached only through
+//! `devmem`; this module's one `unsafe` block hands its caller's promise about `arg` on.
 
-use simpler_abi::{CoreMailbox, KernelEntry};
 use simpler_device::{AicoreContext, DevicePtr};
 
-use crate::devmem;
+use crate::devmem::RunMemory;
 use crate::handshake::{ack, fin, fin_error, fin_skipped, ready, EXITED, EXIT_SIGNAL};
 
 /// The AICore kernel of a run; `arg` is the address of its
-/// [`RunLaunchDesc`](simpler_abi::RunLaunchDesc).
-pub fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
-    let Some(desc) = devmem::launch_desc(arg.0) else {
+/// [`RunLaunchDesc`](simpler_abi::RunLaunchDesc) (null: the core reports EXITED at once).
+///
+/// # Safety
+/// `arg` must meet the launch argument contract of the crate doc until the kernel returns,
+/// and the kernel must be called as [`simpler_device::AicoreKernel`]'s contract says: once
+/// on every AICore of the device, concurrently with the run's
+/// [`aicpu_kernel`](crate::aicpu_kernel), which tells the cores what to run and when to
+/// leave.
+pub unsafe fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
+    // SAFETY: the caller's contract covers `arg`.
+    let Some(mem) = (unsafe { RunMemory::from_launch_arg(arg) }) else {
         ctx.regs.write_cond(EXITED);
         return;
     };
-    let mailbox = devmem::mailbox(desc.core_mailbox_addr, ctx.core_id);
-    // SAFETY: the mailbox array has one entry per core, allocated by the host for the run;
-    // this core is the only writer of its own global context.
-    unsafe {
-        let g = std::ptr::addr_of_mut!((*mailbox).global);
-        (*g).core_id = ctx.core_id;
-        (*g).core_type = ctx.core_type as u32;
-        (*g).sub_block_id = ctx.sub_block_id as i32;
-        (*g).fatal_code = 0;
-    }
-    ctx.regs.write_cond(ready(desc.epoch));
+    let mailbox = mem.mailbox(ctx.core_id);
+    mailbox.init_global(ctx.core_id, ctx.core_type as u32, ctx.sub_block_id as i32);
+    ctx.regs.write_cond(ready(mem.desc().epoch));
     let mut last = 0u64;
     // After a kernel reports a fatal code the core runs nothing more: later dispatches (a
     // pre-loaded pending one) are answered FIN_SKIPPED at once, so the failure cannot be
@@ -46,7 +46,7 @@ pub fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
             continue;
         }
         ctx.regs.write_cond(ack(id));
-        failed = run_dispatch(mailbox, id);
+        failed = mailbox.run_dispatch(id);
         ctx.regs
             .write_cond(if failed { fin_error(id) } else { fin(id) });
     }
@@ -70,18 +70,4 @@ fn wait_next(ctx: &AicoreContext<'_>, last: u64) -> u64 {
         }
     }
     ctx.regs.wait_dmb_change(last)
-}
-
-/// Runs dispatch `id` from its payload buffer; true when the kernel reported a fatal code.
-fn run_dispatch(mailbox: *mut CoreMailbox, id: u32) -> bool {
-    // SAFETY: the scheduler fully wrote payload buffer `id & 1` before publishing `id` in DMB
-    // (release; we read DMB with acquire), and will not touch it until it sees our FIN.
-    // `kernel_addr` was resolved from a registered kernel entry of the running callable.
-    unsafe {
-        let payload = std::ptr::addr_of_mut!((*mailbox).payloads[(id & 1) as usize]);
-        std::ptr::addr_of_mut!((*mailbox).global.fatal_code).write(0);
-        let entry: KernelEntry = std::mem::transmute::<u64, KernelEntry>((*payload).kernel_addr);
-        entry(std::ptr::addr_of_mut!((*payload).args) as *mut i64);
-        std::ptr::addr_of!((*mailbox).global.fatal_code).read_volatile() != 0
-    }
 }

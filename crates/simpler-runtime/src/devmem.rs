@@ -1,85 +1,259 @@
-//! Access to device memory by address. Every raw-pointer dereference of the runtime lives
-//! here, each with its justification; callers receive references or copies.
+//! Access to device memory by address. Every raw-pointer access of the runtime to device
+//! memory lives here, each with its justification: the launch descriptor, the run-state
+//! word, the cores' mailboxes (including the call of the kernel a dispatch payload names),
+//! the function tables, the result record and tensor views. Callers receive references,
+//! copies or typed accessors; no other module of the runtime turns an address into a
+//! pointer.
 //!
-//! The host guarantees (by the launch contract) that every address in a
-//! [`RunLaunchDesc`](simpler_abi::RunLaunchDesc) points to live device memory of the right
-//! type and size for the whole duration of both kernels of the run.
+//! The memory a run's [`RunLaunchDesc`] names is reached only through a [`RunMemory`], which
+//! only the two kernels make, from their launch argument, under the contract their
+//! `# Safety` states (the crate doc's "Launch argument contract"): every address in the
+//! descriptor points to live device memory of the right type and size for the whole
+//! duration of both kernels of the run. Tensor views come from the orchestration instead,
+//! so [`read_view`] and [`write_view`] are `unsafe fn`s whose caller vouches for the view.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use simpler_abi::{CoreMailbox, OrchArgs, RunLaunchDesc, RunResult};
+use simpler_abi::{
+    ChipTensor, CoreMailbox, KernelArgs, KernelEntry, LocalContext, RunLaunchDesc, RunResult,
+    GLOBAL_CONTEXT_SLOT, LOCAL_CONTEXT_SLOT, MAX_TENSOR_DIMS,
+};
+use simpler_device::DevicePtr;
 
-/// Reads the launch descriptor.
-///
-/// Returns `None` for a null address.
-pub(crate) fn launch_desc(addr: u64) -> Option<RunLaunchDesc> {
-    if addr == 0 || !addr.is_multiple_of(std::mem::align_of::<RunLaunchDesc>() as u64) {
-        return None;
+use crate::aicpu::RunShared;
+
+/// The device memory of one run, as its launch descriptor names it.
+#[derive(Clone, Copy)]
+pub(crate) struct RunMemory {
+    desc: RunLaunchDesc,
+}
+
+impl RunMemory {
+    /// Reads the launch descriptor at `arg`; `None` for a null or misaligned address.
+    ///
+    /// # Safety
+    /// `arg` must be null, misaligned, or meet the launch argument contract (crate doc) for
+    /// as long as the returned value or anything obtained from it is used.
+    pub(crate) unsafe fn from_launch_arg(arg: DevicePtr) -> Option<RunMemory> {
+        let addr = arg.addr();
+        if addr == 0 || !addr.is_multiple_of(std::mem::align_of::<RunLaunchDesc>() as u64) {
+            return None;
+        }
+        // SAFETY: a non-null, aligned launch argument points to a `RunLaunchDesc` the host
+        // wrote before launching and keeps alive until both kernels finish (the caller's
+        // contract).
+        let desc = unsafe { std::ptr::read(addr as *const RunLaunchDesc) };
+        Some(RunMemory { desc })
     }
-    // SAFETY: a non-null, aligned launch argument points to a `RunLaunchDesc` the host
-    // wrote before launching and keeps alive until the run is finalized.
-    Some(unsafe { std::ptr::read(addr as *const RunLaunchDesc) })
+
+    /// The descriptor's values.
+    pub(crate) fn desc(&self) -> &RunLaunchDesc {
+        &self.desc
+    }
+
+    /// Mailbox of core `core`, a core id of the device the kernels run on (the mailbox array
+    /// has one entry per core).
+    pub(crate) fn mailbox(&self, core: u32) -> Mailbox {
+        Mailbox {
+            ptr: (self.desc.core_mailbox_addr as *mut CoreMailbox).wrapping_add(core as usize),
+        }
+    }
+
+    /// The run's orchestration arguments, as the pointer the orchestration entry takes (never
+    /// dereferenced by the runtime).
+    pub(crate) fn orch_args(&self) -> *const simpler_abi::OrchArgs {
+        self.desc.orch_args_addr as *const simpler_abi::OrchArgs
+    }
+
+    /// The func id → kernel entry address table, copied out (`func_count` entries).
+    pub(crate) fn func_addrs(&self) -> Vec<u64> {
+        // SAFETY: the host allocated `func_count` u64 entries at `func_table_addr`.
+        unsafe { table(self.desc.func_table_addr, self.desc.func_count as usize) }
+    }
+
+    /// The func id → core type + 1 table, copied out (`func_count` entries).
+    pub(crate) fn func_types(&self) -> Vec<u32> {
+        // SAFETY: the host allocated `func_count` u32 entries at `func_core_types_addr`.
+        unsafe {
+            table(
+                self.desc.func_core_types_addr,
+                self.desc.func_count as usize,
+            )
+        }
+    }
+
+    /// The run-state word shared by the AICPU threads of a run.
+    fn state_word(&self) -> &AtomicU64 {
+        // SAFETY: `runtime_state_addr` is a host-allocated, 8-byte aligned, zeroed word
+        // reserved for the runtime; `AtomicU64` has the layout of `u64`.
+        unsafe { &*(self.desc.runtime_state_addr as *const AtomicU64) }
+    }
+
+    /// Publishes the run's shared state through the state word (release); returns this
+    /// thread's reference to it. The word holds a reference of its own until
+    /// [`drop_state`](RunMemory::drop_state).
+    pub(crate) fn share_state(&self, state: RunShared) -> Arc<RunShared> {
+        let state = Arc::new(state);
+        let p = Arc::into_raw(state.clone());
+        self.state_word().store(p as u64, Ordering::Release);
+        state
+    }
+
+    /// The state published through the state word that passes `accept` (this run's), once
+    /// it is there; calls `wait` between looks. A state a reset left behind (its threads
+    /// unwound without [`drop_state`](RunMemory::drop_state)) stays allocated and is
+    /// passed over.
+    pub(crate) fn find_state(
+        &self,
+        accept: impl Fn(&RunShared) -> bool,
+        mut wait: impl FnMut(),
+    ) -> Arc<RunShared> {
+        loop {
+            let p = self.state_word().load(Ordering::Acquire) as *const RunShared;
+            // SAFETY: a non-zero word points to a `RunShared` published by `share_state`,
+            // whose own reference is released only by `drop_state`, after the word is
+            // swapped to zero and every thread of its run has counted out — which this
+            // thread, if the state is its run's, has not — or never (a reset left it).
+            if !p.is_null() && accept(unsafe { &*p }) {
+                // SAFETY: as above, the word's reference keeps `p` alive while we take ours.
+                unsafe { Arc::increment_strong_count(p) };
+                // SAFETY: `p` came from `Arc::into_raw` and we now own one strong count.
+                return unsafe { Arc::from_raw(p) };
+            }
+            wait();
+        }
+    }
+
+    /// Swaps the state word back to zero and releases its reference (the last thread out
+    /// of a run; each thread's own reference goes with its `Arc`).
+    pub(crate) fn drop_state(&self) {
+        let p = self.state_word().swap(0, Ordering::AcqRel) as *const RunShared;
+        if !p.is_null() {
+            // SAFETY: a non-zero word holds the reference `share_state` leaked into it, and
+            // the swap took it out, so it is released once.
+            drop(unsafe { Arc::from_raw(p) });
+        }
+    }
+
+    /// Writes the run result record: every field first, then the epoch with release ordering.
+    pub(crate) fn publish_result(&self, record: &RunResult) {
+        let p = self.desc.result_addr as *mut RunResult;
+        // SAFETY: `result_addr` is the slot's result region (a `RunResult`), owned by this
+        // run until the host reads it after both kernels complete.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).payload_bytes).write(record.payload_bytes);
+            std::ptr::addr_of_mut!((*p).verdict).write(record.verdict);
+            std::ptr::addr_of_mut!((*p).completion_code).write(record.completion_code);
+            std::ptr::addr_of_mut!((*p).code_source).write(record.code_source);
+            std::ptr::addr_of_mut!((*p).payload).write(record.payload);
+            (*(std::ptr::addr_of!((*p).published) as *const AtomicU64))
+                .store(record.published, Ordering::Release);
+        }
+    }
 }
 
-/// The run-state word shared by the AICPU threads of a run.
-pub(crate) fn state_word<'a>(addr: u64) -> &'a AtomicU64 {
-    // SAFETY: `runtime_state_addr` is a host-allocated, 8-byte aligned, zeroed word reserved
-    // for the runtime; `AtomicU64` has the layout of `u64`.
-    unsafe { &*(addr as *const AtomicU64) }
+/// One core's mailbox: its two dispatch payloads and its global context. The handshake
+/// (`crate::handshake`) decides who may touch which part when: the core writes its global
+/// context; the owning scheduler writes payload `id & 1` only while the core is not using
+/// it, and the core reads it only after the scheduler published `id` in DMB (release, read
+/// with acquire) and until it answers FIN.
+#[derive(Clone, Copy)]
+pub(crate) struct Mailbox {
+    ptr: *mut CoreMailbox,
 }
 
-/// Mailbox of core `core`.
-pub(crate) fn mailbox(base: u64, core: u32) -> *mut CoreMailbox {
-    (base as *mut CoreMailbox).wrapping_add(core as usize)
-}
+impl Mailbox {
+    /// Core side, once per launch: records who the core is and clears its fatal code.
+    pub(crate) fn init_global(&self, core_id: u32, core_type: u32, sub_block_id: i32) {
+        // SAFETY: the mailbox is this core's entry of the run's mailbox array; the core is
+        // the only writer of its global context.
+        unsafe {
+            let g = std::ptr::addr_of_mut!((*self.ptr).global);
+            (*g).core_id = core_id;
+            (*g).core_type = core_type;
+            (*g).sub_block_id = sub_block_id;
+            (*g).fatal_code = 0;
+        }
+    }
 
-/// Reads a copy of core `core`'s fatal code.
-pub(crate) fn mailbox_fatal_code(base: u64, core: u32) -> i32 {
-    // SAFETY: the mailbox array has one entry per core for the whole run; the core wrote
-    // the code before its FIN (release), which the caller observed (acquire).
-    unsafe { std::ptr::addr_of!((*mailbox(base, core)).global.fatal_code).read_volatile() }
-}
+    /// Core side: runs dispatch `id` from payload `id & 1` — clears the fatal code, calls the
+    /// kernel entry the payload names with the payload's argument array — and returns
+    /// whether the kernel reported a fatal code.
+    pub(crate) fn run_dispatch(&self, id: u32) -> bool {
+        let mailbox = self.ptr;
+        // SAFETY: the scheduler fully wrote payload buffer `id & 1` before publishing `id`
+        // in DMB (release; the core read DMB with acquire), and will not touch it until it
+        // sees this core's FIN. `kernel_addr` was resolved from the run's function table,
+        // whose non-zero entries are `KernelEntry` functions (launch argument contract);
+        // the entry takes the payload's own argument array.
+        unsafe {
+            let payload = std::ptr::addr_of_mut!((*mailbox).payloads[(id & 1) as usize]);
+            std::ptr::addr_of_mut!((*mailbox).global.fatal_code).write(0);
+            let entry: KernelEntry =
+                std::mem::transmute::<u64, KernelEntry>((*payload).kernel_addr);
+            entry(std::ptr::addr_of_mut!((*payload).args) as *mut i64);
+            std::ptr::addr_of!((*mailbox).global.fatal_code).read_volatile() != 0
+        }
+    }
 
-/// The orchestration arguments.
-pub(crate) fn orch_args<'a>(addr: u64) -> &'a OrchArgs {
-    // SAFETY: the host wrote the run's `OrchArgs` at this address before the launch and
-    // nothing writes it during the run.
-    unsafe { &*(addr as *const OrchArgs) }
+    /// Scheduler side: a copy of the core's fatal code, read after its FIN_ERROR.
+    pub(crate) fn fatal_code(&self) -> i32 {
+        // SAFETY: the mailbox array has one entry per core for the whole run; the core wrote
+        // the code before its FIN (release), which the caller observed (acquire).
+        unsafe { std::ptr::addr_of!((*self.ptr).global.fatal_code).read_volatile() }
+    }
+
+    /// Scheduler side: fills payload `id & 1` with one subtask — kernel entry `kernel`, task
+    /// `task`, SPMD context `local` and `args` — and points the argument array's context
+    /// slots at the payload's own local context and the core's global context. Only the
+    /// core's owning scheduler calls it, for a buffer the core is not using: the
+    /// scheduler keeps at most one dispatch pending behind the running one, so the buffer's
+    /// previous dispatch has finished.
+    pub(crate) fn write_dispatch(
+        &self,
+        id: u32,
+        kernel: u64,
+        task: u64,
+        local: LocalContext,
+        args: &KernelArgs,
+    ) {
+        let mailbox = self.ptr;
+        // SAFETY: this core's mailbox is written only by its owning scheduler (the caller);
+        // buffer `id & 1` is not in use: the core reads a buffer only after its id is in DMB,
+        // and the dispatch that last used this buffer has finished.
+        unsafe {
+            let p = std::ptr::addr_of_mut!((*mailbox).payloads[(id & 1) as usize]);
+            (*p).kernel_addr = kernel;
+            (*p).task_id = task;
+            (*p).local = local;
+            (*p).args = *args;
+            (*p).args.slots[LOCAL_CONTEXT_SLOT] = std::ptr::addr_of!((*p).local) as u64;
+            (*p).args.slots[GLOBAL_CONTEXT_SLOT] = std::ptr::addr_of!((*mailbox).global) as u64;
+        }
+    }
 }
 
 /// A `[T; count]` table in device memory, copied out.
-pub(crate) fn table<T: Copy>(addr: u64, count: usize) -> Vec<T> {
+///
+/// # Safety
+/// `addr` must be 0 (or `count` 0), or hold `count` initialized entries of `T`.
+unsafe fn table<T: Copy>(addr: u64, count: usize) -> Vec<T> {
     if addr == 0 || count == 0 {
         return Vec::new();
     }
-    // SAFETY: the host allocated `count` entries of `T` at `addr` for this run.
+    // SAFETY: guaranteed by the caller.
     unsafe { std::slice::from_raw_parts(addr as *const T, count).to_vec() }
 }
 
-/// Writes the run result record: every field first, then the epoch with release ordering.
-pub(crate) fn publish_result(addr: u64, record: &RunResult) {
-    let p = addr as *mut RunResult;
-    // SAFETY: `result_addr` is the slot's result region (a `RunResult`), owned by this run
-    // until the host reads it after both kernels complete.
-    unsafe {
-        std::ptr::addr_of_mut!((*p).payload_bytes).write(record.payload_bytes);
-        std::ptr::addr_of_mut!((*p).verdict).write(record.verdict);
-        std::ptr::addr_of_mut!((*p).completion_code).write(record.completion_code);
-        std::ptr::addr_of_mut!((*p).code_source).write(record.code_source);
-        std::ptr::addr_of_mut!((*p).payload).write(record.payload);
-        (*(std::ptr::addr_of!((*p).published) as *const AtomicU64))
-            .store(record.published, std::sync::atomic::Ordering::Release);
-    }
-}
-
 /// Calls `f(byte address, element index)` for every element of a view, row-major.
-fn for_each_element(t: &simpler_abi::ChipTensor, elem: u64, mut f: impl FnMut(u64, usize)) {
-    let nd = (t.ndims as usize).min(simpler_abi::MAX_TENSOR_DIMS);
+fn for_each_element(t: &ChipTensor, elem: u64, mut f: impl FnMut(u64, usize)) {
+    let nd = (t.ndims as usize).min(MAX_TENSOR_DIMS);
     let shape = &t.shapes[..nd];
     if nd == 0 || shape.contains(&0) {
         return;
     }
-    let mut idx = [0u64; simpler_abi::MAX_TENSOR_DIMS];
+    let mut idx = [0u64; MAX_TENSOR_DIMS];
     let mut n = 0usize;
     loop {
         let off = t.start_offset + (0..nd).map(|d| idx[d] * t.strides[d]).sum::<u64>();
@@ -101,24 +275,33 @@ fn for_each_element(t: &simpler_abi::ChipTensor, elem: u64, mut f: impl FnMut(u6
 }
 
 /// Copies a view's elements, packed row-major, into `out` (`out.len()` = numel × elem size).
-pub(crate) fn read_view(t: &simpler_abi::ChipTensor, out: &mut [u8]) {
+///
+/// # Safety
+/// Every element of the view must lie inside its buffer, a live device allocation of this
+/// run that no task writes during the call, and `out` must hold numel × elem bytes.
+pub(crate) unsafe fn read_view(t: &ChipTensor, out: &mut [u8]) {
     let elem = t.data_type().map_or(1, |d| d.size_bytes()) as u64;
     let e = elem as usize;
     for_each_element(t, elem, |addr, n| {
-        // SAFETY: the caller checked that the view lies inside its buffer, a live device
-        // allocation of this run, and that `out` holds numel × elem bytes.
+        // SAFETY: the element lies in live device memory nobody writes now (the caller's
+        // contract).
         let src = unsafe { std::slice::from_raw_parts(addr as *const u8, e) };
         out[n * e..(n + 1) * e].copy_from_slice(src);
     });
 }
 
 /// Writes `data`, packed row-major, into a view's elements.
-pub(crate) fn write_view(t: &simpler_abi::ChipTensor, data: &[u8]) {
+///
+/// # Safety
+/// Every element of the view must lie inside its buffer, a live device allocation of this
+/// run that no task reads or writes during the call, and `data` must hold numel × elem
+/// bytes.
+pub(crate) unsafe fn write_view(t: &ChipTensor, data: &[u8]) {
     let elem = t.data_type().map_or(1, |d| d.size_bytes()) as u64;
     let e = elem as usize;
     for_each_element(t, elem, |addr, n| {
-        // SAFETY: as in `read_view`; no task touches the region (the caller waited for its
-        // readers and writers), so the write does not race.
+        // SAFETY: the element lies in live device memory nobody touches now (the caller's
+        // contract), so the write does not race.
         let dst = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, e) };
         dst.copy_from_slice(&data[n * e..(n + 1) * e]);
     });

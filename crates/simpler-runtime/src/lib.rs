@@ -1,7 +1,7 @@
 //! # simpler-runtime — what runs on the chip
 //!
 //! The `tensormap_and_ringbuffer` runtime as two device kernels, launched by the host for
-//! every run (spec `l2-runtime.md` §1–§3):
+//! every run (`docs/chip-runtime.md`):
 //!
 //! - [`aicore_kernel`] runs on every AICore: it reports ready, then executes the kernels the
 //!   AICPU dispatches to it through its handshake registers until told to exit
@@ -13,7 +13,35 @@
 //!   ([`aicpu`]).
 //!
 //! The runtime sees only `simpler_abi` structures in device memory and the device's
-//! register file; it never sees host types.
+//! register file; it must not know host types, and depends on nothing above
+//! `simpler-device`.
+//!
+//! Its `unsafe` code lives in three places: `devmem` (every access to device memory by
+//! address, and the call of the kernel a dispatch names), `aicpu::ops` (the C boundary of
+//! the orchestration: its entry call and the callbacks it makes) and the task slot's body
+//! cell in `aicpu::task` (written by the orchestrator alone while the slot is free).
+//!
+//! ## Launch argument contract
+//!
+//! Both kernels are `unsafe fn`s: they dereference their argument. Their caller (the host,
+//! through the device's launch, by the launch contract of `docs/run-lane.md`) guarantees
+//! that `arg` is null or the address of an 8-byte aligned
+//! [`RunLaunchDesc`](simpler_abi::RunLaunchDesc) written before the launch, and that from
+//! the launch until both kernels of the run have finished:
+//!
+//! - the descriptor and everything it names stay allocated and are written by nobody but
+//!   the two kernels: the [`RunResult`](simpler_abi::RunResult) at `result_addr`, the
+//!   [`OrchArgs`](simpler_abi::OrchArgs) at `orch_args_addr`, the two function tables of
+//!   `func_count` entries, the heap of `heap_size` bytes at `heap_addr`, one
+//!   [`CoreMailbox`](simpler_abi::CoreMailbox) per AICore of the device at
+//!   `core_mailbox_addr`, and the zeroed 8-byte word at `runtime_state_addr`, which no other
+//!   run in flight shares;
+//! - `orch_entry` is 0 or an [`OrchEntry`](simpler_abi::OrchEntry) that keeps its
+//!   contract, and every non-zero entry of the kernel table is a
+//!   [`KernelEntry`](simpler_abi::KernelEntry) that keeps its contract;
+//! - the tensors the orchestration names lie in device memory of this run;
+//! - both kernels are launched with the same `arg` and run concurrently, the AICore kernel
+//!   on every core of the device and the AICPU kernel on at least 2 AICPU threads.
 
 pub mod aicore;
 pub mod aicpu;

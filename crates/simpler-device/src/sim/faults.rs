@@ -1,5 +1,5 @@
 //! Fault injection for the sim device: every failure the host's run lane must survive
-//! (`design/run-completion-fences.txt`, "Submitted work with no boundary"; issue 4 item 8),
+//! (`docs/run-lane.md`, "Submitted work with no boundary"; `docs/sim-device.md`),
 //! driven by rules of the form "let `skip` calls of kind K through, then fail the next
 //! `times` of them this way".
 //!

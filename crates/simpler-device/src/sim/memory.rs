@@ -2,8 +2,9 @@
 //! known, so copies, memsets and frees are checked (out of range, double free, foreign
 //! pointer) instead of being undefined behaviour.
 //!
-//! This is the only module of the sim backend with `unsafe` code: raw allocation, release
-//! and byte copies into ranges it has just validated.
+//! This is the only module of the sim backend that touches memory through raw pointers: raw
+//! allocation, release and byte copies into ranges it has just validated. (The sim's only
+//! other `unsafe` is the kernel call in `pool`, whose contract the launch's caller keeps.)
 
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashSet};
@@ -59,14 +60,14 @@ impl Memory {
         let mut st = self.state.lock();
         st.freed.remove(&base);
         st.live.insert(base, Allocation { size, raw, layout });
-        Ok(DevicePtr(base))
+        Ok(DevicePtr::from_raw(base))
     }
 
     pub(crate) fn free(&self, ptr: DevicePtr) -> Result<(), DeviceError> {
         let mut st = self.state.lock();
-        match st.live.remove(&ptr.0) {
+        match st.live.remove(&ptr.addr()) {
             Some(a) => {
-                st.freed.insert(ptr.0);
+                st.freed.insert(ptr.addr());
                 drop(st);
                 // SAFETY: `raw` came from `alloc_zeroed` with exactly this layout and is
                 // removed from the live map, so it is released once.
@@ -74,12 +75,15 @@ impl Memory {
                 Ok(())
             }
             None => {
-                if st.freed.contains(&ptr.0) {
-                    return Err(DeviceError::DoubleFree(ptr.0));
+                if st.freed.contains(&ptr.addr()) {
+                    return Err(DeviceError::DoubleFree(ptr.addr()));
                 }
-                match Self::containing(&st, ptr.0) {
-                    Some((base, _)) => Err(DeviceError::NotAllocationBase { ptr: ptr.0, base }),
-                    None => Err(DeviceError::UnknownPointer(ptr.0)),
+                match Self::containing(&st, ptr.addr()) {
+                    Some((base, _)) => Err(DeviceError::NotAllocationBase {
+                        ptr: ptr.addr(),
+                        base,
+                    }),
+                    None => Err(DeviceError::UnknownPointer(ptr.addr())),
                 }
             }
         }
@@ -94,8 +98,8 @@ impl Memory {
     pub(crate) fn check(&self, ptr: DevicePtr, len: u64) -> Result<(), DeviceError> {
         let st = self.state.lock();
         let (base, size) =
-            Self::containing(&st, ptr.0).ok_or(DeviceError::UnknownPointer(ptr.0))?;
-        match ptr.0.checked_add(len) {
+            Self::containing(&st, ptr.addr()).ok_or(DeviceError::UnknownPointer(ptr.addr()))?;
+        match ptr.addr().checked_add(len) {
             Some(end) if end <= base + size => Ok(()),
             _ => Err(DeviceError::out_of_range(ptr, len, base, size)),
         }
@@ -107,7 +111,7 @@ impl Memory {
         // SAFETY: the destination range lies inside a live allocation (checked under the
         // lock, which also keeps it from being freed during the copy); source and
         // destination cannot overlap because the source is a host slice we do not own.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0 as *mut u8, src.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.addr() as *mut u8, src.len()) };
         Ok(())
     }
 
@@ -115,7 +119,9 @@ impl Memory {
         let st = self.state.lock();
         Self::check_locked(&st, src, dst.len() as u64)?;
         // SAFETY: the source range lies inside a live allocation, kept alive by the lock.
-        unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.as_mut_ptr(), dst.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.addr() as *const u8, dst.as_mut_ptr(), dst.len())
+        };
         Ok(())
     }
 
@@ -123,13 +129,14 @@ impl Memory {
         let st = self.state.lock();
         Self::check_locked(&st, dst, len)?;
         // SAFETY: the range lies inside a live allocation, kept alive by the lock.
-        unsafe { std::ptr::write_bytes(dst.0 as *mut u8, value, len as usize) };
+        unsafe { std::ptr::write_bytes(dst.addr() as *mut u8, value, len as usize) };
         Ok(())
     }
 
     fn check_locked(st: &State, ptr: DevicePtr, len: u64) -> Result<(), DeviceError> {
-        let (base, size) = Self::containing(st, ptr.0).ok_or(DeviceError::UnknownPointer(ptr.0))?;
-        match ptr.0.checked_add(len) {
+        let (base, size) =
+            Self::containing(st, ptr.addr()).ok_or(DeviceError::UnknownPointer(ptr.addr()))?;
+        match ptr.addr().checked_add(len) {
             Some(end) if end <= base + size => Ok(()),
             _ => Err(DeviceError::out_of_range(ptr, len, base, size)),
         }
@@ -159,7 +166,7 @@ mod tests {
     fn every_misuse_is_a_typed_error() {
         let m = Memory::default();
         let p = m.alloc(100).unwrap();
-        assert_eq!(p.0 % ALIGN, 0);
+        assert_eq!(p.addr() % ALIGN, 0);
         m.copy_in(p, &[1; 100]).unwrap();
         let mut back = [0u8; 4];
         m.copy_out(&mut back, p.offset(96)).unwrap();
@@ -169,7 +176,7 @@ mod tests {
             Err(DeviceError::OutOfRange { .. })
         ));
         assert!(matches!(
-            m.copy_in(DevicePtr(8), &[0; 1]),
+            m.copy_in(DevicePtr::from_raw(8), &[0; 1]),
             Err(DeviceError::UnknownPointer(8))
         ));
         assert!(matches!(
@@ -178,7 +185,7 @@ mod tests {
         ));
         assert!(matches!(m.alloc(0), Err(DeviceError::InvalidSize(0))));
         m.free(p).unwrap();
-        assert_eq!(m.free(p), Err(DeviceError::DoubleFree(p.0)));
+        assert_eq!(m.free(p), Err(DeviceError::DoubleFree(p.addr())));
         assert!(matches!(
             m.copy_out(&mut back, p),
             Err(DeviceError::UnknownPointer(_))

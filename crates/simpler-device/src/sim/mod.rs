@@ -3,14 +3,20 @@
 //! AICore cores and AICPU threads are persistent host threads started with the device
 //! ([`pool`]), device memory is checked host memory ([`memory`]), and streams and events
 //! are host queues and sequence counters ([`stream`]). Kernels are plain functions; the
-//! launch argument is a device (= host) address.
+//! launch argument is a device (= host) address. `docs/sim-device.md` describes the whole.
 //!
 //! Every failure the host must survive can be injected ([`SimDevice::inject`], see
 //! [`FaultRule`]), and [`Device::reset`] is a forced reset that terminates running kernels.
-//! Kernel faults raise asynchronous fault notices to the process's one exception callback
-//! ([`notices`]); each device has its own logical id ([`Device::device_id`]), unique in the
-//! process. [`SimDevice::launch_host_fn`] runs a host function in stream order, the way a
-//! framework's own work sits on a stream it lends to the runtime.
+//! A kernel that panics on a device thread is a kernel fault of its launch
+//! ([`KERNEL_PANIC_STATUS`], with the message); the thread lives on. Kernel faults raise
+//! asynchronous fault notices to the process's one exception callback ([`notices`]); each
+//! device has its own logical id ([`Device::device_id`]), unique in the process. Stream and
+//! event handles are unique in the process too, so a handle of one sim device is refused by
+//! every other. [`SimDevice::launch_host_fn`] runs a host function in stream order, the way
+//! a framework's own work sits on a stream it lends to the runtime.
+//!
+//! This module must not know about runs or the runtime: it runs whatever kernels it is
+//! given.
 
 mod faults;
 mod memory;
@@ -20,6 +26,7 @@ mod stream;
 
 pub use faults::{FaultAction, FaultPoint, FaultRule, KernelKind, KernelSpan};
 pub use notices::{fault_callback_installed, raise_foreign_notice, NoticeDelivery, NoticeStats};
+pub use pool::KERNEL_PANIC_STATUS;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -40,6 +47,25 @@ use crate::{
 /// Source of the sim devices' logical ids (unique in the process).
 static DEVICE_IDS: AtomicU32 = AtomicU32::new(0);
 
+/// Source of the stream and event handles of every sim device (unique in the process, from
+/// 1), so that no device mistakes another's handle for one of its own.
+static HANDLES: AtomicU32 = AtomicU32::new(1);
+
+/// The next process-unique handle value.
+///
+/// # Errors
+/// [`DeviceError::InvalidLaunch`] once 2^32 − 1 handles have been issued (never reused: a
+/// reused value could name a live stream of another device).
+fn next_handle() -> Result<u32, DeviceError> {
+    HANDLES
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| h.checked_add(1))
+        .map_err(|_| {
+            DeviceError::InvalidLaunch(
+                "the sim has issued every stream and event handle of this process".into(),
+            )
+        })
+}
+
 /// The simulated chip.
 pub struct SimDevice {
     chip: Arc<Chip>,
@@ -47,7 +73,6 @@ pub struct SimDevice {
     pools: Arc<Pools>,
     streams: Mutex<HashMap<u32, Arc<Stream>>>,
     events: Mutex<HashMap<u32, Arc<Event>>>,
-    next_handle: AtomicU32,
     faults: Arc<SimFaults>,
 }
 
@@ -80,7 +105,6 @@ impl SimDevice {
             pools: Arc::new(pools),
             streams: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
-            next_handle: AtomicU32::new(1),
             faults: Arc::new(SimFaults::new(DEVICE_IDS.fetch_add(1, Ordering::Relaxed))),
         })
     }
@@ -199,7 +223,7 @@ impl SimDevice {
     fn stream(&self, id: StreamId) -> Result<Arc<Stream>, DeviceError> {
         self.streams
             .lock()
-            .get(&id.0)
+            .get(&id.raw())
             .cloned()
             .ok_or(DeviceError::UnknownStream(id))
     }
@@ -207,7 +231,7 @@ impl SimDevice {
     fn event(&self, id: EventId) -> Result<Arc<Event>, DeviceError> {
         self.events
             .lock()
-            .get(&id.0)
+            .get(&id.raw())
             .cloned()
             .ok_or(DeviceError::UnknownEvent(id))
     }
@@ -252,14 +276,14 @@ impl Device for SimDevice {
     }
 
     fn create_stream(&self) -> Result<StreamId, DeviceError> {
-        let id = StreamId(self.next_handle.fetch_add(1, Ordering::Relaxed));
+        let id = StreamId::from_raw(next_handle()?);
         let s = Stream::start(
             id,
             self.pools.clone(),
             self.memory.clone(),
             self.faults.clone(),
         )?;
-        self.streams.lock().insert(id.0, Arc::new(s));
+        self.streams.lock().insert(id.raw(), Arc::new(s));
         Ok(id)
     }
 
@@ -267,7 +291,7 @@ impl Device for SimDevice {
         let s = self
             .streams
             .lock()
-            .remove(&stream.0)
+            .remove(&stream.raw())
             .ok_or(DeviceError::UnknownStream(stream))?;
         drop(s);
         Ok(())
@@ -286,7 +310,7 @@ impl Device for SimDevice {
         })
     }
 
-    fn launch_aicore(
+    unsafe fn launch_aicore(
         &self,
         stream: StreamId,
         kernel: AicoreKernel,
@@ -298,7 +322,7 @@ impl Device for SimDevice {
         })
     }
 
-    fn launch_aicpu(
+    unsafe fn launch_aicpu(
         &self,
         stream: StreamId,
         kernel: AicpuKernel,
@@ -338,15 +362,17 @@ impl Device for SimDevice {
 
     fn create_event(&self) -> Result<EventId, DeviceError> {
         self.gate(FaultPoint::CreateEvent, None)?;
-        let id = EventId(self.next_handle.fetch_add(1, Ordering::Relaxed));
-        self.events.lock().insert(id.0, Arc::new(Event::default()));
+        let id = EventId::from_raw(next_handle()?);
+        self.events
+            .lock()
+            .insert(id.raw(), Arc::new(Event::default()));
         Ok(id)
     }
 
     fn destroy_event(&self, event: EventId) -> Result<(), DeviceError> {
         self.events
             .lock()
-            .remove(&event.0)
+            .remove(&event.raw())
             .map(drop)
             .ok_or(DeviceError::UnknownEvent(event))
     }

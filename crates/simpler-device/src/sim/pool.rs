@@ -2,11 +2,17 @@
 //! device and reused by every kernel launch (never once per run). An idle thread blocks on its
 //! job channel; nothing spins while there is no work.
 //!
-//! A forced reset terminates the kernels that are running: it raises the chip's kill switch
-//! and wakes every device thread; a thread waiting on its doorbell or register unwinds out of
-//! its kernel, which this module catches (the kernel then counts as ended, with
-//! [`KILLED_STATUS`] for an AICPU kernel).
+//! Every kernel call runs inside `catch_unwind`, so a device thread outlives whatever its
+//! kernel does (`docs/sim-device.md`):
+//! - a forced reset terminates the kernels that are running: it raises the chip's kill
+//!   switch and wakes every device thread; a thread waiting on its doorbell or register
+//!   unwinds out of its kernel with [`Killed`] (the kernel then counts as ended, with
+//!   [`KILLED_STATUS`] for an AICPU kernel);
+//! - any other panic ends that thread's part of the launch: the launch reports the first
+//!   panic's message ([`KernelEnd::panic`]), which its stream turns into a kernel fault, and
+//!   the thread takes the next job as usual (never a silently dead core).
 
+use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -14,6 +20,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_utils::sync::WaitGroup;
+use parking_lot::Mutex;
 
 use crate::regs::{KillSwitch, Killed};
 use crate::{
@@ -22,6 +29,11 @@ use crate::{
 
 /// Status of an AICPU kernel terminated by a reset.
 pub(crate) const KILLED_STATUS: i32 = -0x5e5e7;
+
+/// Device status of a launch in which a kernel (or a host function on the stream's thread)
+/// panicked: the `status` of its [`DeviceError::KernelFault`](crate::DeviceError::KernelFault)
+/// (whose `panic` holds the message) and the code of its fault notice.
+pub const KERNEL_PANIC_STATUS: i32 = -0x5e5e8;
 
 /// State shared by the device and its threads.
 pub(crate) struct Chip {
@@ -60,12 +72,72 @@ impl Chip {
     }
 }
 
-/// Runs a kernel body; a body terminated by a reset returns `None`, any other panic goes on.
-fn run_killable<R>(body: impl FnOnce() -> R) -> Option<R> {
+/// How one device thread's kernel call ended.
+enum Ending<R> {
+    /// The kernel returned.
+    Returned(R),
+    /// A reset terminated it.
+    Killed,
+    /// It panicked, with this message.
+    Panicked(String),
+}
+
+/// Runs a kernel body, catching every unwind out of it.
+fn run_caught<R>(body: impl FnOnce() -> R) -> Ending<R> {
     match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(r) => Some(r),
-        Err(payload) if payload.is::<Killed>() => None,
-        Err(payload) => std::panic::resume_unwind(payload),
+        Ok(r) => Ending::Returned(r),
+        Err(payload) if payload.is::<Killed>() => Ending::Killed,
+        Err(payload) => Ending::Panicked(panic_message(&*payload)),
+    }
+}
+
+/// The text of a panic payload (`panic!` with a message carries a `&str` or a `String`).
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// How a whole launch ended, as its threads report it.
+#[derive(Default)]
+pub(crate) struct KernelEnd {
+    /// The first non-zero status a thread returned (AICPU), or 0.
+    pub(crate) status: i32,
+    /// The first panic of a thread, prefixed with the thread (`"AICore 3: ..."`).
+    pub(crate) panic: Option<String>,
+}
+
+/// What the threads of one launch share: the first non-zero status and the first panic.
+#[derive(Default)]
+struct LaunchEnd {
+    status: AtomicI32,
+    panic: Mutex<Option<String>>,
+}
+
+impl LaunchEnd {
+    fn note_status(&self, rc: i32) {
+        if rc != 0 {
+            let _ = self
+                .status
+                .compare_exchange(0, rc, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    fn note_panic(&self, thread: impl FnOnce() -> String, message: String) {
+        self.panic
+            .lock()
+            .get_or_insert_with(|| format!("{}: {message}", thread()));
+    }
+
+    fn finish(&self) -> KernelEnd {
+        KernelEnd {
+            status: self.status.load(Ordering::Acquire),
+            panic: self.panic.lock().take(),
+        }
     }
 }
 
@@ -73,13 +145,14 @@ enum Job {
     Aicore {
         kernel: AicoreKernel,
         arg: DevicePtr,
+        end: Arc<LaunchEnd>,
         done: WaitGroup,
     },
     Aicpu {
         kernel: AicpuKernel,
         arg: DevicePtr,
         threads: u32,
-        status: Arc<AtomicI32>,
+        end: Arc<LaunchEnd>,
         done: WaitGroup,
     },
 }
@@ -108,7 +181,13 @@ impl Pools {
                 .spawn(move || {
                     let t = &chip.topology;
                     while let Ok(job) = rx.recv() {
-                        if let Job::Aicore { kernel, arg, done } = job {
+                        if let Job::Aicore {
+                            kernel,
+                            arg,
+                            end,
+                            done,
+                        } = job
+                        {
                             let ctx = AicoreContext {
                                 core_id: core,
                                 core_type: t.core_type(core),
@@ -116,7 +195,15 @@ impl Pools {
                                 sub_block_id: t.sub_block_of(core),
                                 regs: &chip.cores[core as usize],
                             };
-                            let _ = run_killable(|| kernel(&ctx, arg));
+                            // SAFETY: this job executes one `launch_aicore` call, whose caller
+                            // vouched for `arg` until the kernel finishes (its `# Safety`);
+                            // `arg` is passed unchanged, `run_aicore` sent the job to every
+                            // core at once, `ctx` is this core's, and the device frees no
+                            // memory by itself.
+                            let ending = run_caught(|| unsafe { kernel(&ctx, arg) });
+                            if let Ending::Panicked(message) = ending {
+                                end.note_panic(|| format!("AICore {core}"), message);
+                            }
                             drop(done);
                         }
                     }
@@ -136,7 +223,7 @@ impl Pools {
                             kernel,
                             arg,
                             threads,
-                            status,
+                            end,
                             done,
                         } = job
                         {
@@ -147,14 +234,17 @@ impl Pools {
                                 cores: &chip.cores,
                                 doorbell: &bell,
                             };
-                            let rc = run_killable(|| kernel(&ctx, arg)).unwrap_or(KILLED_STATUS);
-                            if rc != 0 {
-                                let _ = status.compare_exchange(
-                                    0,
-                                    rc,
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                );
+                            // SAFETY: this job executes one `launch_aicpu` call, whose caller
+                            // vouched for `arg` until the kernel finishes (its `# Safety`);
+                            // `arg` is passed unchanged, `run_aicpu` sent the job to threads
+                            // `0..threads` at once, `ctx` is this thread's, and the device
+                            // frees no memory by itself.
+                            match run_caught(|| unsafe { kernel(&ctx, arg) }) {
+                                Ending::Returned(rc) => end.note_status(rc),
+                                Ending::Killed => end.note_status(KILLED_STATUS),
+                                Ending::Panicked(message) => {
+                                    end.note_panic(|| format!("AICPU thread {idx}"), message);
+                                }
                             }
                             drop(done);
                         }
@@ -166,38 +256,42 @@ impl Pools {
         Ok(pools)
     }
 
-    /// Runs the AICore kernel on every core and returns when all have returned.
-    pub(crate) fn run_aicore(&self, kernel: AicoreKernel, arg: DevicePtr) {
+    /// Runs the AICore kernel on every core and returns when all have returned, with the
+    /// first panic of a core, if any (the status is always 0).
+    pub(crate) fn run_aicore(&self, kernel: AicoreKernel, arg: DevicePtr) -> KernelEnd {
         for regs in self.chip.cores.iter() {
             regs.reset();
         }
+        let end = Arc::new(LaunchEnd::default());
         let done = WaitGroup::new();
         for tx in &self.aicore {
             let _ = tx.send(Job::Aicore {
                 kernel,
                 arg,
+                end: end.clone(),
                 done: done.clone(),
             });
         }
         done.wait();
+        end.finish()
     }
 
     /// Runs the AICPU kernel on the first `threads` AICPU threads; returns the first non-zero
-    /// status any of them returned, or 0.
-    pub(crate) fn run_aicpu(&self, kernel: AicpuKernel, arg: DevicePtr, threads: u32) -> i32 {
-        let status = Arc::new(AtomicI32::new(0));
+    /// status any of them returned (0 if none) and the first panic, if any.
+    pub(crate) fn run_aicpu(&self, kernel: AicpuKernel, arg: DevicePtr, threads: u32) -> KernelEnd {
+        let end = Arc::new(LaunchEnd::default());
         let done = WaitGroup::new();
         for tx in self.aicpu.iter().take(threads as usize) {
             let _ = tx.send(Job::Aicpu {
                 kernel,
                 arg,
                 threads,
-                status: status.clone(),
+                end: end.clone(),
                 done: done.clone(),
             });
         }
         done.wait();
-        status.load(Ordering::Acquire)
+        end.finish()
     }
 }
 

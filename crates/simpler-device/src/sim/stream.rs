@@ -1,15 +1,18 @@
 //! Sim streams and events. A stream is an in-order queue served by its own worker thread
 //! (started with the stream, parked on a condvar while the queue is empty). A kernel that
-//! ends with a fatal status latches it on the stream and raises a fault notice before the
-//! stream moves on; a host function ([`Op::HostFn`]) runs on the stream's thread in order. An event is a
-//! pair of sequence numbers: how many records were requested and how far the streams have
-//! reached; re-recording bumps the first, so no reset is ever needed.
+//! ends with a fatal status — returned, injected, or a panic on a device thread — latches it
+//! on the stream and raises a fault notice before the stream moves on; a host function
+//! ([`Op::HostFn`]) runs on the stream's thread in order, and one that panics is a fault of
+//! the stream the same way (the stream thread survives it). An event is a pair of sequence
+//! numbers: how many records were requested and how far the streams have reached;
+//! re-recording bumps the first, so no reset is ever needed.
 //!
 //! A forced device reset ([`Stream::abort_queued`], [`Event::force_complete`]) drops every
 //! queued operation, completes every event and, once the running operation has ended,
 //! clears the stream's sticky fault ([`Stream::finish_reset`]).
 
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -18,7 +21,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::faults::{FaultAction, FaultPoint, KernelKind, KernelSpan, SimFaults};
 use super::memory::Memory;
-use super::pool::Pools;
+use super::pool::{panic_message, KernelEnd, Pools, KERNEL_PANIC_STATUS};
 use crate::{AicoreKernel, AicpuKernel, DeviceError, DevicePtr, EventStatus, StreamId};
 
 /// Shared state of one event.
@@ -117,13 +120,30 @@ pub(crate) enum Op {
     HostFn(Box<dyn FnOnce() + Send>),
 }
 
+/// A fatal status latched on a stream.
+#[derive(Clone)]
+struct Fault {
+    status: i32,
+    /// The panic message, when the operation panicked.
+    panic: Option<String>,
+}
+
+impl Fault {
+    fn status(status: i32) -> Fault {
+        Fault {
+            status,
+            panic: None,
+        }
+    }
+}
+
 #[derive(Default)]
 struct StreamState {
     queue: VecDeque<Op>,
     /// Operations enqueued and not yet finished (queued + running).
     outstanding: u64,
     /// First fatal status of a kernel on this stream (sticky).
-    fault: Option<i32>,
+    fault: Option<Fault>,
     /// Set when the stream is being destroyed.
     closing: bool,
     /// Set while a device reset is ending the stream's work.
@@ -157,7 +177,7 @@ impl Stream {
         });
         let s = shared.clone();
         let worker = std::thread::Builder::new()
-            .name(format!("sim-stream-{}", id.0))
+            .name(format!("sim-stream-{}", id.raw()))
             .spawn(move || serve(id, &s, &pools, &memory, &faults))
             .map_err(|e| {
                 DeviceError::InvalidLaunch(format!("cannot start a stream thread: {e}"))
@@ -192,10 +212,11 @@ impl Stream {
                 return Err(DeviceError::Timeout(timeout));
             }
         }
-        match st.fault {
-            Some(status) => Err(DeviceError::KernelFault {
+        match &st.fault {
+            Some(f) => Err(DeviceError::KernelFault {
                 stream: self.id,
-                status,
+                status: f.status,
+                panic: f.panic.clone(),
             }),
             None => Ok(()),
         }
@@ -245,6 +266,7 @@ impl Drop for Stream {
 }
 
 /// What an injected rule does to a kernel reaching the head of its stream.
+#[derive(Clone, Copy)]
 enum KernelFate {
     /// Runs normally.
     Normal,
@@ -267,17 +289,60 @@ fn kernel_fate(faults: &SimFaults, point: FaultPoint) -> KernelFate {
 }
 
 /// A kernel ended with a fatal status: the device raises a notice naming the stream (unless a
-/// reset is terminating the kernel), before the stream moves on. Returns the status.
-fn kernel_fault_notice(
+/// reset is terminating the kernel), before the stream moves on. Returns the fault to latch.
+fn kernel_fault_notice(id: StreamId, shared: &Shared, faults: &SimFaults, fault: Fault) -> Fault {
+    if !shared.state.lock().aborting {
+        faults.raise_notice(Some(id), fault.status);
+    }
+    fault
+}
+
+/// Runs one kernel launch as its injected fate says and returns the fault it leaves, if any.
+/// `run` executes the kernel's body on the device threads. A panic of the body is the
+/// launch's fault whatever the fate (it is the more telling one), with a notice.
+fn run_kernel(
     id: StreamId,
     shared: &Shared,
     faults: &SimFaults,
-    status: i32,
-) -> Option<i32> {
-    if !shared.state.lock().aborting {
-        faults.raise_notice(Some(id), status);
+    fate: KernelFate,
+    run: impl FnOnce() -> KernelEnd,
+) -> Option<Fault> {
+    let end = match fate {
+        KernelFate::Fatal(_, false) => KernelEnd::default(),
+        _ => run(),
+    };
+    match fate {
+        KernelFate::Slow(d) => std::thread::sleep(d),
+        KernelFate::Notice(code) => faults.raise_notice(Some(id), code),
+        KernelFate::Normal | KernelFate::Fatal(..) => {}
     }
-    Some(status)
+    if let Some(message) = end.panic {
+        let fault = Fault {
+            status: KERNEL_PANIC_STATUS,
+            panic: Some(message),
+        };
+        return Some(kernel_fault_notice(id, shared, faults, fault));
+    }
+    match fate {
+        KernelFate::Normal if end.status != 0 => Some(kernel_fault_notice(
+            id,
+            shared,
+            faults,
+            Fault::status(end.status),
+        )),
+        KernelFate::Normal => None,
+        // A rule that slows the kernel or raises its own notice leaves a returned status
+        // latched without a notice of its own.
+        KernelFate::Slow(_) | KernelFate::Notice(_) => {
+            (end.status != 0).then(|| Fault::status(end.status))
+        }
+        KernelFate::Fatal(status, _) => Some(kernel_fault_notice(
+            id,
+            shared,
+            faults,
+            Fault::status(status),
+        )),
+    }
 }
 
 fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: &SimFaults) {
@@ -300,55 +365,21 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
             _ => None,
         };
         let fault = match op {
-            Op::Copy { dst, bytes } => memory.copy_in(dst, &bytes).err().map(|_| -1),
-            Op::Aicore { kernel, arg } => match kernel_fate(faults, FaultPoint::AicoreKernel) {
-                KernelFate::Normal => {
-                    pools.run_aicore(kernel, arg);
-                    None
-                }
-                KernelFate::Slow(d) => {
-                    pools.run_aicore(kernel, arg);
-                    std::thread::sleep(d);
-                    None
-                }
-                KernelFate::Notice(code) => {
-                    pools.run_aicore(kernel, arg);
-                    faults.raise_notice(Some(id), code);
-                    None
-                }
-                KernelFate::Fatal(status, run) => {
-                    if run {
-                        pools.run_aicore(kernel, arg);
-                    }
-                    kernel_fault_notice(id, shared, faults, status)
-                }
-            },
+            Op::Copy { dst, bytes } => memory.copy_in(dst, &bytes).err().map(|_| Fault::status(-1)),
+            Op::Aicore { kernel, arg } => {
+                let fate = kernel_fate(faults, FaultPoint::AicoreKernel);
+                run_kernel(id, shared, faults, fate, || pools.run_aicore(kernel, arg))
+            }
             Op::Aicpu {
                 kernel,
                 arg,
                 threads,
-            } => match kernel_fate(faults, FaultPoint::AicpuKernel) {
-                KernelFate::Normal => match pools.run_aicpu(kernel, arg, threads) {
-                    0 => None,
-                    rc => kernel_fault_notice(id, shared, faults, rc),
-                },
-                KernelFate::Slow(d) => {
-                    let rc = pools.run_aicpu(kernel, arg, threads);
-                    std::thread::sleep(d);
-                    Some(rc).filter(|&rc| rc != 0)
-                }
-                KernelFate::Notice(code) => {
-                    let rc = pools.run_aicpu(kernel, arg, threads);
-                    faults.raise_notice(Some(id), code);
-                    Some(rc).filter(|&rc| rc != 0)
-                }
-                KernelFate::Fatal(status, run) => {
-                    if run {
-                        pools.run_aicpu(kernel, arg, threads);
-                    }
-                    kernel_fault_notice(id, shared, faults, status)
-                }
-            },
+            } => {
+                let fate = kernel_fate(faults, FaultPoint::AicpuKernel);
+                run_kernel(id, shared, faults, fate, || {
+                    pools.run_aicpu(kernel, arg, threads)
+                })
+            }
             Op::Record { event, seq } => {
                 // Retire the record and reach the event under the stream's lock: whoever
                 // sees one sees the other (lock order: stream, then event).
@@ -371,10 +402,16 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
                 }
                 None
             }
-            Op::HostFn(f) => {
-                f();
-                None
-            }
+            Op::HostFn(f) => match catch_unwind(AssertUnwindSafe(f)) {
+                Ok(()) => None,
+                Err(payload) => {
+                    let fault = Fault {
+                        status: KERNEL_PANIC_STATUS,
+                        panic: Some(format!("host function: {}", panic_message(&*payload))),
+                    };
+                    Some(kernel_fault_notice(id, shared, faults, fault))
+                }
+            },
         };
         if let Some((kind, arg, start)) = kernel {
             faults.record_span(KernelSpan {
@@ -386,8 +423,8 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
             });
         }
         let mut st = shared.state.lock();
-        if let Some(status) = fault {
-            st.fault.get_or_insert(status);
+        if let Some(fault) = fault {
+            st.fault.get_or_insert(fault);
         }
         st.outstanding -= 1;
         if st.outstanding == 0 {

@@ -1,7 +1,15 @@
 //! The AICPU kernel: splits the launched threads into one orchestrator (the top index) and
 //! schedulers (the rest), shares the run's state among them through the descriptor's state
-//! word, and has the last thread out publish the result record and free the state.
+//! word, and has the last thread out publish the result record and release the state.
+//!
+//! A thread whose part unwinds (a runtime panic, or a device reset ending the kernel) winds
+//! the run down on its way out — it latches a fatal error, stands in for a missing
+//! orchestrator's "done" and rings the others — so the other threads finish instead of
+//! waiting for it; the last thread out then releases every core (the AICore kernel ends)
+//! and publishes nothing, and the unwind goes on to the device, which reports it as the
+//! launch's fault.
 
+mod ops;
 mod orchestrator;
 mod ring;
 mod scheduler;
@@ -10,43 +18,52 @@ mod submit;
 mod task;
 pub mod tensormap;
 
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use simpler_abi::{
-    CodeSource, RunResult, RunVerdict, ORCH_INVALID_ARGS, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION,
-    RUN_RESULT_PAYLOAD_BYTES,
+    CodeSource, RunLaunchDesc, RunResult, RunVerdict, ORCH_EXPLICIT_FATAL, ORCH_INVALID_ARGS,
+    RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION, RUN_RESULT_PAYLOAD_BYTES, SCHED_KERNEL_FATAL,
 };
 use simpler_device::{AicpuContext, DevicePtr};
 
 pub use self::ring::RING_COUNT;
-use self::state::RunShared;
+pub(crate) use self::state::RunShared;
 pub use self::state::{
     DEFAULT_DEP_POOL, DEFAULT_SCHEDULER_TIMEOUT_MS, DEFAULT_TENSOR_WAIT_TIMEOUT_MS,
 };
 pub use self::task::TaskId;
-use crate::devmem;
+use crate::devmem::RunMemory;
 use crate::handshake::EXIT_SIGNAL;
 
 /// Device status returned when the launch descriptor is unusable.
 pub const STATUS_BAD_DESCRIPTOR: i32 = -1;
 
+/// Whether a descriptor can be run by `thread_num` AICPU threads.
+fn usable(d: &RunLaunchDesc, thread_num: u32) -> bool {
+    d.magic == RUN_LAUNCH_MAGIC
+        && d.version == RUN_LAUNCH_VERSION
+        && d.epoch != 0
+        && d.runtime_state_addr != 0
+        && d.core_mailbox_addr != 0
+        && d.result_addr != 0
+        && thread_num >= 2
+}
+
 /// The AICPU kernel of a run; `arg` is the address of its
 /// [`RunLaunchDesc`](simpler_abi::RunLaunchDesc). Returns 0, or a non-zero device status
 /// when the descriptor is unusable (nothing is published then).
-pub fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
-    let desc = match devmem::launch_desc(arg.0) {
-        Some(d)
-            if d.magic == RUN_LAUNCH_MAGIC
-                && d.version == RUN_LAUNCH_VERSION
-                && d.epoch != 0
-                && d.runtime_state_addr != 0
-                && d.core_mailbox_addr != 0
-                && d.result_addr != 0
-                && ctx.thread_num >= 2 =>
-        {
-            d
-        }
+///
+/// # Safety
+/// `arg` must be null or meet the launch argument contract of the crate doc until the
+/// kernel returns, and the kernel must be called as [`simpler_device::AicpuKernel`]'s
+/// contract says: once on each of the `thread_num` (≥ 2) AICPU threads, concurrently with
+/// the run's [`aicore_kernel`](crate::aicore_kernel) on every core.
+pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
+    // SAFETY: the caller's contract covers `arg`.
+    let mem = match unsafe { RunMemory::from_launch_arg(arg) } {
+        Some(m) if usable(m.desc(), ctx.thread_num) => m,
         _ => {
             // Release the cores so the AICore kernel can end too.
             if ctx.thread_idx == 0 {
@@ -57,10 +74,11 @@ pub fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
             return STATUS_BAD_DESCRIPTOR;
         }
     };
-    let word = devmem::state_word(desc.runtime_state_addr);
+    let desc = *mem.desc();
     let schedulers = ctx.thread_num - 1;
     let orchestrator_thread = ctx.thread_num - 1;
-    let shared: &RunShared = if ctx.thread_idx == orchestrator_thread {
+    let orchestrator = ctx.thread_idx == orchestrator_thread;
+    let shared = if orchestrator {
         let windows: [u32; RING_COUNT] = std::array::from_fn(|r| match desc.ring_task_window[r] {
             0 => desc.task_window,
             w => w,
@@ -71,65 +89,108 @@ pub fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
         });
         let bad = windows.iter().position(|&w| w < 4 || !w.is_power_of_two());
         let safe = windows.map(|w| if w >= 4 && w.is_power_of_two() { w } else { 4 });
-        let shared = RunShared::new(desc, schedulers as usize, safe, pools);
+        let shared = RunShared::new(mem, schedulers as usize, safe, pools);
         if let Some(r) = bad {
             let w = windows[r];
             shared.errors.orch_fail(ORCH_INVALID_ARGS, || {
                 format!("ring {r}'s task window must be a power of two ≥ 4, got {w}")
             });
         }
-        let p = Box::into_raw(Box::new(shared));
-        word.store(p as u64, Ordering::Release);
-        // SAFETY: just leaked; freed only by the last thread out, after every thread of the
-        // run has counted itself out.
-        unsafe { &*p }
+        mem.share_state(shared)
     } else {
         // The orchestrator thread publishes the state within microseconds of the launch:
         // yield to it first (a sleep costs tens of microseconds), sleep only if it is late.
         // A run ended by a device reset may leave its state behind (its threads unwound
-        // without counting out; the state is leaked, never freed): wait for this run's own.
-        let ours = |p: u64| {
-            // SAFETY: a non-zero word points to a `RunShared` that is either live or leaked
-            // by a reset; it is freed only after the word is swapped back to zero.
-            p != 0 && unsafe { (*(p as *const RunShared)).desc.epoch } == desc.epoch
-        };
-        let mut p = word.load(Ordering::Acquire);
+        // without releasing it): wait for this run's own.
         let mut polls = 0u32;
-        while !ours(p) {
-            if polls < 1000 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-            polls += 1;
-            p = word.load(Ordering::Acquire);
-        }
-        // SAFETY: the orchestrator thread published a live `RunShared`; it stays alive until
-        // this thread counts itself out below.
-        unsafe { &*(p as *const RunShared) }
+        mem.find_state(
+            |s| s.desc.epoch == desc.epoch,
+            || {
+                if polls < 1000 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                polls += 1;
+            },
+        )
     };
 
-    if ctx.thread_idx == orchestrator_thread {
-        let _ = shared.orch_bell.set(ctx.doorbell.clone());
-        if !shared.errors.is_fatal() {
-            orchestrator::Orchestrator::new(shared, ctx.doorbell.clone(), ctx.topology.clusters)
+    take_part(ctx, &mem, &shared, orchestrator, || {
+        if orchestrator {
+            let _ = shared.orch_bell.set(ctx.doorbell.clone());
+            if !shared.errors.is_fatal() {
+                orchestrator::Orchestrator::new(
+                    &shared,
+                    ctx.doorbell.clone(),
+                    ctx.topology.clusters,
+                )
                 .run();
+            } else {
+                shared.orch_done.store(true, Ordering::Release);
+                shared.ring_schedulers();
+            }
         } else {
-            shared.orch_done.store(true, Ordering::Release);
-            shared.ring_schedulers();
+            scheduler::run(ctx, &shared, ctx.thread_idx, schedulers);
+        }
+    });
+    0
+}
+
+/// Runs this thread's part of the run, then counts the thread out. A part that unwinds
+/// winds the run down first, and the unwind goes on (to the device thread, which reports a
+/// panic as the launch's fault).
+fn take_part(
+    ctx: &AicpuContext<'_>,
+    mem: &RunMemory,
+    shared: &RunShared,
+    orchestrator: bool,
+    part: impl FnOnce(),
+) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(part)) {
+        wind_down(shared, ctx.thread_idx, orchestrator);
+        count_out(ctx, mem, shared, true);
+        resume_unwind(payload);
+    }
+    count_out(ctx, mem, shared, false);
+}
+
+/// A thread's part unwound: makes the rest of the run end without it.
+fn wind_down(shared: &RunShared, thread: u32, orchestrator: bool) {
+    if orchestrator {
+        shared.errors.orch_fail(ORCH_EXPLICIT_FATAL, || {
+            format!("AICPU thread {thread} (the orchestrator) ended abnormally")
+        });
+        shared.orch_done.store(true, Ordering::Release);
+    } else {
+        shared.errors.sched_fail(SCHED_KERNEL_FATAL, || {
+            format!("AICPU thread {thread} (a scheduler) ended abnormally")
+        });
+    }
+    shared.progress();
+    shared.ring_schedulers();
+    shared.ring_orchestrator();
+}
+
+/// Counts this thread out of the run. The last one out publishes the result record and
+/// releases the state word — unless a thread of the run unwound: then it releases every
+/// core (a scheduler that unwound cannot tell its own cores to exit), publishes nothing and
+/// leaves the state allocated, as a reset would.
+fn count_out(ctx: &AicpuContext<'_>, mem: &RunMemory, shared: &RunShared, unwound: bool) {
+    if unwound {
+        shared.unwound.store(true, Ordering::Release);
+    }
+    if shared.exited.fetch_add(1, Ordering::AcqRel) + 1 != ctx.thread_num {
+        return;
+    }
+    if shared.unwound.load(Ordering::Acquire) {
+        for regs in ctx.cores {
+            regs.write_dmb(EXIT_SIGNAL);
         }
     } else {
-        scheduler::run(ctx, shared, ctx.thread_idx, schedulers);
+        mem.publish_result(&result_record(shared));
+        mem.drop_state();
     }
-
-    if shared.exited.fetch_add(1, Ordering::AcqRel) + 1 == ctx.thread_num {
-        devmem::publish_result(desc.result_addr, &result_record(shared));
-        let p = word.swap(0, Ordering::AcqRel);
-        // SAFETY: every thread of the run has counted itself out, so no reference remains;
-        // `p` is the pointer leaked above.
-        drop(unsafe { Box::from_raw(p as *mut RunShared) });
-    }
-    0
 }
 
 fn result_record(shared: &RunShared) -> RunResult {
@@ -148,4 +209,153 @@ fn result_record(shared: &RunShared) -> RunResult {
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    use simpler_device::{CoreRegs, Doorbell, Topology};
+
+    use super::*;
+
+    /// A run's descriptor, state word and result record in host memory.
+    struct Run {
+        desc: Box<RunLaunchDesc>,
+        word: Box<AtomicU64>,
+        result: Box<RunResult>,
+    }
+
+    impl Run {
+        fn new() -> Run {
+            let word = Box::new(AtomicU64::new(0));
+            let mut result = Box::new(RunResult::EMPTY);
+            let desc = Box::new(RunLaunchDesc {
+                epoch: 41,
+                runtime_state_addr: &*word as *const AtomicU64 as u64,
+                result_addr: &mut *result as *mut RunResult as u64,
+                ..RunLaunchDesc::default()
+            });
+            Run { desc, word, result }
+        }
+
+        fn mem(&self) -> RunMemory {
+            let arg = DevicePtr::from_raw(&*self.desc as *const RunLaunchDesc as u64);
+            // SAFETY: the descriptor and the word and record it names live in `self`, which
+            // outlives every use in these tests; its other addresses are 0 and never used.
+            unsafe { RunMemory::from_launch_arg(arg) }.unwrap()
+        }
+
+        fn published(&self) -> u64 {
+            // SAFETY: `result` is a live record; the tests run the threads' ends in order.
+            unsafe { std::ptr::read_volatile(&self.result.published) }
+        }
+    }
+
+    /// What one AICPU thread of a two-thread run sees (thread 1 is the orchestrator).
+    struct Thread {
+        topology: Topology,
+        cores: Vec<CoreRegs>,
+        bell: Arc<Doorbell>,
+    }
+
+    impl Thread {
+        fn new() -> Thread {
+            let topology = Topology {
+                clusters: 1,
+                aicpu_threads: 2,
+            };
+            let cores = (0..topology.core_count())
+                .map(|_| CoreRegs::default())
+                .collect();
+            Thread {
+                topology,
+                cores,
+                bell: Arc::new(Doorbell::new()),
+            }
+        }
+
+        fn ctx(&self, thread_idx: u32) -> AicpuContext<'_> {
+            AicpuContext {
+                thread_idx,
+                thread_num: 2,
+                topology: &self.topology,
+                cores: &self.cores,
+                doorbell: &self.bell,
+            }
+        }
+    }
+
+    fn share(run: &Run) -> Arc<RunShared> {
+        let mem = run.mem();
+        mem.share_state(RunShared::new(mem, 1, [4; RING_COUNT], [16; RING_COUNT]))
+    }
+
+    #[test]
+    fn parts_that_return_publish_the_result_and_release_the_state() {
+        let run = Run::new();
+        let t = Thread::new();
+        let shared = share(&run);
+        take_part(&t.ctx(1), &run.mem(), &shared, true, || {});
+        assert_eq!(run.published(), 0, "only the last thread out publishes");
+        take_part(&t.ctx(0), &run.mem(), &shared, false, || {});
+        assert_eq!(run.published(), 41);
+        assert_eq!(
+            run.word.load(Ordering::Acquire),
+            0,
+            "the state word is released"
+        );
+        assert_eq!(
+            Arc::strong_count(&shared),
+            1,
+            "only this test's reference is left"
+        );
+        assert!(t.cores.iter().all(|c| c.read_dmb() == 0));
+    }
+
+    #[test]
+    fn an_unwinding_part_winds_the_run_down_and_publishes_nothing() {
+        for orchestrator_unwinds in [true, false] {
+            let run = Run::new();
+            let t = Thread::new();
+            let shared = share(&run);
+            let (bad, good) = if orchestrator_unwinds { (1, 0) } else { (0, 1) };
+            let unwound = catch_unwind(AssertUnwindSafe(|| {
+                take_part(
+                    &t.ctx(bad),
+                    &run.mem(),
+                    &shared,
+                    orchestrator_unwinds,
+                    || panic!("runtime bug"),
+                )
+            }));
+            let payload = unwound.expect_err("the unwind goes on to the device");
+            assert_eq!(payload.downcast_ref::<&str>(), Some(&"runtime bug"));
+            // The others see a failed run (and, without an orchestrator, a finished one), so
+            // they end instead of waiting.
+            assert!(shared.errors.is_fatal());
+            assert_eq!(
+                shared.orch_done.load(Ordering::Acquire),
+                orchestrator_unwinds
+            );
+            assert!(
+                t.cores.iter().all(|c| c.read_dmb() == 0),
+                "not the last out"
+            );
+            take_part(
+                &t.ctx(good),
+                &run.mem(),
+                &shared,
+                !orchestrator_unwinds,
+                || {},
+            );
+            // The last thread out released every core and published nothing; the state
+            // stays allocated, as after a reset.
+            assert!(t.cores.iter().all(|c| c.read_dmb() == EXIT_SIGNAL));
+            assert_eq!(run.published(), 0);
+            assert_ne!(run.word.load(Ordering::Acquire), 0);
+            run.mem().drop_state();
+        }
+    }
 }

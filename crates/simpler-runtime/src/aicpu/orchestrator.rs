@@ -1,14 +1,14 @@
 //! The orchestrator: runs the user's orchestration entry on the top AICPU thread inside an
-//! outer scope and serves its calls through the [`OrchOps`] table — task submission
-//! ([`submit`](super::submit)), scopes, tensor data access, fatal reports and logging.
+//! outer scope and serves its calls, which arrive through the [`OrchOps`] table
+//! ([`ops`](super::ops), the C boundary) — task submission ([`submit`](super::submit)),
+//! scopes, tensor data access, fatal reports and logging.
 //!
-//! Scopes (spec `l2-runtime.md` §2.4, `manual-scope.md`): each open scope pins the tasks
+//! Scopes (`docs/chip-runtime.md`, scopes): each open scope pins the tasks
 //! submitted in it; closing it releases those pins, so its intermediates can be reclaimed.
 //! A task goes to ring `min(depth, 3)`, the outer scope being depth 0. A MANUAL scope skips
 //! the tensor map: only explicit dependencies apply inside it; an AUTO scope may not open
 //! inside a MANUAL one.
 
-use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,11 +16,11 @@ use std::time::Duration;
 use simpler_abi::*;
 use simpler_device::Doorbell;
 
+use super::ops;
 use super::ring::{HeapRing, HEAP_ALIGN, RING_COUNT};
 use super::state::{RunShared, DEFAULT_TENSOR_WAIT_TIMEOUT_MS};
 use super::task::{TaskId, NO_TASK};
 use super::tensormap::{Region, TensorMap};
-use crate::devmem;
 
 /// Most nested scopes (`PTO2_MAX_SCOPE_DEPTH`).
 pub const MAX_SCOPE_DEPTH: usize = 64;
@@ -111,32 +111,11 @@ impl<'a> Orchestrator<'a> {
                 "the run has no orchestration entry".into()
             });
         } else {
-            let ops = OrchOps {
-                size: std::mem::size_of::<OrchOps>() as u32,
-                version: ORCH_OPS_VERSION,
-                runtime: self as *mut Orchestrator<'a> as *mut c_void,
-                submit_task: op_submit_task,
-                scope_begin: op_scope_begin,
-                scope_end: op_scope_end,
-                report_fatal: op_report_fatal,
-                is_fatal: op_is_fatal,
-                log: op_log,
-                cluster_count: op_cluster_count,
-                aiv_count: op_aiv_count,
-                get_tensor_data: op_get_tensor_data,
-                set_tensor_data: op_set_tensor_data,
-            };
-            let args = devmem::orch_args(self.shared.desc.orch_args_addr);
             self.scopes.push(Scope {
                 mode: SCOPE_AUTO,
                 begin: 0,
             });
-            // SAFETY: `orch_entry` is the resolved entry of the registered orchestration,
-            // which follows the `OrchEntry` contract; `ops` and `args` outlive the call.
-            let rc = unsafe {
-                let entry: OrchEntry = std::mem::transmute::<u64, OrchEntry>(entry_addr);
-                entry(&ops, args)
-            };
+            let rc = ops::call_entry(self, entry_addr);
             if let Some(payload) = self.killed.take() {
                 std::panic::resume_unwind(payload);
             }
@@ -194,7 +173,7 @@ impl<'a> Orchestrator<'a> {
     /// device threads parked in the sim) stops here instead of crossing the orchestration's
     /// C frames, which cannot unwind. The op fails; every later op fails at once; the unwind
     /// resumes once the entry has returned, in Rust.
-    fn guarded<R>(&mut self, failed: R, body: impl FnOnce(&mut Self) -> R) -> R {
+    pub(super) fn guarded<R>(&mut self, failed: R, body: impl FnOnce(&mut Self) -> R) -> R {
         if self.killed.is_some() {
             return failed;
         }
@@ -220,7 +199,7 @@ impl<'a> Orchestrator<'a> {
         self.scopes.last().is_some_and(|s| s.mode == SCOPE_MANUAL)
     }
 
-    fn close_scope(&mut self) {
+    pub(super) fn close_scope(&mut self) {
         let Some(scope) = self.scopes.pop() else {
             return;
         };
@@ -280,9 +259,9 @@ impl<'a> Orchestrator<'a> {
 
     /// Shared front of get/set tensor data: checks the view and waits for the tasks it
     /// conflicts with (writers for a read; readers and writers for a write).
-    fn tensor_access(
+    pub(super) fn tensor_access(
         &mut self,
-        t: *const ChipTensor,
+        t: Option<&ChipTensor>,
         bytes: u64,
         write: bool,
     ) -> Result<ChipTensor, i32> {
@@ -291,11 +270,9 @@ impl<'a> Orchestrator<'a> {
         } else {
             "get_tensor_data"
         };
-        if t.is_null() {
+        let Some(&t) = t else {
             return Err(self.invalid(|| format!("{what} was passed a null tensor")));
-        }
-        // SAFETY: a non-null tensor pointer from the orchestration points to a ChipTensor.
-        let t = unsafe { *t };
+        };
         let Some(dt) = t
             .data_type()
             .filter(|_| (1..=MAX_TENSOR_DIMS as u32).contains(&t.ndims))
@@ -348,163 +325,5 @@ impl<'a> Orchestrator<'a> {
         let r = self.wait_done(&waits, what);
         self.deps = waits;
         r.map(|_| t)
-    }
-}
-
-/// Recovers the orchestrator behind the ops table's `runtime` pointer.
-///
-/// # Safety
-/// `rt` must be the `runtime` field of a table built by [`Orchestrator::run`], called on
-/// the orchestrator thread during the entry call.
-unsafe fn orch<'x>(rt: *mut c_void) -> &'x mut Orchestrator<'x> {
-    // SAFETY: guaranteed by the caller.
-    unsafe { &mut *(rt as *mut Orchestrator<'x>) }
-}
-
-fn text(message: *const c_char) -> String {
-    if message.is_null() {
-        return String::new();
-    }
-    // SAFETY: the ops contract requires a NUL-terminated string or null.
-    unsafe { CStr::from_ptr(message) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-unsafe extern "C" fn op_submit_task(
-    rt: *mut c_void,
-    desc: *const TaskDesc,
-    outputs: *mut TaskOutputs,
-) -> i32 {
-    // SAFETY: called by the orchestration through the table during the entry call.
-    let o = unsafe { orch(rt) };
-    if desc.is_null() {
-        return o.invalid(|| "submit_task was passed a null TaskDesc".into());
-    }
-    // SAFETY: non-null `desc` points to a caller-owned TaskDesc whose `size` field is read
-    // first; `outputs` is null or a caller-owned TaskOutputs.
-    let size = unsafe { (*desc).size };
-    if size as usize != std::mem::size_of::<TaskDesc>() {
-        return o.invalid(|| {
-            format!(
-                "TaskDesc.size is {size} but this runtime expects {}",
-                std::mem::size_of::<TaskDesc>()
-            )
-        });
-    }
-    // SAFETY: as above; the size matches, so the whole struct is there.
-    let (d, out) = unsafe { (&*desc, outputs.as_mut()) };
-    o.guarded(ORCH_EXPLICIT_FATAL, |o| o.submit(d, out))
-}
-
-unsafe extern "C" fn op_scope_begin(rt: *mut c_void, mode: u32) -> i32 {
-    // SAFETY: called through the table during the entry call.
-    let o = unsafe { orch(rt) };
-    if mode != SCOPE_AUTO && mode != SCOPE_MANUAL {
-        return o.invalid(|| format!("unknown scope mode {mode}"));
-    }
-    if mode == SCOPE_AUTO && o.scopes.iter().any(|s| s.mode == SCOPE_MANUAL) {
-        return o.invalid(|| "an AUTO scope cannot open inside a MANUAL scope".into());
-    }
-    if o.scopes.len() >= MAX_SCOPE_DEPTH {
-        return o.invalid(|| format!("scopes nest deeper than {MAX_SCOPE_DEPTH}"));
-    }
-    let begin = o.scope_tasks.len();
-    o.scopes.push(Scope { mode, begin });
-    0
-}
-
-unsafe extern "C" fn op_scope_end(rt: *mut c_void) -> i32 {
-    // SAFETY: called through the table during the entry call.
-    let o = unsafe { orch(rt) };
-    if o.scopes.len() <= 1 {
-        return o.invalid(|| "scope_end without a matching scope_begin".into());
-    }
-    o.close_scope();
-    0
-}
-
-unsafe extern "C" fn op_report_fatal(rt: *mut c_void, code: i32, message: *const c_char) {
-    // SAFETY: called through the table during the entry call.
-    let o = unsafe { orch(rt) };
-    let msg = text(message);
-    o.fail(ORCH_EXPLICIT_FATAL, || {
-        format!("the orchestration reported a fatal error (code {code}): {msg}")
-    });
-}
-
-unsafe extern "C" fn op_is_fatal(rt: *mut c_void) -> i32 {
-    // SAFETY: called through the table during the entry call.
-    i32::from(unsafe { orch(rt) }.shared.errors.is_fatal())
-}
-
-unsafe extern "C" fn op_log(_rt: *mut c_void, level: u32, message: *const c_char) {
-    let msg = text(message);
-    let tag = match level {
-        LOG_ERROR => "error",
-        LOG_WARN => "warn",
-        LOG_INFO => "info",
-        _ => "debug",
-    };
-    if level <= LOG_WARN || std::env::var_os("SIMPLER_ORCH_LOG").is_some() {
-        eprintln!("[orchestration {tag}] {msg}");
-    }
-}
-
-unsafe extern "C" fn op_cluster_count(rt: *mut c_void) -> u32 {
-    // SAFETY: called through the table during the entry call.
-    unsafe { orch(rt) }.clusters
-}
-
-unsafe extern "C" fn op_aiv_count(rt: *mut c_void) -> u32 {
-    // SAFETY: called through the table during the entry call.
-    unsafe { orch(rt) }.clusters * 2
-}
-
-unsafe extern "C" fn op_get_tensor_data(
-    rt: *mut c_void,
-    t: *const ChipTensor,
-    dst: *mut c_void,
-    bytes: u64,
-) -> i32 {
-    // SAFETY: called through the table during the entry call.
-    let o = unsafe { orch(rt) };
-    if dst.is_null() && bytes > 0 {
-        return o.invalid(|| "get_tensor_data was passed a null destination".into());
-    }
-    match o.guarded(Err(ORCH_EXPLICIT_FATAL), |o| {
-        o.tensor_access(t, bytes, false)
-    }) {
-        Ok(view) => {
-            // SAFETY: the caller owns `bytes` writable bytes at `dst` (ops contract).
-            let out = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, bytes as usize) };
-            devmem::read_view(&view, out);
-            0
-        }
-        Err(code) => code,
-    }
-}
-
-unsafe extern "C" fn op_set_tensor_data(
-    rt: *mut c_void,
-    t: *const ChipTensor,
-    src: *const c_void,
-    bytes: u64,
-) -> i32 {
-    // SAFETY: called through the table during the entry call.
-    let o = unsafe { orch(rt) };
-    if src.is_null() && bytes > 0 {
-        return o.invalid(|| "set_tensor_data was passed a null source".into());
-    }
-    match o.guarded(Err(ORCH_EXPLICIT_FATAL), |o| {
-        o.tensor_access(t, bytes, true)
-    }) {
-        Ok(view) => {
-            // SAFETY: the caller owns `bytes` readable bytes at `src` (ops contract).
-            let data = unsafe { std::slice::from_raw_parts(src as *const u8, bytes as usize) };
-            devmem::write_view(&view, data);
-            0
-        }
-        Err(code) => code,
     }
 }

@@ -1,4 +1,4 @@
-//! Task rings and heap rings (spec `l2-runtime.md` §2.4, `MULTI_RING.md`).
+//! Task rings and heap rings (`docs/chip-runtime.md`, rings).
 //!
 //! Each of the four rings has a window of task slots (a power of two; slot = local index &
 //! (window − 1)), allocated in chunks on first use so a short run touches little memory, and
@@ -7,7 +7,8 @@
 //! thread allocates and reclaims; other threads only look slots up.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 use super::task::{Task, TaskId};
 
@@ -22,7 +23,8 @@ const CHUNK: usize = 1024;
 pub(crate) struct TaskRing {
     pub(crate) window: u32,
     chunk: usize,
-    chunks: Box<[AtomicPtr<Task>]>,
+    /// The slots, `chunk` per entry, each allocated on first use.
+    chunks: Box<[OnceLock<Box<[Task]>>]>,
     /// Next local index to hand out (orchestrator only; atomic for readers' diagnostics).
     pub(crate) next: AtomicU32,
     /// Oldest local index not yet reclaimed.
@@ -40,7 +42,7 @@ impl TaskRing {
             window,
             chunk,
             chunks: (0..window as usize / chunk)
-                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .map(|_| OnceLock::new())
                 .collect(),
             next: AtomicU32::new(0),
             last_alive: AtomicU32::new(0),
@@ -57,28 +59,21 @@ impl TaskRing {
     /// Makes sure the slot of `local` is allocated (orchestrator only).
     pub(crate) fn ensure(&self, local: u32) {
         let (c, _) = self.index(local);
-        if self.chunks[c].load(Ordering::Acquire).is_null() {
-            let chunk: Box<[Task]> = (0..self.chunk).map(|_| Task::default()).collect();
-            self.chunks[c].store(Box::into_raw(chunk) as *mut Task, Ordering::Release);
-        }
+        self.chunks[c].get_or_init(|| (0..self.chunk).map(|_| Task::default()).collect());
     }
 
     /// The slot of `local`, which must have been [`ensure`](TaskRing::ensure)d.
     pub(crate) fn slot(&self, local: u32) -> &Task {
-        let (c, i) = self.index(local);
-        let chunk = self.chunks[c].load(Ordering::Acquire);
-        assert!(!chunk.is_null(), "task slot {local} used before allocation");
-        // SAFETY: a non-null chunk is a leaked boxed slice of `self.chunk` tasks that lives
-        // until the ring drops, and `i < self.chunk`.
-        unsafe { &*chunk.add(i) }
+        match self.try_slot(local) {
+            Some(task) => task,
+            None => panic!("task slot {local} used before allocation"),
+        }
     }
 
     /// The slot of `local` if its chunk has been allocated.
     pub(crate) fn try_slot(&self, local: u32) -> Option<&Task> {
         let (c, i) = self.index(local);
-        let chunk = self.chunks[c].load(Ordering::Acquire);
-        // SAFETY: as in `slot`.
-        (!chunk.is_null()).then(|| unsafe { &*chunk.add(i) })
+        self.chunks[c].get().map(|chunk| &chunk[i])
     }
 
     /// True when `local` has been handed out (it may have been reclaimed since).
@@ -97,18 +92,6 @@ impl TaskRing {
     /// True when one more task fits (`alive < window − 1`).
     pub(crate) fn has_room(&self) -> bool {
         self.alive() < self.window - 1
-    }
-}
-
-impl Drop for TaskRing {
-    fn drop(&mut self) {
-        for c in self.chunks.iter() {
-            let p = c.swap(std::ptr::null_mut(), Ordering::AcqRel);
-            if !p.is_null() {
-                // SAFETY: `p` came from `Box::into_raw` of a boxed slice of `self.chunk` tasks.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, self.chunk)) });
-            }
-        }
     }
 }
 

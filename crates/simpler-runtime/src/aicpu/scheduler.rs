@@ -1,4 +1,4 @@
-//! A scheduler thread (spec `l2-runtime.md` §3): owns the clusters `c ≡ index (mod
+//! A scheduler thread (`docs/chip-runtime.md`, scheduler): owns the clusters `c ≡ index (mod
 //! schedulers)`; each of their cores has a running slot and a pending slot (the next task is
 //! pre-loaded into the core's other payload buffer while the current one runs). Each pass
 //! handles every finished dispatch, then fills free slots from the ready queues — AIC and AIV
@@ -18,7 +18,6 @@ use simpler_device::AicpuContext;
 
 use super::state::{RunShared, NO_DRAIN};
 use super::task::{Shape, TaskId, LANE_BITS};
-use crate::devmem;
 use crate::handshake::{
     ack, dispatch_state, next_dispatch_id, ready, DispatchState, EXITED, EXIT_SIGNAL,
 };
@@ -219,7 +218,7 @@ impl Scheduler<'_, '_> {
         shared.progress();
         if failed {
             let core_id = self.cores[core].id;
-            let code = devmem::mailbox_fatal_code(shared.desc.core_mailbox_addr, core_id);
+            let code = shared.mem.mailbox(core_id).fatal_code();
             let func = shared.task(sub.task).body().func_ids[usize::from(sub.lane)];
             shared.errors.sched_fail(SCHED_KERNEL_FATAL, || {
                 format!(
@@ -376,24 +375,19 @@ impl Scheduler<'_, '_> {
         let c = &mut self.cores[core];
         let id = next_dispatch_id(c.last_dispatch);
         c.last_dispatch = id;
-        let mailbox = devmem::mailbox(self.shared.desc.core_mailbox_addr, c.id);
-        // SAFETY: this core's mailbox is written only by its owning scheduler (us); buffer
-        // `id & 1` is not in use: the core reads a buffer only after its id is in DMB, and the
-        // dispatch that last used this buffer has finished (we hold at most one other).
-        unsafe {
-            let p = std::ptr::addr_of_mut!((*mailbox).payloads[(id & 1) as usize]);
-            (*p).kernel_addr = body.kernels[lane];
-            (*p).task_id = task;
-            (*p).local = simpler_abi::LocalContext {
-                block_idx: block as i32,
-                block_num: body.block_num as i32,
-            };
-            (*p).args = body.args;
-            (*p).args.slots[simpler_abi::LOCAL_CONTEXT_SLOT] =
-                std::ptr::addr_of!((*p).local) as u64;
-            (*p).args.slots[simpler_abi::GLOBAL_CONTEXT_SLOT] =
-                std::ptr::addr_of!((*mailbox).global) as u64;
-        }
+        let local = simpler_abi::LocalContext {
+            block_idx: block as i32,
+            block_num: body.block_num as i32,
+        };
+        // Buffer `id & 1` is free: the core reads a buffer only after its id is in DMB, and
+        // the dispatch that last used it has finished (a core holds at most one other).
+        self.shared.mem.mailbox(c.id).write_dispatch(
+            id,
+            body.kernels[lane],
+            task,
+            local,
+            &body.args,
+        );
         let sub = Some(Sub {
             task,
             id,

@@ -12,6 +12,7 @@ use simpler_device::Doorbell;
 
 use super::ring::{TaskRing, RING_COUNT};
 use super::task::{local_of, ring_of, Shape, Task, TaskId};
+use crate::devmem::RunMemory;
 
 /// Default no-progress watchdog, milliseconds (`SIMPLER_SCHEDULER_TIMEOUT_MS` default).
 pub const DEFAULT_SCHEDULER_TIMEOUT_MS: u32 = 10_000;
@@ -20,7 +21,7 @@ pub const DEFAULT_TENSOR_WAIT_TIMEOUT_MS: u32 = 15_000;
 /// Default dependency-pool entries per ring.
 pub const DEFAULT_DEP_POOL: u32 = 16_384;
 
-/// First-writer-wins error words (spec `l2-runtime.md` §2.7) plus the first message.
+/// First-writer-wins error words (`docs/chip-runtime.md`, error codes) plus the first message.
 #[derive(Default)]
 pub(crate) struct ErrorWords {
     pub(crate) orch: AtomicI32,
@@ -81,7 +82,7 @@ impl ErrorWords {
     }
 }
 
-/// The sync-start drain (spec `l2-runtime.md` §3 step 4): while a `require_sync_start`
+/// The sync-start drain (`docs/chip-runtime.md`, scheduler): while a `require_sync_start`
 /// task waits for enough idle cores, no scheduler dispatches anything else; each publishes
 /// its idle capacity for the task's shape, and once the sum covers every block, each claims
 /// as many blocks as it has idle cores and dispatches them at once.
@@ -100,7 +101,10 @@ pub(crate) const NO_DRAIN: u64 = u64::MAX;
 
 /// Everything the AICPU threads of one run share.
 pub(crate) struct RunShared {
+    /// The launch descriptor's values.
     pub(crate) desc: RunLaunchDesc,
+    /// The run's device memory, as the descriptor names it.
+    pub(crate) mem: RunMemory,
     pub(crate) rings: [TaskRing; RING_COUNT],
     /// Tasks published by the orchestrator / completed.
     pub(crate) submitted: AtomicU64,
@@ -119,6 +123,8 @@ pub(crate) struct RunShared {
     pub(crate) errors: ErrorWords,
     /// AICPU threads that have finished with this state.
     pub(crate) exited: AtomicU32,
+    /// Set when a thread's part of the run unwound (a panic, or a reset ending the kernel).
+    pub(crate) unwound: AtomicBool,
     /// func id → kernel entry address (0 = none).
     pub(crate) func_addrs: Vec<u64>,
     /// func id → core type + 1 (0 = none).
@@ -131,18 +137,19 @@ pub(crate) struct RunShared {
 
 impl RunShared {
     pub(crate) fn new(
-        desc: RunLaunchDesc,
+        mem: RunMemory,
         schedulers: usize,
         windows: [u32; RING_COUNT],
         dep_pools: [u32; RING_COUNT],
     ) -> RunShared {
-        let n = desc.func_count as usize;
+        let desc = *mem.desc();
         let timeout = match desc.scheduler_timeout_ms {
             0 => DEFAULT_SCHEDULER_TIMEOUT_MS,
             t => t,
         };
         RunShared {
             desc,
+            mem,
             rings: std::array::from_fn(|r| TaskRing::new(windows[r], dep_pools[r])),
             submitted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
@@ -158,8 +165,9 @@ impl RunShared {
             },
             errors: ErrorWords::default(),
             exited: AtomicU32::new(0),
-            func_addrs: crate::devmem::table(desc.func_table_addr, n),
-            func_types: crate::devmem::table(desc.func_core_types_addr, n),
+            unwound: AtomicBool::new(false),
+            func_addrs: mem.func_addrs(),
+            func_types: mem.func_types(),
             started: Instant::now(),
             last_progress_ms: AtomicU64::new(0),
             scheduler_timeout_ms: u64::from(timeout),

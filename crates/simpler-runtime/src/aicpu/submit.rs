@@ -1,4 +1,4 @@
-//! Task submission (spec `l2-runtime.md` §2.3–§2.5): check the descriptor, discover the
+//! Task submission (`docs/chip-runtime.md`): check the descriptor, discover the
 //! task's dependencies (explicit, creator retention through `owner_task_id`, and the tensor
 //! map's RAW/WAW/WAR conflicts), wait for room in its ring (task slot, dependency pool,
 //! output heap) with back-pressure, write the slot, wire the producers and, when nothing is

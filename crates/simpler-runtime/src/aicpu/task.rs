@@ -1,4 +1,4 @@
-//! A task slot of a ring and what lives in it (spec `l2-runtime.md` §2.2, §2.5).
+//! A task slot of a ring and what lives in it (`docs/chip-runtime.md`, rings).
 //!
 //! A slot is reused once its task is CONSUMED. Its life: the orchestrator writes the body
 //! while the slot is free, publishes the task (ready queue or fanin wiring), schedulers read
@@ -31,7 +31,7 @@ pub(crate) fn local_of(id: TaskId) -> u32 {
     id as u32
 }
 
-/// How a task is dispatched (spec `l2-runtime.md` §2.1: three resource shapes + dummy).
+/// How a task is dispatched (`docs/chip-runtime.md`: three resource shapes + dummy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Shape {
     /// One AIC core per block.

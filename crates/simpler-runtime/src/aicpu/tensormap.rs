@@ -1,4 +1,4 @@
-//! Dependency discovery from tensor regions (spec `l2-runtime.md` §2.3), owned by the
+//! Dependency discovery from tensor regions (`docs/chip-runtime.md`, tensor map), owned by the
 //! orchestrator thread.
 //!
 //! Accesses are keyed by buffer base address, so every view of one buffer is compared with
