@@ -16,7 +16,7 @@
 //!   it would deadlock. The AICPU stream's own wait on `core_done` makes `cpu_done` the
 //!   whole-operator boundary the caller joins on.
 //! - The run holds a reference on its own `core_done` (waiter: the AICPU stream) and one on
-//!   its `cpu_done` (waiter: the caller) — tokens of [`crate::wait_ref`]. The first is
+//!   its `cpu_done` (waiter: the caller) — tokens of [`crate::fence::wait_ref`]. The first is
 //!   released by the run's completed `cpu_done` (a proof on the AICPU stream, behind the
 //!   wait), the second only when Tail proves the caller consumed its wait; the lane's poll
 //!   therefore also queries Tail, and its drain discharges both before the fence retires.
@@ -34,10 +34,10 @@
 use simpler_device::{Device, DeviceError, DevicePtr, EventId, EventStatus, StreamId};
 
 use crate::fence::{FenceError, RunCompletionFence};
+use crate::fence::{RefState, WaitReference};
 use crate::identity::{RunIdentity, StreamRole, Waiter};
 use crate::launch::LaunchProgress;
 use crate::slot::LaneResources;
-use crate::wait_ref::{RefState, WaitReference};
 use crate::HostError;
 
 /// The three caller-order events of one slot.

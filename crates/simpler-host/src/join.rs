@@ -38,10 +38,10 @@ use std::time::Duration;
 use simpler_device::{Device, DeviceError, EventId, EventStatus};
 
 use crate::fence::{FenceError, RunCompletionFence};
+use crate::fence::{RefState, WaitReference};
 use crate::identity::{RunIdentity, StreamRole};
 use crate::launch::LaunchProgress;
 use crate::slot::LaneResources;
-use crate::wait_ref::{RefState, WaitReference};
 
 /// A successor's references on its predecessor's fence, by waiter stream.
 #[derive(Debug)]
@@ -101,7 +101,7 @@ pub(crate) fn queue_crossed_join(
             return (
                 join,
                 Err(JoinError::Fence(FenceError::Refused(
-                    crate::wait_ref::why::NOT_RECORDED,
+                    crate::fence::wait_ref::why::NOT_RECORDED,
                 ))),
             );
         };

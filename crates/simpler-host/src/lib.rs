@@ -25,7 +25,6 @@
 //! kernel entry functions it launches). It must not reach into runtime internals.
 
 mod args;
-mod atfork;
 pub mod bundle;
 pub mod callable;
 mod caller_stream;
@@ -51,7 +50,6 @@ pub mod signature;
 mod slot;
 mod sync;
 pub mod timeouts;
-mod wait_ref;
 mod worker;
 
 pub use args::{HostArg, HostTensor};

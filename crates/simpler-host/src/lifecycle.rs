@@ -315,7 +315,7 @@ mod tests {
     fn a_forked_child_refuses_and_the_parent_does_not() {
         let id = EnvironmentIdentity::new(0, None);
         assert!(id.check().is_ok());
-        assert!(crate::atfork::in_forked_child(|| {
+        assert!(crate::fault_monitor::in_forked_child(|| {
             matches!(id.check(), Err(HostError::ExecutionContextRefused(_)))
                 && !id.in_creating_process()
         }));

@@ -753,7 +753,7 @@ pub(crate) mod tests {
             release_rx.recv().unwrap();
         });
         locked_rx.recv().unwrap();
-        let child_ok = crate::atfork::in_forked_child(|| {
+        let child_ok = crate::fault_monitor::in_forked_child(|| {
             let refused =
                 |r: Result<(), HostError>| matches!(r, Err(HostError::ExecutionContextRefused(_)));
             let mut buf = [0u8; 4];

@@ -26,7 +26,7 @@
 
 use simpler_device::EventId;
 
-use crate::fence::{FenceError, RunCompletionFence};
+use super::{FenceError, RunCompletionFence};
 use crate::identity::{RunIdentity, StreamRole, Waiter};
 use crate::sync::lock;
 
