@@ -39,9 +39,8 @@ use simpler_device::{Device, DeviceError, EventId, EventStatus};
 
 use crate::fence::{FenceError, RunCompletionFence};
 use crate::fence::{RefState, WaitReference};
-use crate::identity::{RunIdentity, StreamRole};
+use crate::identity::{RunIdentity, StreamPair, StreamRole};
 use crate::launch::LaunchProgress;
-use crate::slot::LaneResources;
 
 /// A successor's references on its predecessor's fence, by waiter stream.
 #[derive(Debug)]
@@ -78,7 +77,7 @@ pub(crate) enum JoinError {
 /// whether the call failed or not; the returned refs must be kept either way.
 pub(crate) fn queue_crossed_join(
     device: &dyn Device,
-    lane: &LaneResources,
+    streams: StreamPair,
     pred_fence: &Arc<RunCompletionFence>,
     pred: RunIdentity,
     proof_events: [EventId; 2],
@@ -106,7 +105,7 @@ pub(crate) fn queue_crossed_join(
             );
         };
         sink.mark_submitted();
-        let queued = device.stream_wait_event(lane.stream(waiter), event);
+        let queued = device.stream_wait_event(streams.stream(waiter), event);
         pred_fence
             .commit_wait_reference(r)
             .expect("a fresh reservation commits");
@@ -114,7 +113,7 @@ pub(crate) fn queue_crossed_join(
             return (join, Err(JoinError::Device("queueing a cross-run wait", e)));
         }
         let proof = proof_events[waiter.index()];
-        if let Err(e) = device.record_event(proof, lane.stream(waiter)) {
+        if let Err(e) = device.record_event(proof, streams.stream(waiter)) {
             return (join, Err(JoinError::Device("recording a join proof", e)));
         }
         join.proofs[waiter.index()] = Some(proof);

@@ -30,8 +30,8 @@
 //!   retries). Dropping a worker that was never closed detaches its handles with
 //!   [`HostError::Detached`] and keeps whatever it cannot prove free.
 //!
-//! The close and drop procedures themselves drive the lane and live with it
-//! (`crate::exec::close_lane`, `crate::exec::detach_lane`); this module holds their rules.
+//! The close and drop procedures themselves drive the lane and live with it (the lane's
+//! teardown); this module holds their rules.
 
 use std::cell::Cell;
 use std::num::NonZeroU64;

@@ -166,6 +166,7 @@ pub enum RunExecution {
 
 impl RunExecution {
     /// The state's name.
+    #[cfg_attr(not(test), allow(dead_code))] // for messages; exercised by the tests
     pub fn name(self) -> &'static str {
         match self {
             RunExecution::Pending => "Pending",
@@ -303,6 +304,7 @@ impl RecordReadLedger {
     }
 
     /// Transfers made so far.
+    #[cfg_attr(not(test), allow(dead_code))] // exercised by the tests
     pub fn transfers(&self) -> u64 {
         self.transfers
     }

@@ -14,7 +14,7 @@ pub enum BundleError {
         /// The first bytes found (at most 8).
         found: Vec<u8>,
     },
-    /// The format version is not [`BUNDLE_FORMAT_VERSION`].
+    /// The format version is not [`BUNDLE_FORMAT_VERSION`](super::BUNDLE_FORMAT_VERSION).
     #[error(
         "unsupported bundle format version {found}; this build of simpler supports version \
          {supported} (rebuild the bundle with this version of `simpler build`)"

@@ -1,12 +1,12 @@
-//! The device resources of the lane (spec `run-lane.md` §1.1, "Contract and per-slot
-//! state"; design `run-completion-fences.txt`, "Ownership"):
+//! The device resources of the lane (`docs/run-lane.md` §1.1, "Contract and per-slot
+//! state", and "Ownership"):
 //!
 //! - per pipeline slot ([`PipelineSlot`], one per unit of launch depth): the launch
 //!   descriptor, the epoch-stamped result region, the orchestration arguments, the func
 //!   tables, the core mailboxes and the runtime state word, the slot's completion fence and
 //!   its two join-proof events, and its three caller-order events (created lazily, by the
-//!   first caller launch the slot hosts; [`crate::caller_stream`]). Two runs in flight never share any of these, so a successor
-//!   can be staged while its predecessor executes;
+//!   first caller launch the slot hosts). Two runs in flight never share any of these, so a
+//!   successor can be staged while its predecessor executes;
 //! - per lane ([`LaneResources`]): the stream pair every run is launched on (preparing a
 //!   successor never selects or replaces a stream) and the output heap (device scratch:
 //!   runs execute one after the other on the device, so one heap serves both slots).
@@ -18,11 +18,11 @@
 use std::sync::Arc;
 
 use simpler_abi::{CoreMailbox, OrchArgs, RunLaunchDesc, RunResult, MAX_FUNC_ID};
-use simpler_device::{Device, DevicePtr, EventId, StreamId};
+use simpler_device::{Device, DevicePtr, EventId};
 
 use crate::caller_stream::CallerEvents;
 use crate::fence::RunCompletionFence;
-use crate::identity::StreamRole;
+use crate::identity::{StreamPair, StreamRole};
 use crate::HostError;
 
 /// One pipeline slot's device resources.
@@ -134,8 +134,9 @@ impl PipelineSlot {
 
 /// Resources every run of the lane shares.
 pub(crate) struct LaneResources {
-    pub(crate) aicore_stream: StreamId,
-    pub(crate) aicpu_stream: StreamId,
+    /// The stream pair every run is launched on.
+    pub(crate) streams: StreamPair,
+    /// The output heap, once allocated.
     pub(crate) heap: Option<DevicePtr>,
     /// Streams destroyed so far (AICore, AICPU).
     destroyed: [bool; 2],
@@ -154,19 +155,13 @@ impl LaneResources {
             }
         };
         Ok(LaneResources {
-            aicore_stream,
-            aicpu_stream,
+            streams: StreamPair {
+                aicore: aicore_stream,
+                aicpu: aicpu_stream,
+            },
             heap: None,
             destroyed: [false; 2],
         })
-    }
-
-    /// The stream of `role`.
-    pub(crate) fn stream(&self, role: StreamRole) -> StreamId {
-        match role {
-            StreamRole::Aicore => self.aicore_stream,
-            StreamRole::Aicpu => self.aicpu_stream,
-        }
     }
 
     /// The output heap (allocated once).
@@ -193,7 +188,7 @@ impl LaneResources {
                 self.heap = None;
             }
         }
-        for (i, s) in [self.aicore_stream, self.aicpu_stream]
+        for (i, s) in [self.streams.aicore, self.streams.aicpu]
             .into_iter()
             .enumerate()
         {
