@@ -347,7 +347,10 @@ impl ChipWorker {
     /// Submits a run of a registered callable on owned `args` (signature order) to the lane
     /// and returns at once with its handle; the run is prepared and launched now when a
     /// pipeline slot is free. When the lane already holds two runs, this call first drives
-    /// the oldest to completion. Claims the PROGRAM execution mode.
+    /// the oldest to completion. A run whose host buffers overlap those of a run still in
+    /// the lane (by address range), one of the two writing them (`Out`/`InOut`), is staged
+    /// only once that run is finalized, its outputs copied back: chained submits on shared
+    /// buffers give the sequential result. Claims the PROGRAM execution mode.
     ///
     /// # Errors
     /// Argument errors (synchronously, before anything touches the device),

@@ -636,3 +636,119 @@ fn a_successor_starts_each_kernel_only_after_its_predecessor_finished_the_other(
         "the successor's AICPU kernel started before the predecessor's AICore kernel finished"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Alias ordering: runs that share host buffers.
+
+/// Host bytes several runs may hold at once, as numpy views are lent to the lane: each
+/// [`Window`] lends the same allocation.
+struct SharedBytes(std::cell::UnsafeCell<Vec<u8>>);
+
+// SAFETY: the lane touches a run's host buffer only under its lock (staging in at prepare,
+// copying back at finalize), so two windows on these bytes are never used at once; the test
+// reads them only after every run holding a window has finished.
+unsafe impl Sync for SharedBytes {}
+
+struct Window(Arc<SharedBytes>);
+
+impl HostBuffer for Window {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: see `SharedBytes`: no two uses overlap in time.
+        unsafe { (*self.0 .0.get()).as_mut_slice() }
+    }
+}
+
+fn shared(bytes: Vec<u8>) -> Arc<SharedBytes> {
+    Arc::new(SharedBytes(std::cell::UnsafeCell::new(bytes)))
+}
+
+fn tensor(buffer: impl HostBuffer) -> OwnedArg {
+    OwnedArg::Tensor {
+        buffer: Box::new(buffer),
+        shape: vec![N as u64],
+        dtype: DataType::Float32,
+    }
+}
+
+/// A worker whose next run's AICPU kernel lingers, so that run is unfinished for a while.
+fn lingering_worker() -> (Arc<SimDevice>, ChipWorker, CallableId) {
+    let (dev, w, id) = worker(2, Duration::from_secs(30));
+    dev.inject(FaultRule {
+        point: FaultPoint::AicpuKernel,
+        skip: 0,
+        times: 1,
+        action: FaultAction::SlowFinish(Duration::from_millis(300)),
+    });
+    (dev, w, id)
+}
+
+#[test]
+fn chained_submits_on_a_shared_buffer_give_the_sequential_result() {
+    // b = a + 1, then c = b + 1, b shared: the second run is staged only after the first
+    // copied b back.
+    let (dev, w, id) = lingering_worker();
+    let a: Vec<f32> = (0..N).map(|i| i as f32).collect();
+    let b = shared(vec![0u8; N * 4]);
+    let first = w
+        .submit(
+            id,
+            vec![
+                tensor(f32_bytes(&a)),
+                tensor(Window(b.clone())),
+                OwnedArg::Scalar(0),
+            ],
+        )
+        .unwrap();
+    let second = w
+        .submit(
+            id,
+            vec![
+                tensor(Window(b.clone())),
+                tensor(vec![0u8; N * 4]),
+                OwnedArg::Scalar(0),
+            ],
+        )
+        .unwrap();
+    assert_eq!(
+        dev.calls(FaultPoint::LaunchAicore),
+        1,
+        "the second run waits for the first to finalize"
+    );
+    first.result().unwrap();
+    let out = second.result().unwrap();
+    let OwnedArg::Tensor { mut buffer, .. } = out.args.into_iter().nth(1).unwrap() else {
+        panic!("c is a tensor")
+    };
+    for (i, v) in buffer.bytes_mut().chunks(4).enumerate() {
+        let v = f32::from_ne_bytes(v.try_into().unwrap());
+        assert_eq!(v, i as f32 + 2.0, "c = a + 2 at element {i}");
+    }
+}
+
+#[test]
+fn runs_that_only_read_a_shared_buffer_still_pipeline() {
+    let (dev, w, id) = lingering_worker();
+    let x: Vec<f32> = (0..N).map(|i| 5.0 + i as f32).collect();
+    let x = shared(f32_bytes(&x));
+    let runs: Vec<RunHandle> = (0..2)
+        .map(|_| {
+            w.submit(
+                id,
+                vec![
+                    tensor(Window(x.clone())),
+                    tensor(vec![0u8; N * 4]),
+                    OwnedArg::Scalar(0),
+                ],
+            )
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        dev.calls(FaultPoint::LaunchAicore),
+        2,
+        "the second run launched behind the first without waiting for it"
+    );
+    for h in runs {
+        check_output(h.result().unwrap(), 5.0);
+    }
+}

@@ -22,6 +22,7 @@ use crate::registry::Registered;
 use crate::worker_config::WorkerConfig;
 use crate::HostError;
 
+use super::alias;
 use super::finalize::Driver;
 use super::queue::{Phase, LANE_CAPACITY};
 use super::run::{RunCell, RunRequest, RunState, Stage};
@@ -164,7 +165,8 @@ impl LaneHandle {
     }
 
     /// Admits a run (arguments already checked against the signature) and prepares and
-    /// launches it if a slot is free; a full lane is driven first. A caller launch
+    /// launches it if a slot is free and it shares no written host buffer with a run still
+    /// in the lane (`alias`); a full lane is driven first. A caller launch
     /// (`caller`) returns only once the run is enqueued, with its launch error if it has one.
     ///
     /// # Errors
@@ -177,6 +179,8 @@ impl LaneHandle {
         plan: RunPlan,
         caller: Option<StreamId>,
     ) -> Result<Arc<RunCell>, HostError> {
+        let mut args = args;
+        let host_ranges = alias::host_ranges(&callable.signature, &mut args);
         let mut lane = self.lock();
         loop {
             if lane.is_closed() {
@@ -206,6 +210,7 @@ impl LaneHandle {
             plan,
             args,
             caller,
+            host_ranges,
         });
         lane.queue
             .admit(dispatch, run)

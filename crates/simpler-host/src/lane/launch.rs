@@ -294,6 +294,7 @@ mod tests {
                     dtype: DataType::Float32,
                 }],
                 caller: None,
+                host_ranges: Vec::new(),
             });
             engine.queue.admit(dispatch, run).unwrap();
             engine.queue.advance(dispatch, Phase::Prepared).unwrap();

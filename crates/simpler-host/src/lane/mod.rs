@@ -42,7 +42,8 @@
 //! lock; `handle` the [`LaneHandle`] the worker and every run handle hold (admission, poll,
 //! wait, the driver loop); `queue` the FIFO's ordering rules; `run` what the lane keeps per
 //! run; `slot` the device resources; `prepare`, `launch`, `drain` and `finalize` the four
-//! steps of a run; `teardown` close, drop and recovery.
+//! steps of a run; `teardown` close, drop and recovery; `alias` the ordering of runs that
+//! share host buffers.
 //!
 //! Concurrency: one lock around the [`LaneEngine`], whose `&mut self` methods never wait on
 //! the device. Device waits are the *driver*'s (`finalize::Driver`): one thread at a time
@@ -70,6 +71,7 @@ use crate::outcome::RecordReadLedger;
 use crate::worker_config::WorkerConfig;
 use crate::HostError;
 
+mod alias;
 mod drain;
 mod finalize;
 mod handle;

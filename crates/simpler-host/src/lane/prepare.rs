@@ -1,4 +1,5 @@
-//! Prepare: the lane's pump (admission to a free slot, in dispatch order), the staging of a
+//! Prepare: the lane's pump (admission to a free slot, in dispatch order, behind any
+//! unfinished run it shares a written host buffer with), the staging of a
 //! run's host tensors and the publication of its slot's descriptor, arguments and func
 //! tables; the end of runs that never launched.
 //!
@@ -18,6 +19,7 @@ use crate::pod::bytes_of;
 use crate::registry::Registered;
 use crate::HostError;
 
+use super::alias;
 use super::queue::Phase;
 use super::run::{FailedRun, PreparedRun, RunRequest, RunState, Stage, StagedArgs};
 use super::slot::PipelineSlot;
@@ -62,6 +64,9 @@ impl LaneEngine {
                 }
                 return;
             }
+            if self.aliases_an_unfinished_run(id) {
+                return; // staged once the run it shares buffers with is finalized
+            }
             let Some(slot) = self
                 .slots
                 .iter()
@@ -80,6 +85,23 @@ impl LaneEngine {
                 Err((error, retained)) => self.fail_preparation(id, error, retained),
             }
         }
+    }
+
+    /// Whether queued run `id` shares a host buffer with a run ahead of it in the lane, one
+    /// of the two writing it.
+    fn aliases_an_unfinished_run(&self, id: u64) -> bool {
+        let Some(run) = self.queue.get(id) else {
+            return false;
+        };
+        let later = &run.request.host_ranges;
+        !later.is_empty()
+            && self
+                .queue
+                .phases()
+                .into_iter()
+                .take_while(|&(d, _)| d != id)
+                .filter_map(|(d, _)| self.queue.get(d))
+                .any(|earlier| alias::conflict(&earlier.request.host_ranges, later))
     }
 
     /// Stages run `id`'s tensors into `slot_idx` and publishes the slot's descriptor,

@@ -187,6 +187,11 @@ impl<T> RunQueue<T> {
     }
 
     /// The item of run `id`.
+    pub fn get(&self, id: u64) -> Option<&T> {
+        self.entries.iter().find(|e| e.id == id).map(|e| &e.item)
+    }
+
+    /// The item of run `id`, mutably.
     pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
         self.entries
             .iter_mut()

@@ -22,6 +22,7 @@ use crate::launch::LaunchGrade;
 use crate::registry::Registered;
 use crate::HostError;
 
+use super::alias::HostRange;
 use super::RunReport;
 
 /// The terminal state of a run, once decided.
@@ -109,6 +110,8 @@ pub(crate) struct RunRequest {
     pub(crate) args: Vec<OwnedArg>,
     /// The caller's stream to launch on (a borrowed caller launch).
     pub(crate) caller: Option<StreamId>,
+    /// The host memory the run reads and writes (alias ordering).
+    pub(crate) host_ranges: Vec<HostRange>,
 }
 
 /// How a launched run's launch went.
