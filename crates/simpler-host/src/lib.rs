@@ -8,8 +8,9 @@
 //!
 //! Modules, by responsibility:
 //! - **The worker and its API**: `worker` ([`ChipWorker`]), [`WorkerConfig`], [`config`]
-//!   (per-run options), `args` (host and owned run arguments and their check), `handle`
-//!   ([`RunHandle`]), `error` ([`HostError`]).
+//!   (per-run options), `args` (host and owned run arguments and their check), `borrowed`
+//!   (the synchronous run's borrowed buffers), `handle` ([`RunHandle`]), `error`
+//!   ([`HostError`]).
 //! - **Callables**: [`callable`] (what a callable is made of), [`signature`], [`loader`]
 //!   (shared-library images, in-process functions), [`bundle`] (the callable file),
 //!   [`registry`] (callable ids, generations, image cache), [`fsio`] (atomic writes).
@@ -30,6 +31,7 @@
 //! kernel entry functions it launches). It must not reach into runtime internals.
 
 mod args;
+mod borrowed;
 pub mod bundle;
 pub mod callable;
 mod caller_stream;

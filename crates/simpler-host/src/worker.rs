@@ -29,6 +29,7 @@ use simpler_device::sim::SimDevice;
 use simpler_device::{Device, DevicePtr, StreamId};
 
 use crate::args::{HostArg, OwnedArg};
+use crate::borrowed::{AbortUnlessTerminal, BorrowedBytes};
 use crate::config::CallConfig;
 use crate::handle::RunHandle;
 use crate::health::HealthReport;
@@ -419,9 +420,12 @@ impl ChipWorker {
 
     /// Runs a registered callable on `args` (signature order) and waits for it.
     ///
-    /// `In` and `InOut` tensors are copied to the device; after a successful run, `Out` and
-    /// `InOut` tensors are copied back into `args`. A failed run leaves every host buffer
-    /// untouched, and the worker stays usable unless the device's state could not be proven.
+    /// The run borrows the caller's buffers: `In` and `InOut` tensors are staged to the
+    /// device straight from `args`, and after a successful run `Out` and `InOut` tensors are
+    /// copied straight back into them (one copy each way). A run that fails leaves every host
+    /// buffer untouched — except that a copy back failing part-way leaves the outputs copied
+    /// before it written. The worker stays usable unless the device's state could not be
+    /// proven.
     ///
     /// # Errors
     /// Argument errors (before anything touches the device), [`HostError::RunFailed`] with
@@ -447,41 +451,26 @@ impl ChipWorker {
         let plan = config.plan(self.shared.lane.config())?;
         let callable = self.callable(id)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
-        let owned: Vec<OwnedArg> = callable
-            .signature
-            .args
-            .iter()
-            .zip(args.iter())
-            .map(|(spec, a)| match a {
+        let lent: Vec<OwnedArg> = args
+            .iter_mut()
+            .map(|a| match a {
                 HostArg::Tensor(t) => OwnedArg::Tensor {
-                    buffer: Box::new(if spec.direction.copies_in() {
-                        t.bytes.to_vec()
-                    } else {
-                        vec![0u8; t.bytes.len()]
-                    }),
+                    // SAFETY: `t.bytes` stays borrowed for this whole call, and the call
+                    // returns (or unwinds) only once the run is terminal: a refused submit
+                    // never admits the run, and an admitted one is waited for below under
+                    // `AbortUnlessTerminal`.
+                    buffer: Box::new(unsafe { BorrowedBytes::new(t.bytes) }),
                     shape: t.shape.clone(),
                     dtype: t.dtype,
                 },
                 HostArg::Scalar(v) => OwnedArg::Scalar(*v),
             })
             .collect();
-        let out = self
-            .submit_checked(callable.clone(), owned, plan, None)?
-            .result()?;
-        for ((spec, dst), src) in callable
-            .signature
-            .args
-            .iter()
-            .zip(args.iter_mut())
-            .zip(out.args)
-        {
-            if let (HostArg::Tensor(t), OwnedArg::Tensor { mut buffer, .. }) = (dst, src) {
-                if spec.direction.copies_back() {
-                    t.bytes.copy_from_slice(buffer.bytes_mut());
-                }
-            }
-        }
-        Ok(out.report)
+        let lane = &self.shared.lane;
+        let cell = lane.submit(callable, lent, plan, None)?;
+        let _terminal = AbortUnlessTerminal(|| cell.is_done());
+        lane.wait_until_terminal(&cell);
+        cell.outcome()
     }
 
     /// Allocates `size` bytes of device memory.
@@ -609,6 +598,59 @@ pub(crate) mod tests {
             shape: vec![16],
             dtype: DataType::Float32,
         }]
+    }
+
+    /// The synchronous run lends the caller's slices to the lane — staged from them, copied
+    /// back into them, no owned copy in between: the run in flight holds exactly the
+    /// caller's byte range.
+    #[test]
+    fn the_synchronous_run_stages_from_and_copies_back_into_the_callers_slices() {
+        use simpler_device::sim::{FaultAction, FaultPoint, FaultRule};
+        let dev = Arc::new(
+            SimDevice::new(Topology {
+                clusters: 1,
+                aicpu_threads: 2,
+            })
+            .unwrap(),
+        );
+        // The run's AICPU kernel lingers, so the run stays in the lane for a while.
+        dev.inject(FaultRule {
+            point: FaultPoint::AicpuKernel,
+            skip: 0,
+            times: 1,
+            action: FaultAction::SlowFinish(Duration::from_millis(300)),
+        });
+        let config = WorkerConfig {
+            heap_size: 1 << 16,
+            run_timeout: Duration::from_secs(30),
+            ..WorkerConfig::default()
+        };
+        let w = ChipWorker::with_device(config, dev).unwrap();
+        let id = w.register(&empty_spec()).unwrap();
+        let mut x = vec![7u8; 64];
+        let caller_range = (x.as_ptr() as usize, x.as_ptr() as usize + x.len());
+        let seen = std::thread::scope(|s| {
+            let runner = s.spawn(|| {
+                let mut args = [HostArg::Tensor(crate::HostTensor {
+                    bytes: &mut x,
+                    shape: vec![16],
+                    dtype: DataType::Float32,
+                })];
+                w.run(id, &mut args).map(drop)
+            });
+            let seen = loop {
+                let held = w.shared.lane.host_ranges_in_flight();
+                if !held.is_empty() || runner.is_finished() {
+                    break held;
+                }
+                std::thread::yield_now();
+            };
+            runner.join().unwrap().unwrap();
+            seen
+        });
+        assert_eq!(seen, vec![caller_range]);
+        assert_eq!(x, vec![7u8; 64], "the InOut tensor came back unchanged");
+        w.close().unwrap();
     }
 
     /// A real `fork()` while another thread holds every worker lock: in the child, every

@@ -286,6 +286,16 @@ impl LaneHandle {
         Ok(())
     }
 
+    /// Drives the lane until `cell` is terminal, however long that takes (the worker's run
+    /// timeout bounds it on the device side).
+    pub(crate) fn wait_until_terminal(&self, cell: &RunCell) {
+        while !cell.is_done() {
+            // Without a deadline the only early return is the rare wake-up of a fence wait
+            // that ran out just short of the run timeout: wait again.
+            let _ = self.wait_for(cell, None, None);
+        }
+    }
+
     /// One turn of the driver: finalizes the front (blocking), or sleeps while another
     /// thread drives. `Err` only when `deadline` passed.
     pub(super) fn drive_once(
@@ -313,6 +323,18 @@ impl LaneHandle {
             Progress::UserTimeout => Err(()),
             Progress::Finalized | Progress::WouldBlock => Ok(()),
         }
+    }
+
+    /// The host byte ranges (`[start, end)`) the runs in the lane hold, front first.
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn host_ranges_in_flight(&self) -> Vec<(usize, usize)> {
+        let lane = self.lock();
+        lane.queue
+            .phases()
+            .into_iter()
+            .filter_map(|(d, _)| lane.queue.get(d))
+            .flat_map(|run| run.request.host_ranges.iter().map(|r| (r.start, r.end)))
+            .collect()
     }
 
     /// The engine, locked (tests hold it to race other operations against it).
