@@ -66,7 +66,7 @@ pub use error::HostError;
 pub use fence::Completion;
 pub use handle::{RunHandle, RunOutput};
 pub use identity::{RunIdentity, StreamRole, Waiter};
-pub use lane::RunReport;
+pub use lane::{RunReport, StagingReport};
 pub use launch::LaunchGrade;
 pub use lifecycle::{EnvironmentIdentity, Ownership, WorkerState};
 pub use mode::{ExecutionMode, ExecutionModeLatch};

@@ -33,7 +33,7 @@ use crate::borrowed::{AbortUnlessTerminal, BorrowedBytes};
 use crate::config::CallConfig;
 use crate::handle::RunHandle;
 use crate::health::HealthReport;
-use crate::lane::{IdleLane, LaneHandle, RunReport};
+use crate::lane::{IdleLane, LaneHandle, RunReport, StagingReport};
 use crate::lifecycle::{EnvironmentIdentity, WorkerState};
 use crate::mode::{ExecutionMode, ExecutionModeLatch};
 use crate::registry::{
@@ -204,6 +204,16 @@ impl ChipWorker {
     pub fn health(&self) -> Result<HealthReport, HostError> {
         self.shared.identity.check()?;
         Ok(self.shared.lane.health())
+    }
+
+    /// The staging memory the worker holds between runs: the buffers its pipeline slots pool
+    /// for reuse (freed at close), and the quarantined ones of runs it gave up on.
+    ///
+    /// # Errors
+    /// [`HostError::ExecutionContextRefused`] from the wrong context.
+    pub fn staging_report(&self) -> Result<StagingReport, HostError> {
+        self.shared.identity.check()?;
+        Ok(self.shared.lane.staging_report())
     }
 
     /// Whether the worker reads the device's fault notices (its fault-callback install

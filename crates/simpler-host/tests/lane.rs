@@ -518,7 +518,10 @@ fn fault_injection_matrix() {
         let pred = row
             .with_predecessor
             .then(|| w.submit(id, args(10.0, false)).unwrap());
+        // Every device allocation made from here on is the faulted run's staging (pooled
+        // after the run, or quarantined), or the predecessor's (pooled after it).
         let baseline = dev.live_allocations() - if row.with_predecessor { 2 } else { 0 };
+        let pooled_before = w.staging_report().unwrap().pooled_buffers;
         for rule in row.inject {
             dev.inject(*rule);
         }
@@ -562,9 +565,16 @@ fn fault_injection_matrix() {
             Resources::Released => 0,
             Resources::Retained => 2,
         };
+        let staging = w.staging_report().unwrap();
         assert_eq!(
-            held, want,
-            "{}: staging buffers held after the run",
+            staging.quarantined_buffers, want,
+            "{}: staging buffers held (quarantined) after the run",
+            row.name
+        );
+        assert_eq!(
+            held,
+            staging.pooled_buffers - pooled_before + want,
+            "{}: every other staging buffer went back to its slot's pool",
             row.name
         );
         let next = w.submit(id, args(30.0, false));
@@ -751,4 +761,96 @@ fn runs_that_only_read_a_shared_buffer_still_pipeline() {
     for h in runs {
         check_output(h.result().unwrap(), 5.0);
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Staging pools.
+
+fn sized_args(seed: f32, n: usize) -> Vec<OwnedArg> {
+    let x: Vec<f32> = (0..n).map(|i| seed + i as f32).collect();
+    vec![
+        tensor_of(f32_bytes(&x), n),
+        tensor_of(vec![0u8; n * 4], n),
+        OwnedArg::Scalar(0),
+    ]
+}
+
+fn tensor_of(bytes: Vec<u8>, n: usize) -> OwnedArg {
+    OwnedArg::Tensor {
+        buffer: Box::new(bytes),
+        shape: vec![n as u64],
+        dtype: DataType::Float32,
+    }
+}
+
+#[test]
+fn staging_is_pooled_per_slot_grows_when_it_does_not_fit_and_is_freed_at_teardown() {
+    let (dev, w, id) = worker(2, Duration::from_secs(30));
+    let before = dev.live_allocations();
+    check_output(
+        w.submit(id, sized_args(0.0, N)).unwrap().result().unwrap(),
+        0.0,
+    );
+    let pooled = w.staging_report().unwrap();
+    assert_eq!(
+        (
+            pooled.pooled_buffers,
+            pooled.pooled_bytes,
+            pooled.quarantined_buffers
+        ),
+        (2, 2 * (N * 4) as u64, 0),
+        "the run's two staging buffers stay with its slot"
+    );
+    assert_eq!(dev.live_allocations(), before + 2);
+    // Runs that fit reuse the pool: no staging allocation per run, pipelined or not.
+    let mallocs = dev.calls(FaultPoint::Malloc);
+    for r in 1..6 {
+        check_output(
+            w.submit(id, sized_args(r as f32, N))
+                .unwrap()
+                .result()
+                .unwrap(),
+            r as f32,
+        );
+    }
+    let (a, b) = (
+        w.submit(id, sized_args(7.0, N)).unwrap(),
+        w.submit(id, sized_args(8.0, N)).unwrap(),
+    );
+    check_output(a.result().unwrap(), 7.0);
+    check_output(b.result().unwrap(), 8.0);
+    assert_eq!(
+        dev.calls(FaultPoint::Malloc) - mallocs,
+        2,
+        "only the second slot's first run allocated"
+    );
+    assert_eq!(w.staging_report().unwrap().pooled_buffers, 4);
+    // A larger run grows its slot's pool: each too-small buffer is replaced, none added.
+    let mallocs = dev.calls(FaultPoint::Malloc);
+    let live = dev.live_allocations();
+    check_output(
+        w.submit(id, sized_args(9.0, 2 * N))
+            .unwrap()
+            .result()
+            .unwrap(),
+        9.0,
+    );
+    assert_eq!(dev.calls(FaultPoint::Malloc) - mallocs, 2);
+    assert_eq!(dev.live_allocations(), live, "two freed, two allocated");
+    let grown = w.staging_report().unwrap();
+    assert_eq!(grown.pooled_buffers, 4);
+    assert_eq!(
+        grown.pooled_bytes,
+        2 * (N * 4) as u64 + 2 * (2 * N * 4) as u64
+    );
+    // A smaller run fits the larger buffers.
+    check_output(
+        w.submit(id, sized_args(1.0, N / 2))
+            .unwrap()
+            .result()
+            .unwrap(),
+        1.0,
+    );
+    w.close().unwrap();
+    assert_eq!(dev.live_allocations(), 0, "close frees the pools");
 }

@@ -25,9 +25,9 @@ use crate::HostError;
 
 use super::drain::{sync_streams, PairSync, Verdict};
 use super::handle::Guard;
-use super::prepare::release_staging;
 use super::queue::Phase;
-use super::run::{LaunchedRun, RunRequest, RunState, Stage, StagedArgs};
+use super::run::{LaunchedRun, RunRequest, RunState, Stage};
+use super::staging::StagedArgs;
 use super::{LaneEngine, Progress, RunReport};
 
 /// Why a step stopped the finalize early: the [`Progress`] to report.
@@ -327,7 +327,8 @@ impl LaneEngine {
     }
 
     /// Copy back and end: the front leaves the lane; after a success its outputs are copied
-    /// back into its host buffers; its staging is released and the run ends with its verdict.
+    /// back into its host buffers; its staging goes back to its slot's pool and the run ends
+    /// with its verdict.
     fn copy_back_and_end(&mut self, front: &Front, verdict: Verdict) {
         self.queue
             .advance(front.dispatch, Phase::Terminal)
@@ -351,7 +352,9 @@ impl LaneEngine {
                 &launched.staging,
             )
         });
-        release_staging(&*self.device, &launched.staging);
+        self.slots[front.identity.slot as usize]
+            .staging
+            .put_back(launched.staging.into_iter().flatten());
         if let Some(j) = launched.join {
             if !j.is_discharged() {
                 self.stale_joins.push(j);
@@ -394,10 +397,10 @@ fn copy_back(
     staging: &StagedArgs,
 ) -> Result<(), HostError> {
     for ((spec, arg), staged) in signature.args.iter().zip(args.iter_mut()).zip(staging) {
-        if let (OwnedArg::Tensor { buffer, .. }, Some(p)) = (arg, staged) {
+        if let (OwnedArg::Tensor { buffer, .. }, Some(staged)) = (arg, staged) {
             if spec.direction.copies_back() {
                 device
-                    .copy_from_device(buffer.bytes_mut(), *p)
+                    .copy_from_device(buffer.bytes_mut(), staged.ptr)
                     .map_err(HostError::device(format!(
                         "copying argument `{}` back",
                         spec.name

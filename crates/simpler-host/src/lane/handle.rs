@@ -26,7 +26,7 @@ use super::alias;
 use super::finalize::Driver;
 use super::queue::{Phase, LANE_CAPACITY};
 use super::run::{RunCell, RunRequest, RunState, Stage};
-use super::{LaneEngine, Progress, EPOCHS};
+use super::{LaneEngine, Progress, StagingReport, EPOCHS};
 
 /// The engine, locked.
 pub(super) type Guard<'a> = MutexGuard<'a, LaneEngine>;
@@ -136,6 +136,11 @@ impl LaneHandle {
     /// The device health of this generation.
     pub(crate) fn health(&self) -> HealthReport {
         self.lock().health_report()
+    }
+
+    /// The staging memory the lane holds between runs.
+    pub(crate) fn staging_report(&self) -> StagingReport {
+        self.lock().staging_report()
     }
 
     /// Whether the lane reads the device's fault notices.

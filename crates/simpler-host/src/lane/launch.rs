@@ -20,7 +20,6 @@ use crate::join::{self, JoinRefs};
 use crate::launch::{launch_transaction, LaunchGrade, LaunchPermit};
 use crate::HostError;
 
-use super::prepare::release_staging;
 use super::run::{FailedRun, LaunchState, LaunchedRun, PreparedRun, Stage};
 use super::LaneEngine;
 
@@ -158,7 +157,9 @@ impl LaneEngine {
                 }
                 let _ = fence.retire(&identity);
                 self.slots[slot_idx].occupant = None;
-                release_staging(&*self.device, &staging);
+                self.slots[slot_idx]
+                    .staging
+                    .put_back(staging.into_iter().flatten());
                 run.stage = Stage::Failed(FailedRun {
                     error: outcome
                         .error

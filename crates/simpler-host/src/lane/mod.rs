@@ -41,7 +41,8 @@
 //! By responsibility: this module holds [`LaneEngine`], the lane's state behind its one
 //! lock; `handle` the [`LaneHandle`] the worker and every run handle hold (admission, poll,
 //! wait, the driver loop); `queue` the FIFO's ordering rules; `run` what the lane keeps per
-//! run; `slot` the device resources; `prepare`, `launch`, `drain` and `finalize` the four
+//! run; `slot` the device resources; `staging` the per-slot pools of staging buffers;
+//! `prepare`, `launch`, `drain` and `finalize` the four
 //! steps of a run; `teardown` close, drop and recovery; `alias` the ordering of runs that
 //! share host buffers.
 //!
@@ -80,10 +81,12 @@ mod prepare;
 mod queue;
 mod run;
 mod slot;
+mod staging;
 mod teardown;
 
 pub(crate) use handle::{IdleLane, LaneHandle};
 pub(crate) use run::RunCell;
+pub use staging::StagingReport;
 
 use queue::RunQueue;
 use run::RunState;
@@ -248,6 +251,15 @@ impl LaneEngine {
     /// The device health report of this generation.
     fn health_report(&self) -> HealthReport {
         self.health.report()
+    }
+
+    /// The staging memory held between runs.
+    fn staging_report(&self) -> StagingReport {
+        StagingReport {
+            pooled_buffers: self.slots.iter().map(|s| s.staging.len()).sum(),
+            pooled_bytes: self.slots.iter().map(|s| s.staging.bytes()).sum(),
+            quarantined_buffers: self.quarantine.len(),
+        }
     }
 
     /// Marks the device unusable for `why` unless it already is (the first reason stays).

@@ -3,7 +3,8 @@
 //! run's host tensors and the publication of its slot's descriptor, arguments and func
 //! tables; the end of runs that never launched.
 //!
-//! A failed preparation rolls back (every staging buffer it took is freed); a rollback that
+//! Staging comes from the slot's pool (`staging`). A failed preparation rolls back: the
+//! buffers it reused go back to the pool and the ones it allocated are freed; a rollback that
 //! proved every release publishes the run's epoch on the release marker and the run ends
 //! with [`HostError::RunPreparationRefused`]; one that could not keeps the buffers it could
 //! not free (quarantine) and the run's arguments, and poisons admission
@@ -21,8 +22,9 @@ use crate::HostError;
 
 use super::alias;
 use super::queue::Phase;
-use super::run::{FailedRun, PreparedRun, RunRequest, RunState, Stage, StagedArgs};
+use super::run::{FailedRun, PreparedRun, RunRequest, RunState, Stage};
 use super::slot::PipelineSlot;
+use super::staging::{Origin, StagedArgs, StagingBuffer, StagingPool};
 use super::LaneEngine;
 
 impl LaneEngine {
@@ -134,8 +136,17 @@ impl LaneEngine {
         };
         let request = &mut run.request;
         let mut staging = StagedArgs::with_capacity(request.args.len());
+        let mut taken = Vec::new();
         let mut orch_args = OrchArgs::empty();
-        let staged = stage_args(&**device, request, &mut staging, &mut orch_args).and_then(|()| {
+        let staged = stage_args(
+            &**device,
+            &mut slot.staging,
+            request,
+            &mut staging,
+            &mut taken,
+            &mut orch_args,
+        )
+        .and_then(|()| {
             let desc = RunLaunchDesc {
                 magic: RUN_LAUNCH_MAGIC,
                 version: RUN_LAUNCH_VERSION,
@@ -162,13 +173,19 @@ impl LaneEngine {
             publish(&**device, slot, &request.callable, &orch_args, &desc)
         });
         if let Err(e) = staged {
-            // The rollback: a staging buffer whose free fails is not proven released.
-            let retained = staging
-                .iter()
-                .flatten()
-                .copied()
-                .filter(|p| device.free(*p).is_err())
-                .collect();
+            // The rollback: reused buffers go back to the pool, allocated ones are freed; one
+            // whose free fails is not proven released.
+            let mut retained = Vec::new();
+            for (buffer, origin) in taken {
+                match origin {
+                    Origin::Reused => slot.staging.put_back([buffer]),
+                    Origin::Allocated => {
+                        if device.free(buffer.ptr).is_err() {
+                            retained.push(buffer.ptr);
+                        }
+                    }
+                }
+            }
             return Err((e, retained));
         }
         run.stage = Stage::Prepared(PreparedRun { identity, staging });
@@ -217,8 +234,9 @@ impl LaneEngine {
         let (error, args_retained) = match stage {
             Stage::Queued => (error, false),
             Stage::Prepared(prepared) => {
-                release_staging(&*self.device, &prepared.staging);
                 let slot = &mut self.slots[prepared.identity.slot as usize];
+                slot.staging
+                    .put_back(prepared.staging.into_iter().flatten());
                 if slot.occupant == Some(cell.dispatch_id) {
                     slot.occupant = None;
                 }
@@ -236,13 +254,17 @@ impl LaneEngine {
     }
 }
 
-/// Stages each argument of `request` (signature order): a host tensor into a new staging
-/// buffer (its bytes copied in when the signature copies it in), a device tensor in place, a
-/// scalar as bits. `staging` gets one entry per argument pushed so far, also on failure.
+/// Stages each argument of `request` (signature order): a host tensor into a staging buffer
+/// from `pool` (its bytes copied in when the signature copies it in; otherwise zeroed, as a
+/// fresh allocation is), a device tensor in
+/// place, a scalar as bits. `staging` gets one entry per argument and `taken` every buffer
+/// taken so far with its origin, also on failure.
 fn stage_args(
     device: &dyn Device,
+    pool: &mut StagingPool,
     request: &mut RunRequest,
     staging: &mut StagedArgs,
+    taken: &mut Vec<(StagingBuffer, Origin)>,
     orch_args: &mut OrchArgs,
 ) -> Result<(), HostError> {
     let signature = &request.callable.signature;
@@ -254,18 +276,28 @@ fn stage_args(
                 dtype,
             } => {
                 let bytes = buffer.bytes_mut();
-                let p = device
-                    .malloc(bytes.len() as u64)
-                    .map_err(HostError::device(format!(
-                        "staging argument `{}`",
-                        spec.name
-                    )))?;
-                staging.push(Some(p));
+                let (staged, origin) =
+                    pool.take(device, bytes.len() as u64)
+                        .map_err(HostError::device(format!(
+                            "staging argument `{}`",
+                            spec.name
+                        )))?;
+                taken.push((staged, origin));
+                staging.push(Some(staged));
+                let p = staged.ptr;
                 if spec.direction.copies_in() {
                     device
                         .copy_to_device(p, bytes)
                         .map_err(HostError::device(format!(
                             "copying argument `{}` to the device",
+                            spec.name
+                        )))?;
+                } else if origin == Origin::Reused {
+                    // An output starts zeroed, as fresh device memory does.
+                    device
+                        .memset(p, 0, bytes.len() as u64)
+                        .map_err(HostError::device(format!(
+                            "clearing the staging of argument `{}`",
                             spec.name
                         )))?;
                 }
@@ -318,11 +350,4 @@ fn publish(
         &callable.func_type_bytes,
     )?;
     publish("launch descriptor", slot.desc, bytes_of(desc))
-}
-
-/// Frees a run's staging buffers (the device is proven done with them).
-pub(super) fn release_staging(device: &dyn Device, staging: &StagedArgs) {
-    for p in staging.iter().flatten() {
-        let _ = device.free(*p);
-    }
 }

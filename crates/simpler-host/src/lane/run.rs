@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use simpler_device::{DevicePtr, StreamId};
+use simpler_device::StreamId;
 
 use crate::args::OwnedArg;
 use crate::caller_stream::CallerOrder;
@@ -23,6 +23,7 @@ use crate::registry::Registered;
 use crate::HostError;
 
 use super::alias::HostRange;
+use super::staging::StagedArgs;
 use super::RunReport;
 
 /// The terminal state of a run, once decided.
@@ -94,9 +95,6 @@ impl RunCell {
             .unwrap_or_default()
     }
 }
-
-/// A run's staging, by argument (`None`: a scalar, or a device tensor passed in place).
-pub(crate) type StagedArgs = Vec<Option<DevicePtr>>;
 
 /// What a run asked for: fixed at admission.
 pub(crate) struct RunRequest {

@@ -5,8 +5,9 @@
 //!   descriptor, the epoch-stamped result region, the orchestration arguments, the func
 //!   tables, the core mailboxes and the runtime state word, the slot's completion fence and
 //!   its two join-proof events, and its three caller-order events (created lazily, by the
-//!   first caller launch the slot hosts). Two runs in flight never share any of these, so a
-//!   successor can be staged while its predecessor executes;
+//!   first caller launch the slot hosts), and the pool of staging buffers its runs reuse.
+//!   Two runs in flight never share any of these, so a successor can be staged while its
+//!   predecessor executes;
 //! - per lane ([`LaneResources`]): the stream pair every run is launched on (preparing a
 //!   successor never selects or replaces a stream) and the output heap (device scratch:
 //!   runs execute one after the other on the device, so one heap serves both slots).
@@ -24,6 +25,8 @@ use crate::caller_stream::CallerEvents;
 use crate::fence::RunCompletionFence;
 use crate::identity::{StreamPair, StreamRole};
 use crate::HostError;
+
+use super::staging::StagingPool;
 
 /// One pipeline slot's device resources.
 pub(crate) struct PipelineSlot {
@@ -47,6 +50,8 @@ pub(crate) struct PipelineSlot {
     pub(crate) occupant: Option<u64>,
     /// The slot's last run could not be proven finished: it is never reused.
     pub(crate) quarantined: bool,
+    /// Staging buffers of the slot's finished runs, reused by its next ones.
+    pub(crate) staging: StagingPool,
     allocations: Vec<DevicePtr>,
 }
 
@@ -92,6 +97,7 @@ impl PipelineSlot {
             result_initialized: false,
             occupant: None,
             quarantined: false,
+            staging: StagingPool::default(),
             allocations,
         })
     }
@@ -119,6 +125,7 @@ impl PipelineSlot {
     /// reset). What fails to free is kept for a retry; true when nothing is left.
     pub(crate) fn release(&mut self, device: &Arc<dyn Device>) -> bool {
         self.allocations.retain(|p| device.free(*p).is_err());
+        let staging = self.staging.release(&**device);
         for e in self.proofs.iter_mut() {
             if let Some(ev) = *e {
                 if device.destroy_event(ev).is_ok() {
@@ -128,7 +135,11 @@ impl PipelineSlot {
         }
         let events = self.caller_events.release(&**device);
         let fence = self.fence.release(&**device).is_ok();
-        self.allocations.is_empty() && self.proofs.iter().all(Option::is_none) && events && fence
+        self.allocations.is_empty()
+            && staging
+            && self.proofs.iter().all(Option::is_none)
+            && events
+            && fence
     }
 }
 

@@ -169,7 +169,8 @@ impl LaneEngine {
     pub(super) fn retain_run(&mut self, run: &mut RunState) {
         match std::mem::replace(&mut run.stage, Stage::Queued) {
             Stage::Launched(launched) => {
-                self.quarantine.extend(launched.staging.iter().flatten());
+                self.quarantine
+                    .extend(launched.staging.iter().flatten().map(|b| b.ptr));
                 let slot = &mut self.slots[launched.identity.slot as usize];
                 slot.quarantined = true;
                 if let Some(order) = launched.order {
@@ -180,7 +181,8 @@ impl LaneEngine {
                 }
             }
             Stage::Prepared(prepared) => {
-                self.quarantine.extend(prepared.staging.iter().flatten());
+                self.quarantine
+                    .extend(prepared.staging.iter().flatten().map(|b| b.ptr));
                 self.slots[prepared.identity.slot as usize].quarantined = true;
             }
             Stage::Queued | Stage::Failed(_) => {}
