@@ -364,7 +364,8 @@ impl ChipWorker {
     /// buffers give the sequential result. Claims the PROGRAM execution mode.
     ///
     /// # Errors
-    /// Argument errors (synchronously, before anything touches the device),
+    /// Argument errors (synchronously, before anything touches the device; a device tensor
+    /// outside this worker's allocations is [`HostError::InvalidDevicePointer`]),
     /// [`HostError::UnknownCallable`], [`HostError::DeviceUnusable`] when admission is
     /// closed, [`HostError::InvalidState`] in a KERNEL context, [`HostError::WorkerClosed`],
     /// [`HostError::ExecutionContextRefused`]. Failures of the run itself are the handle's.
@@ -483,27 +484,26 @@ impl ChipWorker {
         cell.outcome()
     }
 
-    /// Allocates `size` bytes of device memory.
+    /// Allocates `size` bytes of zeroed device memory. The allocation is recorded: runs
+    /// take device tensors ([`OwnedArg::Device`]) only inside allocations made here.
     ///
     /// # Errors
     /// A device error (zero or huge size, out of memory), a refused context, or
     /// [`HostError::WorkerClosed`].
     pub fn malloc(&self, size: u64) -> Result<DevicePtr, HostError> {
         self.open()?;
-        self.device()
-            .malloc(size)
-            .map_err(HostError::device(format!("allocating {size} bytes")))
+        self.shared.lane.malloc(size)
     }
 
-    /// Frees device memory from [`malloc`](ChipWorker::malloc).
+    /// Frees device memory from [`malloc`](ChipWorker::malloc). Runs that have finished are
+    /// finalized first; memory a queued or running run still uses is not freed.
     ///
     /// # Errors
-    /// A device error (unknown pointer, double free), or a refused context.
+    /// [`HostError::DeviceMemoryInUse`] while a run uses the allocation (wait for the run,
+    /// then free), a device error (unknown pointer, double free), or a refused context.
     pub fn free(&self, ptr: DevicePtr) -> Result<(), HostError> {
         self.open()?;
-        self.device()
-            .free(ptr)
-            .map_err(HostError::device("freeing device memory"))
+        self.shared.lane.free(ptr)
     }
 
     /// Copies host bytes to device memory.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use simpler_device::{Device, StreamId};
+use simpler_device::{Device, DevicePtr, StreamId};
 
 use crate::args::OwnedArg;
 use crate::config::RunPlan;
@@ -169,14 +169,16 @@ impl LaneHandle {
         }
     }
 
-    /// Admits a run (arguments already checked against the signature) and prepares and
+    /// Admits a run (arguments already checked against the signature; device tensors are
+    /// checked here against the worker's allocations) and prepares and
     /// launches it if a slot is free and it shares no written host buffer with a run still
     /// in the lane (`alias`); a full lane is driven first. A caller launch
     /// (`caller`) returns only once the run is enqueued, with its launch error if it has one.
     ///
     /// # Errors
-    /// [`HostError::WorkerClosed`], [`HostError::DeviceUnusable`] when admission is closed,
-    /// and for a caller launch the launch's own error.
+    /// [`HostError::WorkerClosed`], [`HostError::InvalidDevicePointer`] naming the device
+    /// tensor outside the worker's allocations, [`HostError::DeviceUnusable`] when admission
+    /// is closed, and for a caller launch the launch's own error.
     pub(crate) fn submit(
         &self,
         callable: Arc<Registered>,
@@ -187,6 +189,10 @@ impl LaneHandle {
         let mut args = args;
         let host_ranges = alias::host_ranges(&callable.signature, &mut args);
         let mut lane = self.lock();
+        if lane.is_closed() {
+            return Err(HostError::WorkerClosed);
+        }
+        let device_ranges = lane.memory.check_device_args(&callable.signature, &args)?;
         loop {
             if lane.is_closed() {
                 return Err(HostError::WorkerClosed);
@@ -216,6 +222,7 @@ impl LaneHandle {
             args,
             caller,
             host_ranges,
+            device_ranges,
         });
         lane.queue
             .admit(dispatch, run)
@@ -249,6 +256,42 @@ impl LaneHandle {
         }
         self.notify_progress();
         Ok(cell)
+    }
+
+    /// Allocates `size` bytes of device memory and records the allocation (device tensors
+    /// are checked against it).
+    ///
+    /// # Errors
+    /// The device's allocation error.
+    pub(crate) fn malloc(&self, size: u64) -> Result<DevicePtr, HostError> {
+        let ptr = self
+            .device()
+            .malloc(size)
+            .map_err(HostError::device(format!("allocating {size} bytes")))?;
+        self.lock().memory.record(ptr, size);
+        Ok(ptr)
+    }
+
+    /// Frees device memory, unless a run still in the lane (or one given up on) uses the
+    /// allocation; finished runs are finalized first, without blocking.
+    ///
+    /// # Errors
+    /// [`HostError::DeviceMemoryInUse`] with the number of runs using it (nothing is freed),
+    /// or the device's error (unknown pointer, double free).
+    pub(crate) fn free(&self, ptr: DevicePtr) -> Result<(), HostError> {
+        self.poll_progress();
+        let mut lane = self.lock();
+        if let Some(allocation) = lane.memory.allocation(ptr) {
+            let runs = lane.runs_using(&allocation);
+            if runs > 0 {
+                return Err(HostError::DeviceMemoryInUse { ptr: ptr.0, runs });
+            }
+        }
+        lane.device
+            .free(ptr)
+            .map_err(HostError::device("freeing device memory"))?;
+        lane.memory.forget(ptr);
+        Ok(())
     }
 
     /// Non-blocking progress for a poll: never waits, not even for the lane lock.

@@ -296,6 +296,7 @@ mod tests {
                 }],
                 caller: None,
                 host_ranges: Vec::new(),
+                device_ranges: Vec::new(),
             });
             engine.queue.admit(dispatch, run).unwrap();
             engine.queue.advance(dispatch, Phase::Prepared).unwrap();

@@ -44,7 +44,9 @@
 //! run; `slot` the device resources; `staging` the per-slot pools of staging buffers;
 //! `prepare`, `launch`, `drain` and `finalize` the four
 //! steps of a run; `teardown` close, drop and recovery; `alias` the ordering of runs that
-//! share host buffers.
+//! share host buffers; `memory` the device allocations made through the worker's `malloc`,
+//! which in-place device tensors are checked against and frees are refused for while a run
+//! uses them.
 //!
 //! Concurrency: one lock around the [`LaneEngine`], whose `&mut self` methods never wait on
 //! the device. Device waits are the *driver*'s (`finalize::Driver`): one thread at a time
@@ -77,6 +79,7 @@ mod drain;
 mod finalize;
 mod handle;
 mod launch;
+mod memory;
 mod prepare;
 mod queue;
 mod run;
@@ -88,6 +91,7 @@ pub(crate) use handle::{IdleLane, LaneHandle};
 pub(crate) use run::RunCell;
 pub use staging::StagingReport;
 
+use memory::{DeviceMemory, DeviceRange};
 use queue::RunQueue;
 use run::RunState;
 use slot::{LaneResources, PipelineSlot};
@@ -156,6 +160,11 @@ pub(crate) struct LaneEngine {
     stale_orders: Vec<(Arc<RunCompletionFence>, CallerOrder)>,
     /// Arguments of runs whose release could not be proven (kept until teardown).
     retained_args: Vec<Vec<OwnedArg>>,
+    /// The device memory the worker's `malloc` handed out.
+    memory: DeviceMemory,
+    /// The device ranges of runs given up on (the device may still touch them), one entry
+    /// per run, until a confirmed reset or a proof of quiescence.
+    retained_device_ranges: Vec<Vec<DeviceRange>>,
     /// The release marker of the last proven preparation rollback.
     release_marker: ReleaseMarker,
     /// Health of the device generation.
@@ -214,6 +223,8 @@ impl LaneEngine {
             stale_joins: Vec::new(),
             stale_orders: Vec::new(),
             retained_args: Vec::new(),
+            memory: DeviceMemory::default(),
+            retained_device_ranges: Vec::new(),
             release_marker: ReleaseMarker::default(),
             health: DeviceHealth::default(),
             cursor: None,

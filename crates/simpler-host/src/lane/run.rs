@@ -23,6 +23,7 @@ use crate::registry::Registered;
 use crate::HostError;
 
 use super::alias::HostRange;
+use super::memory::DeviceRange;
 use super::staging::StagedArgs;
 use super::RunReport;
 
@@ -110,6 +111,8 @@ pub(crate) struct RunRequest {
     pub(crate) caller: Option<StreamId>,
     /// The host memory the run reads and writes (alias ordering).
     pub(crate) host_ranges: Vec<HostRange>,
+    /// The device memory its in-place device tensors cover (refused frees).
+    pub(crate) device_ranges: Vec<DeviceRange>,
 }
 
 /// How a launched run's launch went.

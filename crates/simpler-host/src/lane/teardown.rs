@@ -165,8 +165,13 @@ impl LaneHandle {
 
 impl LaneEngine {
     /// Keeps everything a run given up on may still have the device touch: its staging, its
-    /// slot, its join and caller-order references.
+    /// slot, its join and caller-order references, and the device memory its tensors cover
+    /// (refused frees).
     pub(super) fn retain_run(&mut self, run: &mut RunState) {
+        let device_ranges = std::mem::take(&mut run.request.device_ranges);
+        if !device_ranges.is_empty() && matches!(run.stage, Stage::Launched(_)) {
+            self.retained_device_ranges.push(device_ranges);
+        }
         match std::mem::replace(&mut run.stage, Stage::Queued) {
             Stage::Launched(launched) => {
                 self.quarantine
@@ -267,6 +272,7 @@ impl LaneEngine {
                 }
             }
         }
+        self.retained_device_ranges.clear();
         self.unusable = None;
         self.queue.clear_poison();
         self.ledger.reset();
@@ -297,6 +303,7 @@ impl LaneEngine {
             caller_stream::discharge_on_quiescence(fence, o);
         }
         self.stale_orders.clear();
+        self.retained_device_ranges.clear();
         for s in self.slots.iter_mut() {
             if s.quarantined && s.fence.references() == 0 {
                 s.fence.abandon();
