@@ -1,5 +1,5 @@
-//! Per-run options: [`CallConfig`] and its [`RuntimeEnv`] (spec `user-api.md` §2.6,
-//! `l2-runtime.md` §2.6 "Runtime overrides").
+//! Per-run options: [`CallConfig`] and its [`RuntimeEnv`] (`docs/python.md` §2.6,
+//! `docs/chip-runtime.md` §2.6 "Runtime overrides").
 //!
 //! Ring sizes resolve with the precedence CallConfig entry > `PTO2_RING_*` environment
 //! variable > worker default, per ring. Each value is either one number for all four rings

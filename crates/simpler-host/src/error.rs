@@ -89,7 +89,8 @@ pub enum HostError {
         /// How many runs use it.
         runs: usize,
     },
-    /// The run executed and failed with a runtime error code (spec `l2-runtime.md` §2.7).
+    /// The run executed and failed with a runtime error code (`docs/chip-runtime.md` §2.7,
+    /// "Error codes").
     #[error("run failed with {name} (code {code}): {message}")]
     RunFailed {
         /// Completion code (negated runtime code).

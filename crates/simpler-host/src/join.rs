@@ -1,8 +1,8 @@
 //! The cross-run join: how a successor is ordered behind its predecessor on the shared
-//! stream pair (design `run-completion-fences.txt`, "The cross-run join a later change will
-//! use"; spec `run-lane.md` §2.3, "D0 crossed join" and "Discharge ladder").
+//! stream pair (`docs/run-lane.md` §2.3, "The cross-run join", "D0 crossed join" and
+//! "Discharge ladder").
 //!
-//! **Form chosen: the design document's crossed waits, each with a proof event.**
+//! **Form chosen: crossed waits, each with a proof event.**
 //!
 //! ```text
 //! successor AICore stream:  wait pred cpu_done  -> record proof[AICore] -> AICore kernel -> core_done
@@ -17,7 +17,7 @@
 //! start dispatching before run N's cores have left. A run without a successor queues
 //! nothing (unlike the spec's own-wait form, which adds a wait to every joinable run).
 //!
-//! The proof events are this implementation's addition to the design's two waits: each
+//! The proof events are this implementation's addition to the two waits: each
 //! wait's reference on the predecessor's fence can only be released by a proof covering the
 //! stream that holds it, and the successor's own boundaries come only after its kernels —
 //! waiting for them would keep the predecessor's slot blocked for the successor's whole

@@ -1,9 +1,9 @@
 //! The worker lifecycle: the environment identity every lane operation is checked against,
 //! the current borrowed context of a thread, fork refusal, the release marker behind
-//! [`HostError::RunPreparationRefused`], and the open → closed state machine (design
-//! `run-completion-fences.txt`, "Stream binding", "Borrowed caller ordering"; spec
-//! `run-lane.md` §8, "Identity", "Fork", "Context check", "Close/finalize", §1.2
-//! "RunPreparationRefused").
+//! [`HostError::RunPreparationRefused`], and the open → closed state machine
+//! (`docs/health.md`, "Lifecycle": "Identity", "Fork", "Context check", "Close/finalize";
+//! `docs/run-lane.md` §1.2 "RunPreparationRefused", "Stream binding", "Borrowed caller
+//! ordering").
 //!
 //! **Owns:**
 //! - [`EnvironmentIdentity`] {process, incarnation, context generation, device,

@@ -1,6 +1,5 @@
-//! The execution-mode latch of one runner (design `run-completion-fences.txt`, "Stream
-//! binding" and "Borrowed caller ordering"; spec `run-lane.md` §6, "Latch",
-//! `host/execution_mode_latch.h`).
+//! The execution-mode latch of one runner (`docs/health.md`, "Mode latch"; `docs/run-lane.md`,
+//! "Stream binding" and "Borrowed caller ordering").
 //!
 //! **Owns:** which of the two ways of launching runs a worker uses, claimed once and never
 //! undone:

@@ -35,7 +35,7 @@ pub struct WorkerConfig {
     /// Runs on the device at once: 1 or 2 (default 2, two pipeline slots).
     pub launch_depth: u32,
     /// Measurement knob: drain every run through the bounded stream synchronize even when its
-    /// own record proves success (the behaviour before completion fences; default false).
+    /// own record proves success (the drain without completion fences; default false).
     pub always_synchronize: bool,
 }
 

@@ -1,9 +1,10 @@
 //! The run lane end to end on the sim device: pipelined runs at depth 2 and 1, per-run
 //! completion (a queued successor never delays its predecessor, and a recorded success
-//! never synchronizes a stream), handles (poll, bounded wait, re-wait, result), and the
-//! fault-injection matrix of `design/run-completion-fences.txt`, "Submitted work with no
-//! boundary": one row per shape — what was injected → the run's verdict, whether its device
-//! resources were released or retained, and whether the worker admits runs afterwards.
+//! never synchronizes a stream), handles (poll, bounded wait, re-wait, result), the
+//! fault-injection matrix of `docs/run-lane.md`, "Submitted work with no boundary" (one row
+//! per shape — what was injected → the run's verdict, whether its device resources were
+//! released or retained, and whether the worker admits runs afterwards), the alias ordering
+//! of runs that share host buffers, and the per-slot staging pools.
 
 mod common;
 
@@ -468,7 +469,7 @@ const ROWS: &[Row] = &[
     Row {
         // The run's own record decides it (a notice never decides a run), but the fault's
         // notice names this worker's AICPU stream: the device is suspect and refuses new runs
-        // (issue 6, device health).
+        // (device health).
         name: "AICPU fatal status latched after a published success",
         shape: "kernel submitted, boundary recorded (the record's success is the verdict)",
         with_predecessor: false,

@@ -1,5 +1,5 @@
-//! The callable registry and the worker lifecycle on the sim device (issue 6 items 3 and 6;
-//! spec `run-lane.md` §6 and §8): explicit and automatic ids in one namespace, the shared
+//! The callable registry and the worker lifecycle on the sim device (`docs/health.md`,
+//! "Registry" and "Lifecycle"): explicit and automatic ids in one namespace, the shared
 //! image cache, occupancy generations, −1 on failure, mutation refused while a run is
 //! outstanding; the borrowed context check (refused, restored, retried with the same handle),
 //! CLOSED terminal, a failed close that keeps retryable cleanup, dropping an unclosed worker

@@ -1,6 +1,6 @@
 //! `RunCompletionFence`: one per pipeline slot; the two boundary events of the run the slot
-//! hosts and the facts about them (design `run-completion-fences.txt`, "The boundary",
-//! "Ownership", "Submitted work with no boundary"; spec `run-lane.md` §2.1–§2.2).
+//! hosts and the facts about them (`docs/run-lane.md` §2.1–§2.2, "The boundary",
+//! "Ownership", "Submitted work with no boundary").
 //!
 //! The events are created once (at the first arming) and re-recorded by every run the slot
 //! hosts; the *facts* — kernel submitted, boundary recorded, boundary complete, first error —
