@@ -52,9 +52,9 @@ pub enum OwnedArg {
     },
     /// A scalar's raw 64 bits.
     Scalar(u64),
-    /// A tensor already in device memory (from [`ChipWorker::malloc`](crate::ChipWorker::malloc)),
-    /// passed in place: neither staged nor copied back. With a caller stream, the caller
-    /// orders its writes before the launch and its reads after Tail.
+    /// A tensor already in device memory, inside one allocation from `ChipWorker::malloc`
+    /// (checked at submit), passed in place: neither staged nor copied back. With a caller
+    /// stream, the caller orders its writes before the launch and its reads after Tail.
     Device {
         /// The tensor's first byte.
         ptr: simpler_device::DevicePtr,

@@ -1,6 +1,6 @@
 //! [`BorrowedBytes`]: a [`HostBuffer`] over a caller's slice, so the synchronous
-//! [`ChipWorker::run`](crate::ChipWorker::run) stages straight from the caller's tensors and
-//! copies outputs straight back into them — one copy each way, no owned intermediate.
+//! `ChipWorker::run` stages straight from the caller's tensors and copies outputs straight
+//! back into them — one copy each way, no owned intermediate.
 //!
 //! A submitted run owns its buffers (`HostBuffer: 'static`); a borrowed slice is not
 //! `'static`, so this module erases its lifetime, and the synchronous run restores the

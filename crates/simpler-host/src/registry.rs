@@ -21,7 +21,7 @@
 //!
 //! Serialization (register, unregister and close on the context; mutation refused while a
 //! run is outstanding) is the worker's: it holds its context lock across a whole
-//! registration and checks the lane at the commit point ([`crate::worker`]).
+//! registration and checks the lane at the commit point (the worker).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};

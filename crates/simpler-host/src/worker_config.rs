@@ -1,6 +1,7 @@
 //! [`WorkerConfig`]: the shape of the chip and the lane a worker drives (topology, AICPU
 //! threads, heap, task window, launch depth) and its timeouts, with their validation. The
-//! worker and the lane read it; per-run options are `crate::config`'s.
+//! worker and the lane read it; per-run options are the `config` module's. It holds no
+//! state of a running worker.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use simpler_device::Topology;
 
 use crate::HostError;
 
-/// Configuration of a [`ChipWorker`](crate::ChipWorker).
+/// Configuration of a worker (`ChipWorker`).
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
     /// Shape of the simulated chip (default: 8 clusters, 4 AICPU threads).

@@ -1,7 +1,8 @@
 //! The on-disk frame of a bundle (the format of the module doc): the metadata schema, and
 //! [`Bundle::to_bytes`] / [`Bundle::from_bytes`] — encoding, and decoding with the frame
 //! checks (magic, version, length, checksum) before the content checks of
-//! [`Bundle::validate`].
+//! [`Bundle::validate`]. It touches no file: reading and writing are the module's
+//! (`super`).
 
 use serde::{Deserialize, Serialize};
 use simpler_abi::CoreType;

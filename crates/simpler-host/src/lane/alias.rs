@@ -9,6 +9,9 @@
 //! [`HostBuffer::bytes_mut`](crate::HostBuffer::bytes_mut) lends); a range is written when
 //! its argument is copied back (`Out`, `InOut`). Runs that only read the same bytes still
 //! pipeline. Device tensors passed in place are the caller's to order.
+//!
+//! Pure rules: the pump consults them before it prepares a run; nothing here touches the
+//! lane or the device.
 
 use crate::args::OwnedArg;
 use crate::signature::Signature;

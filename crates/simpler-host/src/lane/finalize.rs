@@ -6,7 +6,8 @@
 //! A blocking driver waits on the device with the lane lock released; a non-blocking one (a
 //! poll, holding a try-locked guard) answers WouldBlock from any step that would wait, before
 //! anything is mutated (the fence's cached completion and the record ledger are
-//! idempotent).
+//! idempotent). Only the front run is finalized, and nothing is freed that its proofs do not
+//! cover.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

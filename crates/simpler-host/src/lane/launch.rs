@@ -7,6 +7,8 @@
 //! NotStarted rolls back (the run ends at the front with the launch error); Partial keeps
 //! every resource and poisons the lane: queued runs end with [`HostError::LanePoisoned`] and
 //! admission waits for the drain to prove quiescence.
+//!
+//! The launch submits and records; it never waits on the device (completion is the drain's).
 
 use std::cell::RefCell;
 use std::time::Instant;

@@ -1,12 +1,13 @@
 //! Device memory the worker's `malloc` handed out, and the check of in-place device tensors
 //! against it.
 //!
-//! Every allocation made through [`ChipWorker::malloc`](crate::ChipWorker::malloc) is
+//! Every allocation made through the worker's `ChipWorker::malloc` is
 //! recorded here (base address and size, bytes). A run's [`OwnedArg::Device`] tensor must lie
 //! inside one live allocation — its first byte and its last — or the submit is refused with
 //! [`HostError::InvalidDevicePointer`] naming the argument. The lane refuses to free an
 //! allocation a queued or running run covers (or one a run given up on may still touch):
-//! that check is the lane's, over the [`DeviceRange`]s its runs keep.
+//! that check is the lane's, over the [`DeviceRange`]s its runs keep. This module records
+//! and checks; it never allocates or frees device memory itself.
 //!
 //! [`OwnedArg::Device`]: crate::OwnedArg::Device
 

@@ -9,6 +9,9 @@
 //! with [`HostError::RunPreparationRefused`]; one that could not keeps the buffers it could
 //! not free (quarantine) and the run's arguments, and poisons admission
 //! (`docs/run-lane.md` §1.2, "RunPreparationRefused").
+//!
+//! Nothing here waits on the device or touches a launched run: the pump does nothing while a
+//! driver is waiting with the lock released.
 
 use simpler_abi::{ChipTensor, OrchArgs, RunLaunchDesc, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION};
 use simpler_device::{Device, DevicePtr};

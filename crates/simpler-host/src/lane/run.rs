@@ -4,7 +4,8 @@
 //!
 //! The queue's phase orders a run (`queue`); the stage holds what the run owns in that
 //! phase. A run that ended before launching is [`Stage::Failed`] while it waits to reach the
-//! front: it holds no slot and no staging.
+//! front: it holds no slot and no staging. This module holds data only: what each stage
+//! does on the device is `prepare`'s, `launch`'s and `finalize`'s.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

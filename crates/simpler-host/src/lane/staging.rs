@@ -10,6 +10,9 @@
 //! its reused buffers back and frees the ones it allocated, so the device is left as the
 //! attempt found it. A reused buffer staging an output the run does not copy in is cleared,
 //! so every output starts zeroed as fresh device memory does. Pools are freed at teardown.
+//!
+//! A pool knows nothing of runs: whether the device is done with a buffer (pool) or may
+//! still touch it (quarantine) is the lane's decision, made before a buffer is put back.
 
 use simpler_device::{Device, DeviceError, DevicePtr};
 
@@ -34,9 +37,7 @@ pub(crate) enum Origin {
     Allocated,
 }
 
-/// The staging memory a worker holds between runs ([`ChipWorker::staging_report`]).
-///
-/// [`ChipWorker::staging_report`]: crate::ChipWorker::staging_report
+/// The staging memory a worker holds between runs (`ChipWorker::staging_report`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StagingReport {
     /// Idle staging buffers the pipeline slots keep for their next runs.
