@@ -1,12 +1,11 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
-//! Run-lane benchmarks (issue 4 item 10; design `run-completion-fences.txt`, "Measured: the
-//! verdict read does wait, and the record read does not"). Numbers are printed, never
-//! asserted:
+//! Run-lane benchmarks (`docs/run-lane.md`, "Measured: the verdict read does wait, and the
+//! record read does not"). Numbers are printed, never asserted:
 //!
 //! - `successor_in_flight/{record_read,stream_sync}/<tasks>`: the cost of learning a short
 //!   predecessor's outcome while a successor of `<tasks>` tasks is queued behind it on the
 //!   same streams — from the run's own record (the lane's path) and through the stream
-//!   synchronize first (`WorkerConfig::always_synchronize`, the pre-fence behaviour). The
+//!   synchronize first (`WorkerConfig::always_synchronize`, the drain without fences). The
 //!   first should stay flat across successor sizes, the second grow with them.
 //! - `short_runs/depth{1,2}`: throughput of short runs kept two in flight.
 //! - `empty_run/round_trip`: submit + result of a run whose orchestration submits nothing.

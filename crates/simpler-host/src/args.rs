@@ -14,7 +14,7 @@
 
 use simpler_abi::DataType;
 
-use crate::{ArgDirection, ArgSpec, HostError, OwnedArg, Signature};
+use crate::{ArgDirection, ArgSpec, HostError, Signature};
 
 /// A host tensor passed to a run: C-order bytes with a shape and a dtype.
 #[derive(Debug)]
@@ -34,6 +34,63 @@ pub enum HostArg<'a> {
     Tensor(HostTensor<'a>),
     /// A scalar's raw 64 bits.
     Scalar(u64),
+}
+
+/// A host buffer the run owns until it is finalized (Python passes numpy-backed buffers).
+pub trait HostBuffer: Send + 'static {
+    /// The buffer's bytes: read to stage inputs, written to copy outputs back.
+    fn bytes_mut(&mut self) -> &mut [u8];
+}
+
+impl HostBuffer for Vec<u8> {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self.as_mut_slice()
+    }
+}
+
+/// One argument of a submitted run, owned by the run until it is finalized.
+pub enum OwnedArg {
+    /// A tensor: C-order bytes of `shape` × `dtype`.
+    Tensor {
+        /// The bytes.
+        buffer: Box<dyn HostBuffer>,
+        /// Shape in elements (1..=5 dims).
+        shape: Vec<u64>,
+        /// Element type.
+        dtype: DataType,
+    },
+    /// A scalar's raw 64 bits.
+    Scalar(u64),
+    /// A tensor already in device memory, inside one allocation from `ChipWorker::malloc`
+    /// (checked at submit), passed in place: neither staged nor copied back. With a caller
+    /// stream, the caller orders its writes before the launch and its reads after Tail.
+    Device {
+        /// The tensor's first byte.
+        ptr: simpler_device::DevicePtr,
+        /// Shape in elements (1..=5 dims), C order.
+        shape: Vec<u64>,
+        /// Element type.
+        dtype: DataType,
+    },
+}
+
+impl std::fmt::Debug for OwnedArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OwnedArg::Tensor { shape, dtype, .. } => f
+                .debug_struct("Tensor")
+                .field("shape", shape)
+                .field("dtype", dtype)
+                .finish_non_exhaustive(),
+            OwnedArg::Scalar(v) => f.debug_tuple("Scalar").field(v).finish(),
+            OwnedArg::Device { ptr, shape, dtype } => f
+                .debug_struct("Device")
+                .field("ptr", ptr)
+                .field("shape", shape)
+                .field("dtype", dtype)
+                .finish(),
+        }
+    }
 }
 
 /// Host memory a binding can lend to a run or copy: the bytes at `addr..addr + len`.

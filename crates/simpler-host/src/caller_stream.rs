@@ -1,6 +1,6 @@
 //! Borrowed caller streams: launching a prepared run on a stream the caller lends, ordered
-//! inside the caller's own work (design `run-completion-fences.txt`, "Borrowed caller
-//! ordering"; spec `run-lane.md` §4, `RunCallerOrder`, `simpler_launch_run_on_stream`).
+//! inside the caller's own work (`docs/run-lane.md` §4, "Borrowed caller ordering",
+//! `RunCallerOrder`, `simpler_launch_run_on_stream`).
 //!
 //! **Owns:** the three reusable events of a pipeline slot ([`CallerEvents`]: Start, Fork,
 //! Tail; created lazily, in the launch's arming prologue, the first time the slot hosts a
@@ -16,7 +16,7 @@
 //!   it would deadlock. The AICPU stream's own wait on `core_done` makes `cpu_done` the
 //!   whole-operator boundary the caller joins on.
 //! - The run holds a reference on its own `core_done` (waiter: the AICPU stream) and one on
-//!   its `cpu_done` (waiter: the caller) — tokens of [`crate::wait_ref`]. The first is
+//!   its `cpu_done` (waiter: the caller) — tokens of [`crate::fence::wait_ref`]. The first is
 //!   released by the run's completed `cpu_done` (a proof on the AICPU stream, behind the
 //!   wait), the second only when Tail proves the caller consumed its wait; the lane's poll
 //!   therefore also queries Tail, and its drain discharges both before the fence retires.
@@ -34,10 +34,9 @@
 use simpler_device::{Device, DeviceError, DevicePtr, EventId, EventStatus, StreamId};
 
 use crate::fence::{FenceError, RunCompletionFence};
-use crate::identity::{RunIdentity, StreamRole, Waiter};
+use crate::fence::{RefState, WaitReference};
+use crate::identity::{RunIdentity, StreamPair, StreamRole, Waiter};
 use crate::launch::LaunchProgress;
-use crate::slot::LaneResources;
-use crate::wait_ref::{RefState, WaitReference};
 use crate::HostError;
 
 /// The three caller-order events of one slot.
@@ -130,7 +129,7 @@ fn edge(what: &'static str) -> impl FnOnce(DeviceError) -> HostError {
 /// accepted.
 pub(crate) fn queue_entry(
     device: &dyn Device,
-    lane: &LaneResources,
+    streams: StreamPair,
     order: &CallerOrder,
     marker: Option<(DevicePtr, Vec<u8>)>,
     sink: &LaunchProgress,
@@ -141,20 +140,20 @@ pub(crate) fn queue_entry(
         .record_event(ev.start, order.caller)
         .map_err(edge("recording Start on the caller's stream"))?;
     device
-        .stream_wait_event(lane.aicpu_stream, ev.start)
+        .stream_wait_event(streams.aicpu, ev.start)
         .map_err(edge("queueing the AICPU stream's wait on Start"))?;
     let mut published = false;
     if let Some((dst, bytes)) = marker {
         device
-            .copy_to_device_async(lane.aicpu_stream, dst, bytes)
+            .copy_to_device_async(streams.aicpu, dst, bytes)
             .map_err(edge("publishing the zero result marker"))?;
         published = true;
     }
     device
-        .record_event(ev.fork, lane.aicpu_stream)
+        .record_event(ev.fork, streams.aicpu)
         .map_err(edge("recording Fork on the AICPU stream"))?;
     device
-        .stream_wait_event(lane.aicore_stream, ev.fork)
+        .stream_wait_event(streams.aicore, ev.fork)
         .map_err(edge("queueing the AICore stream's wait on Fork"))?;
     Ok(published)
 }
@@ -201,7 +200,7 @@ fn queue_counted_wait(
 /// run's own `core_done`, so that `cpu_done` covers the whole operator.
 pub(crate) fn queue_own_wait(
     device: &dyn Device,
-    lane: &LaneResources,
+    streams: StreamPair,
     fence: &RunCompletionFence,
     id: &RunIdentity,
     order: &mut CallerOrder,
@@ -213,7 +212,7 @@ pub(crate) fn queue_own_wait(
         CountedWait {
             boundary: StreamRole::Aicore,
             waiter: Waiter::Aicpu,
-            stream: lane.aicpu_stream,
+            stream: streams.aicpu,
             what: "queueing the AICPU stream's wait on CoreDone",
         },
         &mut order.own_wait,

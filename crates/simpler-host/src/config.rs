@@ -1,8 +1,7 @@
 //! Per-run options — [`CallConfig`] and its [`RuntimeEnv`] — and the rules for them (the
 //! ring sizing is described in `docs/chip-runtime.md`, the Python `CallConfig` in
 //! `docs/python.md`). Also the conversions every binding needs for worker options: seconds to
-//! a [`Duration`] ([`seconds`]) and the AICPU thread count a run gets
-//! ([`WorkerConfig::effective_aicpu_threads`]).
+//! a [`Duration`] ([`seconds`]).
 //!
 //! Ring sizes resolve with the precedence CallConfig entry > `PTO2_RING_*` environment
 //! variable > worker default, per ring. Each value is either one number for all four rings
@@ -118,17 +117,6 @@ pub fn seconds(field: &str, value: f64) -> Result<Duration, HostError> {
             "{field} must be a finite number of seconds >= 0, got {value}"
         ))
     })
-}
-
-impl WorkerConfig {
-    /// The AICPU threads a run gets by default: `aicpu_thread_num`, or all of the chip's
-    /// (`topology.aicpu_threads`) when it is 0.
-    pub fn effective_aicpu_threads(&self) -> u32 {
-        match self.aicpu_thread_num {
-            0 => self.topology.aicpu_threads,
-            n => n,
-        }
-    }
 }
 
 fn env_value(var: &str) -> Result<Option<RingValue>, HostError> {

@@ -62,7 +62,35 @@ pub enum HostError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The run executed and failed with a runtime error code (spec `l2-runtime.md` §2.7).
+    /// A device tensor argument ([`OwnedArg::Device`](crate::OwnedArg::Device)) does not lie
+    /// inside one live allocation made by this worker's
+    /// [`malloc`](crate::ChipWorker::malloc): an unknown or freed pointer, or a tensor that
+    /// runs past the end of its allocation. Refused before the run is admitted.
+    #[error("argument `{arg}`: the device tensor at {ptr:#x} ({bytes} bytes) {reason}")]
+    InvalidDevicePointer {
+        /// The argument's name in the signature.
+        arg: String,
+        /// The tensor's first byte.
+        ptr: u64,
+        /// The tensor's size in bytes (its shape × its dtype's size).
+        bytes: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// [`ChipWorker::free`](crate::ChipWorker::free) of memory that a queued or running run
+    /// uses (or that a run given up on may still touch); nothing is freed.
+    #[error(
+        "device memory at {ptr:#x} is used by {runs} queued or running run(s); wait for them \
+         before freeing it"
+    )]
+    DeviceMemoryInUse {
+        /// The allocation that was to be freed.
+        ptr: u64,
+        /// How many runs use it.
+        runs: usize,
+    },
+    /// The run executed and failed with a runtime error code (`docs/chip-runtime.md` §2.7,
+    /// "Error codes").
     #[error("run failed with {name} (code {code}): {message}")]
     RunFailed {
         /// Completion code (negated runtime code).
@@ -130,19 +158,25 @@ impl From<LoadError> for HostError {
 }
 
 impl HostError {
-    /// Whether this is an invalid-state error (`INVALID_STATE`): [`HostError::InvalidState`]
-    /// or a full callable registry.
+    /// Whether this is an invalid-state error (`INVALID_STATE`): [`HostError::InvalidState`],
+    /// a full callable registry, or a free of memory a run uses.
     pub fn is_invalid_state(&self) -> bool {
         matches!(
             self,
-            HostError::InvalidState(_) | HostError::RegistryFull(_)
+            HostError::InvalidState(_)
+                | HostError::RegistryFull(_)
+                | HostError::DeviceMemoryInUse { .. }
         )
     }
 
     /// Whether this is an invalid-argument error (`INVALID_ARGUMENT`): one argument of the
-    /// call was wrong (including an explicit callable id out of range or taken).
+    /// call was wrong (including an explicit callable id out of range or taken, and a device
+    /// tensor outside this worker's allocations).
     pub fn is_invalid_argument(&self) -> bool {
-        matches!(self, HostError::InvalidArgument { .. })
+        matches!(
+            self,
+            HostError::InvalidArgument { .. } | HostError::InvalidDevicePointer { .. }
+        )
     }
 
     /// Wraps a device error with what the host was doing.

@@ -1,8 +1,12 @@
-//! Run identity: the facts every other piece of the lane is keyed on (spec `run-lane.md`
+//! Run identity: the facts every other piece of the lane is keyed on (`docs/run-lane.md`
 //! §1.1). A run is named by its epoch (process-unique, never 0), the lane generation that
 //! admitted it, its dispatch id (its place in the lane's FIFO) and the pipeline slot it
 //! occupies; two identities are equal only when all four agree, so a fact recorded for one
-//! run can never be read back for a later run that reuses the slot.
+//! run can never be read back for a later run that reuses the slot. Also the names of the two
+//! streams of a run ([`StreamRole`], [`StreamPair`]) and of the streams that may hold a wait
+//! on a boundary ([`Waiter`]).
+
+use simpler_device::StreamId;
 
 /// Identity of one run (`NativeRunIdentity`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,6 +53,30 @@ impl StreamRole {
             StreamRole::Aicore => "AICore",
             StreamRole::Aicpu => "AICPU",
         }
+    }
+}
+
+/// The lane's two streams, by role: every run of a lane is launched on this pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StreamPair {
+    /// The AICore stream (the `core_done` boundary is recorded on it).
+    pub(crate) aicore: StreamId,
+    /// The AICPU stream (the `cpu_done` boundary is recorded on it).
+    pub(crate) aicpu: StreamId,
+}
+
+impl StreamPair {
+    /// The stream of `role`.
+    pub(crate) fn stream(self, role: StreamRole) -> StreamId {
+        match role {
+            StreamRole::Aicore => self.aicore,
+            StreamRole::Aicpu => self.aicpu,
+        }
+    }
+
+    /// Both streams, AICPU first (the order a bounded synchronize drains them in).
+    pub(crate) fn both(self) -> [StreamId; 2] {
+        [self.aicpu, self.aicore]
     }
 }
 

@@ -1,8 +1,8 @@
 //! The cross-run join: how a successor is ordered behind its predecessor on the shared
-//! stream pair (design `run-completion-fences.txt`, "The cross-run join a later change will
-//! use"; spec `run-lane.md` §2.3, "D0 crossed join" and "Discharge ladder").
+//! stream pair (`docs/run-lane.md` §2.3, "The cross-run join", "D0 crossed join" and
+//! "Discharge ladder").
 //!
-//! **Form chosen: the design document's crossed waits, each with a proof event.**
+//! **Form chosen: crossed waits, each with a proof event.**
 //!
 //! ```text
 //! successor AICore stream:  wait pred cpu_done  -> record proof[AICore] -> AICore kernel -> core_done
@@ -17,7 +17,7 @@
 //! start dispatching before run N's cores have left. A run without a successor queues
 //! nothing (unlike the spec's own-wait form, which adds a wait to every joinable run).
 //!
-//! The proof events are this implementation's addition to the design's two waits: each
+//! The proof events are this implementation's addition to the two waits: each
 //! wait's reference on the predecessor's fence can only be released by a proof covering the
 //! stream that holds it, and the successor's own boundaries come only after its kernels —
 //! waiting for them would keep the predecessor's slot blocked for the successor's whole
@@ -38,10 +38,9 @@ use std::time::Duration;
 use simpler_device::{Device, DeviceError, EventId, EventStatus};
 
 use crate::fence::{FenceError, RunCompletionFence};
-use crate::identity::{RunIdentity, StreamRole};
+use crate::fence::{RefState, WaitReference};
+use crate::identity::{RunIdentity, StreamPair, StreamRole};
 use crate::launch::LaunchProgress;
-use crate::slot::LaneResources;
-use crate::wait_ref::{RefState, WaitReference};
 
 /// A successor's references on its predecessor's fence, by waiter stream.
 #[derive(Debug)]
@@ -78,7 +77,7 @@ pub(crate) enum JoinError {
 /// whether the call failed or not; the returned refs must be kept either way.
 pub(crate) fn queue_crossed_join(
     device: &dyn Device,
-    lane: &LaneResources,
+    streams: StreamPair,
     pred_fence: &Arc<RunCompletionFence>,
     pred: RunIdentity,
     proof_events: [EventId; 2],
@@ -101,12 +100,12 @@ pub(crate) fn queue_crossed_join(
             return (
                 join,
                 Err(JoinError::Fence(FenceError::Refused(
-                    crate::wait_ref::why::NOT_RECORDED,
+                    crate::fence::wait_ref::why::NOT_RECORDED,
                 ))),
             );
         };
         sink.mark_submitted();
-        let queued = device.stream_wait_event(lane.stream(waiter), event);
+        let queued = device.stream_wait_event(streams.stream(waiter), event);
         pred_fence
             .commit_wait_reference(r)
             .expect("a fresh reservation commits");
@@ -114,7 +113,7 @@ pub(crate) fn queue_crossed_join(
             return (join, Err(JoinError::Device("queueing a cross-run wait", e)));
         }
         let proof = proof_events[waiter.index()];
-        if let Err(e) = device.record_event(proof, lane.stream(waiter)) {
+        if let Err(e) = device.record_event(proof, streams.stream(waiter)) {
             return (join, Err(JoinError::Device("recording a join proof", e)));
         }
         join.proofs[waiter.index()] = Some(proof);

@@ -1,5 +1,5 @@
-//! Launch-transaction grading (design `run-completion-fences.txt`, "Where this lives":
-//! `LaunchProgressSink`; spec `run-lane.md` §1.3, `ExactLaunchTransaction`).
+//! Launch-transaction grading (`docs/run-lane.md` §1.3, "Launch grading":
+//! `LaunchProgressSink`, `ExactLaunchTransaction`).
 //!
 //! A launch is two submit callbacks, AICore first, then AICPU; each submits its kernel and
 //! then records its boundary, so each has a step that can fail *after* the device accepted

@@ -1,37 +1,42 @@
 //! # simpler-host — the host program
 //!
 //! Owns everything the host does for a chip: [`ChipWorker`] (device and runtime bring-up,
-//! callable registration, device memory, runs), callable loading from shared-library images
-//! or in-process functions ([`loader`]), the callable bundle file format ([`bundle`]), and
+//! callable registration, device memory, runs), callable loading and the bundle file format,
 //! the staging of host tensors by signature, and the run lane: pipelined runs (launch depth
 //! 2), per-run completion fences, the outcome decision and launch grading
-//! (design `run-completion-fences.txt`, spec `run-lane.md` §1–§3).
+//! (`docs/run-lane.md`).
 //!
-//! Issue 6 modules, by responsibility: [`fault_monitor`] (the process's exception-callback
-//! slot and notice ring), [`health`] (device health per generation, attribution, admission),
-//! [`registry`] (callable ids, generations, image cache), [`mode`] (the PROGRAM/KERNEL latch),
-//! `caller_stream` (launch on a borrowed caller stream), [`lifecycle`] (environment
-//! identity, context and fork refusal, close/drop rules), `atfork` (the fork hooks) and
-//! [`timeouts`].
-//!
-//! Lane modules, by responsibility: `identity` (run identity), `fence` (the per-slot
-//! completion fence), `wait_ref` (wait-reference tokens), `join` (the cross-run join),
-//! [`outcome`] (decision and drain rules, pure), `launch` (launch grading), [`lane`] (the
-//! FIFO state machine), `slot` (device resources), `exec` (the executor tying them
-//! together) and `handle` ([`RunHandle`]).
+//! Modules, by responsibility:
+//! - **The worker and its API**: `worker` ([`ChipWorker`]), [`WorkerConfig`], [`config`]
+//!   (per-run options), `args` (host and owned run arguments and their check), `borrowed`
+//!   (the synchronous run's borrowed buffers), `handle` ([`RunHandle`]), `error`
+//!   ([`HostError`]).
+//! - **Callables**: [`callable`] (what a callable is made of), [`signature`], [`loader`]
+//!   (shared-library images, in-process functions), [`bundle`] (the callable file),
+//!   [`registry`] (callable ids, generations, image cache), [`fsio`] (atomic writes).
+//! - **The run lane**: `lane` (the engine behind one lock and the handle that drives it:
+//!   queue, slots, prepare, launch, drain, finalize, teardown), `identity` (run identity),
+//!   `fence` (the per-slot completion fence and its wait-reference tokens), `join` (the
+//!   cross-run join), `launch` (launch grading), `outcome` (the decision and drain rules,
+//!   pure), `caller_stream` (launch on a borrowed caller stream).
+//! - **Device health and lifecycle**: [`fault_monitor`] (the process's exception-callback
+//!   slot, notice ring and fork hooks), [`health`] (device health per generation,
+//!   attribution, admission), [`mode`] (the PROGRAM/KERNEL latch), [`lifecycle`]
+//!   (environment identity, context and fork refusal, close/drop rules), [`timeouts`].
+//! - **Plumbing**: `pod` (byte views of ABI records), `sync` (the locks and atomics loom
+//!   model-checks).
 //!
 //! It talks to the device only through the [`simpler_device::Device`] trait and to the chip
 //! runtime only through `simpler_abi` structures placed in device memory (plus the two
 //! kernel entry functions it launches). It must not reach into runtime internals.
 
 mod args;
-mod atfork;
+mod borrowed;
 pub mod bundle;
 pub mod callable;
 mod caller_stream;
 pub mod config;
 mod error;
-mod exec;
 pub mod fault_monitor;
 mod fence;
 pub mod fsio;
@@ -39,34 +44,34 @@ mod handle;
 pub mod health;
 mod identity;
 mod join;
-pub mod lane;
+mod lane;
 mod launch;
 pub mod lifecycle;
 pub mod loader;
 pub mod mode;
-pub mod outcome;
+mod outcome;
 mod pod;
 pub mod registry;
 pub mod signature;
-mod slot;
 mod sync;
 pub mod timeouts;
-mod wait_ref;
 mod worker;
+mod worker_config;
 
-pub use args::{HostArg, HostTensor};
+pub use args::{HostArg, HostBuffer, HostTensor, OwnedArg};
 pub use bundle::{Bundle, BundleCode, BundleError, BundleKernel};
 pub use callable::{CallableSpec, CodeImage, KernelSpec};
 pub use config::{CallConfig, RingValue, RuntimeEnv};
 pub use error::HostError;
-pub use exec::RunReport;
 pub use fence::Completion;
-pub use handle::{HostBuffer, OwnedArg, RunHandle, RunOutput};
+pub use handle::{RunHandle, RunOutput};
 pub use identity::{RunIdentity, StreamRole, Waiter};
+pub use lane::{RunReport, StagingReport};
 pub use launch::LaunchGrade;
 pub use lifecycle::{EnvironmentIdentity, Ownership, WorkerState};
 pub use mode::{ExecutionMode, ExecutionModeLatch};
 pub use registry::{CallableId, CallableInfo, ImageCacheStats, MAX_CALLABLES};
 pub use signature::{ArgDirection, ArgSpec, Signature, SignatureError};
 pub use timeouts::Timeouts;
-pub use worker::{ChipWorker, WorkerConfig};
+pub use worker::ChipWorker;
+pub use worker_config::WorkerConfig;

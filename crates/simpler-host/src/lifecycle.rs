@@ -1,9 +1,9 @@
 //! The worker lifecycle: the environment identity every lane operation is checked against,
 //! the current borrowed context of a thread, fork refusal, the release marker behind
-//! [`HostError::RunPreparationRefused`], and the open → closed state machine (design
-//! `run-completion-fences.txt`, "Stream binding", "Borrowed caller ordering"; spec
-//! `run-lane.md` §8, "Identity", "Fork", "Context check", "Close/finalize", §1.2
-//! "RunPreparationRefused").
+//! [`HostError::RunPreparationRefused`], and the open → closed state machine
+//! (`docs/health.md`, "Lifecycle": "Identity", "Fork", "Context check", "Close/finalize";
+//! `docs/run-lane.md` §1.2 "RunPreparationRefused", "Stream binding", "Borrowed caller
+//! ordering").
 //!
 //! **Owns:**
 //! - [`EnvironmentIdentity`] {process, incarnation, context generation, device,
@@ -30,8 +30,8 @@
 //!   retries). Dropping a worker that was never closed detaches its handles with
 //!   [`HostError::Detached`] and keeps whatever it cannot prove free.
 //!
-//! The close and drop procedures themselves drive the lane and live with it
-//! (`crate::exec::close_lane`, `crate::exec::detach_lane`); this module holds their rules.
+//! The close and drop procedures themselves drive the lane and live with it (the lane's
+//! teardown); this module holds their rules.
 
 use std::cell::Cell;
 use std::num::NonZeroU64;
@@ -315,7 +315,7 @@ mod tests {
     fn a_forked_child_refuses_and_the_parent_does_not() {
         let id = EnvironmentIdentity::new(0, None);
         assert!(id.check().is_ok());
-        assert!(crate::atfork::in_forked_child(|| {
+        assert!(crate::fault_monitor::in_forked_child(|| {
             matches!(id.check(), Err(HostError::ExecutionContextRefused(_)))
                 && !id.in_creating_process()
         }));

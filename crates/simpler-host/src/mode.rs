@@ -1,16 +1,15 @@
-//! The execution-mode latch of one runner (design `run-completion-fences.txt`, "Stream
-//! binding" and "Borrowed caller ordering"; spec `run-lane.md` §6, "Latch",
-//! `host/execution_mode_latch.h`).
+//! The execution-mode latch of one runner (`docs/health.md`, "Mode latch"; `docs/run-lane.md`,
+//! "Stream binding" and "Borrowed caller ordering").
 //!
 //! **Owns:** which of the two ways of launching runs a worker uses, claimed once and never
 //! undone:
 //!
 //! - [`ExecutionMode::Program`]: the worker launches its runs itself, on its own stream pair
-//!   ([`ChipWorker::submit`](crate::ChipWorker::submit) / `run`) — the program entry.
+//!   (`ChipWorker::submit` / `run`) — the program entry.
 //! - [`ExecutionMode::Kernel`]: runs are launched on a stream the caller lends
-//!   ([`ChipWorker::submit_on_stream`](crate::ChipWorker::submit_on_stream)) — the eager
-//!   kernel entry a framework embedding the runtime uses. A worker initialised in a borrowed
-//!   context ([`ChipWorker::borrowed`](crate::ChipWorker::borrowed)) claims it at init.
+//!   (`ChipWorker::submit_on_stream`) — the eager kernel entry a framework embedding the
+//!   runtime uses. A worker initialised in a borrowed context (`ChipWorker::borrowed`)
+//!   claims it at init.
 //!
 //! The latch is per runner (per worker), not per process or device. [`latched_mode`]
 //! returns an `Option`: empty while unclaimed (an owned worker before its first launch).

@@ -1,5 +1,5 @@
-//! Outcome decision: what a run's evidence says, as pure functions (design
-//! `run-completion-fences.txt`, "Completion is not the verdict"; spec `run-lane.md` §3).
+//! Outcome decision: what a run's evidence says, as pure functions (`docs/run-lane.md` §3,
+//! "Completion is not the verdict").
 //!
 //! Two channels meet here: the run's boundaries (did both kernels exit?) and the run's own
 //! epoch-stamped result record (what did the device say?). [`device_run_result_terminal`]
@@ -166,6 +166,7 @@ pub enum RunExecution {
 
 impl RunExecution {
     /// The state's name.
+    #[cfg_attr(not(test), allow(dead_code))] // for messages; exercised by the tests
     pub fn name(self) -> &'static str {
         match self {
             RunExecution::Pending => "Pending",
@@ -303,6 +304,7 @@ impl RecordReadLedger {
     }
 
     /// Transfers made so far.
+    #[cfg_attr(not(test), allow(dead_code))] // exercised by the tests
     pub fn transfers(&self) -> u64 {
         self.transfers
     }

@@ -1,7 +1,6 @@
-//! The callable registry of one worker (design `run-completion-fences.txt`, "Borrowed TMR
-//! eager invocation ownership": "the callable occupancy generation is allocated by the
-//! runner's registry ... ID reuse gets a new generation"; spec `run-lane.md` §6, "Registry",
-//! "Explicit ID", "Auto-ID", "Locking", "Registration flow").
+//! The callable registry of one worker (`docs/health.md`, "Registry", "Explicit ID",
+//! "Auto-ID", "Locking", "Registration flow": "the callable occupancy generation is allocated
+//! by the runner's registry ... ID reuse gets a new generation").
 //!
 //! **Owns:** the [`MAX_CALLABLES`] slots (the slot number *is* the callable id), the rules of
 //! explicit and automatic ids, the per-occupancy generation, and the image cache.
@@ -22,7 +21,7 @@
 //!
 //! Serialization (register, unregister and close on the context; mutation refused while a
 //! run is outstanding) is the worker's: it holds its context lock across a whole
-//! registration and checks the lane at the commit point ([`crate::worker`]).
+//! registration and checks the lane at the commit point (the worker).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};

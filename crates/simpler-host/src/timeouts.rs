@@ -1,4 +1,4 @@
-//! Timeouts (spec `run-lane.md` §7): defaults, the `SIMPLER_*_TIMEOUT_*` environment
+//! Timeouts (`docs/health.md`, "Timeouts"): defaults, the `SIMPLER_*_TIMEOUT_*` environment
 //! variables, and the ordering rules between them.
 //!
 //! Parsing: the value is trimmed, must be a whole decimal token (no sign, no unit), ≥ 1, and

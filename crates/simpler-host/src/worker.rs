@@ -2,11 +2,12 @@
 //! device memory, and runs through the run lane.
 //!
 //! A run is submitted ([`ChipWorker::submit`], arguments checked synchronously) and handed
-//! to the lane (`crate::exec`): up to [`WorkerConfig::launch_depth`] runs are on the device
-//! at once, each in its own pipeline slot, a successor launched behind its predecessor by the
-//! cross-run join; completion is each run's own two boundaries, the verdict its own
-//! epoch-stamped result record. [`ChipWorker::run`] is submit + wait for borrowed buffers.
-//! The worker is a thin owner of an `Arc<Shared>` so run handles can drive the lane.
+//! to the lane: up to [`WorkerConfig::launch_depth`] runs are on the device at once, each in
+//! its own pipeline slot, a successor launched behind its predecessor by the cross-run join;
+//! completion is each run's own two boundaries, the verdict its own epoch-stamped result
+//! record. [`ChipWorker::run`] is submit + wait for borrowed buffers. The worker owns the
+//! callable registry, the execution mode and its identity; the lane (a handle every
+//! [`RunHandle`] holds too) owns the device's runs and never calls back into the worker.
 //!
 //! Every operation starts with the environment check of [`crate::lifecycle`] (a forked
 //! child, or a borrowed worker outside its context, is refused before any lock), and the
@@ -21,123 +22,25 @@
 //! held briefly, alone or last).
 
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use simpler_device::sim::SimDevice;
-use simpler_device::{Device, DevicePtr, StreamId, Topology};
+use simpler_device::{Device, DevicePtr, StreamId};
 
+use crate::args::{HostArg, OwnedArg};
+use crate::borrowed::{AbortUnlessTerminal, BorrowedBytes};
 use crate::config::CallConfig;
-use crate::exec::{self, Kernels, Lane, RunReport};
-use crate::fault_monitor::FaultMonitor;
-use crate::handle::{OwnedArg, RunHandle};
+use crate::handle::RunHandle;
 use crate::health::HealthReport;
+use crate::lane::{IdleLane, LaneHandle, RunReport, StagingReport};
 use crate::lifecycle::{EnvironmentIdentity, WorkerState};
 use crate::mode::{ExecutionMode, ExecutionModeLatch};
 use crate::registry::{
     self, CallableId, CallableInfo, CallableTable, ImageCache, ImageCacheStats, Registered,
 };
-use crate::{CallableSpec, HostArg, HostError};
-
-/// Configuration of a [`ChipWorker`].
-#[derive(Clone, Debug)]
-pub struct WorkerConfig {
-    /// Shape of the simulated chip (default: 8 clusters, 4 AICPU threads).
-    pub topology: Topology,
-    /// AICPU threads a run uses (1 orchestrator + schedulers), 2..=topology.aicpu_threads;
-    /// 0 means all of them.
-    pub aicpu_thread_num: u32,
-    /// Bytes of device heap for runtime-allocated outputs (default 256 MiB, allocated with the
-    /// worker; the sim maps it lazily).
-    pub heap_size: u64,
-    /// Most tasks one run may submit (default 16,384).
-    pub task_window: u32,
-    /// How long to wait for a run's completion before declaring the device unusable
-    /// (default 50 s, the stream-synchronize timeout, or `SIMPLER_STREAM_SYNC_TIMEOUT_MS`);
-    /// also bounds every fallback stream synchronize.
-    pub run_timeout: Duration,
-    /// The scheduler's no-progress watchdog (default 10 s, or
-    /// `SIMPLER_SCHEDULER_TIMEOUT_MS`): a run with no progress this long fails with
-    /// SCHEDULER_TIMEOUT and a stall class.
-    pub scheduler_timeout: Duration,
-    /// How long `get/set_tensor_data` may wait (default 15 s, or
-    /// `SIMPLER_TENSOR_DATA_TIMEOUT_MS`).
-    pub tensor_data_timeout: Duration,
-    /// Runs on the device at once: 1 or 2 (default 2, two pipeline slots).
-    pub launch_depth: u32,
-    /// Measurement knob: drain every run through the bounded stream synchronize even when its
-    /// own record proves success (the behaviour before completion fences; default false).
-    pub always_synchronize: bool,
-}
-
-impl Default for WorkerConfig {
-    /// The sim defaults, with the timeouts resolved from the `SIMPLER_*_TIMEOUT_*`
-    /// environment variables (a bad value warns and keeps the default).
-    fn default() -> Self {
-        let timeouts = crate::timeouts::Timeouts::from_env();
-        WorkerConfig {
-            topology: Topology::default(),
-            aicpu_thread_num: 0,
-            heap_size: 256 << 20,
-            task_window: simpler_runtime::DEFAULT_TASK_WINDOW,
-            run_timeout: timeouts.stream_sync,
-            scheduler_timeout: timeouts.scheduler,
-            tensor_data_timeout: timeouts.tensor_data,
-            launch_depth: 2,
-            always_synchronize: false,
-        }
-    }
-}
-
-impl WorkerConfig {
-    fn validate(&self) -> Result<(), HostError> {
-        self.topology.validate().map_err(HostError::InvalidConfig)?;
-        let max = self.topology.aicpu_threads;
-        if self.aicpu_thread_num != 0 && !(2..=max).contains(&self.aicpu_thread_num) {
-            return Err(HostError::InvalidConfig(format!(
-                "aicpu_thread_num must be 0 (auto) or in 2..={max}, got {}",
-                self.aicpu_thread_num
-            )));
-        }
-        if self.heap_size < 1024 {
-            return Err(HostError::InvalidConfig(format!(
-                "heap_size must be at least 1024 bytes, got {}",
-                self.heap_size
-            )));
-        }
-        if self.task_window < 4 {
-            return Err(HostError::InvalidConfig(format!(
-                "task_window must be at least 4, got {}",
-                self.task_window
-            )));
-        }
-        if !(1..=2).contains(&self.launch_depth) {
-            return Err(HostError::InvalidConfig(format!(
-                "launch_depth must be 1 or 2, got {}",
-                self.launch_depth
-            )));
-        }
-        for (name, t) in [
-            ("scheduler_timeout", self.scheduler_timeout),
-            ("tensor_data_timeout", self.tensor_data_timeout),
-        ] {
-            if t.is_zero() || t.as_millis() > i32::MAX as u128 {
-                return Err(HostError::InvalidConfig(format!(
-                    "{name} must be between 1 ms and {} ms, got {t:?}",
-                    i32::MAX
-                )));
-            }
-        }
-        if self.run_timeout.is_zero() {
-            return Err(HostError::InvalidConfig(
-                "run_timeout must be positive".into(),
-            ));
-        }
-        Ok(())
-    }
-}
+use crate::worker_config::WorkerConfig;
+use crate::{CallableSpec, HostError};
 
 /// What the context lock guards: the image cache and the occupancy generations.
 pub(crate) struct RegistryContext {
@@ -145,24 +48,18 @@ pub(crate) struct RegistryContext {
     next_generation: u64,
 }
 
-/// Everything a worker and its run handles share.
-pub(crate) struct Shared {
-    pub(crate) device: Arc<dyn Device>,
-    pub(crate) config: WorkerConfig,
-    pub(crate) kernels: Kernels,
+/// What the worker owns besides its lane.
+struct Shared {
     /// Who this worker is; checked first by every operation.
-    pub(crate) identity: EnvironmentIdentity,
+    identity: EnvironmentIdentity,
     /// PROGRAM or KERNEL, claimed once.
-    pub(crate) mode: ExecutionModeLatch,
+    mode: ExecutionModeLatch,
     /// Serializes register, unregister and close.
-    pub(crate) context: Mutex<RegistryContext>,
+    context: Mutex<RegistryContext>,
     /// The callable slots (brief locking only).
-    pub(crate) table: Mutex<CallableTable>,
-    pub(crate) lane: Mutex<Lane>,
-    /// Signalled whenever the lane makes progress (runs end, a driver finishes).
-    pub(crate) cv: Condvar,
-    /// Set once the worker left OPEN (closed or detached): device-memory calls refuse too.
-    pub(crate) closed: AtomicBool,
+    table: Mutex<CallableTable>,
+    /// The run lane (shared with every run handle).
+    lane: LaneHandle,
 }
 
 /// One chip, its runtime and its callables.
@@ -179,7 +76,7 @@ pub struct ChipWorker {
 impl std::fmt::Debug for ChipWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChipWorker")
-            .field("config", &self.shared.config)
+            .field("config", self.shared.lane.config())
             .field("identity", &self.shared.identity)
             .finish_non_exhaustive()
     }
@@ -245,23 +142,9 @@ impl ChipWorker {
             ..config
         };
         config.validate()?;
-        let mut lane = Lane::new(
-            &device,
-            config.launch_depth,
-            config.heap_size,
-            identity.ownership,
-        )?;
-        let monitor = FaultMonitor::global();
-        match monitor.acquire(&*device) {
-            Ok(()) => lane.watch_notices(monitor.cursor_from_now()),
-            // Not fatal: the worker runs without notices (silence is not health).
-            Err(e) => tracing::warn!(error = %e, "cannot install the fault callback"),
-        }
+        let lane = LaneHandle::open(device, config, identity)?;
         Ok(ChipWorker {
             shared: Arc::new(Shared {
-                device,
-                config,
-                kernels: Kernels::default(),
                 identity,
                 mode: ExecutionModeLatch::new(),
                 context: Mutex::new(RegistryContext {
@@ -269,26 +152,19 @@ impl ChipWorker {
                     next_generation: 1,
                 }),
                 table: Mutex::new(CallableTable::default()),
-                lane: Mutex::new(lane),
-                cv: Condvar::new(),
-                closed: AtomicBool::new(false),
+                lane,
             }),
         })
     }
 
-    #[cfg(all(test, not(loom)))]
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
     /// The device this worker drives.
     pub fn device(&self) -> &Arc<dyn Device> {
-        &self.shared.device
+        self.shared.lane.device()
     }
 
     /// The worker's configuration (with the device's topology).
     pub fn config(&self) -> &WorkerConfig {
-        &self.shared.config
+        self.shared.lane.config()
     }
 
     /// Who this worker is (process, incarnation, context generation, device, ownership).
@@ -307,7 +183,7 @@ impl ChipWorker {
     /// [`HostError::ExecutionContextRefused`] from the wrong context.
     pub fn state(&self) -> Result<WorkerState, HostError> {
         self.shared.identity.check()?;
-        Ok(self.shared.lane.lock().state)
+        Ok(self.shared.lane.state())
     }
 
     /// Why the device refuses new runs, if it does: a run the lane could not prove finished,
@@ -318,7 +194,7 @@ impl ChipWorker {
         if let Err(e) = self.shared.identity.check_process() {
             return Some(e.to_string());
         }
-        self.shared.lane.lock().admission_refusal()
+        self.shared.lane.admission_refusal()
     }
 
     /// The device health of this worker: generation, suspicion, first fault code, counters.
@@ -327,13 +203,23 @@ impl ChipWorker {
     /// [`HostError::ExecutionContextRefused`] from the wrong context.
     pub fn health(&self) -> Result<HealthReport, HostError> {
         self.shared.identity.check()?;
-        Ok(self.shared.lane.lock().health.report())
+        Ok(self.shared.lane.health())
+    }
+
+    /// The staging memory the worker holds between runs: the buffers its pipeline slots pool
+    /// for reuse (freed at close), and the quarantined ones of runs it gave up on.
+    ///
+    /// # Errors
+    /// [`HostError::ExecutionContextRefused`] from the wrong context.
+    pub fn staging_report(&self) -> Result<StagingReport, HostError> {
+        self.shared.identity.check()?;
+        Ok(self.shared.lane.staging_report())
     }
 
     /// Whether the worker reads the device's fault notices (its fault-callback install
     /// succeeded).
     pub fn watches_fault_notices(&self) -> bool {
-        self.shared.lane.lock().watches_notices()
+        self.shared.lane.watches_notices()
     }
 
     /// Restores admission through a confirmed forced reset of the device: retires the device
@@ -347,7 +233,7 @@ impl ChipWorker {
     /// [`HostError::WorkerClosed`], [`HostError::ExecutionContextRefused`].
     pub fn recover_device(&self) -> Result<(), HostError> {
         self.shared.identity.check()?;
-        exec::recover_device(&self.shared)
+        self.shared.lane.recover_device()
     }
 
     /// Loads a callable's code (sharing equal images already loaded) and registers it under
@@ -440,28 +326,29 @@ impl ChipWorker {
 
     /// The lane, locked, provided the registry may be mutated: the worker is open and no
     /// run is outstanding (finished runs are finalized first, without blocking).
-    fn lock_mutable_lane(&self) -> Result<parking_lot::MutexGuard<'_, Lane>, HostError> {
-        exec::poll_progress(&self.shared);
-        let lane = self.shared.lane.lock();
-        if lane.state != WorkerState::Open {
-            return Err(HostError::WorkerClosed);
-        }
-        match lane.outstanding() {
-            0 => Ok(lane),
-            n => Err(HostError::InvalidState(format!(
-                "{n} run(s) are outstanding; the callable registry is not mutated while a run \
-                 is outstanding"
-            ))),
-        }
+    fn lock_mutable_lane(&self) -> Result<IdleLane<'_>, HostError> {
+        self.shared.lane.lock_idle()
     }
 
     /// The identity and context check, then: not closed.
     fn open(&self) -> Result<(), HostError> {
         self.shared.identity.check()?;
-        if self.shared.closed.load(Ordering::Acquire) {
+        if self.shared.lane.is_closed() {
             return Err(HostError::WorkerClosed);
         }
         Ok(())
+    }
+
+    /// Submits a checked run to the lane and wraps its handle.
+    fn submit_checked(
+        &self,
+        callable: Arc<Registered>,
+        args: Vec<OwnedArg>,
+        plan: crate::config::RunPlan,
+        caller: Option<StreamId>,
+    ) -> Result<RunHandle, HostError> {
+        let cell = self.shared.lane.submit(callable, args, plan, caller)?;
+        Ok(RunHandle::new(self.shared.lane.clone(), cell))
     }
 
     fn callable(&self, id: CallableId) -> Result<Arc<Registered>, HostError> {
@@ -471,10 +358,14 @@ impl ChipWorker {
     /// Submits a run of a registered callable on owned `args` (signature order) to the lane
     /// and returns at once with its handle; the run is prepared and launched now when a
     /// pipeline slot is free. When the lane already holds two runs, this call first drives
-    /// the oldest to completion. Claims the PROGRAM execution mode.
+    /// the oldest to completion. A run whose host buffers overlap those of a run still in
+    /// the lane (by address range), one of the two writing them (`Out`/`InOut`), is staged
+    /// only once that run is finalized, its outputs copied back: chained submits on shared
+    /// buffers give the sequential result. Claims the PROGRAM execution mode.
     ///
     /// # Errors
-    /// Argument errors (synchronously, before anything touches the device),
+    /// Argument errors (synchronously, before anything touches the device; a device tensor
+    /// outside this worker's allocations is [`HostError::InvalidDevicePointer`]),
     /// [`HostError::UnknownCallable`], [`HostError::DeviceUnusable`] when admission is
     /// closed, [`HostError::InvalidState`] in a KERNEL context, [`HostError::WorkerClosed`],
     /// [`HostError::ExecutionContextRefused`]. Failures of the run itself are the handle's.
@@ -494,10 +385,10 @@ impl ChipWorker {
     ) -> Result<RunHandle, HostError> {
         self.shared.identity.check()?;
         self.shared.mode.latch(ExecutionMode::Program)?;
-        let plan = config.plan(&self.shared.config)?;
+        let plan = config.plan(self.shared.lane.config())?;
         let callable = self.callable(id)?;
         crate::args::check_owned(&callable.name, &callable.signature, &mut args)?;
-        exec::submit(&self.shared, callable, args, plan, None)
+        self.submit_checked(callable, args, plan, None)
     }
 
     /// Launches a run on the caller's stream `caller` (`simpler_launch_run_on_stream`):
@@ -526,23 +417,26 @@ impl ChipWorker {
     ) -> Result<RunHandle, HostError> {
         self.shared.identity.check()?;
         self.shared.mode.latch(ExecutionMode::Kernel)?;
-        let plan = config.plan(&self.shared.config)?;
+        let plan = config.plan(self.shared.lane.config())?;
         let callable = self.callable(id)?;
         crate::args::check_owned(&callable.name, &callable.signature, &mut args)?;
-        if let Err(e) = self.shared.device.query_stream(caller) {
+        if let Err(e) = self.device().query_stream(caller) {
             return Err(HostError::InvalidArgument {
                 arg: "caller_stream".into(),
                 reason: format!("not a usable stream of this device: {e}"),
             });
         }
-        exec::submit(&self.shared, callable, args, plan, Some(caller))
+        self.submit_checked(callable, args, plan, Some(caller))
     }
 
     /// Runs a registered callable on `args` (signature order) and waits for it.
     ///
-    /// `In` and `InOut` tensors are copied to the device; after a successful run, `Out` and
-    /// `InOut` tensors are copied back into `args`. A failed run leaves every host buffer
-    /// untouched, and the worker stays usable unless the device's state could not be proven.
+    /// The run borrows the caller's buffers: `In` and `InOut` tensors are staged to the
+    /// device straight from `args`, and after a successful run `Out` and `InOut` tensors are
+    /// copied straight back into them (one copy each way). A run that fails leaves every host
+    /// buffer untouched — except that a copy back failing part-way leaves the outputs copied
+    /// before it written. The worker stays usable unless the device's state could not be
+    /// proven.
     ///
     /// # Errors
     /// Argument errors (before anything touches the device), [`HostError::RunFailed`] with
@@ -565,67 +459,51 @@ impl ChipWorker {
     ) -> Result<RunReport, HostError> {
         self.shared.identity.check()?;
         self.shared.mode.latch(ExecutionMode::Program)?;
-        let plan = config.plan(&self.shared.config)?;
+        let plan = config.plan(self.shared.lane.config())?;
         let callable = self.callable(id)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
-        let owned: Vec<OwnedArg> = callable
-            .signature
-            .args
-            .iter()
-            .zip(args.iter())
-            .map(|(spec, a)| match a {
+        let lent: Vec<OwnedArg> = args
+            .iter_mut()
+            .map(|a| match a {
                 HostArg::Tensor(t) => OwnedArg::Tensor {
-                    buffer: Box::new(if spec.direction.copies_in() {
-                        t.bytes.to_vec()
-                    } else {
-                        vec![0u8; t.bytes.len()]
-                    }),
+                    // SAFETY: `t.bytes` stays borrowed for this whole call, and the call
+                    // returns (or unwinds) only once the run is terminal: a refused submit
+                    // never admits the run, and an admitted one is waited for below under
+                    // `AbortUnlessTerminal`.
+                    buffer: Box::new(unsafe { BorrowedBytes::new(t.bytes) }),
                     shape: t.shape.clone(),
                     dtype: t.dtype,
                 },
                 HostArg::Scalar(v) => OwnedArg::Scalar(*v),
             })
             .collect();
-        let out = exec::submit(&self.shared, callable.clone(), owned, plan, None)?.result()?;
-        for ((spec, dst), src) in callable
-            .signature
-            .args
-            .iter()
-            .zip(args.iter_mut())
-            .zip(out.args)
-        {
-            if let (HostArg::Tensor(t), OwnedArg::Tensor { mut buffer, .. }) = (dst, src) {
-                if spec.direction.copies_back() {
-                    t.bytes.copy_from_slice(buffer.bytes_mut());
-                }
-            }
-        }
-        Ok(out.report)
+        let lane = &self.shared.lane;
+        let cell = lane.submit(callable, lent, plan, None)?;
+        let _terminal = AbortUnlessTerminal(|| cell.is_done());
+        lane.wait_until_terminal(&cell);
+        cell.outcome()
     }
 
-    /// Allocates `size` bytes of device memory.
+    /// Allocates `size` bytes of zeroed device memory. The allocation is recorded: runs
+    /// take device tensors ([`OwnedArg::Device`]) only inside allocations made here.
     ///
     /// # Errors
     /// A device error (zero or huge size, out of memory), a refused context, or
     /// [`HostError::WorkerClosed`].
     pub fn malloc(&self, size: u64) -> Result<DevicePtr, HostError> {
         self.open()?;
-        self.shared
-            .device
-            .malloc(size)
-            .map_err(HostError::device(format!("allocating {size} bytes")))
+        self.shared.lane.malloc(size)
     }
 
-    /// Frees device memory from [`malloc`](ChipWorker::malloc).
+    /// Frees device memory from [`malloc`](ChipWorker::malloc). Runs that have finished are
+    /// finalized first; memory a queued or running run still uses is not freed.
     ///
     /// # Errors
-    /// A device error (unknown pointer, double free), or a refused context.
+    /// [`HostError::DeviceMemoryInUse`] while a run uses the allocation (wait for the run,
+    /// then free), a device error (unknown pointer, double free), or a refused context.
     pub fn free(&self, ptr: DevicePtr) -> Result<(), HostError> {
         self.open()?;
-        self.shared
-            .device
-            .free(ptr)
-            .map_err(HostError::device("freeing device memory"))
+        self.shared.lane.free(ptr)
     }
 
     /// Copies host bytes to device memory.
@@ -635,8 +513,7 @@ impl ChipWorker {
     /// context.
     pub fn copy_to(&self, dst: DevicePtr, src: &[u8]) -> Result<(), HostError> {
         self.open()?;
-        self.shared
-            .device
+        self.device()
             .copy_to_device(dst, src)
             .map_err(HostError::device("copying to the device"))
     }
@@ -648,8 +525,7 @@ impl ChipWorker {
     /// context.
     pub fn copy_from(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), HostError> {
         self.open()?;
-        self.shared
-            .device
+        self.device()
             .copy_from_device(dst, src)
             .map_err(HostError::device("copying from the device"))
     }
@@ -667,7 +543,7 @@ impl ChipWorker {
     pub fn close(&self) -> Result<(), HostError> {
         self.shared.identity.check()?;
         let _ctx = self.shared.context.lock();
-        exec::close_lane(&self.shared)
+        self.shared.lane.close()
     }
 }
 
@@ -677,7 +553,7 @@ impl Drop for ChipWorker {
         if !self.shared.identity.in_creating_process() {
             return;
         }
-        exec::detach_lane(&self.shared);
+        self.shared.lane.detach();
     }
 }
 
@@ -686,6 +562,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::{ArgDirection, ArgSpec, CodeImage, KernelSpec, Signature};
     use simpler_abi::{CoreType, DataType, OrchArgs, OrchOps};
+    use simpler_device::Topology;
+    use std::time::Duration;
 
     unsafe extern "C" fn empty_orch(_: *const OrchOps, _: *const OrchArgs) -> i32 {
         0
@@ -732,6 +610,59 @@ pub(crate) mod tests {
         }]
     }
 
+    /// The synchronous run lends the caller's slices to the lane — staged from them, copied
+    /// back into them, no owned copy in between: the run in flight holds exactly the
+    /// caller's byte range.
+    #[test]
+    fn the_synchronous_run_stages_from_and_copies_back_into_the_callers_slices() {
+        use simpler_device::sim::{FaultAction, FaultPoint, FaultRule};
+        let dev = Arc::new(
+            SimDevice::new(Topology {
+                clusters: 1,
+                aicpu_threads: 2,
+            })
+            .unwrap(),
+        );
+        // The run's AICPU kernel lingers, so the run stays in the lane for a while.
+        dev.inject(FaultRule {
+            point: FaultPoint::AicpuKernel,
+            skip: 0,
+            times: 1,
+            action: FaultAction::SlowFinish(Duration::from_millis(300)),
+        });
+        let config = WorkerConfig {
+            heap_size: 1 << 16,
+            run_timeout: Duration::from_secs(30),
+            ..WorkerConfig::default()
+        };
+        let w = ChipWorker::with_device(config, dev).unwrap();
+        let id = w.register(&empty_spec()).unwrap();
+        let mut x = vec![7u8; 64];
+        let caller_range = (x.as_ptr() as usize, x.as_ptr() as usize + x.len());
+        let seen = std::thread::scope(|s| {
+            let runner = s.spawn(|| {
+                let mut args = [HostArg::Tensor(crate::HostTensor {
+                    bytes: &mut x,
+                    shape: vec![16],
+                    dtype: DataType::Float32,
+                })];
+                w.run(id, &mut args).map(drop)
+            });
+            let seen = loop {
+                let held = w.shared.lane.host_ranges_in_flight();
+                if !held.is_empty() || runner.is_finished() {
+                    break held;
+                }
+                std::thread::yield_now();
+            };
+            runner.join().unwrap().unwrap();
+            seen
+        });
+        assert_eq!(seen, vec![caller_range]);
+        assert_eq!(x, vec![7u8; 64], "the InOut tensor came back unchanged");
+        w.close().unwrap();
+    }
+
     /// A real `fork()` while another thread holds every worker lock: in the child, every
     /// handle and worker operation refuses without taking a lock (a lock taken would hang
     /// the child: its holder does not exist there); the parent continues.
@@ -747,13 +678,13 @@ pub(crate) mod tests {
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
         let holder = std::thread::spawn(move || {
             let _ctx = shared.context.lock();
-            let _lane = shared.lane.lock();
+            let _lane = shared.lane.lock_for_tests();
             let _table = shared.table.lock();
             locked_tx.send(()).unwrap();
             release_rx.recv().unwrap();
         });
         locked_rx.recv().unwrap();
-        let child_ok = crate::atfork::in_forked_child(|| {
+        let child_ok = crate::fault_monitor::in_forked_child(|| {
             let refused =
                 |r: Result<(), HostError>| matches!(r, Err(HostError::ExecutionContextRefused(_)));
             let mut buf = [0u8; 4];

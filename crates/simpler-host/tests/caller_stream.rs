@@ -1,11 +1,11 @@
-//! Borrowed caller streams on the sim device (issue 6 item 5; design
-//! `run-completion-fences.txt`, "Borrowed caller ordering"; spec `run-lane.md` §4): a run
+//! Borrowed caller streams on the sim device (`docs/run-lane.md` §4, "Borrowed caller
+//! ordering"): a run
 //! launched on a caller's stream starts only after the caller's earlier work and finishes
 //! before the caller's later work; three caller-order events per occupied slot, created
 //! lazily and reused; the failure matrix (Partial from the first caller-edge attempt, the
 //! bounded synchronize of the bound streams without a Tail, quarantine when that fails); a
 //! borrowed worker never synchronizes or resets the whole device; and the execution-mode
-//! latch as the worker applies it (item 4).
+//! latch as the worker applies it.
 
 mod common;
 

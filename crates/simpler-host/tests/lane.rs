@@ -1,9 +1,10 @@
 //! The run lane end to end on the sim device: pipelined runs at depth 2 and 1, per-run
 //! completion (a queued successor never delays its predecessor, and a recorded success
-//! never synchronizes a stream), handles (poll, bounded wait, re-wait, result), and the
-//! fault-injection matrix of `design/run-completion-fences.txt`, "Submitted work with no
-//! boundary": one row per shape — what was injected → the run's verdict, whether its device
-//! resources were released or retained, and whether the worker admits runs afterwards.
+//! never synchronizes a stream), handles (poll, bounded wait, re-wait, result), the
+//! fault-injection matrix of `docs/run-lane.md`, "Submitted work with no boundary" (one row
+//! per shape — what was injected → the run's verdict, whether its device resources were
+//! released or retained, and whether the worker admits runs afterwards), the alias ordering
+//! of runs that share host buffers, and the per-slot staging pools.
 
 mod common;
 
@@ -468,7 +469,7 @@ const ROWS: &[Row] = &[
     Row {
         // The run's own record decides it (a notice never decides a run), but the fault's
         // notice names this worker's AICPU stream: the device is suspect and refuses new runs
-        // (issue 6, device health).
+        // (device health).
         name: "AICPU fatal status latched after a published success",
         shape: "kernel submitted, boundary recorded (the record's success is the verdict)",
         with_predecessor: false,
@@ -518,7 +519,10 @@ fn fault_injection_matrix() {
         let pred = row
             .with_predecessor
             .then(|| w.submit(id, args(10.0, false)).unwrap());
+        // Every device allocation made from here on is the faulted run's staging (pooled
+        // after the run, or quarantined), or the predecessor's (pooled after it).
         let baseline = dev.live_allocations() - if row.with_predecessor { 2 } else { 0 };
+        let pooled_before = w.staging_report().unwrap().pooled_buffers;
         for rule in row.inject {
             dev.inject(*rule);
         }
@@ -562,9 +566,16 @@ fn fault_injection_matrix() {
             Resources::Released => 0,
             Resources::Retained => 2,
         };
+        let staging = w.staging_report().unwrap();
         assert_eq!(
-            held, want,
-            "{}: staging buffers held after the run",
+            staging.quarantined_buffers, want,
+            "{}: staging buffers held (quarantined) after the run",
+            row.name
+        );
+        assert_eq!(
+            held,
+            staging.pooled_buffers - pooled_before + want,
+            "{}: every other staging buffer went back to its slot's pool",
             row.name
         );
         let next = w.submit(id, args(30.0, false));
@@ -635,4 +646,212 @@ fn a_successor_starts_each_kernel_only_after_its_predecessor_finished_the_other(
         b_cpu.start >= a_core.end,
         "the successor's AICPU kernel started before the predecessor's AICore kernel finished"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Alias ordering: runs that share host buffers.
+
+/// Host bytes several runs may hold at once, as numpy views are lent to the lane: each
+/// [`Window`] lends the same allocation.
+struct SharedBytes(std::cell::UnsafeCell<Vec<u8>>);
+
+// SAFETY: the lane touches a run's host buffer only under its lock (staging in at prepare,
+// copying back at finalize), so two windows on these bytes are never used at once; the test
+// reads them only after every run holding a window has finished.
+unsafe impl Sync for SharedBytes {}
+
+struct Window(Arc<SharedBytes>);
+
+impl HostBuffer for Window {
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: see `SharedBytes`: no two uses overlap in time.
+        unsafe { (*self.0 .0.get()).as_mut_slice() }
+    }
+}
+
+fn shared(bytes: Vec<u8>) -> Arc<SharedBytes> {
+    Arc::new(SharedBytes(std::cell::UnsafeCell::new(bytes)))
+}
+
+fn tensor(buffer: impl HostBuffer) -> OwnedArg {
+    OwnedArg::Tensor {
+        buffer: Box::new(buffer),
+        shape: vec![N as u64],
+        dtype: DataType::Float32,
+    }
+}
+
+/// A worker whose next run's AICPU kernel lingers, so that run is unfinished for a while.
+fn lingering_worker() -> (Arc<SimDevice>, ChipWorker, CallableId) {
+    let (dev, w, id) = worker(2, Duration::from_secs(30));
+    dev.inject(FaultRule {
+        point: FaultPoint::AicpuKernel,
+        skip: 0,
+        times: 1,
+        action: FaultAction::SlowFinish(Duration::from_millis(300)),
+    });
+    (dev, w, id)
+}
+
+#[test]
+fn chained_submits_on_a_shared_buffer_give_the_sequential_result() {
+    // b = a + 1, then c = b + 1, b shared: the second run is staged only after the first
+    // copied b back.
+    let (dev, w, id) = lingering_worker();
+    let a: Vec<f32> = (0..N).map(|i| i as f32).collect();
+    let b = shared(vec![0u8; N * 4]);
+    let first = w
+        .submit(
+            id,
+            vec![
+                tensor(f32_bytes(&a)),
+                tensor(Window(b.clone())),
+                OwnedArg::Scalar(0),
+            ],
+        )
+        .unwrap();
+    let second = w
+        .submit(
+            id,
+            vec![
+                tensor(Window(b.clone())),
+                tensor(vec![0u8; N * 4]),
+                OwnedArg::Scalar(0),
+            ],
+        )
+        .unwrap();
+    assert_eq!(
+        dev.calls(FaultPoint::LaunchAicore),
+        1,
+        "the second run waits for the first to finalize"
+    );
+    first.result().unwrap();
+    let out = second.result().unwrap();
+    let OwnedArg::Tensor { mut buffer, .. } = out.args.into_iter().nth(1).unwrap() else {
+        panic!("c is a tensor")
+    };
+    for (i, v) in buffer.bytes_mut().chunks(4).enumerate() {
+        let v = f32::from_ne_bytes(v.try_into().unwrap());
+        assert_eq!(v, i as f32 + 2.0, "c = a + 2 at element {i}");
+    }
+}
+
+#[test]
+fn runs_that_only_read_a_shared_buffer_still_pipeline() {
+    let (dev, w, id) = lingering_worker();
+    let x: Vec<f32> = (0..N).map(|i| 5.0 + i as f32).collect();
+    let x = shared(f32_bytes(&x));
+    let runs: Vec<RunHandle> = (0..2)
+        .map(|_| {
+            w.submit(
+                id,
+                vec![
+                    tensor(Window(x.clone())),
+                    tensor(vec![0u8; N * 4]),
+                    OwnedArg::Scalar(0),
+                ],
+            )
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        dev.calls(FaultPoint::LaunchAicore),
+        2,
+        "the second run launched behind the first without waiting for it"
+    );
+    for h in runs {
+        check_output(h.result().unwrap(), 5.0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Staging pools.
+
+fn sized_args(seed: f32, n: usize) -> Vec<OwnedArg> {
+    let x: Vec<f32> = (0..n).map(|i| seed + i as f32).collect();
+    vec![
+        tensor_of(f32_bytes(&x), n),
+        tensor_of(vec![0u8; n * 4], n),
+        OwnedArg::Scalar(0),
+    ]
+}
+
+fn tensor_of(bytes: Vec<u8>, n: usize) -> OwnedArg {
+    OwnedArg::Tensor {
+        buffer: Box::new(bytes),
+        shape: vec![n as u64],
+        dtype: DataType::Float32,
+    }
+}
+
+#[test]
+fn staging_is_pooled_per_slot_grows_when_it_does_not_fit_and_is_freed_at_teardown() {
+    let (dev, w, id) = worker(2, Duration::from_secs(30));
+    let before = dev.live_allocations();
+    check_output(
+        w.submit(id, sized_args(0.0, N)).unwrap().result().unwrap(),
+        0.0,
+    );
+    let pooled = w.staging_report().unwrap();
+    assert_eq!(
+        (
+            pooled.pooled_buffers,
+            pooled.pooled_bytes,
+            pooled.quarantined_buffers
+        ),
+        (2, 2 * (N * 4) as u64, 0),
+        "the run's two staging buffers stay with its slot"
+    );
+    assert_eq!(dev.live_allocations(), before + 2);
+    // Runs that fit reuse the pool: no staging allocation per run, pipelined or not.
+    let mallocs = dev.calls(FaultPoint::Malloc);
+    for r in 1..6 {
+        check_output(
+            w.submit(id, sized_args(r as f32, N))
+                .unwrap()
+                .result()
+                .unwrap(),
+            r as f32,
+        );
+    }
+    let (a, b) = (
+        w.submit(id, sized_args(7.0, N)).unwrap(),
+        w.submit(id, sized_args(8.0, N)).unwrap(),
+    );
+    check_output(a.result().unwrap(), 7.0);
+    check_output(b.result().unwrap(), 8.0);
+    assert_eq!(
+        dev.calls(FaultPoint::Malloc) - mallocs,
+        2,
+        "only the second slot's first run allocated"
+    );
+    assert_eq!(w.staging_report().unwrap().pooled_buffers, 4);
+    // A larger run grows its slot's pool: each too-small buffer is replaced, none added.
+    let mallocs = dev.calls(FaultPoint::Malloc);
+    let live = dev.live_allocations();
+    check_output(
+        w.submit(id, sized_args(9.0, 2 * N))
+            .unwrap()
+            .result()
+            .unwrap(),
+        9.0,
+    );
+    assert_eq!(dev.calls(FaultPoint::Malloc) - mallocs, 2);
+    assert_eq!(dev.live_allocations(), live, "two freed, two allocated");
+    let grown = w.staging_report().unwrap();
+    assert_eq!(grown.pooled_buffers, 4);
+    assert_eq!(
+        grown.pooled_bytes,
+        2 * (N * 4) as u64 + 2 * (2 * N * 4) as u64
+    );
+    // A smaller run fits the larger buffers.
+    check_output(
+        w.submit(id, sized_args(1.0, N / 2))
+            .unwrap()
+            .result()
+            .unwrap(),
+        1.0,
+    );
+    w.close().unwrap();
+    assert_eq!(dev.live_allocations(), 0, "close frees the pools");
 }

@@ -1,5 +1,5 @@
-//! The callable registry and the worker lifecycle on the sim device (issue 6 items 3 and 6;
-//! spec `run-lane.md` §6 and §8): explicit and automatic ids in one namespace, the shared
+//! The callable registry and the worker lifecycle on the sim device (`docs/health.md`,
+//! "Registry" and "Lifecycle"): explicit and automatic ids in one namespace, the shared
 //! image cache, occupancy generations, −1 on failure, mutation refused while a run is
 //! outstanding; the borrowed context check (refused, restored, retried with the same handle),
 //! CLOSED terminal, a failed close that keeps retryable cleanup, dropping an unclosed worker
@@ -254,8 +254,8 @@ fn a_proven_preparation_rollback_is_run_preparation_refused() {
     }
     assert_eq!(dev.live_allocations(), baseline);
     assert!(w.unusable_reason().is_none(), "admission stays open");
-    check_output(w.submit(id, args(2.0, 0)).unwrap().result().unwrap(), 2.0);
-    // `run` reports it too, and leaves the host buffers untouched.
+    // `run` reports it too, and leaves the host buffers untouched (no staging is pooled yet,
+    // so its first staging allocation is the refused one).
     dev.inject(FaultRule::next(FaultPoint::Malloc, FaultAction::Refuse));
     let mut x = f32_bytes(&input(0.0));
     let mut y = vec![7u8; N * 4];
@@ -265,6 +265,7 @@ fn a_proven_preparation_rollback_is_run_preparation_refused() {
         Err(HostError::RunPreparationRefused { .. })
     ));
     assert!(y.iter().all(|&b| b == 7));
+    check_output(w.submit(id, args(2.0, 0)).unwrap().result().unwrap(), 2.0);
     w.close().unwrap();
 }
 

@@ -1,4 +1,4 @@
-//! Issue 3 semantics of the chip runtime, end to end through `ChipWorker` on the sim
+//! The semantics of the chip runtime, end to end through `ChipWorker` on the sim
 //! device: task rings and their reclamation, heap rings, scopes (AUTO/MANUAL, limits, the
 //! lifetime of outputs), task kinds (MIX, dummy, alloc-only, explicit dependencies), SPMD
 //! blocks, `require_sync_start`, dependency discovery on strided 2-D views,

@@ -192,6 +192,10 @@ pub(crate) fn host_raise(e: &HostError) -> Raise {
             .int("epoch", *epoch as i64),
         HostError::Detached(_) => raise("WorkerStateError"),
         HostError::CleanupIncomplete(_) => raise("WorkerStateError"),
+        HostError::InvalidDevicePointer { arg, reason, .. } => raise("InvalidArgumentError")
+            .detail("arg", arg.as_str())
+            .detail("reason", reason.as_str()),
+        HostError::DeviceMemoryInUse { .. } => raise("WorkerStateError"),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Shared by the issue-6 integration tests: an in-process callable `y = x + 1` over four
+//! Shared by the integration tests: an in-process callable `y = x + 1` over four
 //! independent tiles, whose kernel func is chosen per run (`scalars[0]`): 0 runs at once,
 //! `1..=GATES` waits for its gate to open. Each test binary has its own gates.
 //!

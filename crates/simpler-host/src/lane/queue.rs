@@ -1,4 +1,4 @@
-//! The lane's FIFO as a state machine (spec `run-lane.md` §1.5, `chip_run_lane`): at most
+//! The lane's FIFO as a state machine (`docs/run-lane.md` §1.5, `chip_run_lane`): at most
 //! [`LANE_CAPACITY`] runs, ordered by dispatch id, each going QUEUED → PREPARED → LAUNCHED →
 //! TERMINAL. Progress is front-first: a run is finalized (made TERMINAL) only at the front,
 //! and nothing is finalized ahead of it. A failure that poisons the lane ends every run that
@@ -6,7 +6,7 @@
 //! device and must be drained).
 //!
 //! This module holds only the ordering rules; what each transition does on the device is
-//! the executor's (`crate::exec`). Every refusal is a [`LaneError`] naming the rule.
+//! the rest of the lane's. Every refusal is a [`LaneError`] naming the rule.
 
 use std::collections::VecDeque;
 
@@ -187,6 +187,11 @@ impl<T> RunQueue<T> {
     }
 
     /// The item of run `id`.
+    pub fn get(&self, id: u64) -> Option<&T> {
+        self.entries.iter().find(|e| e.id == id).map(|e| &e.item)
+    }
+
+    /// The item of run `id`, mutably.
     pub fn get_mut(&mut self, id: u64) -> Option<&mut T> {
         self.entries
             .iter_mut()
@@ -197,13 +202,6 @@ impl<T> RunQueue<T> {
     /// Ids and phases, front first.
     pub fn phases(&self) -> Vec<(u64, Phase)> {
         self.entries.iter().map(|e| (e.id, e.phase)).collect()
-    }
-
-    /// Items with their ids and phases, front first.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u64, Phase, &mut T)> {
-        self.entries
-            .iter_mut()
-            .map(|e| (e.id, e.phase, &mut e.item))
     }
 }
 

@@ -1,14 +1,47 @@
-//! The `pthread_atfork` hooks of the process's fault monitor (spec `run-lane.md` §5, "Fork":
-//! "atfork hooks hold the mutex across the fork"). Before `fork()` the forking thread takes
-//! the monitor's lock; after it, parent and child each release their copy. A child therefore
-//! never inherits the lock held by a thread it does not have, and finds the monitor in a
-//! consistent state, which its first operation then resets (a new process id).
+//! The `pthread_atfork` hooks of the process's fault monitor and the lock they hold (spec
+//! `docs/health.md`, "Fork": "atfork hooks hold the mutex across the fork"). Before `fork()`
+//! the forking thread takes the monitor's lock; after it, parent and child each release their
+//! copy. A child therefore never inherits the lock held by a thread it does not have, and
+//! finds the monitor in a consistent state, which its first operation then resets (a new
+//! process id).
 //!
 //! This module holds the host's only `unsafe` code for process hooks.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Once;
 
-use crate::fault_monitor::FaultMonitor;
+use super::FaultMonitor;
+
+/// A lock with no data, held across `fork()` by the atfork hooks (a spin lock: it is held
+/// only around a callback install or a reset, and a child must be able to release a lock its
+/// parent's thread took).
+#[derive(Debug, Default)]
+pub(super) struct ForkLock(AtomicBool);
+
+impl ForkLock {
+    pub(super) fn acquire(&self) {
+        while self
+            .0
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+    }
+
+    pub(super) fn release(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The lock, held until dropped.
+pub(super) struct Held<'a>(pub(super) &'a ForkLock);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
 
 extern "C" fn prepare() {
     FaultMonitor::global().lock.acquire();
@@ -20,7 +53,7 @@ extern "C" fn after() {
 
 /// Registers the hooks once per process. Called when the global monitor is created, so the
 /// hooks never run before it exists.
-pub(crate) fn register_global_monitor_hooks() {
+pub(super) fn register_global_monitor_hooks() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // SAFETY: the three hooks are `extern "C"` functions with the signature

@@ -1,6 +1,5 @@
 //! Wait-reference tokens: the reference protocol a queued stream wait on another run's
-//! boundary event needs (design `run-completion-fences.txt`, "The cross-run join a later
-//! change will use"; spec `run-lane.md` §2.3).
+//! boundary event needs (`docs/run-lane.md` §2.3, "The cross-run join").
 //!
 //! A reference is a count on the boundary of the fence that minted it, and there is exactly
 //! one way to get a count wrong: decrement one that is not yours. Each rule below closes a
@@ -26,7 +25,7 @@
 
 use simpler_device::EventId;
 
-use crate::fence::{FenceError, RunCompletionFence};
+use super::{FenceError, RunCompletionFence};
 use crate::identity::{RunIdentity, StreamRole, Waiter};
 use crate::sync::lock;
 

@@ -1,12 +1,13 @@
-//! The device resources of the lane (spec `run-lane.md` §1.1, "Contract and per-slot
-//! state"; design `run-completion-fences.txt`, "Ownership"):
+//! The device resources of the lane (`docs/run-lane.md` §1.1, "Contract and per-slot
+//! state", and "Ownership"):
 //!
 //! - per pipeline slot ([`PipelineSlot`], one per unit of launch depth): the launch
 //!   descriptor, the epoch-stamped result region, the orchestration arguments, the func
 //!   tables, the core mailboxes and the runtime state word, the slot's completion fence and
 //!   its two join-proof events, and its three caller-order events (created lazily, by the
-//!   first caller launch the slot hosts; [`crate::caller_stream`]). Two runs in flight never share any of these, so a successor
-//!   can be staged while its predecessor executes;
+//!   first caller launch the slot hosts), and the pool of staging buffers its runs reuse.
+//!   Two runs in flight never share any of these, so a successor can be staged while its
+//!   predecessor executes;
 //! - per lane ([`LaneResources`]): the stream pair every run is launched on (preparing a
 //!   successor never selects or replaces a stream) and the output heap (device scratch:
 //!   runs execute one after the other on the device, so one heap serves both slots).
@@ -18,12 +19,14 @@
 use std::sync::Arc;
 
 use simpler_abi::{CoreMailbox, OrchArgs, RunLaunchDesc, RunResult, MAX_FUNC_ID};
-use simpler_device::{Device, DevicePtr, EventId, StreamId};
+use simpler_device::{Device, DevicePtr, EventId};
 
 use crate::caller_stream::CallerEvents;
 use crate::fence::RunCompletionFence;
-use crate::identity::StreamRole;
+use crate::identity::{StreamPair, StreamRole};
 use crate::HostError;
+
+use super::staging::StagingPool;
 
 /// One pipeline slot's device resources.
 pub(crate) struct PipelineSlot {
@@ -47,6 +50,8 @@ pub(crate) struct PipelineSlot {
     pub(crate) occupant: Option<u64>,
     /// The slot's last run could not be proven finished: it is never reused.
     pub(crate) quarantined: bool,
+    /// Staging buffers of the slot's finished runs, reused by its next ones.
+    pub(crate) staging: StagingPool,
     allocations: Vec<DevicePtr>,
 }
 
@@ -92,6 +97,7 @@ impl PipelineSlot {
             result_initialized: false,
             occupant: None,
             quarantined: false,
+            staging: StagingPool::default(),
             allocations,
         })
     }
@@ -119,6 +125,7 @@ impl PipelineSlot {
     /// reset). What fails to free is kept for a retry; true when nothing is left.
     pub(crate) fn release(&mut self, device: &Arc<dyn Device>) -> bool {
         self.allocations.retain(|p| device.free(*p).is_err());
+        let staging = self.staging.release(&**device);
         for e in self.proofs.iter_mut() {
             if let Some(ev) = *e {
                 if device.destroy_event(ev).is_ok() {
@@ -128,14 +135,19 @@ impl PipelineSlot {
         }
         let events = self.caller_events.release(&**device);
         let fence = self.fence.release(&**device).is_ok();
-        self.allocations.is_empty() && self.proofs.iter().all(Option::is_none) && events && fence
+        self.allocations.is_empty()
+            && staging
+            && self.proofs.iter().all(Option::is_none)
+            && events
+            && fence
     }
 }
 
 /// Resources every run of the lane shares.
 pub(crate) struct LaneResources {
-    pub(crate) aicore_stream: StreamId,
-    pub(crate) aicpu_stream: StreamId,
+    /// The stream pair every run is launched on.
+    pub(crate) streams: StreamPair,
+    /// The output heap, once allocated.
     pub(crate) heap: Option<DevicePtr>,
     /// Streams destroyed so far (AICore, AICPU).
     destroyed: [bool; 2],
@@ -154,19 +166,13 @@ impl LaneResources {
             }
         };
         Ok(LaneResources {
-            aicore_stream,
-            aicpu_stream,
+            streams: StreamPair {
+                aicore: aicore_stream,
+                aicpu: aicpu_stream,
+            },
             heap: None,
             destroyed: [false; 2],
         })
-    }
-
-    /// The stream of `role`.
-    pub(crate) fn stream(&self, role: StreamRole) -> StreamId {
-        match role {
-            StreamRole::Aicore => self.aicore_stream,
-            StreamRole::Aicpu => self.aicpu_stream,
-        }
     }
 
     /// The output heap (allocated once).
@@ -193,7 +199,7 @@ impl LaneResources {
                 self.heap = None;
             }
         }
-        for (i, s) in [self.aicore_stream, self.aicpu_stream]
+        for (i, s) in [self.streams.aicore, self.streams.aicpu]
             .into_iter()
             .enumerate()
         {

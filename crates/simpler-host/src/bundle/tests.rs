@@ -1,0 +1,421 @@
+//! Unit tests of the bundle format: round trips, every frame and content error.
+
+use super::frame::read_u32;
+use super::*;
+use crate::SignatureError;
+use crate::{ArgDirection, ArgSpec};
+use simpler_abi::CoreType;
+use simpler_abi::DataType;
+
+fn image(tag: u8, len: usize) -> Vec<u8> {
+    let mut v = ELF_MAGIC.to_vec();
+    v.extend((0..len).map(|i| tag.wrapping_add(i as u8)));
+    v
+}
+
+fn sample() -> Bundle {
+    Bundle {
+        name: "gemm".into(),
+        signature: Signature::new(vec![
+            ArgSpec {
+                name: "A".into(),
+                direction: ArgDirection::In,
+                dtype: DataType::Float32,
+                shape: Some(vec![4, 4]),
+            },
+            ArgSpec {
+                name: "C".into(),
+                direction: ArgDirection::Out,
+                dtype: DataType::Float32,
+                shape: None,
+            },
+            ArgSpec {
+                name: "alpha".into(),
+                direction: ArgDirection::Scalar,
+                dtype: DataType::Float32,
+                shape: None,
+            },
+        ])
+        .unwrap(),
+        orchestration: BundleCode {
+            entry: "aicpu_orchestration_entry".into(),
+            image: image(1, 300),
+        },
+        kernels: vec![
+            BundleKernel {
+                func_id: 0,
+                core_type: CoreType::Aic,
+                code: BundleCode {
+                    entry: "kernel_entry".into(),
+                    image: image(2, 200),
+                },
+            },
+            BundleKernel {
+                func_id: 7,
+                core_type: CoreType::Aiv,
+                code: BundleCode {
+                    entry: "vec_entry".into(),
+                    image: image(3, 100),
+                },
+            },
+        ],
+    }
+}
+
+fn meta_len(bytes: &[u8]) -> usize {
+    read_u32(bytes, 12) as usize
+}
+
+/// Rewrites the metadata JSON of a serialized bundle and fixes up length and CRC, so the
+/// frame is valid and only the content is wrong.
+fn with_metadata(bytes: &[u8], f: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    let ml = meta_len(bytes);
+    let mut v: serde_json::Value = serde_json::from_slice(&bytes[16..16 + ml]).unwrap();
+    f(&mut v);
+    let json = serde_json::to_vec(&v).unwrap();
+    reframe(bytes, &json)
+}
+
+fn reframe(bytes: &[u8], json: &[u8]) -> Vec<u8> {
+    let ml = meta_len(bytes);
+    let mut out = bytes[..12].to_vec();
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(json);
+    out.extend_from_slice(&bytes[16 + ml..bytes.len() - 4]);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+#[test]
+fn round_trip() {
+    let b = sample();
+    let bytes = b.to_bytes();
+    assert_eq!(&bytes[..8], BUNDLE_MAGIC);
+    assert_eq!(read_u32(&bytes, 8), 1);
+    let back = Bundle::from_bytes(&bytes).unwrap();
+    assert_eq!(back, b);
+    // Serialization is deterministic.
+    assert_eq!(back.to_bytes(), bytes);
+}
+
+#[test]
+fn round_trip_without_kernels() {
+    let b = Bundle {
+        kernels: vec![],
+        signature: Signature::default(),
+        ..sample()
+    };
+    assert_eq!(Bundle::from_bytes(&b.to_bytes()).unwrap(), b);
+}
+
+#[test]
+fn into_spec_keeps_everything() {
+    let spec = sample().into_spec();
+    assert_eq!(spec.name, "gemm");
+    assert_eq!(spec.signature, sample().signature);
+    match &spec.orchestration {
+        CodeImage::Library { bytes, entry } => {
+            assert_eq!(entry, "aicpu_orchestration_entry");
+            assert_eq!(bytes, &image(1, 300));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(spec.kernels.len(), 2);
+    assert_eq!(spec.kernels[1].func_id, 7);
+    assert_eq!(spec.kernels[1].core_type, CoreType::Aiv);
+    match &spec.kernels[1].image {
+        CodeImage::Library { bytes, entry } => {
+            assert_eq!(entry, "vec_entry");
+            assert_eq!(bytes, &image(3, 100));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn bad_magic() {
+    let mut bytes = sample().to_bytes();
+    bytes[0] = b'X';
+    let e = Bundle::from_bytes(&bytes).unwrap_err();
+    assert!(matches!(e, BundleError::BadMagic { .. }), "{e:?}");
+    assert!(e.to_string().contains("not a simpler bundle"), "{e}");
+    // A short file that is not a prefix of the magic is not a bundle either.
+    let e = Bundle::from_bytes(b"\x7fELF").unwrap_err();
+    assert!(matches!(e, BundleError::BadMagic { .. }), "{e:?}");
+}
+
+#[test]
+fn unsupported_version() {
+    let mut bytes = sample().to_bytes();
+    bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+    let e = Bundle::from_bytes(&bytes).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BundleError::UnsupportedVersion {
+                found: 2,
+                supported: 1
+            }
+        ),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("version 2") && msg.contains("version 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn truncated_at_every_region() {
+    let bytes = sample().to_bytes();
+    let ml = meta_len(&bytes);
+    let cuts = [
+        0,
+        3,
+        8,
+        10,
+        12,
+        15,
+        16,
+        16 + ml / 2,
+        16 + ml,
+        16 + ml + 1,
+        16 + ml + 150,
+        bytes.len() - 150,
+        bytes.len() - 4,
+        bytes.len() - 1,
+    ];
+    for cut in cuts {
+        let e = Bundle::from_bytes(&bytes[..cut]).unwrap_err();
+        match e {
+            BundleError::Truncated { expected, got } => {
+                assert_eq!(got, cut as u64);
+                assert!(expected > got, "cut {cut}: expected {expected}");
+            }
+            other => panic!("cut at {cut}: {other:?}"),
+        }
+    }
+    // Once the metadata is readable the full length is known exactly.
+    let e = Bundle::from_bytes(&bytes[..bytes.len() - 1]).unwrap_err();
+    assert!(
+        e.to_string().contains(&format!(
+            "expected {} bytes, got {}",
+            bytes.len(),
+            bytes.len() - 1
+        )),
+        "{e}"
+    );
+}
+
+#[test]
+fn checksum_mismatch_on_a_flipped_byte() {
+    let bytes = sample().to_bytes();
+    let ml = meta_len(&bytes);
+    // In the images, in the CRC itself, and inside the metadata JSON.
+    for at in [16 + ml + 250, bytes.len() - 2, 16 + 3] {
+        let mut bad = bytes.clone();
+        bad[at] ^= 0x5a;
+        let e = Bundle::from_bytes(&bad).unwrap_err();
+        assert!(
+            matches!(e, BundleError::ChecksumMismatch { .. }),
+            "flip at {at}: {e:?}"
+        );
+        assert!(e.to_string().contains("checksum mismatch"), "{e}");
+    }
+}
+
+#[test]
+fn malformed_metadata() {
+    let bytes = sample().to_bytes();
+    // Not JSON at all, with a valid checksum.
+    let e = Bundle::from_bytes(&reframe(&bytes, b"{not json")).unwrap_err();
+    assert!(matches!(e, BundleError::MalformedMetadata { .. }), "{e:?}");
+    // JSON, but an unknown field.
+    let bad = with_metadata(&bytes, |v| {
+        v["extra"] = 1.into();
+    });
+    let e = Bundle::from_bytes(&bad).unwrap_err();
+    assert!(matches!(e, BundleError::MalformedMetadata { .. }), "{e:?}");
+    assert!(e.to_string().contains("extra"), "{e}");
+    // An unknown core type.
+    let bad = with_metadata(&bytes, |v| {
+        v["kernels"][0]["core"] = "gpu".into();
+    });
+    let e = Bundle::from_bytes(&bad).unwrap_err();
+    assert!(e.to_string().contains("unknown core type `gpu`"), "{e}");
+    // Sizes that overflow.
+    let bad = with_metadata(&bytes, |v| {
+        v["kernels"][0]["size"] = u64::MAX.into();
+    });
+    let e = Bundle::from_bytes(&bad).unwrap_err();
+    assert!(matches!(e, BundleError::MalformedMetadata { .. }), "{e:?}");
+}
+
+#[test]
+fn invalid_signature() {
+    let mut b = sample();
+    b.signature.args[1].name = "A".into();
+    let e = Bundle::from_bytes(&b.to_bytes()).unwrap_err();
+    match &e {
+        BundleError::InvalidSignature(SignatureError::DuplicateName(n)) => assert_eq!(n, "A"),
+        other => panic!("{other:?}"),
+    }
+    let src = std::error::Error::source(&e).unwrap().to_string();
+    assert!(src.contains("`A` appears twice"), "{src}");
+}
+
+#[test]
+fn duplicate_func_id() {
+    let mut b = sample();
+    b.kernels[1].func_id = 0;
+    let e = Bundle::from_bytes(&b.to_bytes()).unwrap_err();
+    assert!(
+        matches!(e, BundleError::DuplicateFuncId { func_id: 0 }),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn func_id_out_of_range() {
+    let mut b = sample();
+    b.kernels[1].func_id = simpler_abi::MAX_FUNC_ID as u32;
+    let e = Bundle::from_bytes(&b.to_bytes()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BundleError::FuncIdOutOfRange {
+                func_id: 1024,
+                max: 1024
+            }
+        ),
+        "{e:?}"
+    );
+    b.kernels[1].func_id = simpler_abi::MAX_FUNC_ID as u32 - 1;
+    assert!(Bundle::from_bytes(&b.to_bytes()).is_ok());
+}
+
+#[test]
+fn empty_name_and_entry() {
+    let mut b = sample();
+    b.name.clear();
+    let e = Bundle::from_bytes(&b.to_bytes()).unwrap_err();
+    assert!(matches!(e, BundleError::EmptyName), "{e:?}");
+    let mut b = sample();
+    b.kernels[0].code.entry.clear();
+    let e = Bundle::from_bytes(&b.to_bytes()).unwrap_err();
+    assert!(matches!(e, BundleError::EmptyEntry { .. }), "{e:?}");
+    assert!(e.to_string().contains("kernel func_id 0"), "{e}");
+}
+
+#[test]
+fn empty_image() {
+    let mut b = sample();
+    b.orchestration.image.clear();
+    let e = Bundle::from_bytes(&b.to_bytes()).unwrap_err();
+    assert!(matches!(e, BundleError::EmptyImage { .. }), "{e:?}");
+    assert!(e.to_string().contains("orchestration"), "{e}");
+}
+
+#[test]
+fn not_elf() {
+    let mut b = sample();
+    b.kernels[1].code.image = b"MZ\x90\x00 a PE file".to_vec();
+    let e = Bundle::from_bytes(&b.to_bytes()).unwrap_err();
+    assert!(matches!(e, BundleError::NotElf { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("kernel func_id 7") && msg.contains("not an ELF shared object"),
+        "{msg}"
+    );
+    // Shorter than the magic.
+    b.kernels[1].code.image = b"\x7fE".to_vec();
+    let e = Bundle::from_bytes(&b.to_bytes()).unwrap_err();
+    assert!(matches!(e, BundleError::NotElf { .. }), "{e:?}");
+}
+
+#[test]
+fn trailing_bytes() {
+    let mut bytes = sample().to_bytes();
+    bytes.extend_from_slice(b"junk");
+    let e = Bundle::from_bytes(&bytes).unwrap_err();
+    assert!(
+        matches!(e, BundleError::TrailingBytes { count: 4 }),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn declared_sizes_that_do_not_fit_are_caught() {
+    // Metadata that claims a bigger image, with a checksum that covers the file as is.
+    let bytes = sample().to_bytes();
+    let bad = with_metadata(&bytes, |v| {
+        let n = v["orchestration"]["size"].as_u64().unwrap();
+        v["orchestration"]["size"] = (n + 1).into();
+    });
+    let e = Bundle::from_bytes(&bad).unwrap_err();
+    // One byte has moved from the CRC into the last image, so the frame is short by one.
+    assert!(matches!(e, BundleError::Truncated { .. }), "{e:?}");
+    // Claiming a smaller image leaves the CRC at the wrong place.
+    let bad = with_metadata(&bytes, |v| {
+        let n = v["orchestration"]["size"].as_u64().unwrap();
+        v["orchestration"]["size"] = (n - 1).into();
+    });
+    let e = Bundle::from_bytes(&bad).unwrap_err();
+    assert!(matches!(e, BundleError::ChecksumMismatch { .. }), "{e:?}");
+}
+
+#[test]
+fn io_error_names_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.simpler");
+    let e = Bundle::read(&missing).unwrap_err();
+    assert!(matches!(e, BundleError::Io { op: "read", .. }), "{e:?}");
+    assert!(e.to_string().contains("nope.simpler"), "{e}");
+    let e = sample()
+        .write(dir.path().join("no-such-dir").join("x.simpler"))
+        .unwrap_err();
+    assert!(matches!(e, BundleError::Io { op: "write", .. }), "{e:?}");
+    assert!(e.to_string().contains("no-such-dir"), "{e}");
+}
+
+fn dir_entries(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn write_is_atomic_and_leaves_no_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gemm.simpler");
+    let b = sample();
+    b.write(&path).unwrap();
+    assert_eq!(dir_entries(dir.path()), vec!["gemm.simpler".to_string()]);
+    assert_eq!(Bundle::read(&path).unwrap(), b);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644);
+    }
+
+    // Overwriting replaces the file.
+    let mut b2 = sample();
+    b2.name = "other".into();
+    b2.write(&path).unwrap();
+    assert_eq!(Bundle::read(&path).unwrap(), b2);
+
+    // A bundle that fails validation does not touch the destination.
+    let before = std::fs::read(&path).unwrap();
+    let mut bad = sample();
+    bad.kernels[1].func_id = 0;
+    let e = bad.write(&path).unwrap_err();
+    assert!(matches!(e, BundleError::DuplicateFuncId { .. }), "{e:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert_eq!(dir_entries(dir.path()), vec!["gemm.simpler".to_string()]);
+}

@@ -1,0 +1,272 @@
+//! Drain: the first two steps of finalizing the front run — **completion** (the run's own
+//! two boundaries; a queued successor never delays it) and the **verdict** (one read of the
+//! run's epoch-stamped result record, the decision of [`crate::outcome`], and the bounded
+//! synchronize of the bound streams when nothing else can answer) — plus the non-blocking
+//! pre-checks a poll makes before anything is mutated (`docs/run-lane.md` §2.4, §3).
+//!
+//! Every device wait here runs with the lane lock released (a blocking driver) or is
+//! answered WouldBlock (a poll); the drain never synchronizes or resets the whole device.
+
+use std::time::{Duration, Instant};
+
+use parking_lot::MutexGuard;
+use simpler_abi::{code_name, RunResult};
+use simpler_device::{Device, DeviceError, StreamId};
+
+use crate::caller_stream::{self, TailStatus};
+use crate::fence::{Completion, FenceError};
+use crate::identity::RunIdentity;
+use crate::join;
+use crate::launch::LaunchGrade;
+use crate::outcome::{
+    decide_run_drain, decide_run_execution, device_run_result_terminal, DrainAction, RecordRead,
+    RunExecution, RunOutcomeEvidence, Terminal,
+};
+use crate::pod::from_bytes;
+use crate::HostError;
+
+use super::finalize::{BoundStreams, Driver, Front, Step};
+use super::{LaneEngine, Progress};
+
+/// Result of a bounded synchronize of a run's bound streams.
+pub(super) struct PairSync {
+    /// Every stream drained (a kernel fault is reported only after its stream drained).
+    pub(super) quiescent: bool,
+    /// The first error (a sticky kernel fault, a timeout, a failed call).
+    pub(super) error: Option<DeviceError>,
+}
+
+/// The front run's verdict, before copy back.
+pub(super) struct Verdict {
+    /// The run's outcome (a copy-back failure can still turn a success into an error).
+    pub(super) result: Result<(), HostError>,
+    /// The bounded synchronize that ran, if one did.
+    pub(super) sync: Option<PairSync>,
+    /// From the launch of the first kernel to the proof of both boundaries.
+    pub(super) device_time: Duration,
+}
+
+/// Bounded synchronize of the given streams (the bound streams of a run: never the whole
+/// device).
+pub(super) fn sync_streams(dev: &dyn Device, streams: &[StreamId], timeout: Duration) -> PairSync {
+    let mut error = None;
+    for &s in streams {
+        match dev.synchronize_stream(s, timeout) {
+            Ok(()) => {}
+            Err(e @ DeviceError::KernelFault { .. }) => {
+                error.get_or_insert(e);
+            }
+            Err(e) => {
+                return PairSync {
+                    quiescent: false,
+                    error: Some(error.unwrap_or(e)),
+                }
+            }
+        }
+    }
+    PairSync {
+        quiescent: true,
+        error,
+    }
+}
+
+/// Whether every stream is idle (non-blocking).
+pub(super) fn streams_idle(dev: &dyn Device, streams: &[StreamId]) -> bool {
+    streams.iter().all(|&s| dev.query_stream(s) == Ok(true))
+}
+
+impl Driver<'_, '_> {
+    /// Completion: the run's own boundaries, waited for (bounded by the caller's deadline and
+    /// the run's own timeout) when blocking. A run past its own timeout is given up on.
+    pub(super) fn completion(
+        &mut self,
+        front: &Front,
+        user_deadline: Option<Instant>,
+    ) -> Step<Completion> {
+        let identity = front.identity;
+        let boundaries = if front.fence.fenced(&identity) {
+            front.fence.poll(&*self.device, &identity)
+        } else {
+            // A partial launch: a kernel without its boundary, or only a marker copy or a
+            // committed join wait. Either way device-visible work no boundary covers.
+            debug_assert!(
+                front.grade == LaunchGrade::Partial || front.fence.has_device_references(&identity)
+            );
+            Completion::Unfenced
+        };
+        if boundaries != Completion::Pending {
+            return Ok(boundaries);
+        }
+        if !self.blocking {
+            return Err(Progress::WouldBlock);
+        }
+        let until = user_deadline.map_or(front.run_deadline, |u| u.min(front.run_deadline));
+        let left = until.saturating_duration_since(Instant::now());
+        let (device, fence) = (self.device.clone(), front.fence.clone());
+        let waited = MutexGuard::unlocked(self.lane, || {
+            fence.wait(&*device, &identity, left.max(Duration::from_micros(1)))
+        });
+        match waited {
+            Ok(()) => Ok(Completion::Complete),
+            Err(FenceError::TimedOut(_)) => {
+                if Instant::now() < front.run_deadline {
+                    return Err(Progress::UserTimeout);
+                }
+                let run_timeout = self.lane.config.run_timeout;
+                Err(self.give_up(
+                    HostError::Timeout(run_timeout),
+                    "a run did not complete within the run timeout",
+                ))
+            }
+            Err(_) => Ok(Completion::Error),
+        }
+    }
+
+    /// A poll's pre-checks: everything the remaining steps do must complete without waiting
+    /// (the synchronize it would need finds idle streams, the successor's proofs or the
+    /// caller's Tail are complete).
+    pub(super) fn ready_without_blocking(
+        &mut self,
+        front: &Front,
+        boundaries: Completion,
+        successor: Option<u64>,
+        streams: &BoundStreams,
+    ) -> Step<()> {
+        let device = self.device.clone();
+        let device = &*device;
+        let needs_sync = boundaries != Completion::Complete || self.lane.config.always_synchronize;
+        if needs_sync && !streams_idle(device, &streams.bound) {
+            return Err(Progress::WouldBlock);
+        }
+        if let Some(s) = successor {
+            let proven = self
+                .lane
+                .join_of(s)
+                .is_some_and(|j| join::proofs_complete(device, j));
+            if !proven && !streams_idle(device, &streams.pair) {
+                return Err(Progress::WouldBlock);
+            }
+        }
+        if streams.tail_recorded == Some(true) {
+            // Poll also queries Tail: the run is not finalized before the caller consumed it.
+            let order = self.lane.order_of(front.dispatch).expect("a caller order");
+            if caller_stream::tail_status(device, order) != TailStatus::Complete
+                && !streams_idle(device, &streams.all)
+            {
+                return Err(Progress::WouldBlock);
+            }
+        }
+        Ok(())
+    }
+
+    /// The verdict: a synchronize first when completion is not proven (or the measurement
+    /// knob asks for one), then one record read and the decision, then the synchronize the
+    /// decision asks for. Bound streams that cannot be proven quiescent give the run up.
+    pub(super) fn verdict(
+        &mut self,
+        front: &Front,
+        boundaries: Completion,
+        streams: &BoundStreams,
+    ) -> Step<Verdict> {
+        let mut pre_sync: Option<PairSync> = None;
+        if self.lane.config.always_synchronize || boundaries != Completion::Complete {
+            // Measurement knob, or no completion proof: only the synchronize can answer.
+            pre_sync = Some(self.synchronize(&streams.bound));
+        }
+        if let Some(ps) = pre_sync.as_ref().filter(|ps| !ps.quiescent) {
+            let why = ps.error.clone().map_or_else(String::new, |e| e.to_string());
+            let error = self
+                .lane
+                .launch_error_of(front.dispatch)
+                .unwrap_or_else(|| match &ps.error {
+                    Some(DeviceError::Timeout(t)) => HostError::Timeout(*t),
+                    Some(e) => HostError::DeviceFault(e.clone()),
+                    None => HostError::DeviceUnusable(why.clone()),
+                });
+            return Err(self.give_up(
+                error,
+                &format!("the stream pair could not be proven quiescent ({why})"),
+            ));
+        }
+
+        let (read, record, read_error) = self.lane.read_record(&front.identity);
+        let terminal = record.map_or_else(Terminal::default, |r| {
+            device_run_result_terminal(&r, front.identity.epoch)
+        });
+        let evidence = RunOutcomeEvidence {
+            boundaries,
+            record_read: read,
+            terminal,
+        };
+        let decision = decide_run_execution(&evidence);
+        let action = decide_run_drain(read == RecordRead::Failed, &evidence);
+        let post_sync = match (action, &pre_sync) {
+            (DrainAction::AcceptRecordedSuccess, _) | (_, Some(_)) => None,
+            _ => {
+                if !self.blocking && !streams_idle(&*self.device, &streams.bound) {
+                    return Err(Progress::WouldBlock);
+                }
+                Some(self.synchronize(&streams.bound))
+            }
+        };
+        let sync = post_sync.or(pre_sync);
+        if let Some(e) = sync.as_ref().and_then(|s| s.error.as_ref()) {
+            // A sticky fault (or an unconverged pair) stays on the streams: refuse new work.
+            self.lane
+                .mark_unusable(|| format!("the stream pair reported {e} while draining a run"));
+        }
+        let result = match (action, decision.outcome) {
+            (DrainAction::ReportTransferError, _) => {
+                Err(HostError::device("reading the run's result record")(
+                    read_error.expect("a failed read has an error"),
+                ))
+            }
+            (_, RunExecution::Succeeded) => Ok(()),
+            (_, RunExecution::Failed { code, .. }) => Err(HostError::RunFailed {
+                code,
+                name: code_name(code),
+                message: record.map(|r| r.message()).unwrap_or_default(),
+            }),
+            _ => Err(self
+                .lane
+                .launch_error_of(front.dispatch)
+                .unwrap_or_else(|| match sync.as_ref().and_then(|s| s.error.clone()) {
+                    Some(e) => HostError::DeviceFault(e),
+                    None => {
+                        let mut why = decision
+                            .reason
+                            .unwrap_or("record decided nothing")
+                            .to_string();
+                        if let Some(e) = front.fence.first_error(&front.identity) {
+                            why = format!("{why}: {e}");
+                        }
+                        HostError::RunUndecided(why)
+                    }
+                })),
+        };
+        Ok(Verdict {
+            result,
+            sync,
+            device_time: front.started.elapsed(),
+        })
+    }
+}
+
+impl LaneEngine {
+    /// Reads run `identity`'s result record once (the ledger answers a re-read), trusted
+    /// only when its slot's region was initialized.
+    fn read_record(
+        &mut self,
+        identity: &RunIdentity,
+    ) -> (RecordRead, Option<RunResult>, Option<DeviceError>) {
+        let slot = &self.slots[identity.slot as usize];
+        let (trusted, result_addr) = (slot.result_initialized, slot.result);
+        let device = &self.device;
+        self.ledger
+            .read_with_status(identity.slot, identity.epoch, trusted, || {
+                let mut raw = vec![0u8; std::mem::size_of::<RunResult>()];
+                device.copy_from_device(&mut raw, result_addr)?;
+                from_bytes::<RunResult>(&raw).ok_or(DeviceError::InvalidSize(raw.len() as u64))
+            })
+    }
+}

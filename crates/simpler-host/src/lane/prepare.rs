@@ -1,0 +1,356 @@
+//! Prepare: the lane's pump (admission to a free slot, in dispatch order, behind any
+//! unfinished run it shares a written host buffer with), the staging of a
+//! run's host tensors and the publication of its slot's descriptor, arguments and func
+//! tables; the end of runs that never launched.
+//!
+//! Staging comes from the slot's pool (`staging`). A failed preparation rolls back: the
+//! buffers it reused go back to the pool and the ones it allocated are freed; a rollback that
+//! proved every release publishes the run's epoch on the release marker and the run ends
+//! with [`HostError::RunPreparationRefused`]; one that could not keeps the buffers it could
+//! not free (quarantine) and the run's arguments, and poisons admission
+//! (`docs/run-lane.md` §1.2, "RunPreparationRefused").
+//!
+//! Nothing here waits on the device or touches a launched run: the pump does nothing while a
+//! driver is waiting with the lock released.
+
+use simpler_abi::{ChipTensor, OrchArgs, RunLaunchDesc, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION};
+use simpler_device::{Device, DevicePtr};
+
+use crate::args::OwnedArg;
+use crate::identity::RunIdentity;
+use crate::lifecycle::{end_of_failed_preparation, PreparationEnd};
+use crate::pod::bytes_of;
+use crate::registry::Registered;
+use crate::HostError;
+
+use super::alias;
+use super::queue::Phase;
+use super::run::{FailedRun, PreparedRun, RunRequest, RunState, Stage};
+use super::slot::PipelineSlot;
+use super::staging::{Origin, StagedArgs, StagingBuffer, StagingPool};
+use super::LaneEngine;
+
+impl LaneEngine {
+    /// Launches whatever can go: ends a failed unlaunched front, then prepares and launches
+    /// queued runs in dispatch order while a slot is free. Does nothing while a driver is
+    /// waiting on the device.
+    pub(super) fn pump(&mut self) {
+        if self.driving {
+            return;
+        }
+        loop {
+            // A front that ended before launching leaves at once.
+            if let Some(front) = self.queue.front() {
+                let failed = self.queue.get_mut(front).and_then(|run| match &run.stage {
+                    Stage::Failed(f) => Some(f.error.clone()),
+                    _ => None,
+                });
+                if let Some(error) = failed {
+                    self.queue.advance(front, Phase::Terminal).expect("front");
+                    let (_, run) = self.queue.pop_terminal_front().expect("terminal front");
+                    self.end_unlaunched(run, error);
+                    continue;
+                }
+            }
+            if self.is_closed() {
+                return;
+            }
+            let next = self
+                .queue
+                .phases()
+                .into_iter()
+                .find(|&(_, p)| p == Phase::Queued)
+                .map(|(id, _)| id);
+            let Some(id) = next else { return };
+            if let Some(why) = self.admission_refusal() {
+                // Unlaunched runs end; launched ones are drained by their waiters.
+                for (_, run) in self.queue.poison() {
+                    self.end_unlaunched(run, HostError::DeviceUnusable(why.clone()));
+                }
+                return;
+            }
+            if self.aliases_an_unfinished_run(id) {
+                return; // staged once the run it shares buffers with is finalized
+            }
+            let Some(slot) = self
+                .slots
+                .iter()
+                .position(|s| s.occupant.is_none() && !s.quarantined)
+            else {
+                return;
+            };
+            if self.queue.advance(id, Phase::Prepared).is_err() {
+                return; // an older run has not launched yet
+            }
+            match self.prepare(id, slot) {
+                Ok(()) => {
+                    self.queue.advance(id, Phase::Launched).expect("prepared");
+                    self.launch(id, slot);
+                }
+                Err((error, retained)) => self.fail_preparation(id, error, retained),
+            }
+        }
+    }
+
+    /// Whether queued run `id` shares a host buffer with a run ahead of it in the lane, one
+    /// of the two writing it.
+    fn aliases_an_unfinished_run(&self, id: u64) -> bool {
+        let Some(run) = self.queue.get(id) else {
+            return false;
+        };
+        let later = &run.request.host_ranges;
+        !later.is_empty()
+            && self
+                .queue
+                .phases()
+                .into_iter()
+                .take_while(|&(d, _)| d != id)
+                .filter_map(|(d, _)| self.queue.get(d))
+                .any(|earlier| alias::conflict(&earlier.request.host_ranges, later))
+    }
+
+    /// Stages run `id`'s tensors into `slot_idx` and publishes the slot's descriptor,
+    /// arguments and tables. On failure, rolls back and returns the error with the staging
+    /// it could not free.
+    pub(super) fn prepare(
+        &mut self,
+        id: u64,
+        slot_idx: usize,
+    ) -> Result<(), (HostError, Vec<DevicePtr>)> {
+        let LaneEngine {
+            device,
+            config,
+            resources,
+            slots,
+            queue,
+            generation,
+            ..
+        } = self;
+        let heap = resources
+            .heap(device, config.heap_size)
+            .map_err(|e| (e, Vec::new()))?;
+        let slot = &mut slots[slot_idx];
+        let run = queue.get_mut(id).expect("a queued run");
+        let identity = RunIdentity {
+            epoch: run.request.cell.epoch,
+            generation: *generation,
+            dispatch_id: id,
+            slot: slot.index,
+        };
+        let request = &mut run.request;
+        let mut staging = StagedArgs::with_capacity(request.args.len());
+        let mut taken = Vec::new();
+        let mut orch_args = OrchArgs::empty();
+        let staged = stage_args(
+            &**device,
+            &mut slot.staging,
+            request,
+            &mut staging,
+            &mut taken,
+            &mut orch_args,
+        )
+        .and_then(|()| {
+            let desc = RunLaunchDesc {
+                magic: RUN_LAUNCH_MAGIC,
+                version: RUN_LAUNCH_VERSION,
+                epoch: identity.epoch,
+                result_addr: slot.result.addr(),
+                orch_entry: request.callable.orchestration.addr,
+                orch_args_addr: slot.orch_args.addr(),
+                func_table_addr: slot.func_table.addr(),
+                func_core_types_addr: slot.func_types.addr(),
+                func_count: request.callable.func_addrs.len() as u32,
+                aicpu_thread_num: request.plan.aicpu_threads,
+                heap_addr: heap.addr(),
+                heap_size: config.heap_size,
+                task_window: config.task_window,
+                scheduler_timeout_ms: config.scheduler_timeout.as_millis() as u32,
+                core_mailbox_addr: slot.mailboxes.addr(),
+                runtime_state_addr: slot.state_word.addr(),
+                ring_task_window: request.plan.windows,
+                ring_heap: request.plan.heaps,
+                ring_dep_pool: request.plan.dep_pools,
+                tensor_wait_timeout_ms: config.tensor_data_timeout.as_millis() as u32,
+                reserved: 0,
+            };
+            publish(&**device, slot, &request.callable, &orch_args, &desc)
+        });
+        if let Err(e) = staged {
+            // The rollback: reused buffers go back to the pool, allocated ones are freed; one
+            // whose free fails is not proven released.
+            let mut retained = Vec::new();
+            for (buffer, origin) in taken {
+                match origin {
+                    Origin::Reused => slot.staging.put_back([buffer]),
+                    Origin::Allocated => {
+                        if device.free(buffer.ptr).is_err() {
+                            retained.push(buffer.ptr);
+                        }
+                    }
+                }
+            }
+            return Err((e, retained));
+        }
+        run.stage = Stage::Prepared(PreparedRun { identity, staging });
+        slot.occupant = Some(id);
+        Ok(())
+    }
+
+    /// Ends run `id` after a failed preparation: a proven rollback publishes its epoch (the
+    /// run ends with `RunPreparationRefused`); an unproven one quarantines `retained`, keeps
+    /// the run's arguments and closes admission.
+    fn fail_preparation(&mut self, id: u64, error: HostError, retained: Vec<DevicePtr>) {
+        let epoch = self
+            .queue
+            .get_mut(id)
+            .map_or(0, |run| run.request.cell.epoch);
+        if retained.is_empty() {
+            // Every binding and buffer the preparation took is proven released.
+            self.release_marker.publish(epoch);
+        } else {
+            self.quarantine.extend(retained);
+            self.mark_unusable(|| {
+                format!("a failed preparation could not release its staging: {error}")
+            });
+        }
+        let end = end_of_failed_preparation(&mut self.release_marker, epoch);
+        if let Some(run) = self.queue.get_mut(id) {
+            run.stage = Stage::Failed(FailedRun {
+                error: match end {
+                    PreparationEnd::Refused => HostError::RunPreparationRefused {
+                        epoch,
+                        cause: Box::new(error),
+                    },
+                    PreparationEnd::Unproven => error,
+                },
+                args_retained: end == PreparationEnd::Unproven,
+            });
+        }
+    }
+
+    /// Ends a run that never launched: with its own failure when it has one, else with
+    /// `error`. A run whose preparation rollback was not proven keeps its arguments in the
+    /// lane.
+    pub(super) fn end_unlaunched(&mut self, run: RunState, error: HostError) {
+        let RunState { request, stage } = run;
+        let RunRequest { cell, args, .. } = request;
+        let (error, args_retained) = match stage {
+            Stage::Queued => (error, false),
+            Stage::Prepared(prepared) => {
+                let slot = &mut self.slots[prepared.identity.slot as usize];
+                slot.staging
+                    .put_back(prepared.staging.into_iter().flatten());
+                if slot.occupant == Some(cell.dispatch_id) {
+                    slot.occupant = None;
+                }
+                (error, false)
+            }
+            Stage::Failed(failed) => (failed.error, failed.args_retained),
+            Stage::Launched(_) => unreachable!("a launched run is drained, never ended unlaunched"),
+        };
+        if args_retained {
+            self.retained_args.push(args);
+            cell.finish(Err(error), Vec::new());
+        } else {
+            cell.finish(Err(error), args);
+        }
+    }
+}
+
+/// Stages each argument of `request` (signature order): a host tensor into a staging buffer
+/// from `pool` (its bytes copied in when the signature copies it in; otherwise zeroed, as a
+/// fresh allocation is), a device tensor in
+/// place, a scalar as bits. `staging` gets one entry per argument and `taken` every buffer
+/// taken so far with its origin, also on failure.
+fn stage_args(
+    device: &dyn Device,
+    pool: &mut StagingPool,
+    request: &mut RunRequest,
+    staging: &mut StagedArgs,
+    taken: &mut Vec<(StagingBuffer, Origin)>,
+    orch_args: &mut OrchArgs,
+) -> Result<(), HostError> {
+    let signature = &request.callable.signature;
+    for (spec, arg) in signature.args.iter().zip(request.args.iter_mut()) {
+        match arg {
+            OwnedArg::Tensor {
+                buffer,
+                shape,
+                dtype,
+            } => {
+                let bytes = buffer.bytes_mut();
+                let (staged, origin) =
+                    pool.take(device, bytes.len() as u64)
+                        .map_err(HostError::device(format!(
+                            "staging argument `{}`",
+                            spec.name
+                        )))?;
+                taken.push((staged, origin));
+                staging.push(Some(staged));
+                let p = staged.ptr;
+                if spec.direction.copies_in() {
+                    device
+                        .copy_to_device(p, bytes)
+                        .map_err(HostError::device(format!(
+                            "copying argument `{}` to the device",
+                            spec.name
+                        )))?;
+                } else if origin == Origin::Reused {
+                    // An output starts zeroed, as fresh device memory does.
+                    device
+                        .memset(p, 0, bytes.len() as u64)
+                        .map_err(HostError::device(format!(
+                            "clearing the staging of argument `{}`",
+                            spec.name
+                        )))?;
+                }
+                orch_args.tensors[orch_args.tensor_count as usize] =
+                    ChipTensor::contiguous(p.addr(), shape, *dtype);
+                orch_args.tensor_count += 1;
+            }
+            OwnedArg::Scalar(v) => {
+                staging.push(None);
+                orch_args.scalars[orch_args.scalar_count as usize] = *v;
+                orch_args.scalar_count += 1;
+            }
+            OwnedArg::Device { ptr, shape, dtype } => {
+                // In place: the caller owns the buffer and its ordering.
+                staging.push(None);
+                orch_args.tensors[orch_args.tensor_count as usize] =
+                    ChipTensor::contiguous(ptr.addr(), shape, *dtype);
+                orch_args.tensor_count += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Publishes the slot's orchestration arguments, kernel tables and launch descriptor.
+fn publish(
+    device: &dyn Device,
+    slot: &PipelineSlot,
+    callable: &Registered,
+    orch_args: &OrchArgs,
+    desc: &RunLaunchDesc,
+) -> Result<(), HostError> {
+    let publish = |what: &str, dst: DevicePtr, bytes: &[u8]| {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        device
+            .copy_to_device(dst, bytes)
+            .map_err(HostError::device(format!("publishing the {what}")))
+    };
+    publish(
+        "orchestration arguments",
+        slot.orch_args,
+        bytes_of(orch_args),
+    )?;
+    publish("kernel table", slot.func_table, &callable.func_table_bytes)?;
+    publish(
+        "kernel core-type table",
+        slot.func_types,
+        &callable.func_type_bytes,
+    )?;
+    publish("launch descriptor", slot.desc, bytes_of(desc))
+}
