@@ -6,13 +6,14 @@
 //! The argument check itself lives in the crate's `args` module; its public half — what a
 //! binding offers ([`ArgOffer`], [`HostMemory`], [`ScalarValue`]), how each argument travels
 //! ([`Passing`], from [`Signature::check_offers`]) and why arguments are refused
-//! ([`ArgError`], [`ArgProblem`], [`ScalarError`]) — is re-exported here.
+//! ([`ArgError`], [`ArgProblem`], [`ScalarError`]) — is re-exported here, with the one scalar
+//! encoding ([`ScalarValue::encode`], [`is_float_dtype`]).
 
 use serde::{Deserialize, Serialize};
 use simpler_abi::DataType;
 
 pub use crate::args::{
-    ArgError, ArgOffer, ArgProblem, HostMemory, Passing, ScalarError, ScalarValue,
+    is_float_dtype, ArgError, ArgOffer, ArgProblem, HostMemory, Passing, ScalarError, ScalarValue,
 };
 
 /// Direction of one argument, as the signature declares it.
