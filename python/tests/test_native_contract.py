@@ -2,6 +2,8 @@
 fields, their defaults come from the host, and the host's argument check names what is wrong.
 """
 
+import re
+
 import numpy as np
 import pytest
 import simpler
@@ -100,7 +102,8 @@ def test_the_hosts_argument_check_names_each_problem(chip, vadd, scale, rng):
     with pytest.raises(simpler.ArgumentTypeError, match="argument `alpha`: scalar 1.5"):
         chip.run(chip.register(_int_scale(chip, scale)), [a, 1.5])
     with pytest.raises(
-        simpler.InvalidArgumentError, match="argument `alpha`: scalar 1e39 does not fit f32"
+        simpler.InvalidArgumentError,
+        match=re.escape("argument `alpha`: 1e39 is out of range for f32 (|x| <= 3.4028235e38)"),
     ):
         chip.run(hs, [a, 1e39])
 
@@ -115,7 +118,10 @@ def _int_scale(chip, scale):
 
 def test_scalars_are_encoded_by_the_host():
     assert simpler.scalar_to_uint64(65504.0, "f16") == 0x7BFF
-    with pytest.raises(simpler.InvalidArgumentError, match="does not fit f16"):
+    with pytest.raises(
+        simpler.InvalidArgumentError,
+        match=re.escape("1000000.0 is out of range for f16 (|x| <= 65504)"),
+    ):
         simpler.scalar_to_uint64(1e6, "f16")
     assert _native.encode_scalar(_native.RawScalar(7), 5) == 7  # raw bits pass unchanged
     with pytest.raises(simpler.ArgumentTypeError):

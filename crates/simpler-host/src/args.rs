@@ -7,13 +7,17 @@
 //! memory ([`Signature::check_offers`]: a binding describes each argument as an
 //! [`ArgOffer`] and learns how to pass it, lent in place or copied). The public types are
 //! re-exported from [`crate::signature`]. This module only inspects descriptions of memory;
-//! it never reads or writes the bytes.
+//! it never reads or writes the bytes. Scalars are encoded by the one scalar encoding, the
+//! `scalar` submodule ([`ScalarValue::encode`]), which the toolchain's text parser uses too.
 //!
 //! [`ChipWorker::run`]: crate::ChipWorker::run
 //! [`ChipWorker::submit`]: crate::ChipWorker::submit
 
+mod scalar;
+
 use simpler_abi::DataType;
 
+pub use self::scalar::{is_float_dtype, ScalarError, ScalarValue};
 use crate::{ArgDirection, ArgSpec, HostError, Signature};
 
 /// A host tensor passed to a run: C-order bytes with a shape and a dtype.
@@ -113,139 +117,6 @@ impl HostMemory {
         self.addr < other.addr.saturating_add(other.len)
             && other.addr < self.addr.saturating_add(self.len)
     }
-}
-
-/// A scalar argument's value before it is encoded by the signature's dtype.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ScalarValue {
-    /// An integer: must fit the dtype (a negative value is sign-extended, as in C); for a
-    /// float dtype, its value converted to that type.
-    Int(i128),
-    /// A floating-point number: the bit pattern of the (float) dtype, zero-extended.
-    Float(f64),
-    /// Raw bits, passed unchanged whatever the dtype (a C `double` keeps its 64 bits).
-    Bits(u64),
-}
-
-/// Why a scalar value cannot be encoded for a dtype.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ScalarError {
-    /// A float for an integer dtype.
-    #[error("scalar {value} is a float but the signature declares {dtype}")]
-    FloatForInteger {
-        /// The value as written.
-        value: String,
-        /// The declared dtype.
-        dtype: DataType,
-    },
-    /// The value does not fit the dtype (or 64 bits when no dtype is given).
-    #[error("scalar {value} does not fit {target}")]
-    OutOfRange {
-        /// The value as written.
-        value: String,
-        /// `"u8"`, `"f16"`, ... or `"64 bits"`.
-        target: String,
-    },
-}
-
-impl ScalarValue {
-    /// The 64 bits this value travels as for `dtype`; `None` (no dtype known) accepts any
-    /// integer in `-2^63..2^64` and encodes floats as `f32`.
-    ///
-    /// Floats convert with round-to-nearest-even; infinities and NaN pass, but a finite value
-    /// that would round to infinity is out of range. `bf16` rounds through `f32`.
-    ///
-    /// # Errors
-    /// [`ScalarError::FloatForInteger`] or [`ScalarError::OutOfRange`].
-    pub fn encode(self, dtype: Option<DataType>) -> Result<u64, ScalarError> {
-        match self {
-            ScalarValue::Bits(bits) => Ok(bits),
-            ScalarValue::Int(v) => match dtype {
-                Some(dt) if is_float(dt) => encode_float(v as f64, dt, &v.to_string()),
-                Some(dt) => {
-                    let (lo, hi) = int_range(dt);
-                    if v < lo || v > hi {
-                        return Err(ScalarError::OutOfRange {
-                            value: v.to_string(),
-                            target: dt.name().to_string(),
-                        });
-                    }
-                    Ok(v as u64)
-                }
-                None => {
-                    if v < i128::from(i64::MIN) || v > i128::from(u64::MAX) {
-                        return Err(ScalarError::OutOfRange {
-                            value: v.to_string(),
-                            target: "64 bits".into(),
-                        });
-                    }
-                    Ok(v as u64)
-                }
-            },
-            ScalarValue::Float(f) => match dtype {
-                None => encode_float(f, DataType::Float32, &format!("{f:?}")),
-                Some(dt) if is_float(dt) => encode_float(f, dt, &format!("{f:?}")),
-                Some(dt) => Err(ScalarError::FloatForInteger {
-                    value: format!("{f:?}"),
-                    dtype: dt,
-                }),
-            },
-        }
-    }
-}
-
-fn is_float(dt: DataType) -> bool {
-    matches!(
-        dt,
-        DataType::Float32 | DataType::Float16 | DataType::Bfloat16
-    )
-}
-
-/// The inclusive range of an integer dtype.
-fn int_range(dt: DataType) -> (i128, i128) {
-    match dt {
-        DataType::Int8 => (i8::MIN.into(), i8::MAX.into()),
-        DataType::Int16 => (i16::MIN.into(), i16::MAX.into()),
-        DataType::Int32 => (i32::MIN.into(), i32::MAX.into()),
-        DataType::Int64 => (i64::MIN.into(), i64::MAX.into()),
-        DataType::Uint8 => (0, u8::MAX.into()),
-        DataType::Uint16 => (0, u16::MAX.into()),
-        DataType::Uint32 => (0, u32::MAX.into()),
-        DataType::Uint64 => (0, u64::MAX.into()),
-        DataType::Float32 | DataType::Float16 | DataType::Bfloat16 => {
-            unreachable!("int_range is only asked about integer dtypes")
-        }
-    }
-}
-
-/// The bit pattern of `f` as the float dtype `dt`.
-fn encode_float(f: f64, dt: DataType, text: &str) -> Result<u64, ScalarError> {
-    let (bits, infinite) = match dt {
-        DataType::Float32 => {
-            let x = f as f32;
-            (u64::from(x.to_bits()), x.is_infinite())
-        }
-        DataType::Float16 => {
-            let x = half::f16::from_f64(f);
-            (u64::from(x.to_bits()), x.is_infinite())
-        }
-        DataType::Bfloat16 => {
-            let single = f as f32;
-            let x = half::bf16::from_f32(single);
-            (
-                u64::from(x.to_bits()),
-                x.is_infinite() || single.is_infinite(),
-            )
-        }
-        _ => unreachable!("encode_float is only asked about float dtypes"),
-    };
-    if infinite && f.is_finite() {
-        return Err(ScalarError::OutOfRange {
-            value: text.to_string(),
-            target: dt.name().to_string(),
-        });
-    }
-    Ok(bits)
 }
 
 /// One argument a binding offers for a run, in signature order, before the host decides how
@@ -828,7 +699,7 @@ mod tests {
                 3,
                 ArgOffer::Scalar(ScalarValue::Int(-1)),
                 "n",
-                "scalar -1 does not fit u64",
+                "-1 is out of range for u64 (0..=18446744073709551615; it is unsigned)",
             ),
             (
                 1,
@@ -908,48 +779,6 @@ mod tests {
         args[2] = host(0x3000, 16, true);
         let p = sig().check_offers("k", &args).unwrap();
         assert_eq!(&p[..3], [Passing::Copy, Passing::Lend, Passing::Lend]);
-    }
-
-    #[test]
-    fn scalars_encode_per_dtype() {
-        use DataType::*;
-        let enc = |v: ScalarValue, dt: Option<DataType>| v.encode(dt);
-        assert_eq!(enc(ScalarValue::Float(1.0), None), Ok(0x3F80_0000));
-        assert_eq!(enc(ScalarValue::Float(1.5), Some(Float32)), Ok(0x3FC0_0000));
-        assert_eq!(enc(ScalarValue::Int(2), Some(Float32)), Ok(0x4000_0000));
-        assert_eq!(enc(ScalarValue::Int(-1), Some(Int32)), Ok(u64::MAX));
-        assert_eq!(enc(ScalarValue::Int(-1), None), Ok(u64::MAX));
-        assert_eq!(enc(ScalarValue::Int(255), Some(Uint8)), Ok(255));
-        assert_eq!(enc(ScalarValue::Float(1.0), Some(Float16)), Ok(0x3C00));
-        assert_eq!(enc(ScalarValue::Float(1.0), Some(Bfloat16)), Ok(0x3F80));
-        assert_eq!(
-            enc(ScalarValue::Bits(u64::MAX - 1), Some(Uint8)),
-            Ok(u64::MAX - 1)
-        );
-        assert_eq!(
-            enc(ScalarValue::Float(f64::INFINITY), Some(Float16)),
-            Ok(0x7C00)
-        );
-        let out = |v, dt| match enc(v, dt) {
-            Err(ScalarError::OutOfRange { value, target }) => format!("{value} {target}"),
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(out(ScalarValue::Int(256), Some(Uint8)), "256 u8");
-        assert_eq!(
-            out(ScalarValue::Int(1 << 31), Some(Int32)),
-            "2147483648 i32"
-        );
-        assert_eq!(
-            out(ScalarValue::Int(1 << 64), None),
-            "18446744073709551616 64 bits"
-        );
-        assert_eq!(out(ScalarValue::Float(1e6), Some(Float16)), "1000000.0 f16");
-        assert_eq!(out(ScalarValue::Float(1e39), Some(Float32)), "1e39 f32");
-        assert_eq!(out(ScalarValue::Float(1e39), Some(Bfloat16)), "1e39 bf16");
-        assert!(matches!(
-            enc(ScalarValue::Float(1.5), Some(Int32)),
-            Err(ScalarError::FloatForInteger { .. })
-        ));
     }
 
     #[test]

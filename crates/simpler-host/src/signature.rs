@@ -6,13 +6,17 @@
 //! The argument check itself lives in the crate's `args` module; its public half — what a
 //! binding offers ([`ArgOffer`], [`HostMemory`], [`ScalarValue`]), how each argument travels
 //! ([`Passing`], from [`Signature::check_offers`]) and why arguments are refused
-//! ([`ArgError`], [`ArgProblem`], [`ScalarError`]) — is re-exported here.
+//! ([`ArgError`], [`ArgProblem`], [`ScalarError`]) — is re-exported here, with the one scalar
+//! encoding ([`ScalarValue::encode`], [`is_float_dtype`]).
+
+use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use simpler_abi::DataType;
 
 pub use crate::args::{
-    ArgError, ArgOffer, ArgProblem, HostMemory, Passing, ScalarError, ScalarValue,
+    is_float_dtype, ArgError, ArgOffer, ArgProblem, HostMemory, Passing, ScalarError, ScalarValue,
 };
 
 /// Direction of one argument, as the signature declares it.
@@ -43,7 +47,8 @@ impl ArgDirection {
     pub fn copies_back(self) -> bool {
         matches!(self, ArgDirection::Out | ArgDirection::InOut)
     }
-    /// `"in"`, `"out"`, `"inout"` or `"scalar"`.
+    /// `"in"`, `"out"`, `"inout"` or `"scalar"`: the names of manifests, bundles and
+    /// bindings, which [`str::parse`] reads back.
     pub fn name(self) -> &'static str {
         match self {
             ArgDirection::In => "in",
@@ -52,7 +57,54 @@ impl ArgDirection {
             ArgDirection::Scalar => "scalar",
         }
     }
+
+    /// Every direction, in declaration order.
+    pub const ALL: [ArgDirection; 4] = [
+        ArgDirection::In,
+        ArgDirection::Out,
+        ArgDirection::InOut,
+        ArgDirection::Scalar,
+    ];
 }
+
+impl fmt::Display for ArgDirection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A direction name other than `in`, `out`, `inout` and `scalar`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown direction `{0}` (expected in, out, inout or scalar)")]
+pub struct UnknownDirection(pub String);
+
+impl FromStr for ArgDirection {
+    type Err = UnknownDirection;
+
+    /// Reads a name written by [`ArgDirection::name`] (exactly, lower case).
+    fn from_str(name: &str) -> Result<ArgDirection, UnknownDirection> {
+        ArgDirection::ALL
+            .into_iter()
+            .find(|d| d.name() == name)
+            .ok_or_else(|| UnknownDirection(name.to_string()))
+    }
+}
+
+/// Reads a dtype name written by [`DataType::name`] (`f32`, `i64`, ...), as signatures spell
+/// dtypes.
+///
+/// # Errors
+/// [`UnknownDtype`] listing the names there are.
+pub fn dtype_from_name(name: &str) -> Result<DataType, UnknownDtype> {
+    DataType::from_name(name).ok_or_else(|| UnknownDtype(name.to_string()))
+}
+
+/// A dtype name that is not one of [`DataType::name`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown dtype `{0}` (expected one of f32, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64)"
+)]
+pub struct UnknownDtype(pub String);
 
 /// One argument of a signature.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -209,11 +261,7 @@ mod dtype_name {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DataType, D::Error> {
         let name = String::deserialize(d)?;
-        DataType::from_name(&name).ok_or_else(|| {
-            serde::de::Error::custom(format!(
-                "unknown dtype `{name}` (expected one of f32, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64)"
-            ))
-        })
+        super::dtype_from_name(&name).map_err(serde::de::Error::custom)
     }
 }
 
@@ -275,6 +323,29 @@ mod tests {
             assert_eq!(Signature::new(args).unwrap_err(), want);
         }
         assert!(Signature::new(vec![t("a", In), t("b", Out), t("s", Scalar)]).is_ok());
+    }
+
+    #[test]
+    fn direction_names_round_trip_and_match_serde() {
+        for d in ArgDirection::ALL {
+            assert_eq!(d.name().parse::<ArgDirection>(), Ok(d));
+            assert_eq!(d.to_string(), d.name());
+            let json = serde_json::to_string(&d).unwrap();
+            assert_eq!(json, format!("\"{}\"", d.name()));
+        }
+        let e = "InOut".parse::<ArgDirection>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown direction `InOut` (expected in, out, inout or scalar)"
+        );
+        assert_eq!(dtype_from_name("bf16"), Ok(DataType::Bfloat16));
+        assert!(dtype_from_name("f64")
+            .unwrap_err()
+            .to_string()
+            .starts_with("unknown dtype `f64` (expected one of f32"));
+        let bad = serde_json::from_str::<ArgSpec>(r#"{"name":"a","direction":"in","dtype":"f64"}"#)
+            .unwrap_err();
+        assert!(bad.to_string().contains("unknown dtype `f64`"), "{bad}");
     }
 
     #[test]

@@ -11,13 +11,16 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use simpler_abi::{CoreType, DataType};
+use simpler_abi::CoreType;
+use simpler_host::signature::dtype_from_name;
 use simpler_host::{ArgDirection, ArgSpec, Bundle, BundleCode, BundleKernel, Signature};
 
 use crate::error::{self, Raise};
 
-/// One signature entry as Python passes it: `(name, direction, dtype, shape or None)`, with
-/// the lower-case names of the manifests (`"in"`, `"f32"`).
+/// One signature entry as Python passes and receives it: a host [`ArgSpec`] as the tuple
+/// `(name, direction, dtype, shape or None)`, direction and dtype spelt by their host names
+/// ([`ArgDirection::name`], [`DataType::name`](simpler_abi::DataType::name): `"in"`,
+/// `"f32"`).
 pub(crate) type ArgTuple = (String, String, String, Option<Vec<u64>>);
 
 /// One kernel as Python passes it: `(func_id, core, entry, image)`, core `"aic"` or `"aiv"`.
@@ -29,16 +32,6 @@ pub struct NativeCallable {
     pub(crate) bundle: Bundle,
 }
 
-fn direction(name: &str) -> Option<ArgDirection> {
-    Some(match name {
-        "in" => ArgDirection::In,
-        "out" => ArgDirection::Out,
-        "inout" => ArgDirection::InOut,
-        "scalar" => ArgDirection::Scalar,
-        _ => return None,
-    })
-}
-
 fn core_type(name: &str) -> Option<CoreType> {
     Some(match name {
         "aic" => CoreType::Aic,
@@ -47,25 +40,28 @@ fn core_type(name: &str) -> Option<CoreType> {
     })
 }
 
-/// Builds a [`Signature`] from Python's tuples (validated by the bundle afterwards).
+/// Builds a [`Signature`] from Python's tuples, direction and dtype read by the host's
+/// parsers (the signature is validated by the bundle afterwards).
+///
+/// # Errors
+/// `SignatureError` naming the argument whose direction or dtype is unknown.
 pub(crate) fn signature(py: Python<'_>, args: Vec<ArgTuple>) -> PyResult<Signature> {
-    let bad = |message: String| Raise::new("SignatureError", message).into_err(py);
-    let mut specs = Vec::with_capacity(args.len());
-    for (name, dir, dtype, shape) in args {
-        let direction = direction(&dir).ok_or_else(|| {
-            bad(format!(
-                "argument `{name}`: unknown direction `{dir}` (expected in, out, inout or scalar)"
-            ))
-        })?;
-        let dtype = DataType::from_name(&dtype)
-            .ok_or_else(|| bad(format!("argument `{name}`: unknown dtype `{dtype}`")))?;
-        specs.push(ArgSpec {
-            name,
-            direction,
-            dtype,
-            shape,
-        });
-    }
+    let specs = args
+        .into_iter()
+        .map(|(name, direction, dtype, shape)| {
+            let bad = |reason: String| {
+                Raise::new("SignatureError", format!("argument `{name}`: {reason}")).into_err(py)
+            };
+            let direction: ArgDirection = direction.parse().map_err(|e| bad(format!("{e}")))?;
+            let dtype = dtype_from_name(&dtype).map_err(|e| bad(format!("{e}")))?;
+            Ok(ArgSpec {
+                name,
+                direction,
+                dtype,
+                shape,
+            })
+        })
+        .collect::<PyResult<Vec<ArgSpec>>>()?;
     Ok(Signature { args: specs })
 }
 

@@ -1,26 +1,29 @@
 //! The one place where Rust errors become Python exceptions.
 //!
-//! Each [`HostError`] variant (and each [`BundleError`], [`ArgError`], [`ScalarError`], and
-//! the few failures the bindings detect themselves) maps to one exception class of
-//! `simpler.errors`, where the classes are
-//! defined and documented (each derives from `SimplerError` and from the builtin upstream
-//! raises). An exception is built as `cls(message, code=..., cause=..., **details)`:
-//! `code` is the class's stable number unless given (a failed run passes its completion
-//! code), `cause` the text of the underlying error, `details` the variant's fields.
+//! Each [`HostError`] variant (and each [`BundleError`], [`ArgError`], [`ScalarError`],
+//! [`CompileError`], and the few failures the bindings detect themselves) maps to one
+//! exception class of `simpler.errors`, where the classes are defined and documented (each
+//! derives from `SimplerError` and from the builtin upstream raises). An exception is built
+//! as `cls(message, code=..., cause=..., **details)`: `code` is the class's stable number
+//! unless given (a failed run passes its completion code), `cause` the text of the
+//! underlying error, `details` the variant's fields. The other modules build their
+//! exceptions with the same [`Raise`] builder.
 //!
 //! The classes are looked up once, lazily, from the Python package; if that import fails
 //! (the native module used on its own), the builtin base class is raised instead, so an error
 //! is never lost.
 
 use pyo3::exceptions::{
-    PyKeyError, PyNotImplementedError, PyOSError, PyRuntimeError, PyTimeoutError, PyTypeError,
-    PyValueError,
+    PyFileNotFoundError, PyKeyError, PyNotImplementedError, PyOSError, PyRuntimeError,
+    PyTimeoutError, PyTypeError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyModule};
 use simpler_host::signature::{ArgError, ScalarError};
 use simpler_host::{BundleError, HostError};
+use simpler_toolchain::build::CompileError;
+use simpler_toolchain::error_chain;
 
 /// The `simpler.errors` module, imported on first use.
 static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
@@ -30,6 +33,8 @@ pub(crate) enum Detail {
     Str(String),
     Int(i64),
     Float(f64),
+    /// The attribute is set, to `None`.
+    Null,
 }
 
 /// An exception to raise: its class in `simpler.errors`, message, code, cause and details.
@@ -53,12 +58,14 @@ impl Raise {
         }
     }
 
-    fn code(mut self, code: i64) -> Raise {
+    /// Sets `code` (otherwise the class's own number).
+    pub(crate) fn code(mut self, code: i64) -> Raise {
         self.code = Some(code);
         self
     }
 
-    fn cause(mut self, cause: Option<String>) -> Raise {
+    /// Sets `cause`, the text of the underlying error (`None`: none).
+    pub(crate) fn cause(mut self, cause: Option<String>) -> Raise {
         self.cause = cause;
         self
     }
@@ -69,12 +76,21 @@ impl Raise {
         self
     }
 
-    fn int(mut self, name: &'static str, value: i64) -> Raise {
+    /// Adds the fact `name` (an integer).
+    pub(crate) fn int(mut self, name: &'static str, value: i64) -> Raise {
         self.details.push((name, Detail::Int(value)));
         self
     }
 
-    fn float(mut self, name: &'static str, value: f64) -> Raise {
+    /// Adds the fact `name`: an integer, or `None` when it is unknown.
+    pub(crate) fn opt_int(mut self, name: &'static str, value: Option<i64>) -> Raise {
+        let detail = value.map_or(Detail::Null, Detail::Int);
+        self.details.push((name, detail));
+        self
+    }
+
+    /// Adds the fact `name` (a float).
+    pub(crate) fn float(mut self, name: &'static str, value: f64) -> Raise {
         self.details.push((name, Detail::Float(value)));
         self
     }
@@ -101,6 +117,7 @@ impl Raise {
                 Detail::Str(s) => kwargs.set_item(name, s)?,
                 Detail::Int(i) => kwargs.set_item(name, i)?,
                 Detail::Float(f) => kwargs.set_item(name, f)?,
+                Detail::Null => kwargs.set_item(name, py.None())?,
             }
         }
         let instance = class.call((self.message.as_str(),), Some(&kwargs))?;
@@ -121,6 +138,7 @@ fn fallback(class: &str, message: String) -> PyErr {
         "RunTimeoutError" | "WaitTimeoutError" => PyTimeoutError::new_err(message),
         "UnsupportedError" => PyNotImplementedError::new_err(message),
         "BundleIOError" => PyOSError::new_err(message),
+        "CompilerNotFoundError" => PyFileNotFoundError::new_err(message),
         _ => PyRuntimeError::new_err(message),
     }
 }
@@ -257,6 +275,67 @@ pub(crate) fn scalar_error(py: Python<'_>, e: ScalarError) -> PyErr {
             .detail("reason", "scalar out of range"),
     }
     .into_err(py)
+}
+
+/// Converts a [`CompileError`]: a compiler rejection or a missing source is a `CompileError`
+/// (`file`, and for a rejection `line` and `column` of the first located error, or `None`,
+/// the compiler's `stderr` and the `command`), a compiler that cannot start a
+/// `CompilerNotFoundError` (the OS error as `cause`, the `command`), an empty compiler
+/// command or an unusable kernel cache an `InvalidConfigError` (with the cache's `path`).
+pub(crate) fn compile_error(py: Python<'_>, e: &CompileError) -> PyErr {
+    let raise = match e {
+        CompileError::Rejected {
+            path,
+            stderr,
+            diagnostic,
+            command,
+            ..
+        } => {
+            let summary = match diagnostic {
+                Some(d) => d.to_string(),
+                None => stderr
+                    .trim()
+                    .lines()
+                    .last()
+                    .unwrap_or("no diagnostics")
+                    .to_string(),
+            };
+            let message = format!(
+                "failed to compile {}\n{summary}\n--- compiler output ---\n{}",
+                path.display(),
+                stderr.trim_end()
+            );
+            let raise = Raise::new("CompileError", message);
+            match diagnostic {
+                Some(d) => raise
+                    .detail("file", d.file.as_str())
+                    .int("line", i64::from(d.line))
+                    .opt_int("column", d.column.map(i64::from)),
+                None => raise
+                    .detail("file", path.display().to_string())
+                    .opt_int("line", None)
+                    .opt_int("column", None),
+            }
+            .detail("stderr", stderr.as_str())
+            .detail("command", command.as_str())
+        }
+        CompileError::MissingSource { path } => {
+            Raise::new("CompileError", e.to_string()).detail("file", path.display().to_string())
+        }
+        CompileError::CompilerNotFound { cc, source } => Raise::new(
+            "CompilerNotFoundError",
+            format!("cannot run the C compiler `{cc}` (set $CC or pass cc=...)"),
+        )
+        .cause(Some(source.to_string()))
+        .detail("command", cc.as_str()),
+        CompileError::EmptyCc => Raise::new(
+            "InvalidConfigError",
+            "the C compiler command is empty (check $CC)",
+        ),
+        CompileError::Cache(c) => Raise::new("InvalidConfigError", error_chain(c))
+            .detail("path", c.path.display().to_string()),
+    };
+    raise.into_err(py)
 }
 
 /// A `WorkerStateError`: the worker was closed.

@@ -1,5 +1,5 @@
 //! `simpler._native`'s view of [`simpler_toolchain`]: the kernel compiler with its content-hash
-//! cache, example manifests, whole-example builds, `allclose` and scalar encoding, so the
+//! cache, example manifests, whole-example builds, `allclose` and scalar text parsing, so the
 //! Python package (`compiler.py`, `manifest.py`, `callable.py`, `testing/scene.py`) wraps
 //! the one implementation the CLI uses instead of keeping its own.
 //!
@@ -8,14 +8,13 @@
 //! (with `file`, `line`, `column`, `stderr`, `command`), a compiler that cannot start
 //! `CompilerNotFoundError`, a library without its entry symbol `LoadError`, bad compiler or
 //! cache settings and bad tolerances `InvalidConfigError`, bad scalars
-//! `InvalidArgumentError`. The two compile errors carry integer locations and the OS error
-//! as `cause`, so they are built here directly; the rest go through [`Raise`].
+//! `InvalidArgumentError`. Compile errors are mapped in [`crate::error`] with the host's;
+//! the rest are built here with its [`Raise`].
 
 use std::path::PathBuf;
 
-use pyo3::exceptions::{PyFileNotFoundError, PyRuntimeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyModule};
+use pyo3::types::{PyBytes, PyModule};
 use simpler_abi::{CoreType, DataType};
 use simpler_toolchain::build::{self, BuildError, CompileError, Compiler, Target};
 use simpler_toolchain::cache::KernelCache;
@@ -24,100 +23,7 @@ use simpler_toolchain::manifest::{self, ManifestError};
 use simpler_toolchain::{error_chain, scalar};
 
 use crate::callable::NativeCallable;
-use crate::error::Raise;
-
-/// Builds `simpler.errors.<class>(message, **kwargs)`; the builtin `fallback` when the
-/// package cannot be imported.
-fn raise_with(
-    py: Python<'_>,
-    class: &str,
-    message: String,
-    kwargs: impl FnOnce(&Bound<'_, PyDict>) -> PyResult<()>,
-    fallback: fn(String) -> PyErr,
-) -> PyErr {
-    let build = || -> PyResult<PyErr> {
-        let cls = PyModule::import(py, "simpler.errors")?.getattr(class)?;
-        let kw = PyDict::new(py);
-        kwargs(&kw)?;
-        Ok(PyErr::from_value(cls.call((message.as_str(),), Some(&kw))?))
-    };
-    build().unwrap_or_else(|_| fallback(message.clone()))
-}
-
-/// The Python exception of a [`CompileError`].
-fn compile_error(py: Python<'_>, e: &CompileError) -> PyErr {
-    match e {
-        CompileError::Rejected {
-            path,
-            stderr,
-            diagnostic,
-            command,
-            ..
-        } => {
-            let summary = match diagnostic {
-                Some(d) => d.to_string(),
-                None => stderr
-                    .trim()
-                    .lines()
-                    .last()
-                    .unwrap_or("no diagnostics")
-                    .to_string(),
-            };
-            let message = format!(
-                "failed to compile {}\n{summary}\n--- compiler output ---\n{}",
-                path.display(),
-                stderr.trim_end()
-            );
-            raise_with(
-                py,
-                "CompileError",
-                message,
-                |kw| {
-                    match diagnostic {
-                        Some(d) => {
-                            kw.set_item("file", &d.file)?;
-                            kw.set_item("line", d.line)?;
-                            kw.set_item("column", d.column)?;
-                        }
-                        None => {
-                            kw.set_item("file", path.display().to_string())?;
-                            kw.set_item("line", py.None())?;
-                            kw.set_item("column", py.None())?;
-                        }
-                    }
-                    kw.set_item("stderr", stderr)?;
-                    kw.set_item("command", command)
-                },
-                PyRuntimeError::new_err,
-            )
-        }
-        CompileError::MissingSource { path } => raise_with(
-            py,
-            "CompileError",
-            e.to_string(),
-            |kw| kw.set_item("file", path.display().to_string()),
-            PyRuntimeError::new_err,
-        ),
-        CompileError::CompilerNotFound { cc, source } => raise_with(
-            py,
-            "CompilerNotFoundError",
-            format!("cannot run the C compiler `{cc}` (set $CC or pass cc=...)"),
-            |kw| {
-                kw.set_item("cause", source.to_string())?;
-                kw.set_item("command", cc)
-            },
-            PyFileNotFoundError::new_err,
-        ),
-        CompileError::EmptyCc => Raise::new(
-            "InvalidConfigError",
-            "the C compiler command is empty (check $CC)",
-        )
-        .into_err(py),
-        CompileError::Cache(c) => Raise::new("InvalidConfigError", error_chain(c))
-            .detail("path", c.path.display().to_string())
-            .into_err(py),
-    }
-}
+use crate::error::{self, compile_error, Raise};
 
 /// The Python exception of a [`ManifestError`].
 fn manifest_error(py: Python<'_>, e: &ManifestError) -> PyErr {
@@ -440,8 +346,13 @@ fn scalar_dtype(py: Python<'_>, dtype: &str) -> PyResult<DataType> {
     })
 }
 
+/// Text that is not a scalar of its dtype is an `InvalidArgumentError`; a number the host's
+/// encoding refuses is mapped as the host maps it (out of range: `InvalidArgumentError`).
 fn scalar_error(py: Python<'_>, e: scalar::ScalarError) -> PyErr {
-    Raise::new("InvalidArgumentError", e.to_string()).into_err(py)
+    match e {
+        scalar::ScalarError::Encode(host) => error::scalar_error(py, host),
+        other => Raise::new("InvalidArgumentError", other.to_string()).into_err(py),
+    }
 }
 
 /// The 64 raw bits of `text` (a number, or `0x…` raw bits) as a scalar of `dtype`, by the

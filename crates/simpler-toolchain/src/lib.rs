@@ -10,12 +10,12 @@
 //! - [`cache`]: the content-hash kernel cache [`build`] compiles through;
 //! - [`npy`]: NumPy `.npy` files in and out;
 //! - [`compare`]: `allclose` with NumPy's semantics and a report of the worst element;
-//! - [`scalar`]: a scalar of a dtype parsed from text or encoded from a number into the 64
-//!   raw bits a run passes, and decoded back.
+//! - [`scalar`]: a scalar of a dtype parsed from text into the 64 raw bits a run passes
+//!   (encoded by the host's one scalar encoding), and element bits decoded back.
 //!
-//! It uses `simpler-host` read-only (signatures, bundles, the code loader, atomic file
-//! writes) and never starts a worker or touches a device. The formats and rules are
-//! described in `docs/toolchain.md`.
+//! It uses `simpler-host` read-only (signatures, the scalar encoding, bundles, the code
+//! loader, atomic file writes) and never starts a worker or touches a device. The formats
+//! and rules are described in `docs/toolchain.md`.
 
 pub mod build;
 pub mod cache;

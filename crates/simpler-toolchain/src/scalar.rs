@@ -1,23 +1,24 @@
-//! Scalars of a [`DataType`] as the 64 raw bits a run passes to the orchestration, and
-//! element values decoded from their bits. This module owns the one encoding, used by
-//! `simpler run --scalar`, the Python extension and [`crate::compare`]; it does not know
-//! about signatures or files.
+//! Scalars of a [`DataType`] parsed from text into the 64 raw bits a run passes to the
+//! orchestration (`simpler run --scalar`, Python's `parse_scalar`), and element values
+//! decoded from their bits ([`crate::compare`]). The encoding itself — ranges, rounding,
+//! out-of-range refusals — is the host's one encoding ([`ScalarValue::encode`]); this module
+//! only reads text and decodes bits, and does not know about signatures or files.
 //!
-//! Encoding rules (`docs/toolchain.md`, "Scalars"):
-//! - integer dtypes take integers in the dtype's range; signed values are sign-extended to
-//!   64 bits, unsigned ones zero-extended;
-//! - `f32`, `f16` and `bf16` take numbers, rounded to the nearest value of the dtype (ties to
-//!   even, straight from the decimal or `f64` value: `half` for `f16`/`bf16`); the bits are
-//!   zero-extended. `inf`, `-inf` and `nan` spelt out are accepted; a finite number that
-//!   would round to infinity (`1e39` or `1e400` as `f32`, `70000` as `f16`) is refused;
-//! - in text, `0x…` gives the raw bits directly; they must fit the dtype's width.
+//! Text rules (`docs/toolchain.md`, "Scalars"):
+//! - integer dtypes take decimal integers (an optional sign, digits), encoded by the host;
+//! - `f32`, `f16` and `bf16` take numbers as Rust's `f64` parser reads them, encoded by the
+//!   host (rounded once to the nearest value of the dtype, ties to even). `inf`, `-inf` and
+//!   `nan` spelt out are accepted; a finite number too large for the dtype, `1e400` included
+//!   (which parses as infinity), is refused;
+//! - `0x…` gives the raw bits directly; they must fit the dtype's width.
 //!
 //! Every refusal is a [`ScalarError`] naming the text and the dtype.
 
 use half::{bf16, f16};
 use simpler_abi::DataType;
+use simpler_host::signature::{is_float_dtype, ScalarError as HostScalarError, ScalarValue};
 
-/// Why a value is not a scalar of its dtype.
+/// Why text is not a scalar of its dtype.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScalarError {
     /// `0x…` text whose digits are not hexadecimal (or overflow 64 bits).
@@ -46,130 +47,18 @@ pub enum ScalarError {
         /// The dtype.
         dtype: DataType,
     },
-    /// A value that is not an integer, for an integer dtype.
+    /// Text that is not an integer, for an integer dtype.
     #[error("`{text}` is not an integer ({dtype} expected)")]
     NotAnInteger {
-        /// The text (or value) given.
+        /// The text given.
         text: String,
         /// The dtype.
         dtype: DataType,
     },
-    /// A value outside the dtype's range.
-    #[error("{text} is out of range for {dtype} ({range})")]
-    OutOfRange {
-        /// The text (or value) given.
-        text: String,
-        /// The dtype.
-        dtype: DataType,
-        /// The range the dtype holds, e.g. `0..=255` or `|x| <= 65504`.
-        range: String,
-    },
-}
-
-/// True for the floating-point dtypes (`f32`, `f16`, `bf16`).
-pub fn is_float(dtype: DataType) -> bool {
-    matches!(
-        dtype,
-        DataType::Float32 | DataType::Float16 | DataType::Bfloat16
-    )
-}
-
-/// The inclusive range of an integer dtype, `None` for a float dtype.
-pub fn int_range(dtype: DataType) -> Option<(i128, i128)> {
-    Some(match dtype {
-        DataType::Int8 => (i8::MIN.into(), i8::MAX.into()),
-        DataType::Int16 => (i16::MIN.into(), i16::MAX.into()),
-        DataType::Int32 => (i32::MIN.into(), i32::MAX.into()),
-        DataType::Int64 => (i64::MIN.into(), i64::MAX.into()),
-        DataType::Uint8 => (0, u8::MAX.into()),
-        DataType::Uint16 => (0, u16::MAX.into()),
-        DataType::Uint32 => (0, u32::MAX.into()),
-        DataType::Uint64 => (0, u64::MAX.into()),
-        DataType::Float32 | DataType::Float16 | DataType::Bfloat16 => return None,
-    })
-}
-
-/// The largest finite value of a float dtype, as text for messages.
-fn float_max(dtype: DataType) -> String {
-    match dtype {
-        DataType::Float16 => f16::MAX.to_string(),
-        DataType::Bfloat16 => format!("{:e}", f32::from(bf16::MAX)),
-        _ => format!("{:e}", f32::MAX),
-    }
-}
-
-/// Encodes an integer as a scalar of `dtype`: range-checked for an integer dtype (signed
-/// values sign-extended), rounded for a float dtype.
-///
-/// # Errors
-/// [`ScalarError::OutOfRange`] when `value` is outside the dtype's range.
-pub fn encode_int(value: i128, dtype: DataType) -> Result<u64, ScalarError> {
-    match int_range(dtype) {
-        Some((min, max)) => {
-            if value < min || value > max {
-                return Err(ScalarError::OutOfRange {
-                    text: value.to_string(),
-                    dtype,
-                    range: format!("{min}..={max}"),
-                });
-            }
-            // Two's complement truncation: sign extension for the signed dtypes.
-            Ok(value as i64 as u64)
-        }
-        None => encode_float_text(value as f64, &value.to_string(), dtype),
-    }
-}
-
-/// Encodes a number as a scalar of `dtype`: rounded to nearest even for a float dtype; for
-/// an integer dtype it must be integral and in range.
-///
-/// # Errors
-/// [`ScalarError::OutOfRange`] for a finite value that rounds to infinity or lies outside an
-/// integer dtype's range, [`ScalarError::NotAnInteger`] for a fraction (or NaN, infinity)
-/// given to an integer dtype.
-pub fn encode_float(value: f64, dtype: DataType) -> Result<u64, ScalarError> {
-    let text = value.to_string();
-    if is_float(dtype) {
-        return encode_float_text(value, &text, dtype);
-    }
-    if !value.is_finite() || value.fract() != 0.0 {
-        return Err(ScalarError::NotAnInteger { text, dtype });
-    }
-    let (min, max) = int_range(dtype).expect("an integer dtype has a range");
-    if value < min as f64 || value > max as f64 {
-        return Err(ScalarError::OutOfRange {
-            text,
-            dtype,
-            range: format!("{min}..={max}"),
-        });
-    }
-    encode_int(value as i128, dtype)
-}
-
-/// Rounds `value` to the float `dtype`; `text` names it in errors.
-fn encode_float_text(value: f64, text: &str, dtype: DataType) -> Result<u64, ScalarError> {
-    let (bits, inf) = match dtype {
-        DataType::Float16 => {
-            let h = f16::from_f64(value);
-            (u64::from(h.to_bits()), h.is_infinite())
-        }
-        DataType::Bfloat16 => {
-            let h = bf16::from_f64(value);
-            (u64::from(h.to_bits()), h.is_infinite())
-        }
-        _ => {
-            let f = value as f32;
-            (u64::from(f.to_bits()), f.is_infinite())
-        }
-    };
-    if inf && value.is_finite() {
-        return Err(ScalarError::OutOfRange {
-            text: text.to_string(),
-            dtype,
-            range: format!("|x| <= {}", float_max(dtype)),
-        });
-    }
-    Ok(bits)
+    /// A number the host's encoding refuses for the dtype (out of range: `300 is out of
+    /// range for u8 (0..=255)`), naming it as written.
+    #[error(transparent)]
+    Encode(#[from] HostScalarError),
 }
 
 /// True when `t` spells an infinity out (`inf`, `+Infinity`, ...), as opposed to a number
@@ -201,22 +90,19 @@ pub fn parse(text: &str, dtype: DataType) -> Result<u64, ScalarError> {
         }
         return Ok(v);
     }
-    if is_float(dtype) {
+    // The host's refusals name the value as written here (`7e4`, `+300`), not as parsed.
+    let encode = |v: ScalarValue| v.encode(Some(dtype)).map_err(|e| e.with_value(t).into());
+    if is_float_dtype(dtype) {
         let v: f64 = t.parse().map_err(|_| ScalarError::NotANumber {
             text: t.to_string(),
             dtype,
         })?;
         // `1e400` parses as infinity: a finite number too large, not an infinity.
         if v.is_infinite() && !spells_infinity(t) {
-            return Err(ScalarError::OutOfRange {
-                text: t.to_string(),
-                dtype,
-                range: format!("|x| <= {}", float_max(dtype)),
-            });
+            return Err(HostScalarError::out_of_range(t, dtype).into());
         }
-        return encode_float_text(v, t, dtype);
+        return encode(ScalarValue::Float(v));
     }
-    let (min, max) = int_range(dtype).expect("an integer dtype has a range");
     let digits = t.strip_prefix(['+', '-']).unwrap_or(t);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(ScalarError::NotAnInteger {
@@ -224,21 +110,11 @@ pub fn parse(text: &str, dtype: DataType) -> Result<u64, ScalarError> {
             dtype,
         });
     }
-    let out_of_range = || ScalarError::OutOfRange {
-        text: t.to_string(),
-        dtype,
-        range: if min == 0 && t.starts_with('-') {
-            format!("{min}..={max}; it is unsigned")
-        } else {
-            format!("{min}..={max}")
-        },
-    };
     // Any run of digits longer than i128 holds is out of every range.
-    let v: i128 = t.parse().map_err(|_| out_of_range())?;
-    if v < min || v > max {
-        return Err(out_of_range());
-    }
-    encode_int(v, dtype)
+    let v: i128 = t
+        .parse()
+        .map_err(|_| HostScalarError::out_of_range(t, dtype))?;
+    encode(ScalarValue::Int(v))
 }
 
 /// The value of one element of `dtype` held in the low bits of `bits` (little-endian
@@ -275,6 +151,11 @@ mod tests {
 
     fn refused(text: &str, dtype: DataType) -> ScalarError {
         parse(text, dtype).unwrap_err()
+    }
+
+    /// A number encoded by the host's encoding, which [`parse`] hands its numbers to.
+    fn encode_float(value: f64, dtype: DataType) -> Result<u64, HostScalarError> {
+        ScalarValue::Float(value).encode(Some(dtype))
     }
 
     #[test]
@@ -322,7 +203,7 @@ mod tests {
         ] {
             let e = refused(text, dtype);
             assert!(
-                matches!(e, ScalarError::OutOfRange { .. }),
+                matches!(e, ScalarError::Encode(HostScalarError::OutOfRange { .. })),
                 "{text} as {dtype}: {e:?}"
             );
             assert!(e.to_string().contains("out of range"), "{e}");
@@ -338,6 +219,31 @@ mod tests {
         assert!(refused("70000", DataType::Float16)
             .to_string()
             .contains("|x| <= 65504"));
+    }
+
+    #[test]
+    fn refusals_name_the_text_as_written() {
+        assert_eq!(
+            refused("7e4", DataType::Float16).to_string(),
+            "7e4 is out of range for f16 (|x| <= 65504)"
+        );
+        assert_eq!(
+            refused(" +300 ", DataType::Uint8).to_string(),
+            "+300 is out of range for u8 (0..=255)"
+        );
+        assert_eq!(
+            refused("-1e400", DataType::Float32).to_string(),
+            "-1e400 is out of range for f32 (|x| <= 3.4028235e38)"
+        );
+        assert_eq!(
+            refused(
+                "-99999999999999999999999999999999999999999",
+                DataType::Uint8
+            )
+            .to_string(),
+            "-99999999999999999999999999999999999999999 is out of range for u8 (0..=255; it is \
+             unsigned)"
+        );
     }
 
     #[test]
@@ -385,31 +291,6 @@ mod tests {
             refused("0xzz", DataType::Uint64),
             ScalarError::BadBits { .. }
         ));
-    }
-
-    #[test]
-    fn encode_from_numbers() {
-        assert_eq!(encode_int(-3, DataType::Int64), Ok(-3i64 as u64));
-        assert_eq!(encode_int(-3, DataType::Int8), Ok(u64::MAX - 2));
-        assert!(encode_int(300, DataType::Uint8).is_err());
-        assert_eq!(encode_int(2, DataType::Float32), Ok(0x4000_0000));
-        assert_eq!(encode_float(3.0, DataType::Uint8), Ok(3));
-        assert!(matches!(
-            encode_float(3.5, DataType::Uint8),
-            Err(ScalarError::NotAnInteger { .. })
-        ));
-        assert!(matches!(
-            encode_float(1e10, DataType::Int32),
-            Err(ScalarError::OutOfRange { .. })
-        ));
-        assert!(matches!(
-            encode_float(1e300, DataType::Float32),
-            Err(ScalarError::OutOfRange { .. })
-        ));
-        assert_eq!(
-            encode_float(f64::NEG_INFINITY, DataType::Float32),
-            Ok(u64::from(f32::NEG_INFINITY.to_bits()))
-        );
     }
 
     #[test]
