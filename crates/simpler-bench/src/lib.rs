@@ -203,7 +203,7 @@ pub fn empty_run_us(runs: u32) -> Result<f64, HostError> {
     Ok(measure(Graph::Independent, 0, runs, 8, 4)?.run_us)
 }
 
-/// The issue-3 suite: independent and chain graphs of `tasks` tasks on 24 cores (4 AICPU
+/// The standard suite: independent and chain graphs of `tasks` tasks on 24 cores (4 AICPU
 /// threads) and 72 cores (6 AICPU threads).
 ///
 /// # Errors
