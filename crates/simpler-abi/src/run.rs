@@ -1,6 +1,6 @@
 //! The run launch descriptor: the one structure the host places in device memory for the
-//! two kernels of a run (`docs/chip-runtime.md`, "Only `DeviceRuntimeLaunchDesc` crosses
-//! to the device").
+//! two kernels of a run (`docs/chip-runtime.md` §1).
+//! Nothing else crosses from the host to the device for a run.
 
 use crate::assert_layout;
 

@@ -58,13 +58,13 @@ pub enum EventStatus {
 ///   non-zero AICPU return, an injected fault, a kernel that panicked) leaves events and
 ///   stream queries clean; only [`Device::synchronize_stream`] reports it, as
 ///   [`DeviceError::KernelFault`], and keeps reporting it until [`Device::reset`], as
-///   measured on hardware (`docs/run-lane.md`, "The question a stream cannot answer"). The
+///   measured on hardware (`docs/run-lane.md` §1). The
 ///   stream keeps running later work.
 /// - **Fault notices.** Faults are also reported out of band, as [`FaultNotice`]s (device,
 ///   stream, code) handed to the one exception callback of the process
 ///   ([`Device::set_fault_callback`]). A notice arrives asynchronously, possibly late,
 ///   possibly never; it is evidence about the device, never a run's verdict
-///   (`docs/health.md`, "Fault notices").
+///   (`docs/health.md` §2).
 /// - **Reset.** [`Device::reset`] is a forced reset: the only way to end work that no
 ///   boundary and no stream synchronize can prove finished.
 ///

@@ -1,6 +1,6 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
-//! Run-lane benchmarks (`docs/run-lane.md`, "Measured: the verdict read does wait, and the
-//! record read does not"). Numbers are printed, never asserted:
+//! Run-lane benchmarks (`docs/run-lane.md` §9 and §14: the verdict read waits, the
+//! record read does not). Numbers are printed, never asserted:
 //!
 //! - `successor_in_flight/{record_read,stream_sync}/<tasks>`: the cost of learning a short
 //!   predecessor's outcome while a successor of `<tasks>` tasks is queued behind it on the

@@ -89,8 +89,7 @@ pub enum HostError {
         /// How many runs use it.
         runs: usize,
     },
-    /// The run executed and failed with a runtime error code (`docs/chip-runtime.md` §2.7,
-    /// "Error codes").
+    /// The run executed and failed with a runtime error code (`docs/chip-runtime.md` §13).
     #[error("run failed with {name} (code {code}): {message}")]
     RunFailed {
         /// Completion code (negated runtime code).

@@ -1,6 +1,4 @@
-//! Device health per device generation (`docs/health.md`, "Device health", "Health state",
-//! "`RunStreamIdentities`", "Consume at finalize", "Admission", "Recovery after a confirmed
-//! reset").
+//! Device health per device generation (`docs/health.md` §1, §3, §4).
 //!
 //! **Owns:** the [`StreamHistory`] of the streams a runner's run boundaries were recorded on
 //! (bounded: [`STREAM_HISTORY`] ids; an id that could not be read, or one more distinct id

@@ -1,5 +1,5 @@
 //! Run identity: the facts every other piece of the lane is keyed on (`docs/run-lane.md`
-//! §1.1). A run is named by its epoch (process-unique, never 0), the lane generation that
+//! §2). A run is named by its epoch (process-unique, never 0), the lane generation that
 //! admitted it, its dispatch id (its place in the lane's FIFO) and the pipeline slot it
 //! occupies; two identities are equal only when all four agree, so a fact recorded for one
 //! run can never be read back for a later run that reuses the slot. Also the names of the two

@@ -1,6 +1,5 @@
 //! The cross-run join: how a successor is ordered behind its predecessor on the shared
-//! stream pair (`docs/run-lane.md` §2.3, "The cross-run join", "D0 crossed join" and
-//! "Discharge ladder").
+//! stream pair (`docs/run-lane.md` §8).
 //!
 //! **Form chosen: crossed waits, each with a proof event.**
 //!
@@ -15,7 +14,7 @@
 //! AICPU schedulers of run N are still handshaking with (waiting for their EXITED), so it must
 //! not start before run N's AICPU kernel has exited; and run N+1's AICPU kernel must not
 //! start dispatching before run N's cores have left. A run without a successor queues
-//! nothing (unlike the spec's own-wait form, which adds a wait to every joinable run).
+//! nothing (unlike upstream's own-wait form, which adds a wait to every joinable run).
 //!
 //! The proof events are this implementation's addition to the two waits: each
 //! wait's reference on the predecessor's fence can only be released by a proof covering the

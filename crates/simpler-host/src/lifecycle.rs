@@ -1,9 +1,8 @@
 //! The worker lifecycle: the environment identity every lane operation is checked against,
 //! the current borrowed context of a thread, fork refusal, the release marker behind
 //! [`HostError::RunPreparationRefused`], and the open → closed state machine
-//! (`docs/health.md`, "Lifecycle": "Identity", "Fork", "Context check", "Close/finalize";
-//! `docs/run-lane.md` §1.2 "RunPreparationRefused", "Stream binding", "Borrowed caller
-//! ordering").
+//! (`docs/health.md` §7; `RunPreparationRefused`: `docs/run-lane.md` §4; caller launches:
+//! `docs/run-lane.md` §12).
 //!
 //! **Owns:**
 //! - [`EnvironmentIdentity`] {process, incarnation, context generation, device,

@@ -1,5 +1,5 @@
-//! The execution-mode latch of one runner (`docs/health.md`, "Mode latch"; `docs/run-lane.md`,
-//! "Stream binding" and "Borrowed caller ordering").
+//! The execution-mode latch of one runner (`docs/health.md` §6; caller
+//! launches: `docs/run-lane.md` §12).
 //!
 //! **Owns:** which of the two ways of launching runs a worker uses, claimed once and never
 //! undone:
@@ -16,7 +16,7 @@
 //! Latching the held mode again is a no-op; the other mode is refused with an invalid-state
 //! error, so a KERNEL worker refuses program launch and a PROGRAM worker refuses caller
 //! streams. Registration neither needs nor claims a mode. ChipWorker never re-initialises,
-//! so the spec's "relatch after finalize" case does not arise: the latch dies with its
+//! so upstream's "relatch after finalize" case does not arise: the latch dies with its
 //! worker.
 //!
 //! [`latched_mode`]: ExecutionModeLatch::latched_mode

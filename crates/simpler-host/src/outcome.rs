@@ -1,5 +1,5 @@
-//! Outcome decision: what a run's evidence says, as pure functions (`docs/run-lane.md` §3,
-//! "Completion is not the verdict").
+//! Outcome decision: what a run's evidence says, as pure functions (`docs/run-lane.md` §9:
+//! completion is not the verdict).
 //!
 //! Two channels meet here: the run's boundaries (did both kernels exit?) and the run's own
 //! epoch-stamped result record (what did the device say?). [`device_run_result_terminal`]

@@ -1,6 +1,6 @@
-//! The callable registry of one worker (`docs/health.md`, "Registry", "Explicit ID",
-//! "Auto-ID", "Locking", "Registration flow": "the callable occupancy generation is allocated
-//! by the runner's registry ... ID reuse gets a new generation").
+//! The callable registry of one worker (`docs/health.md` §5: ids
+//! explicit or automatic; every occupancy of a slot gets a new generation, so a reused id is
+//! never mistaken for the callable it replaced).
 //!
 //! **Owns:** the [`MAX_CALLABLES`] slots (the slot number *is* the callable id), the rules of
 //! explicit and automatic ids, the per-occupancy generation, and the image cache.

@@ -1,4 +1,4 @@
-//! Timeouts (`docs/health.md`, "Timeouts"): defaults, the `SIMPLER_*_TIMEOUT_*` environment
+//! Timeouts (`docs/health.md` §8): defaults, the `SIMPLER_*_TIMEOUT_*` environment
 //! variables, and the ordering rules between them.
 //!
 //! Parsing: the value is trimmed, must be a whole decimal token (no sign, no unit), ≥ 1, and
@@ -106,7 +106,7 @@ impl Timeouts {
         t
     }
 
-    /// The ordering rules, in the spec's order; the error names the first one broken.
+    /// The ordering rules, in the documented order (`docs/health.md` §8); the error names the first one broken.
     pub fn check_ordering(&self) -> Result<(), String> {
         if self.scheduler >= self.op_execute {
             return Err(format!(

@@ -1,4 +1,4 @@
-//! Device health on the sim device, end to end (`docs/health.md`, "Device health"):
+//! Device health on the sim device, end to end (`docs/health.md` §1–§4):
 //! fault notices reach the process's monitor, are consumed at a run's finalize, and a notice
 //! naming this worker's device and one of its streams makes the device suspect — which
 //! refuses admission — while every other notice is only counted. A notice never decides a

@@ -2076,7 +2076,7 @@ fn a_heap_deadlock_behind_an_open_scope_sharing_ring_3_is_reported_quickly() {
         ORCH_HEAP_RING_DEADLOCK,
         "intermediates behind an open depth-3 scope",
     );
-    // The spec's allocation backstop is 500 ms; the 10 s scheduler watchdog is too late.
+    // Upstream's allocation backstop is 500 ms; the 10 s scheduler watchdog is too late.
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 

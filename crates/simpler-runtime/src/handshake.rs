@@ -1,4 +1,4 @@
-//! The AICPU↔AICore register protocol (`docs/chip-runtime.md`, "AICore↔AICPU handshake").
+//! The AICPU↔AICore register protocol (`docs/chip-runtime.md` §10).
 //!
 //! DATA_MAIN_BASE (DMB, AICPU → core) carries a per-core dispatch id in
 //! `1..DISPATCH_ID_LIMIT`, or [`EXIT_SIGNAL`]. A kernel launch resets it to 0. COND

@@ -17,7 +17,7 @@
 //! when it printed something, so that a hit repeats the warnings). Both are written to a
 //! private temporary directory inside the cache and renamed into place, so a concurrent
 //! reader sees a whole entry or none, and a failed compile leaves nothing. See
-//! `docs/toolchain.md`, "Kernel cache".
+//! `docs/toolchain.md` §3.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //! in `expected`, as NumPy's `isclose(actual, expected)`), evaluated in `f64`. Integers are
 //! compared exactly in `i128`. NaN is close to nothing, itself included, unless
 //! [`Tolerance::equal_nan`] is set (NumPy's `equal_nan=True`), when NaN is close to NaN; an
-//! infinity is close only to the same infinity. See `docs/toolchain.md`, "Comparing".
+//! infinity is close only to the same infinity. See `docs/toolchain.md` §5.
 
 use std::fmt;
 

@@ -4,7 +4,7 @@
 //! out-of-range refusals — is the host's one encoding ([`ScalarValue::encode`]); this module
 //! only reads text and decodes bits, and does not know about signatures or files.
 //!
-//! Text rules (`docs/toolchain.md`, "Scalars"):
+//! Text rules (`docs/toolchain.md` §6):
 //! - integer dtypes take decimal integers (an optional sign, digits), encoded by the host;
 //! - `f32`, `f16` and `bf16` take numbers as Rust's `f64` parser reads them, encoded by the
 //!   host (rounded once to the nearest value of the dtype, ties to even). `inf`, `-inf` and

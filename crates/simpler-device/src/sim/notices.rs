@@ -1,6 +1,6 @@
 //! Fault notices of the sim backend: the one exception-callback slot of the process and the
-//! delivery of [`FaultNotice`]s to it (`docs/health.md`, "Device fault
-//! monitor"; `docs/sim-device.md`; `aclrtSetExceptionInfoCallback` on hardware).
+//! delivery of [`FaultNotice`]s to it (`docs/health.md` §2;
+//! `docs/sim-device.md` §6; `aclrtSetExceptionInfoCallback` on hardware).
 //!
 //! The slot is process-wide, as on hardware: every sim device reports to whichever callback
 //! was installed last, through any device. A notice is delivered asynchronously with respect

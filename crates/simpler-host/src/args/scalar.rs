@@ -3,7 +3,7 @@
 //! (`simpler run --scalar`) all encode through [`ScalarValue::encode`]; nothing else keeps
 //! range tables or float rounding. This module knows dtypes, not signatures or text.
 //!
-//! Rules (`docs/toolchain.md`, "Scalars"):
+//! Rules (`docs/toolchain.md` §6):
 //! - an integer for an integer dtype must lie in the dtype's range; it travels sign-extended
 //!   (signed dtypes, as in C) or zero-extended (unsigned ones);
 //! - a number for `f32`, `f16` or `bf16` is rounded once to the nearest value of the dtype,

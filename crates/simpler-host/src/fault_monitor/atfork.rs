@@ -1,5 +1,5 @@
-//! The `pthread_atfork` hooks of the process's fault monitor and the lock they hold (spec
-//! `docs/health.md`, "Fork": "atfork hooks hold the mutex across the fork"). Before `fork()`
+//! The `pthread_atfork` hooks of the process's fault monitor and the lock they hold (`docs/health.md`
+//! §2, §7: the hooks hold the lock across the fork). Before `fork()`
 //! the forking thread takes the monitor's lock; after it, parent and child each release their
 //! copy. A child therefore never inherits the lock held by a thread it does not have, and
 //! finds the monitor in a consistent state, which its first operation then resets (a new

@@ -1,6 +1,5 @@
 //! The device fault monitor: the process's hold on the device's one exception-callback slot
-//! and the lock-free ring the callback reports into (spec `docs/health.md`, "Monitor" and
-//! "Ring").
+//! and the lock-free ring the callback reports into (`docs/health.md` §2).
 //!
 //! By responsibility:
 //! - [`FaultMonitor`] (here): the process's monitor, its fork check and its snapshot;

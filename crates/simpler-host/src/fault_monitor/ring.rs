@@ -1,6 +1,6 @@
 //! The notice ring: the lock-free ring of [`RING_SLOTS`] fault notices the exception
-//! callback reports into, and the per-consumer [`NoticeCursor`] that reads it (spec
-//! `docs/health.md`, "Ring").
+//! callback reports into, and the per-consumer [`NoticeCursor`] that reads it (`docs/health.md`
+//! §2).
 //!
 //! **Ring protocol.** Each slot has one atomic state word: `(gen << 1) | 1` while notice
 //! `gen` is being written, `gen << 1` once it is complete. A reporter takes `gen` from a

@@ -1,5 +1,5 @@
 //! The exception-callback slot the monitor installs into, and the reference-counted
-//! install and uninstall of the monitor's callback (spec `docs/health.md`, "Monitor"): the
+//! install and uninstall of the monitor's callback (`docs/health.md` §2): the
 //! first [`acquire`](FaultMonitor::acquire) installs, and a failed install takes no
 //! reference; the last [`release`](FaultMonitor::release) uninstalls, and the reference is
 //! dropped even when the uninstall fails; a confirmed device reset reinstalls.

@@ -1,6 +1,5 @@
 //! `RunCompletionFence`: one per pipeline slot; the two boundary events of the run the slot
-//! hosts and the facts about them (`docs/run-lane.md` §2.1–§2.2, "The boundary",
-//! "Ownership", "Submitted work with no boundary").
+//! hosts and the facts about them (`docs/run-lane.md` §6).
 //!
 //! The events are created once (at the first arming) and re-recorded by every run the slot
 //! hosts; the *facts* — kernel submitted, boundary recorded, boundary complete, first error —
@@ -12,7 +11,7 @@
 //! A run whose kernel was submitted but whose boundary record failed is `Unfenced`: its own
 //! events cannot decide it, and only a bounded stream synchronize can (the caller's job).
 //!
-//! Deviation from the spec, on purpose: a boundary wait that runs out of time is *not* stored
+//! Deviation from the upstream design, on purpose: a boundary wait that runs out of time is *not* stored
 //! as the boundary's error. A timeout says the host stopped waiting, nothing about the
 //! boundary; storing it would turn a caller's short `RunHandle::wait(timeout)` into a failed
 //! run. The caller decides what an expired deadline means (the run's own timeout budget).
@@ -92,13 +91,13 @@ impl Completion {
     }
 }
 
-/// Why a fence operation did nothing (the spec's INTERNAL), or the device error it met.
+/// Why a fence operation did nothing (upstream's INTERNAL), or the device error it met.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum FenceError {
     /// The operation was refused by one of the fence's rules; nothing changed.
     #[error("completion fence refused: {0}")]
     Refused(&'static str),
-    /// A device call failed (stored as the boundary's error where the spec says so).
+    /// A device call failed (stored as the boundary's error where the upstream design does).
     #[error("completion fence device call failed: {0}")]
     Device(DeviceError),
     /// A bounded wait ran out of time (not stored; see the module doc).

@@ -2,7 +2,7 @@
 //! two boundaries; a queued successor never delays it) and the **verdict** (one read of the
 //! run's epoch-stamped result record, the decision of [`crate::outcome`], and the bounded
 //! synchronize of the bound streams when nothing else can answer) — plus the non-blocking
-//! pre-checks a poll makes before anything is mutated (`docs/run-lane.md` §2.4, §3).
+//! pre-checks a poll makes before anything is mutated (`docs/run-lane.md` §3, §9).
 //!
 //! Every device wait here runs with the lane lock released (a blocking driver) or is
 //! answered WouldBlock (a poll); the drain never synchronizes or resets the whole device.

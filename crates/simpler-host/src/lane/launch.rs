@@ -2,7 +2,7 @@
 //! prologue (fence events, join-proof and caller-order events; admission re-checked), the
 //! zero result marker, the crossed join behind a launched predecessor, the caller-order
 //! edges of a caller launch, then the AICore kernel + `core_done` and the AICPU kernel +
-//! `cpu_done` (`docs/run-lane.md` §1.3).
+//! `cpu_done` (`docs/run-lane.md` §5).
 //!
 //! NotStarted rolls back (the run ends at the front with the launch error); Partial keeps
 //! every resource and poisons the lane: queued runs end with [`HostError::LanePoisoned`] and

@@ -13,7 +13,7 @@
 //! `-D__DAV_VEC__` marks an `aiv` kernel and `-D__DAV_CUBE__` an `aic` one, as on the chip;
 //! an orchestration gets neither. `$CC` (default `cc`) may be several words
 //! (`CC="ccache gcc"`). libm is linked so kernels may call math functions. The flags are
-//! described in `docs/toolchain.md`, "Compiling".
+//! described in `docs/toolchain.md` §2.
 
 pub mod example;
 
