@@ -6,6 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cc >/dev/null || [ -n "${CC:-}" ] || { echo "error: no C compiler (cc) found; tests compile C kernels" >&2; exit 1; }
 cargo fmt --all -- --check
+# No crate's modules import each other in a cycle (the runtime's aicpu/devmem pair excepted:
+# devmem hands the run state out through its state word).
+python3 scripts/check-module-cycles.py crates/simpler-host/src crates/simpler-device/src \
+    crates/simpler-toolchain/src crates/simpler-py/src crates/simpler-abi/src crates/simpler-bench/src \
+    crates/simpler-examples/src
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace
 # The loom models of the lock-free pieces (completion fence tokens, fault-notice ring; the

@@ -58,7 +58,10 @@ pub mod timeouts;
 mod worker;
 mod worker_config;
 
-pub use args::{HostArg, HostBuffer, HostTensor, OwnedArg};
+pub use args::{
+    is_float_dtype, ArgError, ArgOffer, ArgProblem, HostArg, HostBuffer, HostMemory, HostTensor,
+    OwnedArg, Passing, ScalarError, ScalarValue,
+};
 pub use bundle::{Bundle, BundleCode, BundleError, BundleKernel};
 pub use callable::{CallableSpec, CodeImage, KernelSpec};
 pub use config::{CallConfig, RingValue, RuntimeEnv};

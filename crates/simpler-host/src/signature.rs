@@ -15,10 +15,6 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use simpler_abi::DataType;
 
-pub use crate::args::{
-    is_float_dtype, ArgError, ArgOffer, ArgProblem, HostMemory, Passing, ScalarError, ScalarValue,
-};
-
 /// Direction of one argument, as the signature declares it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -9,7 +9,7 @@
 //! - [`RawScalar`](NativeRawScalar): 64 raw bits (a ctypes `c_double`, ...), passed unchanged.
 //!
 //! This module only turns Python objects into descriptions of memory
-//! ([`ArgOffer`](simpler_host::signature::ArgOffer)); the host checks them all
+//! ([`ArgOffer`](simpler_host::ArgOffer)); the host checks them all
 //! ([`Signature::check_offers`]) and says how each host array travels: lent to the run in
 //! place (the array stays alive in the run's arguments) or copied (read-only or aliased
 //! inputs). Nothing touches the device before the check passes.
@@ -18,7 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
 use simpler_abi::DataType;
 use simpler_device::DevicePtr;
-use simpler_host::signature::{ArgOffer, HostMemory, Passing, ScalarValue};
+use simpler_host::{ArgOffer, HostMemory, Passing, ScalarValue};
 use simpler_host::{OwnedArg, Signature};
 
 use crate::array::ArrayMemory;

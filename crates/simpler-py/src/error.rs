@@ -20,7 +20,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyModule};
-use simpler_host::signature::{ArgError, ScalarError};
+use simpler_host::{ArgError, ScalarError};
 use simpler_host::{BundleError, HostError};
 use simpler_toolchain::build::CompileError;
 use simpler_toolchain::error_chain;

@@ -16,7 +16,7 @@
 
 use half::{bf16, f16};
 use simpler_abi::DataType;
-use simpler_host::signature::{is_float_dtype, ScalarError as HostScalarError, ScalarValue};
+use simpler_host::{is_float_dtype, ScalarError as HostScalarError, ScalarValue};
 
 /// Why text is not a scalar of its dtype.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
