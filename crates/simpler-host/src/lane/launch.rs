@@ -223,7 +223,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use simpler_abi::{CoreType, DataType, OrchArgs, OrchOps};
+    use simpler_abi::DataType;
     use simpler_device::sim::SimDevice;
     use simpler_device::{Device, Topology};
 
@@ -236,32 +236,8 @@ mod tests {
     use crate::lane::LaneHandle;
     use crate::lifecycle::EnvironmentIdentity;
     use crate::registry::{self, ImageCache};
+    use crate::worker::tests::empty_spec;
     use crate::worker_config::WorkerConfig;
-    use crate::{ArgDirection, ArgSpec, CallableSpec, CodeImage, KernelSpec, Signature};
-
-    unsafe extern "C" fn empty_orch(_: *const OrchOps, _: *const OrchArgs) -> i32 {
-        0
-    }
-    unsafe extern "C" fn no_kernel(_: *mut i64) {}
-
-    fn empty_spec() -> CallableSpec {
-        CallableSpec {
-            name: "empty".into(),
-            signature: Signature::new(vec![ArgSpec {
-                name: "x".into(),
-                direction: ArgDirection::InOut,
-                dtype: DataType::Float32,
-                shape: None,
-            }])
-            .unwrap(),
-            orchestration: CodeImage::Orchestration(empty_orch),
-            kernels: vec![KernelSpec {
-                func_id: 0,
-                core_type: CoreType::Aiv,
-                image: CodeImage::Kernel(no_kernel),
-            }],
-        }
-    }
 
     /// Admission is checked at prepare and again around the launch claim: a device that
     /// turns suspect between the two refuses in the launch prologue (NotStarted: nothing
