@@ -62,6 +62,37 @@ pub fn output_path(built: &Built, out: Option<&Path>) -> PathBuf {
     }
 }
 
+/// Refuses, before anything is compiled, an output whose directory does not exist: `out`
+/// itself when it is spelt as a directory (ends with `/`), else its parent.
+fn check_output_dir(out: &Path) -> Result<(), BuildError> {
+    let spelt_as_dir = out
+        .as_os_str()
+        .to_string_lossy()
+        .ends_with(std::path::MAIN_SEPARATOR);
+    let dir = if spelt_as_dir {
+        Some(out)
+    } else {
+        out.parent()
+    };
+    match dir {
+        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => {
+            let source = std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "directory `{}` does not exist; create it first",
+                    d.display()
+                ),
+            );
+            Err(BuildError::Write(simpler_host::BundleError::Io {
+                op: "write",
+                path: out.to_path_buf(),
+                source,
+            }))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Prints compiler diagnostics (warnings) of the units that had any, to stderr.
 pub fn print_diagnostics(built: &Built) {
     for u in &built.built.units {
@@ -77,6 +108,9 @@ pub fn print_diagnostics(built: &Built) {
 /// # Errors
 /// [`BuildError`].
 pub fn command(target: &Path, out: Option<&Path>) -> Result<PathBuf, BuildError> {
+    if let Some(o) = out {
+        check_output_dir(o)?;
+    }
     let built = build(target)?;
     print_diagnostics(&built);
     let path = output_path(&built, out);

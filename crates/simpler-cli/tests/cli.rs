@@ -155,6 +155,26 @@ fn build_honours_dash_o_file_and_directory() {
 }
 
 #[test]
+fn build_to_a_missing_directory_says_so_before_compiling() {
+    let ex = example();
+    let out_dir = tempfile::tempdir().unwrap();
+    for out in [
+        format!("{}/missing/", path_str(out_dir.path())),
+        format!("{}/missing/x.simpler", path_str(out_dir.path())),
+    ] {
+        let o = simpler(&["build", path_str(ex.path()), "-o", &out], ex.path());
+        let (stdout, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("does not exist; create it first"), "{err}");
+        assert!(
+            !stdout.contains("built `"),
+            "compiled before refusing: {stdout}"
+        );
+    }
+    assert!(!out_dir.path().join("missing").exists());
+}
+
+#[test]
 fn compile_error_shows_file_and_line_and_exits_2() {
     let ex = example();
     std::fs::write(
