@@ -58,7 +58,7 @@ pub mod timeouts;
 mod worker;
 mod worker_config;
 
-pub use args::{HostArg, HostBuffer, HostTensor, OwnedArg};
+pub use args::{HostArg, HostBuffer, HostInput, HostTensor, OwnedArg};
 pub use bundle::{Bundle, BundleCode, BundleError, BundleKernel};
 pub use callable::{CallableSpec, CodeImage, KernelSpec};
 pub use config::{CallConfig, RingValue, RuntimeEnv};
