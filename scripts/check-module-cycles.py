@@ -30,7 +30,7 @@ def module_graph(root: str) -> dict:
                 parts = parts[:-1]
             if parts == ["lib"] or "tests" in parts:
                 continue
-            text = open(os.path.join(dirpath, f)).read().split("#[cfg(test)]")[0]
+            text = re.split(r"#\[cfg\((?:all\()?test\b", open(os.path.join(dirpath, f)).read())[0]
             text = "\n".join(l for l in text.split("\n") if not l.strip().startswith("//"))
             deps = set()
             for m in re.finditer(r"crate::(\{[^}]*\}|\w+)", text):

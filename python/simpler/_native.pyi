@@ -185,14 +185,12 @@ class ChipWorker:
     def run(
         self,
         id: int,
-        callable: Callable,
         args: Sequence[_RunArg],
         config: Optional[CallConfig] = None,
     ) -> RunReport: ...
     def submit(
         self,
         id: int,
-        callable: Callable,
         args: Sequence[_RunArg],
         config: Optional[CallConfig] = None,
     ) -> RunHandle: ...

@@ -135,8 +135,6 @@ class Worker:
         self._state = "created"
         self._handles: Dict[str, CallableHandle] = {}
         self._lock = threading.RLock()
-        # Runs in flight with the host memory ranges of their arrays: (handle, [(lo, hi, writes)]).
-        self._inflight: list = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -372,38 +370,11 @@ class Worker:
         arguments until it finishes: do not modify them meanwhile."""
         return self._submit(*self._prepare(callable, args, config))
 
-    def _submit(self, native, handle, native_id, items, native_config) -> "RunHandle":
-        """Submits the run. A run whose host arrays overlap those of a run still in flight —
-        one of the two writing them — first waits for that run, so submissions on shared
-        arrays behave as if executed in order (the host copies inputs in at launch and
-        outputs back at the end, so overlapping them would read stale data)."""
-        ranges = []
-        for spec, item in zip(handle.signature, items):
-            if isinstance(item, _native.HostTensor):
-                arr = item.array
-                lo = int(arr.ctypes.data)
-                ranges.append((lo, lo + int(arr.nbytes), spec.direction.copies_back))
-        with self._lock:
-            self._inflight = [(h, r) for h, r in self._inflight if not h.done]
-            earlier = [
-                h
-                for h, theirs in self._inflight
-                if any(
-                    lo < t_hi and t_lo < hi and (w or t_w)
-                    for lo, hi, w in ranges
-                    for t_lo, t_hi, t_w in theirs
-                )
-            ]
-        for h in earlier:
-            try:
-                h.wait()
-            except Exception:  # noqa: BLE001 - that run's error belongs to its own handle
-                pass
-        run = native.submit(native_id, handle._callable._native, items, native_config)
-        result = RunHandle(run, self)
-        with self._lock:
-            self._inflight.append((result, ranges))
-        return result
+    def _submit(self, native, native_id, items, native_config) -> "RunHandle":
+        """Submits the run. The host lends every host array in place and orders a run whose
+        arrays overlap those of an unfinished run — one of the two writing them — behind that
+        run, so submissions on shared arrays behave as if executed in order."""
+        return RunHandle(native.submit(native_id, items, native_config), self)
 
     def _prepare(self, callable: Any, args: Any, config: Optional[CallConfig]):
         with self._lock:
@@ -415,7 +386,7 @@ class Worker:
             if not isinstance(config, CallConfig):
                 raise ArgumentTypeError(f"config must be a CallConfig, got {type(config).__name__}")
             native_config = config._for_worker(self)
-        return native, handle, native_id, self._native_args(handle, args), native_config
+        return native, native_id, self._native_args(handle, args), native_config
 
     def _native_args(self, handle: CallableHandle, args: Any) -> List[Any]:
         """One native item per argument, in signature order (TaskArgs: its tensors, then its

@@ -146,3 +146,31 @@ def test_submits_sharing_arrays_behave_as_if_in_order(chip, vadd, rng):
     np.testing.assert_allclose(c, a + b, rtol=1e-6)
     np.testing.assert_allclose(d, (a + b) + b, rtol=1e-6)
     np.testing.assert_allclose(e, ((a + b) + b) + a, rtol=1e-6)
+
+
+def test_a_read_only_view_of_an_array_an_earlier_run_writes_reads_its_output(
+    chip, spin, vadd, rng
+):
+    """A read-only input is lent, not copied at submit: a run reading a read-only view of
+    memory that an earlier, unfinished run writes sees that run's output."""
+    hs, hv = chip.register(spin), chip.register(vadd)
+    x = np.zeros(1024, np.float32)
+    first = chip.submit(hs, [x, 300])  # x[0] = 1 after 300 ms (inout)
+    ro = x.view()
+    ro.flags.writeable = False
+    c = np.full_like(x, -1.0)
+    second = chip.submit(hv, [ro, ro, c])  # c = x + x, once x is back
+    assert not first.done, "the spin run finished before the test could overlap it"
+    second.wait(timeout=30)
+    assert first.done
+    assert x[0] == 1.0
+    np.testing.assert_array_equal(c, x + x)
+    # Chained on vector_add: d = (a + b) + b through a read-only view of the first output.
+    a, b = (rng.random(1 << 16, dtype=np.float32) for _ in range(2))
+    s, d = np.empty_like(a), np.empty_like(a)
+    view = s.view()
+    view.flags.writeable = False
+    handles = [chip.submit(hv, [a, b, s]), chip.submit(hv, [view, b, d])]
+    for handle in handles:
+        handle.wait(timeout=30)
+    np.testing.assert_allclose(d, (a + b) + b, rtol=1e-6)

@@ -3,20 +3,25 @@
 //! anything touches the device.
 //!
 //! Every path into a run goes through the same rules: [`ChipWorker::run`] (borrowed
-//! [`HostArg`]s), [`ChipWorker::submit`] (owned arguments) and bindings that hold foreign
-//! memory ([`Signature::check_offers`]: a binding describes each argument as an
-//! [`ArgOffer`] and learns how to pass it, lent in place or copied). The public types are
-//! re-exported from [`crate::signature`]. This module only inspects descriptions of memory;
-//! it never reads or writes the bytes. Scalars are encoded by the one scalar encoding, the
-//! `scalar` submodule ([`ScalarValue::encode`]), which the toolchain's text parser uses too.
+//! [`HostArg`]s), [`ChipWorker::submit`] (owned arguments, the `owned` submodule) and
+//! bindings that hold foreign memory (the `offers` submodule, [`Signature::check_offers`]: a
+//! binding describes each argument as an [`ArgOffer`] and learns how to lend it, read-only
+//! or writable). The public types are re-exported from [`crate::signature`] and the crate
+//! root. This module only inspects descriptions of memory; it never reads or writes the
+//! bytes. Scalars are encoded by the one scalar encoding, the `scalar` submodule
+//! ([`ScalarValue::encode`]), which the toolchain's text parser uses too.
 //!
 //! [`ChipWorker::run`]: crate::ChipWorker::run
 //! [`ChipWorker::submit`]: crate::ChipWorker::submit
 
+mod offers;
+mod owned;
 mod scalar;
 
 use simpler_abi::DataType;
 
+pub use self::offers::{ArgOffer, HostMemory, Passing};
+pub use self::owned::{HostBuffer, HostInput, OwnedArg};
 pub use self::scalar::{is_float_dtype, ScalarError, ScalarValue};
 use crate::{ArgDirection, ArgSpec, HostError, Signature};
 
@@ -37,116 +42,6 @@ pub enum HostArg<'a> {
     /// A tensor: staged to the device and copied back by the signature's direction.
     Tensor(HostTensor<'a>),
     /// A scalar's raw 64 bits.
-    Scalar(u64),
-}
-
-/// A host buffer the run owns until it is finalized (Python passes numpy-backed buffers).
-pub trait HostBuffer: Send + 'static {
-    /// The buffer's bytes: read to stage inputs, written to copy outputs back.
-    fn bytes_mut(&mut self) -> &mut [u8];
-}
-
-impl HostBuffer for Vec<u8> {
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        self.as_mut_slice()
-    }
-}
-
-/// One argument of a submitted run, owned by the run until it is finalized.
-pub enum OwnedArg {
-    /// A tensor: C-order bytes of `shape` × `dtype`.
-    Tensor {
-        /// The bytes.
-        buffer: Box<dyn HostBuffer>,
-        /// Shape in elements (1..=5 dims).
-        shape: Vec<u64>,
-        /// Element type.
-        dtype: DataType,
-    },
-    /// A scalar's raw 64 bits.
-    Scalar(u64),
-    /// A tensor already in device memory, inside one allocation from `ChipWorker::malloc`
-    /// (checked at submit), passed in place: neither staged nor copied back. With a caller
-    /// stream, the caller orders its writes before the launch and its reads after Tail.
-    Device {
-        /// The tensor's first byte.
-        ptr: simpler_device::DevicePtr,
-        /// Shape in elements (1..=5 dims), C order.
-        shape: Vec<u64>,
-        /// Element type.
-        dtype: DataType,
-    },
-}
-
-impl std::fmt::Debug for OwnedArg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OwnedArg::Tensor { shape, dtype, .. } => f
-                .debug_struct("Tensor")
-                .field("shape", shape)
-                .field("dtype", dtype)
-                .finish_non_exhaustive(),
-            OwnedArg::Scalar(v) => f.debug_tuple("Scalar").field(v).finish(),
-            OwnedArg::Device { ptr, shape, dtype } => f
-                .debug_struct("Device")
-                .field("ptr", ptr)
-                .field("shape", shape)
-                .field("dtype", dtype)
-                .finish(),
-        }
-    }
-}
-
-/// Host memory a binding can lend to a run or copy: the bytes at `addr..addr + len`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostMemory {
-    /// Address of the first byte (used only to detect overlapping arguments).
-    pub addr: usize,
-    /// Length in bytes.
-    pub len: usize,
-    /// False when the memory's owner forbids writes (a read-only numpy array).
-    pub writable: bool,
-    /// Shape in elements, C order.
-    pub shape: Vec<u64>,
-    /// Element type.
-    pub dtype: DataType,
-}
-
-impl HostMemory {
-    fn overlaps(&self, other: &HostMemory) -> bool {
-        self.addr < other.addr.saturating_add(other.len)
-            && other.addr < self.addr.saturating_add(self.len)
-    }
-}
-
-/// One argument a binding offers for a run, in signature order, before the host decides how
-/// each host buffer travels ([`Signature::check_offers`]).
-#[derive(Clone, Debug, PartialEq)]
-pub enum ArgOffer {
-    /// Host memory, to be lent to the run in place or copied.
-    Host(HostMemory),
-    /// A tensor in device memory (from `malloc`), passed in place.
-    Device {
-        /// Shape in elements, C order.
-        shape: Vec<u64>,
-        /// Element type.
-        dtype: DataType,
-    },
-    /// A scalar, encoded by the signature's dtype.
-    Scalar(ScalarValue),
-}
-
-/// How a binding passes one offered argument.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Passing {
-    /// Lend the host memory in place: the run reads it and, for `out`/`inout`, writes it.
-    Lend,
-    /// Copy the host memory's bytes: the run only reads them, and the memory is read-only or
-    /// overlaps an earlier argument, so it must not be lent as writable.
-    Copy,
-    /// The device tensor, in place.
-    Device,
-    /// The scalar's 64 encoded bits.
     Scalar(u64),
 }
 
@@ -422,24 +317,34 @@ pub(crate) fn check(
 }
 
 /// Checks owned arguments against `sig` (a device tensor's length is its shape's, so only
-/// its kind, dtype, rank and shape are checked).
+/// its kind, dtype, rank and shape are checked), and that no read-only
+/// [`OwnedArg::Input`] stands for an argument the run writes.
 ///
 /// # Errors
 /// [`HostError::ArgumentCount`] or [`HostError::InvalidArgument`] naming the argument.
 pub(crate) fn check_owned(
     callable: &str,
     sig: &Signature,
-    args: &mut [OwnedArg],
+    args: &[OwnedArg],
 ) -> Result<(), HostError> {
     let views: Vec<ArgView<'_>> = args
-        .iter_mut()
+        .iter()
         .map(|a| match a {
             OwnedArg::Tensor {
                 buffer,
                 shape,
                 dtype,
             } => ArgView::Tensor {
-                len: buffer.bytes_mut().len() as u64,
+                len: buffer.bytes().len() as u64,
+                shape,
+                dtype: *dtype,
+            },
+            OwnedArg::Input {
+                buffer,
+                shape,
+                dtype,
+            } => ArgView::Tensor {
+                len: buffer.bytes().len() as u64,
                 shape,
                 dtype: *dtype,
             },
@@ -447,7 +352,19 @@ pub(crate) fn check_owned(
             OwnedArg::Device { shape, dtype, .. } => device_view(shape, *dtype),
         })
         .collect();
-    Ok(check_views(callable, sig, &views)?)
+    check_views(callable, sig, &views)?;
+    let written_input =
+        sig.args.iter().zip(args).find(|(spec, arg)| {
+            matches!(arg, OwnedArg::Input { .. }) && spec.direction.copies_back()
+        });
+    if let Some((spec, _)) = written_input {
+        return Err(ArgError::Invalid {
+            arg: spec.name.clone(),
+            problem: ArgProblem::ReadOnly(spec.direction.name()),
+        }
+        .into());
+    }
+    Ok(())
 }
 
 fn device_view(shape: &[u64], dtype: DataType) -> ArgView<'_> {
@@ -459,99 +376,6 @@ fn device_view(shape: &[u64], dtype: DataType) -> ArgView<'_> {
         shape,
         dtype,
     }
-}
-
-impl Signature {
-    /// Checks the arguments a binding offers for a run of `callable` (its name, for
-    /// messages) and decides how each travels: host memory is lent in place unless the run
-    /// only reads it and it is read-only or overlaps an earlier lent argument (then
-    /// [`Passing::Copy`]); scalars are encoded by their declared dtype. After this, no two
-    /// lent buffers overlap, and every lent buffer the run writes is writable.
-    ///
-    /// These are the rules [`ChipWorker::submit`](crate::ChipWorker::submit) applies again
-    /// to the owned arguments built from the answer.
-    ///
-    /// # Errors
-    /// [`ArgError`]: the count; then, argument by argument, the kind, a tensor's dtype, rank,
-    /// shape, byte length and writability, a scalar's encoding; then written arguments that
-    /// overlap another lent one.
-    pub fn check_offers(
-        &self,
-        callable: &str,
-        offers: &[ArgOffer],
-    ) -> Result<Vec<Passing>, ArgError> {
-        check_count(callable, self, offers.len())?;
-        let mut passing = Vec::with_capacity(offers.len());
-        for (spec, offer) in self.args.iter().zip(offers) {
-            let invalid = |problem| ArgError::Invalid {
-                arg: spec.name.clone(),
-                problem,
-            };
-            let p = match offer {
-                ArgOffer::Host(m) => {
-                    let view = ArgView::Tensor {
-                        len: m.len as u64,
-                        shape: &m.shape,
-                        dtype: m.dtype,
-                    };
-                    check_view(spec, &view)?;
-                    match (m.writable, spec.direction.copies_back()) {
-                        (true, _) => Passing::Lend,
-                        (false, false) => Passing::Copy,
-                        (false, true) => {
-                            return Err(invalid(ArgProblem::ReadOnly(spec.direction.name())))
-                        }
-                    }
-                }
-                ArgOffer::Device { shape, dtype } => {
-                    check_view(spec, &device_view(shape, *dtype))?;
-                    Passing::Device
-                }
-                ArgOffer::Scalar(v) => {
-                    check_view(spec, &ArgView::Scalar)?;
-                    let bits = v
-                        .encode(Some(spec.dtype))
-                        .map_err(|e| invalid(ArgProblem::Scalar(e)))?;
-                    Passing::Scalar(bits)
-                }
-            };
-            passing.push(p);
-        }
-        unalias(self, offers, &mut passing)?;
-        Ok(passing)
-    }
-}
-
-/// Rejects written arguments whose memory overlaps another lent argument, and copies an
-/// overlapping argument that both only read, so that no two lent views share a byte.
-fn unalias(sig: &Signature, offers: &[ArgOffer], passing: &mut [Passing]) -> Result<(), ArgError> {
-    for j in 0..offers.len() {
-        for i in 0..j {
-            let (ArgOffer::Host(a), ArgOffer::Host(b)) = (&offers[i], &offers[j]) else {
-                continue;
-            };
-            if passing[i] != Passing::Lend || passing[j] != Passing::Lend || !a.overlaps(b) {
-                continue;
-            }
-            let (si, sj) = (&sig.args[i], &sig.args[j]);
-            if si.direction.copies_back() || sj.direction.copies_back() {
-                let (written, other) = if sj.direction.copies_back() {
-                    (sj, si)
-                } else {
-                    (si, sj)
-                };
-                return Err(ArgError::Invalid {
-                    arg: written.name.clone(),
-                    problem: ArgProblem::Aliased {
-                        direction: written.direction.name(),
-                        other: other.name.clone(),
-                    },
-                });
-            }
-            passing[j] = Passing::Copy;
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -568,219 +392,6 @@ mod tests {
         }
     }
 
-    fn sig() -> Signature {
-        Signature::new(vec![
-            spec("a", In, DataType::Float32),
-            spec("b", In, DataType::Float32),
-            spec("c", Out, DataType::Float32),
-            spec("n", Scalar, DataType::Uint64),
-        ])
-        .unwrap()
-    }
-
-    fn host(addr: usize, n: u64, writable: bool) -> ArgOffer {
-        ArgOffer::Host(HostMemory {
-            addr,
-            len: n as usize * 4,
-            writable,
-            shape: vec![n],
-            dtype: DataType::Float32,
-        })
-    }
-
-    fn offers() -> Vec<ArgOffer> {
-        vec![
-            host(0x1000, 16, true),
-            host(0x2000, 16, true),
-            host(0x3000, 16, true),
-            ArgOffer::Scalar(ScalarValue::Int(7)),
-        ]
-    }
-
-    #[test]
-    fn well_formed_offers_are_lent_and_scalars_encoded() {
-        let p = sig().check_offers("k", &offers()).unwrap();
-        assert_eq!(
-            p,
-            [
-                Passing::Lend,
-                Passing::Lend,
-                Passing::Lend,
-                Passing::Scalar(7)
-            ]
-        );
-        let mut device = offers();
-        device[1] = ArgOffer::Device {
-            shape: vec![16],
-            dtype: DataType::Float32,
-        };
-        assert_eq!(
-            sig().check_offers("k", &device).unwrap()[1],
-            Passing::Device
-        );
-    }
-
-    #[test]
-    fn the_count_names_every_declared_argument() {
-        let e = sig().check_offers("vadd", &offers()[..2]).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "callable `vadd` takes 4 arguments (a, b, c, n), got 2"
-        );
-        assert!(matches!(
-            HostError::from(e),
-            HostError::ArgumentCount {
-                expected: 4,
-                got: 2,
-                ..
-            }
-        ));
-    }
-
-    #[test]
-    fn each_mismatch_names_its_argument() {
-        let cases: Vec<(usize, ArgOffer, &str, &str)> = vec![
-            (
-                3,
-                host(0x9000, 4, true),
-                "n",
-                "declares a scalar, got a tensor",
-            ),
-            (
-                2,
-                ArgOffer::Scalar(ScalarValue::Int(1)),
-                "c",
-                "declares an out tensor, got a scalar",
-            ),
-            (
-                0,
-                ArgOffer::Host(HostMemory {
-                    dtype: DataType::Int32,
-                    ..memory(host(0x1000, 16, true))
-                }),
-                "a",
-                "dtype is i32, the signature declares f32",
-            ),
-            (
-                1,
-                ArgOffer::Host(HostMemory {
-                    shape: vec![],
-                    ..memory(host(0x2000, 16, true))
-                }),
-                "b",
-                "has 0 dimensions",
-            ),
-            (
-                1,
-                ArgOffer::Host(HostMemory {
-                    shape: vec![0],
-                    len: 0,
-                    ..memory(host(0x2000, 16, true))
-                }),
-                "b",
-                "shape [0] has no elements",
-            ),
-            (
-                1,
-                ArgOffer::Host(HostMemory {
-                    shape: vec![8],
-                    ..memory(host(0x2000, 16, true))
-                }),
-                "b",
-                "holds 64 bytes but shape [8] of f32 needs 32",
-            ),
-            (
-                2,
-                host(0x3000, 16, false),
-                "c",
-                "read-only but the run writes it (out)",
-            ),
-            (
-                3,
-                ArgOffer::Scalar(ScalarValue::Int(-1)),
-                "n",
-                "-1 is out of range for u64 (0..=18446744073709551615; it is unsigned)",
-            ),
-            (
-                1,
-                ArgOffer::Device {
-                    shape: vec![16],
-                    dtype: DataType::Float16,
-                },
-                "b",
-                "dtype is f16",
-            ),
-        ];
-        for (i, offer, arg, want) in cases {
-            let mut args = offers();
-            args[i] = offer;
-            let e = sig().check_offers("k", &args).unwrap_err();
-            assert_eq!(e.arg(), Some(arg), "{e}");
-            assert!(e.to_string().contains(want), "`{e}` should say `{want}`");
-            assert!(
-                e.to_string().starts_with(&format!("argument `{arg}`: ")),
-                "{e}"
-            );
-            let host = HostError::from(e.clone());
-            assert_eq!(host.to_string(), e.to_string());
-            assert!(host.is_invalid_argument());
-        }
-    }
-
-    fn memory(offer: ArgOffer) -> HostMemory {
-        match offer {
-            ArgOffer::Host(m) => m,
-            _ => unreachable!(),
-        }
-    }
-
-    #[test]
-    fn only_kind_errors_and_floats_for_integers_are_type_errors() {
-        let mut args = offers();
-        args[3] = ArgOffer::Scalar(ScalarValue::Float(1.5));
-        let e = sig().check_offers("k", &args).unwrap_err();
-        assert!(e.is_type_error(), "{e}");
-        assert!(e
-            .to_string()
-            .contains("scalar 1.5 is a float but the signature declares u64"));
-        args[3] = host(0x9000, 4, true);
-        assert!(sig().check_offers("k", &args).unwrap_err().is_type_error());
-        args[3] = ArgOffer::Scalar(ScalarValue::Int(-1));
-        assert!(!sig().check_offers("k", &args).unwrap_err().is_type_error());
-    }
-
-    #[test]
-    fn read_only_inputs_are_copied_and_read_aliases_copied_once() {
-        let mut args = offers();
-        args[0] = host(0x1000, 16, false);
-        args[1] = host(0x1000, 16, true);
-        let p = sig().check_offers("k", &args).unwrap();
-        assert_eq!(&p[..3], [Passing::Copy, Passing::Lend, Passing::Lend]);
-        args[0] = host(0x1000, 16, true);
-        let p = sig().check_offers("k", &args).unwrap();
-        assert_eq!(&p[..3], [Passing::Lend, Passing::Copy, Passing::Lend]);
-    }
-
-    #[test]
-    fn a_written_argument_may_not_overlap_another_lent_one() {
-        let mut args = offers();
-        args[2] = host(0x1000 + 60, 16, true); // its first element is a's last
-        let e = sig().check_offers("k", &args).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "argument `c`: the run writes it (out) and it shares memory with argument `a`; \
-             pass separate arrays"
-        );
-        // Adjacent, not overlapping: fine.
-        args[2] = host(0x1000 + 64, 16, true);
-        assert!(sig().check_offers("k", &args).is_ok());
-        // A read-only input overlapping an output is copied, so the output is still lent.
-        args[0] = host(0x3000, 16, false);
-        args[2] = host(0x3000, 16, true);
-        let p = sig().check_offers("k", &args).unwrap();
-        assert_eq!(&p[..3], [Passing::Copy, Passing::Lend, Passing::Lend]);
-    }
-
     #[test]
     fn owned_and_borrowed_checks_keep_the_host_messages() {
         let mut bytes = vec![0u8; 12];
@@ -795,11 +406,47 @@ mod tests {
             e.to_string(),
             "argument `x`: holds 12 bytes but shape [4] of f32 needs 16"
         );
-        let mut owned = vec![OwnedArg::Scalar(1)];
-        let e = check_owned("k", &one, &mut owned).unwrap_err();
+        let owned = vec![OwnedArg::Scalar(1)];
+        let e = check_owned("k", &one, &owned).unwrap_err();
         assert_eq!(
             e.to_string(),
             "argument `x`: the signature declares an in tensor, got a scalar"
         );
+    }
+
+    #[test]
+    fn a_read_only_input_is_accepted_for_in_and_refused_where_the_run_writes() {
+        let input = |len: usize| OwnedArg::Input {
+            buffer: Box::new(vec![0u8; len]),
+            shape: vec![4],
+            dtype: DataType::Float32,
+        };
+        let sig = Signature::new(vec![
+            spec("x", In, DataType::Float32),
+            spec("y", Out, DataType::Float32),
+            spec("z", InOut, DataType::Float32),
+        ])
+        .unwrap();
+        let writable = || OwnedArg::Tensor {
+            buffer: Box::new(vec![0u8; 16]),
+            shape: vec![4],
+            dtype: DataType::Float32,
+        };
+        assert!(check_owned("k", &sig, &[input(16), writable(), writable()]).is_ok());
+        let e = check_owned("k", &sig, &[input(12), writable(), writable()]).unwrap_err();
+        assert!(e.to_string().contains("holds 12 bytes"), "{e}");
+        for (at, arg, dir) in [(1, "y", "out"), (2, "z", "inout")] {
+            let mut args = vec![input(16), writable(), writable()];
+            args[at] = input(16);
+            let e = check_owned("k", &sig, &args).unwrap_err();
+            assert!(e.is_invalid_argument(), "{e}");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "argument `{arg}`: the memory is read-only but the run writes it ({dir}); \
+                     pass a writable array"
+                )
+            );
+        }
     }
 }

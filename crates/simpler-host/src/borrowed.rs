@@ -43,6 +43,12 @@ impl BorrowedBytes {
 }
 
 impl HostBuffer for BorrowedBytes {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `new`'s contract: the slice is live and lent to this buffer alone while its
+        // run is not terminal, which is the only time the lane calls this.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: `new`'s contract: the slice is live and lent to this buffer alone while its
         // run is not terminal, which is the only time the lane calls this.
@@ -79,6 +85,8 @@ mod tests {
             let mut b = unsafe { BorrowedBytes::new(&mut bytes) };
             assert_eq!(b.bytes_mut(), &[1, 2, 3, 4]);
             b.bytes_mut()[0] = 9;
+            assert_eq!(b.bytes(), &[9, 2, 3, 4]);
+            assert_eq!(b.bytes().as_ptr(), b.bytes_mut().as_ptr());
         }
         assert_eq!(bytes, [9, 2, 3, 4]);
     }

@@ -59,8 +59,8 @@ mod worker;
 mod worker_config;
 
 pub use args::{
-    is_float_dtype, ArgError, ArgOffer, ArgProblem, HostArg, HostBuffer, HostMemory, HostTensor,
-    OwnedArg, Passing, ScalarError, ScalarValue,
+    is_float_dtype, ArgError, ArgOffer, ArgProblem, HostArg, HostBuffer, HostInput, HostMemory,
+    HostTensor, OwnedArg, Passing, ScalarError, ScalarValue,
 };
 pub use bundle::{Bundle, BundleCode, BundleError, BundleKernel};
 pub use callable::{CallableSpec, CodeImage, KernelSpec};

@@ -47,6 +47,10 @@ pub struct CallableInfo {
     pub generation: u64,
     /// The callable's name.
     pub name: String,
+    /// The callable's signature, shared with the occupancy (what a binding checks its
+    /// arguments against before submitting; the submit checks them again against the
+    /// occupancy it finds).
+    pub signature: Arc<Signature>,
 }
 
 /// Counters of the image cache.
@@ -63,7 +67,7 @@ pub struct ImageCacheStats {
 /// A registered callable: loaded code and its func tables, for one occupancy.
 pub(crate) struct Registered {
     pub(crate) name: String,
-    pub(crate) signature: Signature,
+    pub(crate) signature: Arc<Signature>,
     pub(crate) orchestration: Arc<LoadedCode>,
     pub(crate) _kernels: Vec<Arc<LoadedCode>>,
     /// func id → entry address (0 = none), `func_count` entries.
@@ -244,7 +248,7 @@ pub(crate) fn build(
     }
     Ok(Registered {
         name: spec.name.clone(),
-        signature: spec.signature.clone(),
+        signature: Arc::new(spec.signature.clone()),
         orchestration,
         _kernels: kernels,
         func_table_bytes: func_addrs.iter().flat_map(|a| a.to_le_bytes()).collect(),
@@ -336,6 +340,7 @@ impl CallableTable {
             id,
             generation: r.generation,
             name: r.name.clone(),
+            signature: r.signature.clone(),
         })
     }
 

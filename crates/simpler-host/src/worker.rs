@@ -309,9 +309,27 @@ impl ChipWorker {
         Ok(())
     }
 
-    /// What slot `id` holds (name and occupancy generation), if anything.
+    /// What slot `id` holds (name, occupancy generation and signature), if anything.
     pub fn callable_info(&self, id: CallableId) -> Option<CallableInfo> {
         self.shared.table.lock().info(id)
+    }
+
+    /// The callable registered under `id` — its name, occupancy generation and signature —
+    /// for a binding that checks its arguments against the signature before it submits
+    /// ([`Signature::check_offers`](crate::Signature::check_offers)). The submit checks the
+    /// owned arguments again against the occupancy it finds, so an id re-registered in
+    /// between cannot slip arguments past the host's check.
+    ///
+    /// # Errors
+    /// [`HostError::UnknownCallable`] for an empty slot, [`HostError::ExecutionContextRefused`]
+    /// (checked before any lock is taken).
+    pub fn registered_callable(&self, id: CallableId) -> Result<CallableInfo, HostError> {
+        self.shared.identity.check()?;
+        self.shared
+            .table
+            .lock()
+            .info(id)
+            .ok_or(HostError::UnknownCallable(id.0))
     }
 
     /// Counters of the image cache (live images, loads, loads avoided by sharing).
@@ -380,14 +398,14 @@ impl ChipWorker {
     pub fn submit_with(
         &self,
         id: CallableId,
-        mut args: Vec<OwnedArg>,
+        args: Vec<OwnedArg>,
         config: &CallConfig,
     ) -> Result<RunHandle, HostError> {
         self.shared.identity.check()?;
         self.shared.mode.latch(ExecutionMode::Program)?;
         let plan = config.plan(self.shared.lane.config())?;
         let callable = self.callable(id)?;
-        crate::args::check_owned(&callable.name, &callable.signature, &mut args)?;
+        crate::args::check_owned(&callable.name, &callable.signature, &args)?;
         self.submit_checked(callable, args, plan, None)
     }
 
@@ -411,7 +429,7 @@ impl ChipWorker {
     pub fn submit_on_stream(
         &self,
         id: CallableId,
-        mut args: Vec<OwnedArg>,
+        args: Vec<OwnedArg>,
         config: &CallConfig,
         caller: StreamId,
     ) -> Result<RunHandle, HostError> {
@@ -419,7 +437,7 @@ impl ChipWorker {
         self.shared.mode.latch(ExecutionMode::Kernel)?;
         let plan = config.plan(self.shared.lane.config())?;
         let callable = self.callable(id)?;
-        crate::args::check_owned(&callable.name, &callable.signature, &mut args)?;
+        crate::args::check_owned(&callable.name, &callable.signature, &args)?;
         if let Err(e) = self.device().query_stream(caller) {
             return Err(HostError::InvalidArgument {
                 arg: "caller_stream".into(),
@@ -695,6 +713,7 @@ pub(crate) mod tests {
                 refused(w.register_v2(&empty_spec(), &mut out)),
                 out == -1,
                 refused(w.unregister(id)),
+                refused(w.registered_callable(id).map(drop)),
                 refused(w.malloc(64).map(drop)),
                 refused(w.free(ptr)),
                 refused(w.copy_to(ptr, &buf)),

@@ -652,20 +652,35 @@ fn a_successor_starts_each_kernel_only_after_its_predecessor_finished_the_other(
 // Alias ordering: runs that share host buffers.
 
 /// Host bytes several runs may hold at once, as numpy views are lent to the lane: each
-/// [`Window`] lends the same allocation.
+/// [`Window`] (writable) and [`ReadView`] (read-only) lends the same allocation.
 struct SharedBytes(std::cell::UnsafeCell<Vec<u8>>);
 
 // SAFETY: the lane touches a run's host buffer only under its lock (staging in at prepare,
-// copying back at finalize), so two windows on these bytes are never used at once; the test
-// reads them only after every run holding a window has finished.
+// copying back at finalize) and holds no slice of it between, so two views on these bytes
+// are never used at once; the test reads them only after every run holding one finished.
 unsafe impl Sync for SharedBytes {}
 
 struct Window(Arc<SharedBytes>);
 
 impl HostBuffer for Window {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: see `SharedBytes`: no two uses overlap in time.
+        unsafe { (*self.0 .0.get()).as_slice() }
+    }
+
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: see `SharedBytes`: no two uses overlap in time.
         unsafe { (*self.0 .0.get()).as_mut_slice() }
+    }
+}
+
+/// A read-only view of shared bytes, lent as [`OwnedArg::Input`].
+struct ReadView(Arc<SharedBytes>);
+
+impl HostInput for ReadView {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: see `SharedBytes`: no two uses overlap in time.
+        unsafe { (*self.0 .0.get()).as_slice() }
     }
 }
 
@@ -734,6 +749,82 @@ fn chained_submits_on_a_shared_buffer_give_the_sequential_result() {
         let v = f32::from_ne_bytes(v.try_into().unwrap());
         assert_eq!(v, i as f32 + 2.0, "c = a + 2 at element {i}");
     }
+}
+
+#[test]
+fn a_read_only_input_that_an_earlier_run_writes_is_staged_after_that_run() {
+    // b = a + 1 written through a window, then c = b + 1 reading b through a read-only
+    // view of the same bytes: the second run is staged only after b is copied back.
+    let (dev, w, id) = lingering_worker();
+    let a: Vec<f32> = (0..N).map(|i| i as f32).collect();
+    let b = shared(vec![0u8; N * 4]);
+    let first = w
+        .submit(
+            id,
+            vec![
+                tensor(f32_bytes(&a)),
+                tensor(Window(b.clone())),
+                OwnedArg::Scalar(0),
+            ],
+        )
+        .unwrap();
+    let second = w
+        .submit(
+            id,
+            vec![
+                OwnedArg::Input {
+                    buffer: Box::new(ReadView(b.clone())),
+                    shape: vec![N as u64],
+                    dtype: DataType::Float32,
+                },
+                tensor(vec![0u8; N * 4]),
+                OwnedArg::Scalar(0),
+            ],
+        )
+        .unwrap();
+    assert_eq!(
+        dev.calls(FaultPoint::LaunchAicore),
+        1,
+        "the read-only input waits for the run writing it"
+    );
+    first.result().unwrap();
+    let out = second.result().unwrap();
+    let c = out.args[1].host_bytes().expect("c is a host tensor");
+    for (i, v) in c.chunks(4).enumerate() {
+        let v = f32::from_ne_bytes(v.try_into().unwrap());
+        assert_eq!(v, i as f32 + 2.0, "c = a + 2 at element {i}");
+    }
+}
+
+#[test]
+fn a_read_only_input_for_an_argument_the_run_writes_is_refused_at_submit() {
+    let (_dev, w, id) = worker(2, Duration::from_secs(30));
+    let shared: Arc<[u8]> = vec![0u8; N * 4].into();
+    let e = w
+        .submit(
+            id,
+            vec![
+                tensor(vec![0u8; N * 4]),
+                OwnedArg::Input {
+                    buffer: Box::new(shared),
+                    shape: vec![N as u64],
+                    dtype: DataType::Float32,
+                },
+                OwnedArg::Scalar(0),
+            ],
+        )
+        .unwrap_err();
+    assert!(e.is_invalid_argument(), "{e}");
+    assert!(
+        e.to_string()
+            .contains("read-only but the run writes it (out)"),
+        "{e}"
+    );
+    // The worker stays usable.
+    check_output(
+        w.submit(id, args(1.0, false)).unwrap().result().unwrap(),
+        1.0,
+    );
 }
 
 #[test]

@@ -61,6 +61,13 @@ fn explicit_and_automatic_ids_share_one_namespace_and_one_image_cache() {
     let info = w.callable_info(CallableId(10)).unwrap();
     assert_ne!(info.generation, g10);
     assert_eq!(info.name, "ten-again");
+    // The checked accessor answers the same occupancy, signature included.
+    assert_eq!(w.registered_callable(CallableId(10)).unwrap(), info);
+    assert_eq!(*info.signature, spec("ten-again").signature);
+    assert!(matches!(
+        w.registered_callable(CallableId(11)),
+        Err(HostError::UnknownCallable(11))
+    ));
     // Both ids sharing an image run.
     for id in [first, second] {
         check_output(w.submit(id, args(4.0, 0)).unwrap().result().unwrap(), 4.0);

@@ -10,9 +10,11 @@
 //!
 //! This module only turns Python objects into descriptions of memory
 //! ([`ArgOffer`](simpler_host::ArgOffer)); the host checks them all
-//! ([`Signature::check_offers`]) and says how each host array travels: lent to the run in
-//! place (the array stays alive in the run's arguments) or copied (read-only or aliased
-//! inputs). Nothing touches the device before the check passes.
+//! ([`Signature::check_offers`]) and says how each host array is lent to the run in place
+//! (the array stays alive in the run's arguments): read-only for an argument the run only
+//! reads ([`OwnedArg::Input`]), writable for one it writes ([`OwnedArg::Tensor`]). Nothing
+//! is copied at submit, so ordering a run behind an earlier one that writes its arrays is
+//! the lane's alone. Nothing touches the device before the check passes.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
@@ -23,7 +25,6 @@ use simpler_host::{OwnedArg, Signature};
 
 use crate::array::ArrayMemory;
 use crate::error;
-use crate::handle::ArrayBuffer;
 
 /// A dtype given by its wire value (`simpler.DataType`).
 fn dtype(py: Python<'_>, wire: u32) -> PyResult<DataType> {
@@ -250,14 +251,18 @@ pub(crate) fn owned_args(
         .zip(offers)
         .zip(passing)
         .map(|((item, offer), passing)| match (item, offer, passing) {
-            (Item::Host(memory, dtype), _, Passing::Copy) => OwnedArg::Tensor {
-                buffer: Box::new(memory.bytes().to_vec()),
+            (Item::Host(memory, dtype), _, Passing::LendReadOnly) => OwnedArg::Input {
                 shape: memory.shape.clone(),
+                buffer: Box::new(memory),
                 dtype,
             },
-            (Item::Host(memory, dtype), _, _) => OwnedArg::Tensor {
+            (Item::Host(memory, dtype), _, Passing::LendWritable) => OwnedArg::Tensor {
                 shape: memory.shape.clone(),
-                buffer: Box::new(ArrayBuffer(memory)),
+                buffer: Box::new(
+                    memory
+                        .into_writable()
+                        .expect("check_offers lends only writable memory writable"),
+                ),
                 dtype,
             },
             (Item::Device(ptr), ArgOffer::Device { shape, dtype }, _) => {

@@ -14,10 +14,17 @@
 //! borrow lives. What it cannot stop is other Python code writing the array concurrently
 //! while a run executes with the interpreter detached; as with any extension that releases
 //! the GIL over a buffer, that is the caller's responsibility.
+//!
+//! A run borrows an array as the host's input ([`HostInput`], any array: the lane only reads
+//! it) or as its output buffer ([`HostBuffer`], a [`WritableArray`] only: what numpy allows
+//! writes to). The lane never holds a slice of either between two calls, and orders runs
+//! whose arrays overlap, one of them writing (`docs/run-lane.md`), so no read of an array
+//! overlaps a copy back into it.
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyType};
+use simpler_host::{HostBuffer, HostInput};
 
 use crate::error;
 
@@ -38,7 +45,8 @@ pub(crate) struct ArrayMemory {
 
 // SAFETY: `ptr` addresses memory owned by (or kept alive through) the array that `_owner`
 // references; that memory is not tied to the thread that created the borrow, and `Py<PyAny>`
-// is itself `Send`. Access to the bytes is governed by `&mut self` on the accessors.
+// is itself `Send`. The bytes are read through `&self` and written only through
+// `WritableArray::bytes_mut` (`&mut self`).
 unsafe impl Send for ArrayMemory {}
 
 impl ArrayMemory {
@@ -138,17 +146,50 @@ impl ArrayMemory {
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
-    /// The bytes, for writing; `None` when numpy marked the array read-only.
+    /// The memory for writing; `None` when numpy marked the array read-only.
+    pub(crate) fn into_writable(self) -> Option<WritableArray> {
+        (!self.readonly).then_some(WritableArray(self))
+    }
+}
+
+/// A run's input: the lane reads the array in place when it stages the run.
+impl HostInput for ArrayMemory {
+    fn bytes(&self) -> &[u8] {
+        ArrayMemory::bytes(self)
+    }
+}
+
+/// The memory of a numpy array that numpy allows writes to.
+pub(crate) struct WritableArray(ArrayMemory);
+
+impl WritableArray {
+    /// The bytes, for reading.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.0.bytes()
+    }
+
+    /// The bytes, for writing.
     ///
-    /// The caller must not hold two `ArrayMemory` of overlapping ranges mutably at once
-    /// (see [`range`](ArrayMemory::range)); the argument conversion rejects or copies such
-    /// aliases before taking any mutable view.
-    pub(crate) fn bytes_mut(&mut self) -> Option<&mut [u8]> {
-        if self.readonly {
-            return None;
-        }
-        // SAFETY: as in `bytes`; numpy reports the memory writable, and `&mut self` makes this
-        // the only view taken through this borrow.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) })
+    /// No other view of an overlapping range may be in use meanwhile (see
+    /// [`ArrayMemory::range`]): the argument check refuses a written array that overlaps
+    /// another writable one, and the lane takes this view only to copy an output back, in
+    /// order with every run that reads or writes the same bytes.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        let (ptr, len) = (self.0.ptr, self.0.len);
+        // SAFETY: as in `ArrayMemory::bytes`; numpy reports the memory writable
+        // (`into_writable`), and `&mut self` makes this the only view taken through this
+        // borrow.
+        unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+    }
+}
+
+/// A run's `out`/`inout` buffer: staged from in place, and its output copied back into it.
+impl HostBuffer for WritableArray {
+    fn bytes(&self) -> &[u8] {
+        WritableArray::bytes(self)
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        WritableArray::bytes_mut(self)
     }
 }

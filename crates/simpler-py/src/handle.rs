@@ -22,24 +22,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
-use simpler_host::{HostBuffer, HostError, RunHandle};
+use simpler_host::{HostError, RunHandle};
 
-use crate::array::ArrayMemory;
 use crate::error::{self, Raise};
 
 /// The longest a wait stays detached before checking for signals.
 const SLICE: Duration = Duration::from_millis(50);
-
-/// A numpy array lent to a submitted run for as long as the run owns its arguments.
-pub(crate) struct ArrayBuffer(pub(crate) ArrayMemory);
-
-impl HostBuffer for ArrayBuffer {
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        self.0
-            .bytes_mut()
-            .expect("submit lends writable arrays only; read-only ones are copied")
-    }
-}
 
 /// What a successful run reports: the host's [`simpler_host::RunReport`] in seconds.
 #[pyclass(module = "simpler._native", name = "RunReport", frozen)]

@@ -11,15 +11,16 @@
 //!
 //! # Arguments of a run
 //!
-//! `run` and `submit` take the callable's id, the callable itself (whose host
-//! [`Signature`](simpler_host::Signature) decides which host arrays may be lent and which
-//! are copied — see [`crate::args`]) and one item per signature entry. The host checks every
-//! argument twice with the same rules: once on the items (`Signature::check_offers`, which
-//! decides how each array travels) and again against the registered callable at submission,
-//! so a callable that is not the one registered under `id` cannot slip arguments past the
-//! host's own signature. The run owns its arguments until it is collected
-//! ([`NativeRunHandle`]): writable arrays are lent in place (kept alive by the run), the
-//! others copied; `run` waits for it.
+//! `run` and `submit` take the callable's id and one item per signature entry. The host
+//! answers the registered callable's name and [`Signature`](simpler_host::Signature)
+//! ([`ChipWorker::registered_callable`]), checks the items against it
+//! (`Signature::check_offers`, which decides how each array is lent — see [`crate::args`])
+//! and checks the owned arguments again at submission against the occupancy it finds, so an
+//! id re-registered in between cannot slip arguments past the host's own signature. The run
+//! owns its arguments until it is collected ([`NativeRunHandle`]): every host array is lent
+//! in place (kept alive by the run), read-only for an input and writable for an output; the
+//! lane orders the run behind any unfinished one that writes the same memory, or reads what
+//! it writes. `run` waits for it.
 //!
 //! Every call that may block — starting the chip, loading code, copies, runs — detaches
 //! from the interpreter ([`Python::detach`]), so other Python threads run meanwhile.
@@ -56,17 +57,20 @@ impl NativeWorker {
         lock(&self.worker).clone().ok_or_else(|| error::closed(py))
     }
 
-    /// The live worker, the run's options and its owned arguments (see the module docs).
+    /// The live worker, the run's options and its owned arguments for a run of callable
+    /// `id` (see the module docs).
     fn prepare(
         &self,
         py: Python<'_>,
-        callable: &NativeCallable,
+        id: CallableId,
         args: &Bound<'_, PyAny>,
         config: Option<&NativeCallConfig>,
     ) -> PyResult<(Arc<ChipWorker>, CallConfig, Vec<OwnedArg>)> {
         let worker = self.live(py)?;
-        let bundle = &callable.bundle;
-        let owned = args::owned_args(py, &bundle.name, &bundle.signature, args)?;
+        let callable = worker
+            .registered_callable(id)
+            .map_err(|e| error::host_error(py, e))?;
+        let owned = args::owned_args(py, &callable.name, &callable.signature, args)?;
         Ok((worker, config.map(|c| c.config).unwrap_or_default(), owned))
     }
 }
@@ -106,18 +110,17 @@ impl NativeWorker {
             .map_err(|e| error::host_error(py, e))
     }
 
-    /// Runs callable `id` (registered from `callable`) on `args` (see the module docs) with
-    /// the options `config` (default: `CallConfig()`), and waits for it.
-    #[pyo3(signature = (id, callable, args, config=None))]
+    /// Runs callable `id` on `args` (see the module docs) with the options `config`
+    /// (default: `CallConfig()`), and waits for it.
+    #[pyo3(signature = (id, args, config=None))]
     fn run(
         &self,
         py: Python<'_>,
         id: u32,
-        callable: &NativeCallable,
         args: &Bound<'_, PyAny>,
         config: Option<&NativeCallConfig>,
     ) -> PyResult<NativeRunReport> {
-        let (worker, config, owned) = self.prepare(py, callable, args, config)?;
+        let (worker, config, owned) = self.prepare(py, CallableId(id), args, config)?;
         let report = py
             .detach(|| {
                 worker
@@ -129,19 +132,19 @@ impl NativeWorker {
         Ok(NativeRunReport::from(&report))
     }
 
-    /// Submits a run of callable `id` (registered from `callable`) on `args` and returns its
-    /// handle at once. The run borrows the writable arrays (kept alive by the handle), copies
-    /// read-only or aliased inputs and passes device tensors in place.
-    #[pyo3(signature = (id, callable, args, config=None))]
+    /// Submits a run of callable `id` on `args` and returns its handle at once. The run
+    /// borrows every host array in place (kept alive by the handle: read-only for inputs,
+    /// writable for outputs) and passes device tensors in place; it is staged only after
+    /// every unfinished run that writes memory it uses, or uses memory it writes.
+    #[pyo3(signature = (id, args, config=None))]
     fn submit(
         &self,
         py: Python<'_>,
         id: u32,
-        callable: &NativeCallable,
         args: &Bound<'_, PyAny>,
         config: Option<&NativeCallConfig>,
     ) -> PyResult<NativeRunHandle> {
-        let (worker, config, owned) = self.prepare(py, callable, args, config)?;
+        let (worker, config, owned) = self.prepare(py, CallableId(id), args, config)?;
         let handle = py
             .detach(|| worker.submit_with(CallableId(id), owned, &config))
             .map_err(|e| error::host_error(py, e))?;
@@ -183,7 +186,7 @@ impl NativeWorker {
     /// bytes as `dst` holds.
     fn copy_from(&self, py: Python<'_>, dst: &Bound<'_, PyAny>, addr: u64) -> PyResult<()> {
         let worker = self.live(py)?;
-        let mut memory = ArrayMemory::borrow(dst, "dst")?;
+        let memory = ArrayMemory::borrow(dst, "dst")?;
         if memory.len() == 0 {
             return Err(error::invalid_argument(
                 py,
@@ -191,13 +194,14 @@ impl NativeWorker {
                 "the array has no elements",
             ));
         }
-        let Some(bytes) = memory.bytes_mut() else {
+        let Some(mut memory) = memory.into_writable() else {
             return Err(error::invalid_argument(
                 py,
                 "dst",
                 "the destination array is read-only",
             ));
         };
+        let bytes = memory.bytes_mut();
         py.detach(|| worker.copy_from(bytes, DevicePtr::from_raw(addr)))
             .map_err(|e| error::host_error(py, e))
     }

@@ -5,10 +5,11 @@
 //! The host copies a run's inputs in when it is prepared and its outputs back when it is
 //! finalized; a successor staged while its predecessor executes would otherwise read a
 //! buffer before the predecessor's outputs are copied into it (or have its own outputs
-//! overwritten by them). Buffers are compared by host address range (what
-//! [`HostBuffer::bytes_mut`](crate::HostBuffer::bytes_mut) lends); a range is written when
-//! its argument is copied back (`Out`, `InOut`). Runs that only read the same bytes still
-//! pipeline. Device tensors passed in place are the caller's to order.
+//! overwritten by them). Buffers are compared by host address range (what a host tensor
+//! lends, [`OwnedArg::host_bytes`]: writable buffers and read-only inputs alike, so a
+//! read-only view of memory an earlier run writes is ordered behind that run); a range is
+//! written when its argument is copied back (`Out`, `InOut`). Runs that only read the same
+//! bytes still pipeline. Device tensors passed in place are the caller's to order.
 //!
 //! Pure rules: the pump consults them before it prepares a run; nothing here touches the
 //! lane or the device.
@@ -29,22 +30,19 @@ pub(crate) struct HostRange {
 
 /// The host ranges of a run's tensor arguments (signature order; scalars and device
 /// tensors lend no host bytes).
-pub(crate) fn host_ranges(signature: &Signature, args: &mut [OwnedArg]) -> Vec<HostRange> {
+pub(crate) fn host_ranges(signature: &Signature, args: &[OwnedArg]) -> Vec<HostRange> {
     signature
         .args
         .iter()
-        .zip(args.iter_mut())
-        .filter_map(|(spec, arg)| match arg {
-            OwnedArg::Tensor { buffer, .. } => {
-                let bytes = buffer.bytes_mut();
-                let start = bytes.as_ptr() as usize;
-                Some(HostRange {
-                    start,
-                    end: start + bytes.len(),
-                    writes: spec.direction.copies_back(),
-                })
-            }
-            OwnedArg::Scalar(_) | OwnedArg::Device { .. } => None,
+        .zip(args)
+        .filter_map(|(spec, arg)| {
+            let bytes = arg.host_bytes()?;
+            let start = bytes.as_ptr() as usize;
+            Some(HostRange {
+                start,
+                end: start + bytes.len(),
+                writes: spec.direction.copies_back(),
+            })
         })
         .collect()
 }
@@ -62,6 +60,52 @@ pub(crate) fn conflict(earlier: &[HostRange], later: &[HostRange]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{ArgDirection, ArgSpec};
+    use simpler_abi::DataType;
+
+    #[test]
+    fn every_host_tensor_lends_its_range_and_outputs_write_it() {
+        let spec = |name: &str, direction| ArgSpec {
+            name: name.into(),
+            direction,
+            dtype: DataType::Uint8,
+            shape: None,
+        };
+        let sig = Signature::new(vec![
+            spec("x", ArgDirection::In),
+            spec("y", ArgDirection::In),
+            spec("z", ArgDirection::InOut),
+            spec("n", ArgDirection::Scalar),
+        ])
+        .unwrap();
+        let shared: std::sync::Arc<[u8]> = vec![0u8; 8].into();
+        let (x, z) = (vec![0u8; 4], vec![0u8; 2]);
+        let want = |b: &[u8], writes| HostRange {
+            start: b.as_ptr() as usize,
+            end: b.as_ptr() as usize + b.len(),
+            writes,
+        };
+        let expected = [want(&x, false), want(&shared, false), want(&z, true)];
+        let args = [
+            OwnedArg::Tensor {
+                buffer: Box::new(x),
+                shape: vec![4],
+                dtype: DataType::Uint8,
+            },
+            OwnedArg::Input {
+                buffer: Box::new(shared),
+                shape: vec![8],
+                dtype: DataType::Uint8,
+            },
+            OwnedArg::Tensor {
+                buffer: Box::new(z),
+                shape: vec![2],
+                dtype: DataType::Uint8,
+            },
+            OwnedArg::Scalar(3),
+        ];
+        assert_eq!(host_ranges(&sig, &args), expected);
+    }
 
     fn r(start: usize, end: usize, writes: bool) -> HostRange {
         HostRange { start, end, writes }

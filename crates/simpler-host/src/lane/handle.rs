@@ -186,8 +186,7 @@ impl LaneHandle {
         plan: RunPlan,
         caller: Option<StreamId>,
     ) -> Result<Arc<RunCell>, HostError> {
-        let mut args = args;
-        let host_ranges = alias::host_ranges(&callable.signature, &mut args);
+        let host_ranges = alias::host_ranges(&callable.signature, &args);
         let mut lane = self.lock();
         if lane.is_closed() {
             return Err(HostError::WorkerClosed);

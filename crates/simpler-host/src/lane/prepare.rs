@@ -13,7 +13,9 @@
 //! Nothing here waits on the device or touches a launched run: the pump does nothing while a
 //! driver is waiting with the lock released.
 
-use simpler_abi::{ChipTensor, OrchArgs, RunLaunchDesc, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION};
+use simpler_abi::{
+    ChipTensor, DataType, OrchArgs, RunLaunchDesc, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION,
+};
 use simpler_device::{Device, DevicePtr};
 
 use crate::args::OwnedArg;
@@ -21,7 +23,7 @@ use crate::identity::RunIdentity;
 use crate::lifecycle::{end_of_failed_preparation, PreparationEnd};
 use crate::pod::bytes_of;
 use crate::registry::Registered;
-use crate::HostError;
+use crate::{ArgSpec, HostError};
 
 use super::alias;
 use super::queue::Phase;
@@ -137,7 +139,7 @@ impl LaneEngine {
             dispatch_id: id,
             slot: slot.index,
         };
-        let request = &mut run.request;
+        let request = &run.request;
         let mut staging = StagedArgs::with_capacity(request.args.len());
         let mut taken = Vec::new();
         let mut orch_args = OrchArgs::empty();
@@ -257,56 +259,36 @@ impl LaneEngine {
     }
 }
 
-/// Stages each argument of `request` (signature order): a host tensor into a staging buffer
-/// from `pool` (its bytes copied in when the signature copies it in; otherwise zeroed, as a
-/// fresh allocation is), a device tensor in
-/// place, a scalar as bits. `staging` gets one entry per argument and `taken` every buffer
-/// taken so far with its origin, also on failure.
+/// Stages each argument of `request` (signature order): a host tensor (writable or a
+/// read-only input, both read through a shared view) into a staging buffer from `pool`
+/// ([`stage_host`]), a device tensor in place, a scalar as bits. `staging` gets one entry
+/// per argument and `taken` every buffer taken so far with its origin, also on failure.
 fn stage_args(
     device: &dyn Device,
     pool: &mut StagingPool,
-    request: &mut RunRequest,
+    request: &RunRequest,
     staging: &mut StagedArgs,
     taken: &mut Vec<(StagingBuffer, Origin)>,
     orch_args: &mut OrchArgs,
 ) -> Result<(), HostError> {
     let signature = &request.callable.signature;
-    for (spec, arg) in signature.args.iter().zip(request.args.iter_mut()) {
+    for (spec, arg) in signature.args.iter().zip(&request.args) {
         match arg {
             OwnedArg::Tensor {
                 buffer,
                 shape,
                 dtype,
             } => {
-                let bytes = buffer.bytes_mut();
-                let (staged, origin) =
-                    pool.take(device, bytes.len() as u64)
-                        .map_err(HostError::device(format!(
-                            "staging argument `{}`",
-                            spec.name
-                        )))?;
-                taken.push((staged, origin));
-                staging.push(Some(staged));
-                let p = staged.ptr;
-                if spec.direction.copies_in() {
-                    device
-                        .copy_to_device(p, bytes)
-                        .map_err(HostError::device(format!(
-                            "copying argument `{}` to the device",
-                            spec.name
-                        )))?;
-                } else if origin == Origin::Reused {
-                    // An output starts zeroed, as fresh device memory does.
-                    device
-                        .memset(p, 0, bytes.len() as u64)
-                        .map_err(HostError::device(format!(
-                            "clearing the staging of argument `{}`",
-                            spec.name
-                        )))?;
-                }
-                orch_args.tensors[orch_args.tensor_count as usize] =
-                    ChipTensor::contiguous(p.addr(), shape, *dtype);
-                orch_args.tensor_count += 1;
+                let p = stage_host(device, pool, spec, buffer.bytes(), staging, taken)?;
+                push_tensor(orch_args, p.addr(), shape, *dtype);
+            }
+            OwnedArg::Input {
+                buffer,
+                shape,
+                dtype,
+            } => {
+                let p = stage_host(device, pool, spec, buffer.bytes(), staging, taken)?;
+                push_tensor(orch_args, p.addr(), shape, *dtype);
             }
             OwnedArg::Scalar(v) => {
                 staging.push(None);
@@ -316,13 +298,56 @@ fn stage_args(
             OwnedArg::Device { ptr, shape, dtype } => {
                 // In place: the caller owns the buffer and its ordering.
                 staging.push(None);
-                orch_args.tensors[orch_args.tensor_count as usize] =
-                    ChipTensor::contiguous(ptr.addr(), shape, *dtype);
-                orch_args.tensor_count += 1;
+                push_tensor(orch_args, ptr.addr(), shape, *dtype);
             }
         }
     }
     Ok(())
+}
+
+/// Appends a tensor at device address `addr` to the orchestration arguments.
+fn push_tensor(orch_args: &mut OrchArgs, addr: u64, shape: &[u64], dtype: DataType) {
+    orch_args.tensors[orch_args.tensor_count as usize] = ChipTensor::contiguous(addr, shape, dtype);
+    orch_args.tensor_count += 1;
+}
+
+/// Stages one host tensor, `bytes`, into a staging buffer from `pool`: copied in when the
+/// signature copies it in; otherwise zeroed, as a fresh allocation is. Records the buffer in
+/// `staging` and `taken`, and returns where it is.
+fn stage_host(
+    device: &dyn Device,
+    pool: &mut StagingPool,
+    spec: &ArgSpec,
+    bytes: &[u8],
+    staging: &mut StagedArgs,
+    taken: &mut Vec<(StagingBuffer, Origin)>,
+) -> Result<DevicePtr, HostError> {
+    let (staged, origin) = pool
+        .take(device, bytes.len() as u64)
+        .map_err(HostError::device(format!(
+            "staging argument `{}`",
+            spec.name
+        )))?;
+    taken.push((staged, origin));
+    staging.push(Some(staged));
+    let p = staged.ptr;
+    if spec.direction.copies_in() {
+        device
+            .copy_to_device(p, bytes)
+            .map_err(HostError::device(format!(
+                "copying argument `{}` to the device",
+                spec.name
+            )))?;
+    } else if origin == Origin::Reused {
+        // An output starts zeroed, as fresh device memory does.
+        device
+            .memset(p, 0, bytes.len() as u64)
+            .map_err(HostError::device(format!(
+                "clearing the staging of argument `{}`",
+                spec.name
+            )))?;
+    }
+    Ok(p)
 }
 
 /// Publishes the slot's orchestration arguments, kernel tables and launch descriptor.
