@@ -532,6 +532,23 @@ fn an_output_that_is_an_input_is_refused_before_the_run() {
     let err = refused_before_running(p, &["--input", "x=x.npy", "--output", "y=tiny.simpler"]);
     assert!(err.contains("is the same file as the bundle"), "{err}");
     assert_eq!(std::fs::read(p.join("tiny.simpler")).unwrap(), bundle);
+    let manifest = std::fs::read(p.join("simpler.toml")).unwrap();
+    let o = simpler(
+        &[
+            "run",
+            path_str(p),
+            "--input",
+            "x=x.npy",
+            "--output",
+            "y=simpler.toml",
+        ],
+        p,
+    );
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!out.contains(RAN), "{out}");
+    assert!(err.contains("is the same file as the manifest"), "{err}");
+    assert_eq!(std::fs::read(p.join("simpler.toml")).unwrap(), manifest);
 }
 
 /// An `--output` that is a `--check` reference is refused before the run: the reference is

@@ -11,8 +11,11 @@ use simpler_host::{CallConfig, HostError, RingValue, RuntimeEnv, WorkerConfig};
 
 use super::RunError;
 
-/// The ring-sizing variables, each with the [`RuntimeEnv`] field it sets.
-const RING_VARS: [(&str, fn(&mut RuntimeEnv) -> &mut Option<RingValue>); 3] = [
+/// The [`RuntimeEnv`] field a variable sets.
+type RingField = fn(&mut RuntimeEnv) -> &mut Option<RingValue>;
+
+/// The ring-sizing variables, each with the field it sets.
+const RING_VARS: [(&str, RingField); 3] = [
     ("PTO2_RING_TASK_WINDOW", |e| &mut e.ring_task_window),
     ("PTO2_RING_HEAP", |e| &mut e.ring_heap),
     ("PTO2_RING_DEP_POOL", |e| &mut e.ring_dep_pool),

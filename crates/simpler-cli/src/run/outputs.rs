@@ -7,6 +7,7 @@
 //! never replaces its own input or reference, and `--check` only ever compares with a file
 //! the run leaves alone. This module only looks at paths; it reads and writes nothing.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use simpler_host::fsio::refuse_non_regular;
@@ -19,23 +20,25 @@ pub struct ReadFile<'a> {
     /// What reads it, as the error names it.
     pub what: String,
     /// Its path.
-    pub path: &'a Path,
+    pub path: Cow<'a, Path>,
 }
 
 /// The files a run of `target` reads besides its `--input`s and `--check`s: the bundle, or
-/// the manifest of an example (a directory or the manifest itself).
-pub fn target_files(target: &Path) -> Vec<ReadFile<'_>> {
-    if target.is_dir() {
-        return Vec::new();
-    }
-    let what = if target.extension().is_some_and(|e| e == "toml") {
-        "the manifest"
+/// the manifest of an example (the manifest itself, or `simpler.toml` in its directory).
+pub fn target_files(target: &Path) -> Vec<ReadFile<'static>> {
+    let (what, path) = if target.is_dir() {
+        (
+            "the manifest",
+            target.join(simpler_toolchain::manifest::MANIFEST_FILE),
+        )
+    } else if target.extension().is_some_and(|e| e == "toml") {
+        ("the manifest", target.to_path_buf())
     } else {
-        "the bundle"
+        ("the bundle", target.to_path_buf())
     };
     vec![ReadFile {
         what: what.into(),
-        path: target,
+        path: Cow::Owned(path),
     }]
 }
 
@@ -54,7 +57,7 @@ pub fn check(outputs: &[(String, PathBuf)], reads: &[ReadFile<'_>]) -> Result<()
                 dir: dir.to_path_buf(),
             });
         }
-        if let Some(r) = reads.iter().find(|r| same_file(path, r.path)) {
+        if let Some(r) = reads.iter().find(|r| same_file(path, &r.path)) {
             return Err(RunError::OutputIsRead {
                 name: name.clone(),
                 path: path.clone(),

@@ -211,7 +211,7 @@ pub fn prepare_with(spec: CallableSpec, req: &RunRequest) -> Result<PreparedRun,
     for (flag, files) in [(INPUT.flag, &req.inputs), (CHECK.flag, &req.checks)] {
         reads.extend(files.iter().map(|(name, path)| ReadFile {
             what: format!("{flag} {name}"),
-            path,
+            path: path.as_path().into(),
         }));
     }
     outputs::check(&req.outputs, &reads)?;
