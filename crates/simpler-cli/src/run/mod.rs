@@ -156,15 +156,15 @@ pub fn load_callable(target: &Path) -> Result<CallableSpec, RunError> {
 /// `prepared.args`.
 ///
 /// # Errors
-/// [`RunError::Load`] when the callable's code cannot be registered (exit code 2: the bundle
-/// or manifest is at fault, nothing ran), [`RunError::Refused`] when the worker refuses the
+/// [`RunError::Load`] when the callable's code does not load or the callable is malformed
+/// (exit code 2: the bundle or manifest is at fault, nothing ran), [`RunError::Refused`] when the worker refuses the
 /// run's configuration or arguments before running it (exit code 2, see
 /// [`refused_before_running`]), [`RunError::Execute`] for whatever else the worker reports
 /// (bring-up, the run).
 pub fn execute(prepared: &mut PreparedRun, config: &RunConfig) -> Result<RunReport, RunError> {
-    use simpler_host::{ChipWorker, HostArg, HostTensor};
+    use simpler_host::{ChipWorker, HostArg, HostError, HostTensor};
     let callable = prepared.spec.name.clone();
-    let failed = |source: simpler_host::HostError| {
+    let failed = |source: HostError| {
         if refused_before_running(&source) {
             RunError::Refused {
                 callable: callable.clone(),
@@ -180,9 +180,14 @@ pub fn execute(prepared: &mut PreparedRun, config: &RunConfig) -> Result<RunRepo
     let worker = ChipWorker::new(config.worker.clone()).map_err(failed)?;
     let id = worker
         .register(&prepared.spec)
-        .map_err(|source| RunError::Load {
-            callable: callable.clone(),
-            source: source.into(),
+        .map_err(|source| match source {
+            HostError::Load(_) | HostError::InvalidCallable { .. } | HostError::Signature(_) => {
+                RunError::Load {
+                    callable: callable.clone(),
+                    source: source.into(),
+                }
+            }
+            other => failed(other),
         })?;
     let mut args: Vec<HostArg<'_>> = prepared
         .args
