@@ -1,7 +1,8 @@
 //! Matching a `simpler run` command line against the callable's signature: every name,
 //! direction, dtype and shape checked, every file read and every output path checked
-//! (`outputs`) before anything runs (the rules are listed in the [`run`](super) module doc). The signature itself comes from
-//! `simpler_host` ([`Signature::position`](simpler_host::Signature::position),
+//! (`outputs`) before anything runs (the rules are listed in the [`run`](super) module
+//! doc). The signature itself comes from `simpler_host`
+//! ([`Signature::position`](simpler_host::Signature::position),
 //! [`ArgDirection::copies_in`]); the worker checks the final arguments again when it runs.
 
 use std::path::{Path, PathBuf};
