@@ -157,9 +157,10 @@ pub fn load_callable(target: &Path) -> Result<CallableSpec, RunError> {
 ///
 /// # Errors
 /// [`RunError::Load`] when the callable's code does not load or the callable is malformed
-/// (exit code 2: the bundle or manifest is at fault, nothing ran), [`RunError::Refused`] when the worker refuses the
-/// run's configuration or arguments before running it (exit code 2, see
-/// [`refused_before_running`]), [`RunError::Execute`] for whatever else the worker reports
+/// (exit code 2: the bundle or manifest is at fault, nothing ran), [`RunError::Refused`]
+/// when the worker refuses the run's configuration or arguments before running it (exit
+/// code 2, see [`refused_before_running`]), [`RunError::Execute`] for whatever else the
+/// worker reports
 /// (bring-up, the run).
 pub fn execute(prepared: &mut PreparedRun, config: &RunConfig) -> Result<RunReport, RunError> {
     use simpler_host::{ChipWorker, HostArg, HostError, HostTensor};
