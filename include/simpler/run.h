@@ -34,13 +34,15 @@ typedef struct SimplerRunResult {
     int32_t completion_code;
     uint32_t code_source;   /* SimplerCodeSource */
     uint8_t payload[SIMPLER_RUN_RESULT_PAYLOAD_BYTES];
+    uint64_t tasks;         /* tasks the orchestration submitted */
 } SimplerRunResult;
-_Static_assert(sizeof(SimplerRunResult) == 280, "RunResult is 280 bytes");
+_Static_assert(sizeof(SimplerRunResult) == 288, "RunResult is 288 bytes");
 _Static_assert(offsetof(SimplerRunResult, payload_bytes) == 8, "RunResult.payload_bytes");
 _Static_assert(offsetof(SimplerRunResult, verdict) == 12, "RunResult.verdict");
 _Static_assert(offsetof(SimplerRunResult, completion_code) == 16, "RunResult.completion_code");
 _Static_assert(offsetof(SimplerRunResult, code_source) == 20, "RunResult.code_source");
 _Static_assert(offsetof(SimplerRunResult, payload) == 24, "RunResult.payload");
+_Static_assert(offsetof(SimplerRunResult, tasks) == 280, "RunResult.tasks");
 
 typedef struct SimplerRunLaunchDesc {
     uint32_t magic;

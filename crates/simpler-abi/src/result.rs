@@ -35,7 +35,7 @@ pub enum CodeSource {
     ShutdownRc = 3,
 }
 
-/// The run result record, 280 bytes.
+/// The run result record, 288 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct RunResult {
@@ -51,17 +51,21 @@ pub struct RunResult {
     pub code_source: u32,
     /// Message explaining an error (UTF-8, not NUL-terminated when full).
     pub payload: [u8; RUN_RESULT_PAYLOAD_BYTES],
+    /// Tasks the orchestration submitted in the run (kernel-less ones included), whatever
+    /// the verdict.
+    pub tasks: u64,
 }
 
 assert_layout!(
     RunResult,
-    size = 280,
+    size = 288,
     published = 0,
     payload_bytes = 8,
     verdict = 12,
     completion_code = 16,
     code_source = 20,
-    payload = 24
+    payload = 24,
+    tasks = 280
 );
 
 impl RunResult {
@@ -73,6 +77,7 @@ impl RunResult {
         completion_code: 0,
         code_source: CodeSource::None as u32,
         payload: [0; RUN_RESULT_PAYLOAD_BYTES],
+        tasks: 0,
     };
 
     /// The payload as text (lossy UTF-8, clamped to the buffer).

@@ -30,6 +30,7 @@ int main(void) {
     S(SimplerOrchOps); O(SimplerOrchOps, submit_task); O(SimplerOrchOps, aiv_count);
     O(SimplerOrchOps, get_tensor_data); O(SimplerOrchOps, set_tensor_data);
     S(SimplerRunResult); O(SimplerRunResult, completion_code); O(SimplerRunResult, payload);
+    O(SimplerRunResult, tasks);
     S(SimplerRunLaunchDesc); O(SimplerRunLaunchDesc, heap_size); O(SimplerRunLaunchDesc, task_window);
     O(SimplerRunLaunchDesc, runtime_state_addr);
     S(SimplerDispatchPayload); O(SimplerDispatchPayload, args); S(SimplerCoreMailbox); O(SimplerCoreMailbox, fatal_code);
@@ -141,6 +142,7 @@ fn c_headers_agree_with_rust_layouts() {
             offset_of!(RunResult, completion_code),
         ),
         ("SimplerRunResult.payload", offset_of!(RunResult, payload)),
+        ("SimplerRunResult.tasks", offset_of!(RunResult, tasks)),
         ("SimplerRunLaunchDesc", size_of::<RunLaunchDesc>()),
         (
             "SimplerRunLaunchDesc.heap_size",

@@ -4,11 +4,71 @@
 //! environment, writing the bundle and printing the summary; the compiling itself, with the
 //! one flag set and the entry-symbol check, is [`simpler_toolchain::build`]. `simpler run`
 //! uses the same [`build`] to build a directory in memory.
+//!
+//! Before the bundle is written its path is checked ([`check_output`]): its directory
+//! exists, it is not the manifest or a source of the example (a hard or symbolic link
+//! included), and an existing file there is a regular one. A refusal is bad input (exit code
+//! 2); only the write itself failing is exit code 1 ([`BuildCommandError::exit_code`]).
 
 use std::path::{Path, PathBuf};
 
+use simpler_host::fsio::refuse_non_regular;
 use simpler_toolchain::build::{self as toolchain, find_include_dir, BuildError, Compiler};
 use simpler_toolchain::cache::KernelCache;
+
+use crate::files::{parent_dir, same_file};
+
+/// Why `simpler build` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildCommandError {
+    /// Building (or writing the bundle) failed.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// The bundle's directory does not exist.
+    #[error("-o {}: directory `{}` does not exist; create it first", path.display(), dir.display())]
+    OutputDir {
+        /// Where the bundle would go.
+        path: PathBuf,
+        /// The missing directory.
+        dir: PathBuf,
+    },
+    /// The bundle's path is a file the build reads.
+    #[error(
+        "-o {}: it is the same file as {what} (`{}`); the build must not replace its own \
+         input: write the bundle to another file",
+        path.display(),
+        other.display()
+    )]
+    OutputIsRead {
+        /// Where the bundle would go.
+        path: PathBuf,
+        /// What the other path is: `the manifest`, `the orchestration source`, `the kernel 5
+        /// (aiv) source`.
+        what: String,
+        /// The file read.
+        other: PathBuf,
+    },
+    /// The bundle's path exists and is not a regular file.
+    #[error("-o {}", path.display())]
+    OutputNotRegular {
+        /// Where the bundle would go.
+        path: PathBuf,
+        /// What the path is ([`refuse_non_regular`]'s message).
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl BuildCommandError {
+    /// 1 when writing the bundle failed, 2 for everything else (bad input: flags, manifest,
+    /// sources, compile errors, libraries that do not load, the output path).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            BuildCommandError::Build(BuildError::Write(_)) => 1,
+            _ => 2,
+        }
+    }
+}
 
 /// An example built by the command line: the toolchain's result and the include directory
 /// it used.
@@ -62,35 +122,43 @@ pub fn output_path(built: &Built, out: Option<&Path>) -> PathBuf {
     }
 }
 
-/// Refuses, before anything is compiled, an output whose directory does not exist: `out`
-/// itself when it is spelt as a directory (ends with `/`), else its parent.
-fn check_output_dir(out: &Path) -> Result<(), BuildError> {
-    let spelt_as_dir = out
+/// Checks where the bundle of `built` is about to be written: see the module doc.
+///
+/// # Errors
+/// [`BuildCommandError::OutputDir`], [`BuildCommandError::OutputIsRead`] or
+/// [`BuildCommandError::OutputNotRegular`].
+pub fn check_output(path: &Path, built: &Built) -> Result<(), BuildCommandError> {
+    // `-o out/` names a directory to put the bundle in, even when it does not exist.
+    let spelt_as_dir = path
         .as_os_str()
         .to_string_lossy()
         .ends_with(std::path::MAIN_SEPARATOR);
-    let dir = if spelt_as_dir {
-        Some(out)
-    } else {
-        out.parent()
-    };
-    match dir {
-        Some(d) if !d.as_os_str().is_empty() && !d.is_dir() => {
-            let source = std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!(
-                    "directory `{}` does not exist; create it first",
-                    d.display()
-                ),
-            );
-            Err(BuildError::Write(simpler_host::BundleError::Io {
-                op: "write",
-                path: out.to_path_buf(),
-                source,
-            }))
-        }
-        _ => Ok(()),
+    let dir = if spelt_as_dir { path } else { parent_dir(path) };
+    if !dir.is_dir() {
+        return Err(BuildCommandError::OutputDir {
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+        });
     }
+    let b = &built.built;
+    let reads = std::iter::once(("the manifest".to_string(), &b.manifest.path)).chain(
+        b.units
+            .iter()
+            .map(|u| (format!("the {} source", u.role), &u.source)),
+    );
+    for (what, other) in reads {
+        if same_file(path, other) {
+            return Err(BuildCommandError::OutputIsRead {
+                path: path.to_path_buf(),
+                what,
+                other: other.clone(),
+            });
+        }
+    }
+    refuse_non_regular(path).map_err(|source| BuildCommandError::OutputNotRegular {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Prints compiler diagnostics (warnings) of the units that had any, to stderr.
@@ -102,18 +170,16 @@ pub fn print_diagnostics(built: &Built) {
     }
 }
 
-/// `simpler build <example-dir> [-o OUT]`: builds, writes the bundle atomically, prints a
-/// summary. Returns the path written.
+/// `simpler build <example-dir> [-o OUT]`: builds, checks the output path, writes the
+/// bundle atomically, prints a summary. Returns the path written.
 ///
 /// # Errors
-/// [`BuildError`].
-pub fn command(target: &Path, out: Option<&Path>) -> Result<PathBuf, BuildError> {
-    if let Some(o) = out {
-        check_output_dir(o)?;
-    }
+/// [`BuildCommandError`].
+pub fn command(target: &Path, out: Option<&Path>) -> Result<PathBuf, BuildCommandError> {
     let built = build(target)?;
     print_diagnostics(&built);
     let path = output_path(&built, out);
+    check_output(&path, &built)?;
     let b = &built.built;
     b.bundle.write(&path).map_err(BuildError::Write)?;
     let nargs = b.bundle.signature.args.len();

@@ -6,14 +6,19 @@
 //! checking) and [`bench`] (runtime overhead figures); manifests, compiling, the kernel
 //! cache, `.npy` files, scalars and comparison are [`simpler_toolchain`]'s.
 //!
-//! Exit codes: `0` success, `1` the run, an output write or a `--check` failed, `2` usage or
-//! input errors (bad flags, manifest, sources, compile errors, bundle, code that does not
-//! load such as a missing entry symbol, `.npy` files, argument mismatches). Every error is
+//! Exit codes: `0` success, `1` the run, an output write (the bundle of `build`, an
+//! `--output` of `run`) or a `--check` failed, `2` usage or input errors — bad flags,
+//! manifest, sources, compile errors, bundle, code that does not load such as a missing
+//! entry symbol, `.npy` files, argument mismatches, out-of-range scalars, an output path that
+//! is a file the command reads or not a regular file, bad `PTO2_RING_*` values, and any run
+//! the worker refuses for its configuration or arguments before running it (also in
+//! `bench`). Every error is
 //! printed to stderr as `error: <message>` followed by one `  caused by: <cause>` line per
 //! underlying cause.
 
 mod bench;
 mod build;
+mod files;
 mod run;
 
 use std::path::PathBuf;
@@ -76,11 +81,11 @@ enum Command {
     Run(RunArgs),
     /// Measure runtime overhead with no-op task graphs and print the figures.
     Bench {
-        /// Tasks per run.
-        #[arg(long, default_value_t = 16_384)]
+        /// Tasks per run (at least 1).
+        #[arg(long, default_value_t = 16_384, value_parser = clap::value_parser!(u64).range(1..))]
         tasks: u64,
-        /// Measured runs per configuration (the median is reported).
-        #[arg(long, default_value_t = 5)]
+        /// Measured runs per configuration, at least 1 (the median is reported).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
         runs: u32,
         /// Print one JSON object instead of a table.
         #[arg(long)]
@@ -125,6 +130,15 @@ fn parse_named_path(s: &str) -> Result<(String, PathBuf), String> {
     parse_named_value(s).map(|(n, v)| (n, PathBuf::from(v)))
 }
 
+/// The exit code of a failed `simpler bench`: 2 when the worker refused its configuration
+/// (a bad `PTO2_RING_*` value), else 1.
+fn bench_exit_code(e: &(dyn std::error::Error + 'static)) -> u8 {
+    match e.downcast_ref::<simpler_host::HostError>() {
+        Some(h) if run::refused_before_running(h) => EXIT_USAGE,
+        _ => EXIT_FAILURE,
+    }
+}
+
 /// `error: <message>` followed by one `  caused by: <cause>` line per source.
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = format!("error: {e}");
@@ -150,9 +164,9 @@ fn main() -> ExitCode {
             output,
         } => build::command(&example_dir, output.as_deref())
             .map(|_| ())
-            .map_err(|e| (EXIT_USAGE, e.into())),
+            .map_err(|e| (e.exit_code(), e.into())),
         Command::Bench { tasks, runs, json } => {
-            bench::command(tasks, runs, json).map_err(|e| (EXIT_FAILURE, e))
+            bench::command(tasks, runs, json).map_err(|e| (bench_exit_code(e.as_ref()), e))
         }
         Command::Run(a) => {
             let req = run::RunRequest {
@@ -164,14 +178,7 @@ fn main() -> ExitCode {
                 rtol: a.rtol,
                 atol: a.atol,
             };
-            run::command(&req).map_err(|e| {
-                let code = if e.exit_code() == 1 {
-                    EXIT_FAILURE
-                } else {
-                    EXIT_USAGE
-                };
-                (code, e.into())
-            })
+            run::command(&req).map_err(|e| (e.exit_code(), e.into()))
         }
     };
     match result {
@@ -219,6 +226,29 @@ mod tests {
         ] {
             assert!(help.contains(var), "{var} missing from --help:\n{help}");
         }
+    }
+
+    #[test]
+    fn exit_codes_tell_bad_input_from_failures() {
+        use simpler_toolchain::build::BuildError;
+        let write =
+            build::BuildCommandError::Build(BuildError::Write(simpler_host::BundleError::Io {
+                op: "write",
+                path: "b.simpler".into(),
+                source: std::io::Error::other("disk full"),
+            }));
+        assert_eq!(write.exit_code(), EXIT_FAILURE);
+        let refused = build::BuildCommandError::OutputDir {
+            path: "d/b.simpler".into(),
+            dir: "d".into(),
+        };
+        assert_eq!(refused.exit_code(), EXIT_USAGE);
+        let config = simpler_host::HostError::InvalidConfig("ring".into());
+        assert_eq!(bench_exit_code(&config), EXIT_USAGE);
+        assert_eq!(
+            bench_exit_code(&simpler_host::HostError::WorkerClosed),
+            EXIT_FAILURE
+        );
     }
 
     #[test]

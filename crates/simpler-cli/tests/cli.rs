@@ -155,7 +155,7 @@ fn build_honours_dash_o_file_and_directory() {
 }
 
 #[test]
-fn build_to_a_missing_directory_says_so_before_compiling() {
+fn build_to_a_missing_directory_says_to_create_it() {
     let ex = example();
     let out_dir = tempfile::tempdir().unwrap();
     for out in [
@@ -419,6 +419,7 @@ fn run_formula_end_to_end_pass_and_fail() {
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
     assert!(out.contains("PASS f: 16384 elements"), "{out}");
+    assert!(!err.contains("submitted no task"), "{err}");
     // The output file holds the result, bit for bit what the reference check accepted.
     let written = std::fs::read(p.join("f.npy")).unwrap();
     let data = &written[written.len() - 4 * f.data.len()..];
@@ -482,4 +483,314 @@ fn outputs_are_written_only_after_a_successful_run() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("error: running `tiny` failed"), "{err}");
     assert!(!p.join("y.npy").exists());
+}
+
+/// The line `simpler run` prints once the callable ran.
+const RAN: &str = "ran `tiny`";
+
+/// The tiny example, built into `tiny.simpler` next to its input `x.npy`.
+fn built_tiny() -> tempfile::TempDir {
+    let ex = example();
+    let p = ex.path();
+    write_f32_npy(&p.join("x.npy"), &[4], &[1.0, 2.0, 3.0, 4.0]);
+    let o = simpler(&["build", path_str(p)], p);
+    assert!(o.status.success(), "{:?}", text(&o));
+    ex
+}
+
+/// Runs `simpler run tiny.simpler <args>` in `p`, expecting exit code 2 before anything ran;
+/// returns stderr.
+fn refused_before_running(p: &Path, args: &[&str]) -> String {
+    let mut all = vec!["run", "tiny.simpler"];
+    all.extend(args);
+    let o = simpler(&all, p);
+    let (out, err) = text(&o);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{all:?}\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    assert!(!out.contains(RAN), "{all:?} ran:\n{out}");
+    assert!(err.starts_with("error: "), "{err}");
+    err
+}
+
+/// An `--output` that is the run's input — by the same path, a hard link or a symbolic link
+/// (on either side) — or its bundle is refused before the run, and the file is left as it was.
+#[test]
+fn an_output_that_is_an_input_is_refused_before_the_run() {
+    let ex = built_tiny();
+    let p = ex.path();
+    let x = std::fs::read(p.join("x.npy")).unwrap();
+    let bundle = std::fs::read(p.join("tiny.simpler")).unwrap();
+    std::fs::hard_link(p.join("x.npy"), p.join("x_hard.npy")).unwrap();
+    std::os::unix::fs::symlink(p.join("x.npy"), p.join("x_soft.npy")).unwrap();
+    for (input, output) in [
+        ("x.npy", "x.npy"),
+        ("x.npy", "./x.npy"),
+        ("x.npy", "x_hard.npy"),
+        ("x.npy", "x_soft.npy"),
+        ("x_soft.npy", "x.npy"),
+    ] {
+        let err = refused_before_running(
+            p,
+            &[
+                "--input",
+                &format!("x={input}"),
+                "--output",
+                &format!("y={output}"),
+            ],
+        );
+        assert!(
+            err.contains(&format!(
+                "--output y: `{output}` is the same file as --input x (`{input}`)"
+            )),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(p.join("x.npy")).unwrap(), x, "{output}");
+    }
+    let err = refused_before_running(p, &["--input", "x=x.npy", "--output", "y=tiny.simpler"]);
+    assert!(err.contains("is the same file as the bundle"), "{err}");
+    assert_eq!(std::fs::read(p.join("tiny.simpler")).unwrap(), bundle);
+    let manifest = std::fs::read(p.join("simpler.toml")).unwrap();
+    let o = simpler(
+        &[
+            "run",
+            path_str(p),
+            "--input",
+            "x=x.npy",
+            "--output",
+            "y=simpler.toml",
+        ],
+        p,
+    );
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!out.contains(RAN), "{out}");
+    assert!(err.contains("is the same file as the manifest"), "{err}");
+    assert_eq!(std::fs::read(p.join("simpler.toml")).unwrap(), manifest);
+}
+
+/// An `--output` that is a `--check` reference is refused before the run: the reference is
+/// never replaced, and a check never compares with a file the run wrote.
+#[test]
+fn an_output_that_is_a_check_reference_is_refused_and_the_reference_kept() {
+    let ex = built_tiny();
+    let p = ex.path();
+    // The tiny orchestration leaves y zero: a check against this reference fails.
+    write_f32_npy(&p.join("y.ref.npy"), &[4], &[9.0; 4]);
+    let reference = std::fs::read(p.join("y.ref.npy")).unwrap();
+    std::fs::hard_link(p.join("y.ref.npy"), p.join("y.link.npy")).unwrap();
+    for output in ["y.ref.npy", "y.link.npy"] {
+        let err = refused_before_running(
+            p,
+            &[
+                "--input",
+                "x=x.npy",
+                "--output",
+                &format!("y={output}"),
+                "--check",
+                "y=y.ref.npy",
+            ],
+        );
+        assert!(
+            err.contains(&format!(
+                "`{output}` is the same file as --check y (`y.ref.npy`)"
+            )),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(p.join("y.ref.npy")).unwrap(), reference);
+    }
+    // With the output elsewhere the run goes on, fails its check and keeps the reference.
+    let o = simpler(
+        &[
+            "run",
+            "tiny.simpler",
+            "--input",
+            "x=x.npy",
+            "--output",
+            "y=y.npy",
+            "--check",
+            "y=y.ref.npy",
+        ],
+        p,
+    );
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("FAIL y"), "{out}");
+    assert_eq!(std::fs::read(p.join("y.ref.npy")).unwrap(), reference);
+}
+
+/// An `--output` path holding a directory, a FIFO or a symbolic link is refused before the
+/// run, and left as it was.
+#[test]
+fn an_output_that_is_not_a_regular_file_is_refused_before_the_run() {
+    use std::os::unix::fs::FileTypeExt;
+    let ex = built_tiny();
+    let p = ex.path();
+    std::fs::create_dir(p.join("out.npy")).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(p.join("pipe.npy"))
+        .status()
+        .unwrap()
+        .success());
+    std::fs::write(p.join("other.npy"), b"other").unwrap();
+    std::os::unix::fs::symlink(p.join("other.npy"), p.join("link.npy")).unwrap();
+    for (output, kind) in [
+        ("out.npy", "a directory"),
+        ("pipe.npy", "a device, FIFO or socket"),
+        ("link.npy", "a symbolic link"),
+    ] {
+        let err = refused_before_running(
+            p,
+            &["--input", "x=x.npy", "--output", &format!("y={output}")],
+        );
+        assert!(
+            err.contains("error: --output y\n  caused by: refusing to replace")
+                && err.contains(&format!("it is {kind}, not a regular file")),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(p.join("out.npy")).unwrap().count(), 0);
+    let fifo = std::fs::symlink_metadata(p.join("pipe.npy")).unwrap();
+    assert!(fifo.file_type().is_fifo());
+    assert!(std::fs::symlink_metadata(p.join("link.npy"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read(p.join("other.npy")).unwrap(), b"other");
+}
+
+/// A scalar beyond its dtype's range is bad input, not infinity.
+#[test]
+fn an_out_of_range_scalar_exits_2() {
+    let ex = example();
+    let p = ex.path();
+    let manifest = format!(
+        "{MANIFEST}\n[[args]]\nname = \"alpha\"\ndirection = \"scalar\"\ndtype = \"f32\"\n"
+    );
+    std::fs::write(p.join("simpler.toml"), manifest).unwrap();
+    write_f32_npy(&p.join("x.npy"), &[4], &[1.0, 2.0, 3.0, 4.0]);
+    for (value, why) in [
+        ("1e400", "1e400 is out of range for f32"),
+        ("-3.5e38", "-3.5e38 is out of range for f32"),
+    ] {
+        let scalar = format!("alpha={value}");
+        let o = simpler(
+            &[
+                "run",
+                path_str(p),
+                "--input",
+                "x=x.npy",
+                "--scalar",
+                &scalar,
+            ],
+            p,
+        );
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "stdout:\n{out}\nstderr:\n{err}");
+        assert!(err.contains(&format!("--scalar {scalar}: {why}")), "{err}");
+        assert!(!out.contains(RAN), "{out}");
+    }
+}
+
+/// A bad `PTO2_RING_*` value is bad input (exit code 2), refused before anything is built or
+/// run, naming the variable; `simpler bench` refuses it with 2 as well.
+#[test]
+fn bad_ring_environment_exits_2_naming_the_variable() {
+    let ex = built_tiny();
+    let p = ex.path();
+    let cases = [
+        (
+            "PTO2_RING_TASK_WINDOW",
+            "48",
+            "environment variable PTO2_RING_TASK_WINDOW=\"48\": runtime_env.ring_task_window[0]: \
+             must be a power of two",
+        ),
+        (
+            "PTO2_RING_TASK_WINDOW",
+            "64,64",
+            "PTO2_RING_TASK_WINDOW=\"64,64\": `64,64` has 2 values; give 1 or 4",
+        ),
+        (
+            "PTO2_RING_HEAP",
+            "100",
+            "PTO2_RING_HEAP=\"100\": runtime_env.ring_heap[0]: must be at least 1024 bytes",
+        ),
+        (
+            "PTO2_RING_DEP_POOL",
+            "pool",
+            "PTO2_RING_DEP_POOL=\"pool\": `pool` is not a number",
+        ),
+    ];
+    for (var, value, want) in cases {
+        for target in ["tiny.simpler", path_str(p)] {
+            let o = common::command()
+                .args(["run", target, "--input", "x=x.npy"])
+                .env(var, value)
+                .current_dir(p)
+                .output()
+                .unwrap();
+            let (out, err) = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{var}={value}: {err}");
+            assert!(
+                err.starts_with("error: environment variable ") && err.contains(want),
+                "{err}"
+            );
+            assert!(!out.contains(RAN) && !err.contains("built `tiny`"), "{err}");
+        }
+    }
+    let o = common::command()
+        .args(["bench", "--tasks", "1", "--runs", "1"])
+        .env("PTO2_RING_TASK_WINDOW", "48")
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("ring_task_window[0]: must be a power of two"),
+        "{err}"
+    );
+    let o = simpler(&["bench", "--tasks", "0"], p);
+    assert_eq!(o.status.code(), Some(2), "{:?}", text(&o));
+}
+
+/// A run whose orchestration submits no task succeeds with a warning on stderr.
+#[test]
+fn an_orchestration_that_submits_no_task_gets_a_warning() {
+    let ex = built_tiny();
+    let p = ex.path();
+    let o = simpler(&["run", "tiny.simpler", "--input", "x=x.npy"], p);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains(RAN), "{out}");
+    assert!(
+        err.contains("warning: the orchestration of `tiny` submitted no task, so no kernel ran"),
+        "{err}"
+    );
+}
+
+/// `simpler build -o` naming the manifest or a source of the example (directly or through
+/// a link) is refused with exit code 2, and the file is left as it was.
+#[test]
+fn build_never_writes_over_its_own_sources() {
+    let ex = example();
+    let p = ex.path();
+    std::os::unix::fs::symlink(p.join("kernels/copy.c"), p.join("copy_link.c")).unwrap();
+    for (out, what) in [
+        ("kernels/copy.c", "the kernel 5 (aiv) source"),
+        ("copy_link.c", "the kernel 5 (aiv) source"),
+        ("orchestration.c", "the orchestration source"),
+        ("simpler.toml", "the manifest"),
+    ] {
+        let before = std::fs::read(p.join(out)).unwrap();
+        let o = simpler(&["build", path_str(p), "-o", out], p);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{out}: {err}");
+        assert!(
+            err.contains(&format!("error: -o {out}: it is the same file as {what}")),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(p.join(out)).unwrap(), before, "{out}");
+    }
 }

@@ -191,11 +191,17 @@ fn tiled_vector_add_matches_reference() {
     let mut a: Vec<f32> = (0..N).map(|i| i as f32).collect();
     let mut b: Vec<f32> = (0..N).map(|i| (i % 7) as f32 * 0.5).collect();
     let mut c = vec![f32::NAN; N];
-    w.run(
-        id,
-        &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
-    )
-    .unwrap();
+    let report = w
+        .run(
+            id,
+            &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
+        )
+        .unwrap();
+    assert_eq!(
+        report.tasks,
+        (N / TILE) as u64,
+        "the record counts the tasks"
+    );
     for i in 0..N {
         assert_eq!(c[i], a[i] + b[i], "element {i}");
     }
@@ -215,11 +221,13 @@ fn raw_waw_chain_and_cross_core_type_dependency() {
         let mut x: Vec<f32> = (0..4096).map(|i| (i % 13) as f32).collect();
         let mut acc = vec![1.0f32; 4096];
         let mut y = vec![0.0f32; 4096];
-        w.run(
-            id,
-            &mut [host_f32(&mut x), host_f32(&mut acc), host_f32(&mut y)],
-        )
-        .unwrap();
+        let report = w
+            .run(
+                id,
+                &mut [host_f32(&mut x), host_f32(&mut acc), host_f32(&mut y)],
+            )
+            .unwrap();
+        assert_eq!(report.tasks, 9, "8 accumulations and the doubling");
         for i in 0..4096 {
             let want = 1.0 + 8.0 * x[i];
             assert_eq!(acc[i], want, "round {round} element {i}");

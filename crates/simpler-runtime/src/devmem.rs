@@ -147,6 +147,7 @@ impl RunMemory {
             std::ptr::addr_of_mut!((*p).completion_code).write(record.completion_code);
             std::ptr::addr_of_mut!((*p).code_source).write(record.code_source);
             std::ptr::addr_of_mut!((*p).payload).write(record.payload);
+            std::ptr::addr_of_mut!((*p).tasks).write(record.tasks);
             (*(std::ptr::addr_of!((*p).published) as *const AtomicU64))
                 .store(record.published, Ordering::Release);
         }

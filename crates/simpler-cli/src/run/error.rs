@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use simpler_abi::DataType;
-use simpler_host::{ArgDirection, BundleError};
+use simpler_host::{ArgDirection, BundleError, HostError};
 use simpler_toolchain::build::BuildError;
 use simpler_toolchain::compare::CompareError;
 use simpler_toolchain::npy::NpyError;
@@ -173,7 +173,34 @@ pub enum RunError {
         /// The missing directory.
         dir: PathBuf,
     },
-    /// Two outputs go to the same file.
+    /// An output is a file the run reads.
+    #[error(
+        "--output {name}: `{}` is the same file as {what} (`{}`); the run must not replace a \
+         file it reads: write the result to another file",
+        path.display(),
+        other.display()
+    )]
+    OutputIsRead {
+        /// The argument.
+        name: String,
+        /// The output file.
+        path: PathBuf,
+        /// What reads the other path: `--input x`, `--check y`, `the bundle`, `the manifest`.
+        what: String,
+        /// The path it reads.
+        other: PathBuf,
+    },
+    /// An output path exists and is not a regular file (a directory, symbolic link, FIFO,
+    /// socket or device).
+    #[error("--output {name}")]
+    OutputNotRegular {
+        /// The argument.
+        name: String,
+        /// What the path is ([`simpler_host::fsio::refuse_non_regular`]'s message).
+        #[source]
+        source: std::io::Error,
+    },
+    /// Two outputs go to the same file (the same path, or links to one file).
     #[error("--output {first} and --output {second} both write `{}`", path.display())]
     SameOutput {
         /// One argument.
@@ -189,6 +216,26 @@ pub enum RunError {
         /// Which tolerance, and its value.
         #[source]
         source: CompareError,
+    },
+    /// A `PTO2_RING_*` environment variable does not parse or breaks its rule.
+    #[error("environment variable {var}={value:?}: {reason}")]
+    BadEnvironment {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong, naming the ring and the rule.
+        reason: String,
+    },
+    /// The worker refused the run before running it: its configuration or an argument is
+    /// invalid (see [`refused_before_running`]).
+    #[error("the worker refused to run `{callable}`")]
+    Refused {
+        /// The callable.
+        callable: String,
+        /// What the worker reported.
+        #[source]
+        source: ExecError,
     },
     /// The callable's code could not be registered: an image that does not load, an entry
     /// symbol it does not export, a malformed kernel table. Nothing ran.
@@ -227,8 +274,8 @@ pub enum RunError {
 }
 
 impl RunError {
-    /// 2 for problems with the command line or its files (nothing ran), 1 for a failed run,
-    /// output write or check.
+    /// 2 for problems with the command line, its files or the environment (nothing ran), 1
+    /// for a failed run, output write or check.
     pub fn exit_code(&self) -> u8 {
         match self {
             RunError::Execute { .. }
@@ -236,6 +283,23 @@ impl RunError {
             | RunError::CheckFailed { .. } => 1,
             _ => 2,
         }
+    }
+}
+
+/// Whether the worker refused a run for bad input before running anything: an invalid
+/// configuration (worker or ring sizing), argument, device pointer, callable or signature,
+/// also when it comes as the cause of a run refused at preparation. Exit code 2, where
+/// every other worker error is 1.
+pub fn refused_before_running(e: &HostError) -> bool {
+    match e {
+        HostError::InvalidConfig(_)
+        | HostError::InvalidArgument { .. }
+        | HostError::ArgumentCount { .. }
+        | HostError::InvalidDevicePointer { .. }
+        | HostError::InvalidCallable { .. }
+        | HostError::Signature(_) => true,
+        HostError::RunPreparationRefused { cause, .. } => refused_before_running(cause),
+        _ => false,
     }
 }
 

@@ -4,6 +4,10 @@
 //! - `prepare`: turning the command line into a [`PreparedRun`] — one [`ArgValue`] per
 //!   signature argument, every name, direction, dtype and shape checked against the
 //!   signature before anything runs;
+//! - `outputs`: where the outputs may go, checked before the run (never a file the run
+//!   reads, never a directory, FIFO, socket, device or symbolic link);
+//! - `config`: the worker configuration and ring sizing from the environment
+//!   ([`RunConfig`]), checked before anything is built;
 //! - `finish`: after the run, writing the outputs (atomically, only after a successful run)
 //!   and comparing them with reference files ([`simpler_toolchain::compare`]);
 //! - `error`: [`RunError`] and its exit codes.
@@ -20,15 +24,23 @@
 //! - a file's dtype and shape must equal the signature's (a signature without a shape accepts
 //!   any rank 1..=5). A `bf16` argument takes a `uint16` file holding the raw bits;
 //! - an `out` argument's shape is the signature's, else its `--check` reference's; with
-//!   neither, the run is refused (the host must know what to allocate).
+//!   neither, the run is refused (the host must know what to allocate);
+//! - an `--output` is refused when it is the same file (same path, or a hard or symbolic
+//!   link to the same inode) as an `--input`, a `--check` reference, the bundle or manifest,
+//!   or another `--output`, and when it exists and is not a regular file.
+//!
+//! After a successful run whose orchestration submitted no task, a warning goes to stderr:
+//! no kernel ran, so the results are what the run started with.
 //!
 //! Scalar values ([`simpler_toolchain::scalar::parse`]): integers in the argument's range
 //! (signed ones are sign-extended to 64 bits), floats for `f32`/`f16`/`bf16` (rounded to
 //! nearest even; the bits are zero-extended; a finite value that would round to infinity is
 //! refused), or `0x…` raw bits that fit the type's width.
 
+mod config;
 mod error;
 mod finish;
+mod outputs;
 mod prepare;
 #[cfg(test)]
 mod tests;
@@ -41,7 +53,8 @@ use simpler_toolchain::npy::NpyArray;
 
 use crate::build;
 
-pub use error::RunError;
+pub use config::RunConfig;
+pub use error::{refused_before_running, RunError};
 pub use finish::finish;
 pub use prepare::prepare;
 #[cfg(test)]
@@ -100,6 +113,8 @@ pub struct RunReport {
     pub total_time: Duration,
     /// From the launch of the first kernel to the proof that both finished.
     pub device_time: Duration,
+    /// Tasks the orchestration submitted.
+    pub tasks: u64,
 }
 
 /// Loads the callable named by `target`: an example directory (or manifest) is built in
@@ -136,27 +151,44 @@ pub fn load_callable(target: &Path) -> Result<CallableSpec, RunError> {
     }
 }
 
-/// Executes the prepared run on a fresh [`ChipWorker`](simpler_host::ChipWorker) (default
-/// configuration: the sim device), leaving the results in the `out`/`inout` tensors of
+/// Executes the prepared run on a fresh [`ChipWorker`](simpler_host::ChipWorker) made
+/// with `config` (the sim device), leaving the results in the `out`/`inout` tensors of
 /// `prepared.args`.
 ///
 /// # Errors
-/// [`RunError::Load`] when the callable's code cannot be registered (exit code 2: the bundle
-/// or manifest is at fault, nothing ran), [`RunError::Execute`] for whatever else the worker
-/// reports (bring-up, the run).
-pub fn execute(prepared: &mut PreparedRun) -> Result<RunReport, RunError> {
-    use simpler_host::{ChipWorker, HostArg, HostTensor, WorkerConfig};
+/// [`RunError::Load`] when the callable's code does not load or the callable is malformed
+/// (exit code 2: the bundle or manifest is at fault, nothing ran), [`RunError::Refused`]
+/// when the worker refuses the run's configuration or arguments before running it (exit
+/// code 2, see [`refused_before_running`]), [`RunError::Execute`] for whatever else the
+/// worker reports
+/// (bring-up, the run).
+pub fn execute(prepared: &mut PreparedRun, config: &RunConfig) -> Result<RunReport, RunError> {
+    use simpler_host::{ChipWorker, HostArg, HostError, HostTensor};
     let callable = prepared.spec.name.clone();
-    let failed = |source: simpler_host::HostError| RunError::Execute {
-        callable: callable.clone(),
-        source: source.into(),
+    let failed = |source: HostError| {
+        if refused_before_running(&source) {
+            RunError::Refused {
+                callable: callable.clone(),
+                source: source.into(),
+            }
+        } else {
+            RunError::Execute {
+                callable: callable.clone(),
+                source: source.into(),
+            }
+        }
     };
-    let worker = ChipWorker::new(WorkerConfig::default()).map_err(failed)?;
+    let worker = ChipWorker::new(config.worker.clone()).map_err(failed)?;
     let id = worker
         .register(&prepared.spec)
-        .map_err(|source| RunError::Load {
-            callable: callable.clone(),
-            source: source.into(),
+        .map_err(|source| match source {
+            HostError::Load(_) | HostError::InvalidCallable { .. } | HostError::Signature(_) => {
+                RunError::Load {
+                    callable: callable.clone(),
+                    source: source.into(),
+                }
+            }
+            other => failed(other),
         })?;
     let mut args: Vec<HostArg<'_>> = prepared
         .args
@@ -170,10 +202,13 @@ pub fn execute(prepared: &mut PreparedRun) -> Result<RunReport, RunError> {
             ArgValue::Scalar(v) => HostArg::Scalar(*v),
         })
         .collect();
-    let report = worker.run(id, &mut args).map_err(failed)?;
+    let report = worker
+        .run_with(id, &mut args, &config.call)
+        .map_err(failed)?;
     Ok(RunReport {
         total_time: report.total_time,
         device_time: report.device_time,
+        tasks: report.tasks,
     })
 }
 
@@ -182,8 +217,12 @@ pub fn execute(prepared: &mut PreparedRun) -> Result<RunReport, RunError> {
 /// # Errors
 /// [`RunError`]; see [`RunError::exit_code`].
 pub fn command(req: &RunRequest) -> Result<(), RunError> {
+    let config = RunConfig::from_env()?;
     let mut prepared = prepare(req)?;
-    let report = execute(&mut prepared)?;
+    let report = execute(&mut prepared, &config)?;
+    if let Some(warning) = no_task_warning(&prepared, report.tasks) {
+        eprintln!("{warning}");
+    }
     println!(
         "ran `{}` in {:.3} ms ({:.3} ms on the device)",
         prepared.spec.name,
@@ -207,4 +246,17 @@ pub fn unused_result_note(prepared: &PreparedRun) -> Option<&'static str> {
         .any(|a| a.direction.copies_back());
     (has_results && prepared.outputs.is_empty() && prepared.checks.is_empty())
         .then_some("(no --output or --check given: the result was not saved or checked)")
+}
+
+/// The warning printed when a run succeeded but its orchestration submitted no task: no
+/// kernel ran, so every result is what the run started with.
+pub fn no_task_warning(prepared: &PreparedRun, tasks: u64) -> Option<String> {
+    (tasks == 0).then(|| {
+        format!(
+            "warning: the orchestration of `{}` submitted no task, so no kernel ran: its \
+             results are what the run started with (`out` arguments zero, `inout` ones \
+             their inputs)",
+            prepared.spec.name
+        )
+    })
 }

@@ -1,7 +1,8 @@
 //! Matching a `simpler run` command line against the callable's signature: every name,
-//! direction, dtype and shape checked and every file read before anything runs (the rules
-//! are listed in the [`run`](super) module doc). The signature itself comes from
-//! `simpler_host` ([`Signature::position`](simpler_host::Signature::position),
+//! direction, dtype and shape checked, every file read and every output path checked
+//! (`outputs`) before anything runs (the rules are listed in the [`run`](super) module
+//! doc). The signature itself comes from `simpler_host`
+//! ([`Signature::position`](simpler_host::Signature::position),
 //! [`ArgDirection::copies_in`]); the worker checks the final arguments again when it runs.
 
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use simpler_toolchain::npy::{self, NpyArray};
 use simpler_toolchain::scalar;
 
 use super::error::{article, list_names, RunError};
+use super::outputs::{self, target_files, ReadFile};
 use super::{load_callable, ArgValue, PreparedRun, RunRequest};
 
 /// Loads the callable and matches the request against its signature.
@@ -205,6 +207,15 @@ pub fn prepare_with(spec: CallableSpec, req: &RunRequest) -> Result<PreparedRun,
         let r = read_tensor(CHECK.flag, &args[i], path, known.as_deref())?;
         checks.push((i, path.clone(), r));
     }
+    // Every file the run reads, so that no output replaces one of them.
+    let mut reads = target_files(&req.target);
+    for (flag, files) in [(INPUT.flag, &req.inputs), (CHECK.flag, &req.checks)] {
+        reads.extend(files.iter().map(|(name, path)| ReadFile {
+            what: format!("{flag} {name}"),
+            path: path.as_path().into(),
+        }));
+    }
+    outputs::check(&req.outputs, &reads)?;
     // Allocate every `out` argument.
     for (i, a) in args.iter().enumerate() {
         if a.direction != ArgDirection::Out {
@@ -242,27 +253,11 @@ pub fn prepare_with(spec: CallableSpec, req: &RunRequest) -> Result<PreparedRun,
             bytes,
         }));
     }
-    let mut outputs: Vec<(usize, PathBuf)> = Vec::with_capacity(out_idx.len());
-    for (&i, (name, path)) in out_idx.iter().zip(&req.outputs) {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        if !dir.is_dir() {
-            return Err(RunError::OutputDir {
-                name: name.clone(),
-                dir: dir.to_path_buf(),
-            });
-        }
-        if let Some((j, _)) = outputs.iter().find(|(_, p)| p == path) {
-            return Err(RunError::SameOutput {
-                first: args[*j].name.clone(),
-                second: name.clone(),
-                path: path.clone(),
-            });
-        }
-        outputs.push((i, path.clone()));
-    }
+    let outputs: Vec<(usize, PathBuf)> = out_idx
+        .iter()
+        .zip(&req.outputs)
+        .map(|(&i, (_, path))| (i, path.clone()))
+        .collect();
     let args = values
         .into_iter()
         .map(|v| v.expect("every argument has a value after matching"))

@@ -311,6 +311,107 @@ fn output_dir_must_exist_and_outputs_must_differ() {
     let mut r = f.request();
     r.outputs.push(("y".into(), f.path("z.npy")));
     assert!(matches!(err(&r), RunError::SameOutput { .. }));
+    // The same file by another spelling, or through a hard link.
+    let mut r = f.request();
+    r.outputs
+        .push(("y".into(), f.dir.path().join(".").join("z.npy")));
+    assert!(matches!(err(&r), RunError::SameOutput { .. }));
+    f.put("z.npy", &[2, 3], DataType::Float32);
+    std::fs::hard_link(f.path("z.npy"), f.path("z_link.npy")).unwrap();
+    let mut r = f.request();
+    r.outputs.push(("y".into(), f.path("z_link.npy")));
+    let e = err(&r);
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "--output z and --output y both write `{}`",
+            f.path("z_link.npy").display()
+        )
+    );
+}
+
+#[test]
+fn outputs_never_replace_a_file_the_run_reads() {
+    let f = Files::new();
+    for (output, what) in [("x.npy", "--input x"), ("w_ref.npy", "--check w")] {
+        let mut r = f.request();
+        r.outputs[0].1 = f.path(output);
+        let e = err(&r);
+        assert!(
+            matches!(&e, RunError::OutputIsRead { what: w, .. } if w == what),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().starts_with(&format!(
+                "--output z: `{}` is the same file as {what} (`{}`)",
+                f.path(output).display(),
+                f.path(output).display()
+            )),
+            "{e}"
+        );
+    }
+    // The bundle too, once it exists.
+    std::fs::write(f.path("unused.simpler"), b"bundle").unwrap();
+    let mut r = f.request();
+    r.outputs[0].1 = f.path("unused.simpler");
+    assert!(
+        matches!(&err(&r), RunError::OutputIsRead { what, .. } if what == "the bundle"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn an_existing_output_must_be_a_regular_file() {
+    let f = Files::new();
+    std::fs::create_dir(f.path("z.npy")).unwrap();
+    let e = err(&f.request());
+    assert!(matches!(e, RunError::OutputNotRegular { .. }), "{e:?}");
+    assert!(
+        crate::error_chain(&e).contains("it is a directory, not a regular file"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn worker_refusals_are_bad_input_and_run_failures_are_not() {
+    use simpler_host::HostError;
+    let config = HostError::InvalidConfig("runtime_env.ring_heap[0]".into());
+    assert!(refused_before_running(&config));
+    assert!(refused_before_running(&HostError::InvalidArgument {
+        arg: "x".into(),
+        reason: "shape".into(),
+    }));
+    assert!(refused_before_running(&HostError::RunPreparationRefused {
+        epoch: 3,
+        cause: Box::new(config),
+    }));
+    for failed in [
+        HostError::RunFailed {
+            code: -1,
+            name: "X",
+            message: String::new(),
+        },
+        HostError::Timeout(std::time::Duration::from_secs(1)),
+        HostError::DeviceUnusable("reset".into()),
+        HostError::RunPreparationRefused {
+            epoch: 3,
+            cause: Box::new(HostError::WorkerClosed),
+        },
+    ] {
+        assert!(!refused_before_running(&failed), "{failed}");
+    }
+}
+
+#[test]
+fn a_run_that_submitted_no_task_gets_a_warning() {
+    let f = Files::new();
+    let p = prepare_with(spec(), &f.request()).unwrap();
+    let w = no_task_warning(&p, 0).unwrap();
+    assert!(
+        w.starts_with("warning: the orchestration of `axpy` submitted no task"),
+        "{w}"
+    );
+    assert_eq!(no_task_warning(&p, 1), None);
 }
 
 #[test]

@@ -44,6 +44,8 @@ pub(super) struct Verdict {
     pub(super) sync: Option<PairSync>,
     /// From the launch of the first kernel to the proof of both boundaries.
     pub(super) device_time: Duration,
+    /// Tasks the orchestration submitted, as the record says (0 when no record was read).
+    pub(super) tasks: u64,
 }
 
 /// Bounded synchronize of the given streams (the bound streams of a run: never the whole
@@ -248,6 +250,7 @@ impl Driver<'_, '_> {
             result,
             sync,
             device_time: front.started.elapsed(),
+            tasks: record.map_or(0, |r| r.tasks),
         })
     }
 }

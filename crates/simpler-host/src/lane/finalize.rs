@@ -365,6 +365,7 @@ impl LaneEngine {
             epoch: front.identity.epoch,
             device_time: verdict.device_time,
             total_time: cell.submitted.elapsed(),
+            tasks: verdict.tasks,
         });
         cell.finish(report, args);
         if self.queue.is_poisoned() && self.unusable.is_none() && self.queue.is_empty() {

@@ -105,6 +105,9 @@ pub struct RunReport {
     pub device_time: Duration,
     /// From submission to finalization, including staging and copy-back.
     pub total_time: Duration,
+    /// Tasks the orchestration submitted (kernel-less ones included), from the run's result
+    /// record; 0 for an orchestration that submitted none.
+    pub tasks: u64,
 }
 
 /// The two device kernels a run launches.

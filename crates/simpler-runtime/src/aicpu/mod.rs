@@ -196,6 +196,7 @@ fn count_out(ctx: &AicpuContext<'_>, mem: &RunMemory, shared: &RunShared, unwoun
 fn result_record(shared: &RunShared) -> RunResult {
     let mut r = RunResult::EMPTY;
     r.published = shared.desc.epoch;
+    r.tasks = shared.submitted.load(Ordering::Acquire);
     match shared.errors.verdict() {
         None => r.verdict = RunVerdict::Ok as u32,
         Some((code, message)) => {
