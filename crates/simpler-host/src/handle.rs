@@ -8,7 +8,7 @@
 //! handle holds the lane, never the worker.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::args::OwnedArg;
 use crate::lane::{LaneHandle, RunCell, RunReport};
@@ -79,7 +79,7 @@ impl RunHandle {
     /// error.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<(), HostError> {
         self.lane.identity().check()?;
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.map(simpler_device::deadline::deadline);
         if !self.cell.is_done() {
             self.lane.wait_for(&self.cell, deadline, timeout)?;
         }

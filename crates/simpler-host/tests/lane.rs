@@ -946,3 +946,16 @@ fn staging_is_pooled_per_slot_grows_when_it_does_not_fit_and_is_freed_at_teardow
     w.close().unwrap();
     assert_eq!(dev.live_allocations(), 0, "close frees the pools");
 }
+
+#[test]
+fn timeouts_too_long_for_the_clock_wait_without_end_instead_of_panicking() {
+    let (_dev, w, id) = worker(2, Duration::MAX);
+    let h = w.submit(id, args(3.0, false)).unwrap();
+    h.wait(Some(Duration::MAX)).unwrap();
+    check_output(h.result().unwrap(), 3.0);
+    // `result` waits with the worker's run timeout, which is `Duration::MAX` too.
+    check_output(
+        w.submit(id, args(4.0, false)).unwrap().result().unwrap(),
+        4.0,
+    );
+}

@@ -31,7 +31,7 @@ pub use pool::KERNEL_PANIC_STATUS;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 
@@ -206,7 +206,7 @@ impl SimDevice {
             e.force_complete();
         }
         self.chip.wake_all();
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline::deadline(timeout);
         if !streams.iter().all(|s| s.wait_idle(deadline)) {
             return false;
         }
@@ -399,7 +399,7 @@ impl Device for SimDevice {
         let e = self.event(event)?;
         self.gate(FaultPoint::SynchronizeEvent, Some(timeout))?;
         let target = e.target();
-        if e.wait_until(target, Some(Instant::now() + timeout)) {
+        if e.wait_until(target, Some(crate::deadline::deadline(timeout))) {
             Ok(())
         } else {
             Err(DeviceError::Timeout(timeout))

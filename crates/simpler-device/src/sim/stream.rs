@@ -205,7 +205,7 @@ impl Stream {
     }
 
     pub(crate) fn synchronize(&self, timeout: Duration) -> Result<(), DeviceError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::deadline::deadline(timeout);
         let mut st = self.shared.state.lock();
         while st.outstanding > 0 {
             if self.shared.idle.wait_until(&mut st, deadline).timed_out() && st.outstanding > 0 {

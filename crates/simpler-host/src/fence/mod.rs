@@ -326,7 +326,7 @@ impl RunCompletionFence {
         id: &RunIdentity,
         timeout: Duration,
     ) -> Result<(), FenceError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = simpler_device::deadline::deadline(timeout);
         let mut st = lock(&self.state);
         if !st.owns(id) {
             return Err(FenceError::Refused(why::NOT_OWNER));

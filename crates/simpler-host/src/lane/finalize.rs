@@ -245,7 +245,7 @@ impl LaneEngine {
             started,
             grade,
             fence: self.slots[identity.slot as usize].fence.clone(),
-            run_deadline: started + run_timeout,
+            run_deadline: simpler_device::deadline::deadline_from(started, run_timeout),
         })
     }
 
