@@ -193,12 +193,20 @@ impl KernelCache {
         self.dir.join(format!("{}.log", key.as_str()))
     }
 
-    /// The entry of `key`, counting a hit, or `None`, counting a miss. A file that is not a
-    /// library (truncated by hand, say) is a miss and is replaced by the next store.
+    /// The SHA-256 of the stored library, hex, beside it: a lookup whose library does not
+    /// match it (truncated or overwritten by hand, half-copied) is a miss.
+    fn digest_path(&self, key: &CacheKey) -> PathBuf {
+        self.dir.join(format!("{}.sha256", key.as_str()))
+    }
+
+    /// The entry of `key`, counting a hit, or `None`, counting a miss. A library that is not
+    /// exactly what was stored (its digest differs, or it has none: truncated, corrupted,
+    /// or written by something else) is a miss and is replaced by the next store.
     pub fn lookup(&self, key: &CacheKey) -> Option<CachedImage> {
-        let found = std::fs::read(self.entry_path(key))
-            .ok()
-            .filter(|image| image.starts_with(ELF_MAGIC));
+        let digest = std::fs::read_to_string(self.digest_path(key)).ok();
+        let found = std::fs::read(self.entry_path(key)).ok().filter(|image| {
+            image.starts_with(ELF_MAGIC) && digest.as_deref().map(str::trim) == Some(&hex(image))
+        });
         match found {
             Some(image) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
@@ -243,10 +251,22 @@ impl KernelCache {
             let dest = self.log_path(key);
             std::fs::rename(&log, &dest).map_err(fail("store an entry", &dest))?;
         }
+        let sum = tmp.path().join("image.sha256");
+        std::fs::write(&sum, hex(&image)).map_err(fail("store an entry", &sum))?;
+        let dest = self.digest_path(key);
+        std::fs::rename(&sum, &dest).map_err(fail("store an entry", &dest))?;
         let dest = self.entry_path(key);
         std::fs::rename(&out, &dest).map_err(fail("store an entry", &dest))?;
         Ok(CachedImage { image, diagnostics })
     }
+}
+
+/// The SHA-256 of `bytes`, lower-case hex.
+fn hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 #[cfg(test)]
@@ -367,10 +387,28 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
-        assert_eq!(names, [format!("{}.log", key.0), format!("{}.so", key.0)]);
+        assert_eq!(
+            names,
+            [
+                format!("{}.log", key.0),
+                format!("{}.sha256", key.0),
+                format!("{}.so", key.0)
+            ]
+        );
         // A file that is not a library is a miss.
         std::fs::write(cache.entry_path(&key), b"junk").unwrap();
         assert!(cache.lookup(&key).is_none());
+        // So is a truncated library: it still starts like one, but its digest differs.
+        std::fs::write(cache.entry_path(&key), b"\x7fELF-im").unwrap();
+        assert!(cache.lookup(&key).is_none());
+        // The next store replaces it, and it hits again.
+        cache
+            .store::<TestError>(&key, |out| {
+                std::fs::write(out, b"\x7fELF-image").unwrap();
+                Ok(String::new())
+            })
+            .unwrap();
+        assert_eq!(cache.lookup(&key).unwrap().image, b"\x7fELF-image");
     }
 
     #[test]
