@@ -134,6 +134,12 @@ pub enum SignatureError {
     /// An argument name is empty.
     #[error("argument {0} of the signature has an empty name")]
     EmptyName(usize),
+    /// An argument name holds a character a command line cannot pass in `NAME=VALUE`.
+    #[error(
+        "argument name {0:?} holds `=`, whitespace or a control character; a name must be \
+         usable as `--input NAME=FILE`"
+    )]
+    BadName(String),
     /// A tensor argument comes after a scalar.
     #[error("tensor argument `{0}` comes after a scalar; tensors must come first")]
     TensorAfterScalar(String),
@@ -188,6 +194,12 @@ impl Signature {
         for (i, a) in self.args.iter().enumerate() {
             if a.name.is_empty() {
                 return Err(SignatureError::EmptyName(i));
+            }
+            if a.name
+                .chars()
+                .any(|c| c == '=' || c.is_whitespace() || c.is_control())
+            {
+                return Err(SignatureError::BadName(a.name.clone()));
             }
             if self.args[..i].iter().any(|b| b.name == a.name) {
                 return Err(SignatureError::DuplicateName(a.name.clone()));
@@ -283,6 +295,9 @@ mod tests {
                 SignatureError::DuplicateName("a".into()),
             ),
             (vec![t("", In)], SignatureError::EmptyName(0)),
+            (vec![t("x=y", In)], SignatureError::BadName("x=y".into())),
+            (vec![t("a b", In)], SignatureError::BadName("a b".into())),
+            (vec![t("a\0", In)], SignatureError::BadName("a\0".into())),
             (
                 vec![t("s", Scalar), t("a", In)],
                 SignatureError::TensorAfterScalar("a".into()),
