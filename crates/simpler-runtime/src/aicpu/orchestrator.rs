@@ -3,11 +3,13 @@
 //! ([`ops`](super::ops), the C boundary) — task submission ([`submit`](super::submit)),
 //! scopes, tensor data access, fatal reports and logging.
 //!
-//! Scopes (`docs/chip-runtime.md`, scopes): each open scope pins the tasks
-//! submitted in it; closing it releases those pins, so its intermediates can be reclaimed.
-//! A task goes to ring `min(depth, 3)`, the outer scope being depth 0. A MANUAL scope skips
-//! the tensor map: only explicit dependencies apply inside it; an AUTO scope may not open
-//! inside a MANUAL one.
+//! Scopes (`docs/chip-runtime.md`, scopes): each open scope pins the tasks submitted in it
+//! that own runtime-allocated (heap) outputs, whose outputs stay valid until it closes;
+//! closing it releases those pins, so its intermediates can be reclaimed. Every other task
+//! is reclaimed once it and its consumers have completed, scope or not, and its tensor-map
+//! entries are swept with it. A task goes to ring `min(depth, 3)`, the outer scope being
+//! depth 0. A MANUAL scope skips the tensor map: only explicit dependencies apply inside it;
+//! an AUTO scope may not open inside a MANUAL one.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,12 +28,27 @@ use super::tensormap::{Region, TensorMap};
 pub const MAX_SCOPE_DEPTH: usize = 64;
 /// How long one park of the orchestrator lasts before it looks again.
 pub(crate) const PARK_SLICE: Duration = Duration::from_millis(20);
+/// Tasks reclaimed between two sweeps of the tensor map: bounds the entries of reclaimed
+/// tasks the map may still hold, at one pass over the map per this many tasks.
+const MAP_SWEEP_TASKS: u32 = 4096;
 
 /// An open scope.
 pub(crate) struct Scope {
     pub(crate) mode: u32,
     /// Index into `scope_tasks` of its first task.
     pub(crate) begin: usize,
+    /// Submit calls made before it opened (names the scope in messages).
+    pub(crate) opened_after: u64,
+}
+
+/// The open scope that pins a task, as a deadlock message names it.
+pub(crate) struct Holder {
+    /// Depth of the scope (the outer scope is 0).
+    pub(crate) depth: usize,
+    /// Submit calls made before it opened.
+    pub(crate) opened_after: u64,
+    /// Tasks of the ring it pins (tasks with heap outputs submitted in it).
+    pub(crate) pinned: usize,
 }
 
 /// Orchestrator-thread state behind the `runtime` pointer of the ops table.
@@ -40,7 +57,7 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) bell: Arc<Doorbell>,
     pub(crate) map: TensorMap,
     pub(crate) scopes: Vec<Scope>,
-    /// Tasks of all open scopes, innermost last.
+    /// Tasks pinned by the open scopes (those with heap outputs), innermost last.
     pub(crate) scope_tasks: Vec<TaskId>,
     pub(crate) scope_tasks_cap: usize,
     pub(crate) heaps: [HeapRing; RING_COUNT],
@@ -54,6 +71,8 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) submit_calls: u64,
     /// Unwind payload caught inside an op (a device reset), resumed after the entry returns.
     killed: Option<Box<dyn std::any::Any + Send>>,
+    /// Tasks reclaimed since the tensor map was last swept.
+    reclaimed_since_sweep: u32,
 }
 
 impl<'a> Orchestrator<'a> {
@@ -95,6 +114,7 @@ impl<'a> Orchestrator<'a> {
             submitting: None,
             submit_calls: 0,
             killed: None,
+            reclaimed_since_sweep: 0,
             tensor_wait_ms: u64::from(match d.tensor_wait_timeout_ms {
                 0 => DEFAULT_TENSOR_WAIT_TIMEOUT_MS,
                 t => t,
@@ -114,6 +134,7 @@ impl<'a> Orchestrator<'a> {
             self.scopes.push(Scope {
                 mode: SCOPE_AUTO,
                 begin: 0,
+                opened_after: 0,
             });
             let rc = ops::call_entry(self, entry_addr);
             if let Some(payload) = self.killed.take() {
@@ -214,18 +235,49 @@ impl<'a> Orchestrator<'a> {
         self.scope_tasks.truncate(scope.begin);
     }
 
-    /// Advances every ring past its consumed tasks and frees their heap blocks.
+    /// Advances every ring past its consumed tasks and frees their heap blocks; every
+    /// [`MAP_SWEEP_TASKS`] reclaimed tasks, sweeps the tensor map of the entries of
+    /// completed tasks.
     pub(crate) fn reclaim(&mut self) {
         for (r, ring) in self.shared.rings.iter().enumerate() {
             let next = ring.next.load(Ordering::Relaxed);
-            let mut last = ring.last_alive.load(Ordering::Relaxed);
+            let first = ring.last_alive.load(Ordering::Relaxed);
+            let mut last = first;
             while last != next && ring.slot(last).consumed.load(Ordering::Acquire) {
                 last = last.wrapping_add(1);
             }
             ring.last_alive.store(last, Ordering::Release);
             let alive_from = last;
             self.heaps[r].release_while(|t| (alive_from.wrapping_sub(t as u32) as i32) > 0);
+            self.reclaimed_since_sweep = self
+                .reclaimed_since_sweep
+                .saturating_add(last.wrapping_sub(first));
         }
+        if self.reclaimed_since_sweep >= MAP_SWEEP_TASKS {
+            self.reclaimed_since_sweep = 0;
+            let shared = self.shared;
+            self.map.sweep(|id| shared.task(id).is_done(id));
+        }
+    }
+
+    /// The open scope pinning task `id` (a task with heap outputs), if any.
+    pub(crate) fn holder(&self, id: TaskId) -> Option<Holder> {
+        let at = self.scope_tasks.iter().rposition(|&t| t == id)?;
+        let depth = self.scopes.iter().rposition(|s| s.begin <= at)?;
+        let scope = &self.scopes[depth];
+        let end = self
+            .scopes
+            .get(depth + 1)
+            .map_or(self.scope_tasks.len(), |s| s.begin);
+        let pinned = self.scope_tasks[scope.begin..end]
+            .iter()
+            .filter(|&&t| t >> 32 == id >> 32)
+            .count();
+        Some(Holder {
+            depth,
+            opened_after: scope.opened_after,
+            pinned,
+        })
     }
 
     /// Parks until something changes (a completion or consumption rings the bell).
