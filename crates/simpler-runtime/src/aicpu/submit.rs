@@ -503,7 +503,8 @@ impl<'a> Orchestrator<'a> {
                         h.depth, h.opened_after
                     )
                 };
-                format!("{scope} pins {} tasks with OUTPUT buffers", h.pinned)
+                let tasks = if h.pinned == 1 { "task" } else { "tasks" };
+                format!("{scope} pins {} {tasks} with OUTPUT buffers", h.pinned)
             }
             None => format!("task {t:#x}, with OUTPUT buffers, is pinned by an open scope"),
         }
