@@ -28,9 +28,12 @@ use super::tensormap::{Region, TensorMap};
 pub const MAX_SCOPE_DEPTH: usize = 64;
 /// How long one park of the orchestrator lasts before it looks again.
 pub(crate) const PARK_SLICE: Duration = Duration::from_millis(20);
-/// Tasks reclaimed between two sweeps of the tensor map: bounds the entries of reclaimed
-/// tasks the map may still hold, at one pass over the map per this many tasks.
-const MAP_SWEEP_TASKS: u32 = 4096;
+/// Tasks reclaimed between two sweeps of the tensor map, per task slot of the four rings:
+/// bounds the entries of reclaimed tasks the map may still hold, at one pass over the map
+/// (about as many entries as live tasks) per this many reclaimed tasks.
+const MAP_SWEEP_PER_SLOTS: usize = 16;
+/// Bounds of the tasks reclaimed between two sweeps.
+const MAP_SWEEP_TASKS: (u32, u32) = (16, 4096);
 
 /// An open scope.
 pub(crate) struct Scope {
@@ -73,6 +76,8 @@ pub(crate) struct Orchestrator<'a> {
     killed: Option<Box<dyn std::any::Any + Send>>,
     /// Tasks reclaimed since the tensor map was last swept.
     reclaimed_since_sweep: u32,
+    /// Reclaimed tasks that trigger a sweep of the tensor map.
+    sweep_every: u32,
 }
 
 impl<'a> Orchestrator<'a> {
@@ -115,6 +120,9 @@ impl<'a> Orchestrator<'a> {
             submit_calls: 0,
             killed: None,
             reclaimed_since_sweep: 0,
+            sweep_every: (window_total / MAP_SWEEP_PER_SLOTS)
+                .clamp(MAP_SWEEP_TASKS.0 as usize, MAP_SWEEP_TASKS.1 as usize)
+                as u32,
             tensor_wait_ms: u64::from(match d.tensor_wait_timeout_ms {
                 0 => DEFAULT_TENSOR_WAIT_TIMEOUT_MS,
                 t => t,
@@ -236,8 +244,8 @@ impl<'a> Orchestrator<'a> {
     }
 
     /// Advances every ring past its consumed tasks and frees their heap blocks; every
-    /// [`MAP_SWEEP_TASKS`] reclaimed tasks, sweeps the tensor map of the entries of
-    /// completed tasks.
+    /// `sweep_every` reclaimed tasks (a sixteenth of the task slots, 16..=4096), sweeps the
+    /// tensor map of the entries of completed tasks.
     pub(crate) fn reclaim(&mut self) {
         for (r, ring) in self.shared.rings.iter().enumerate() {
             let next = ring.next.load(Ordering::Relaxed);
@@ -253,7 +261,7 @@ impl<'a> Orchestrator<'a> {
                 .reclaimed_since_sweep
                 .saturating_add(last.wrapping_sub(first));
         }
-        if self.reclaimed_since_sweep >= MAP_SWEEP_TASKS {
+        if self.reclaimed_since_sweep >= self.sweep_every {
             self.reclaimed_since_sweep = 0;
             let shared = self.shared;
             self.map.sweep(|id| shared.task(id).is_done(id));
@@ -377,5 +385,50 @@ impl<'a> Orchestrator<'a> {
         let r = self.wait_done(&waits, what);
         self.deps = waits;
         r.map(|_| t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aicpu::tests::Run;
+
+    /// A dummy task that reads and writes one u32 of its own buffer at `addr`.
+    fn touching(addr: u64) -> Box<TaskDesc> {
+        // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
+        let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
+        d.size = std::mem::size_of::<TaskDesc>() as u32;
+        d.kernel_ids = [NO_KERNEL; 3];
+        d.block_num = 1;
+        d.tensors[0] = ChipTensor::contiguous(addr, &[1], DataType::Uint32);
+        d.tags[0] = TensorArgType::Inout as u32;
+        d.tensor_count = 1;
+        d
+    }
+
+    #[test]
+    fn tasks_without_heap_outputs_leave_open_scopes_with_their_tensor_map_entries() {
+        let run = Run::new();
+        let shared = RunShared::new(run.mem(), 1, [16; RING_COUNT], [64; RING_COUNT]);
+        let mut o = Orchestrator::new(&shared, Arc::new(Doorbell::new()), 1);
+        o.scopes.push(Scope {
+            mode: SCOPE_AUTO,
+            begin: 0,
+            opened_after: 0,
+        });
+        // 1,000 tasks in the open outer scope of a 16-slot ring, each on a buffer no later
+        // task touches (dummies: each completes as it is submitted).
+        for i in 0..1000u64 {
+            assert_eq!(o.submit(&touching(0x10_0000 + 64 * i), None), 0, "task {i}");
+            let id = i; // ring 0, local index i
+            assert!(shared.task(id).consumed.load(Ordering::Acquire), "task {i}");
+            assert!(
+                o.map.len() <= 2 * 16 + 16,
+                "after task {i}: {} tensor-map entries for 15 live tasks",
+                o.map.len()
+            );
+        }
+        assert!(o.scope_tasks.is_empty(), "the scope pins none of them");
+        assert!(shared.errors.verdict().is_none());
     }
 }
