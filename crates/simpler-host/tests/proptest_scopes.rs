@@ -125,14 +125,14 @@ fn legalise(prog: Vec<Event>) -> Vec<Event> {
     // Per ring: tasks submitted so far, and the pinned tasks' ring indices per open scope.
     let mut next = [0u32; 4];
     let mut pinned: Vec<Vec<(usize, u32)>> = vec![Vec::new()];
+    // Room for task `next + extra` of `ring`: fewer than WINDOW − 1 tasks from every pinned
+    // one (the oldest binds) up to it.
     let room = |next: &[u32; 4], pinned: &Vec<Vec<(usize, u32)>>, ring: usize, extra: u32| {
-        let oldest = pinned
+        pinned
             .iter()
             .flatten()
             .filter(|(r, _)| *r == ring)
-            .map(|&(_, i)| i)
-            .min();
-        oldest.map_or(true, |o| next[ring] + extra - o < WINDOW - 1)
+            .all(|&(_, o)| next[ring] + extra - o < WINDOW - 1)
     };
     for e in prog {
         let depth = pinned.len() - 1;
