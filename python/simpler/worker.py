@@ -95,7 +95,7 @@ class Worker:
     Options: ``platform`` (``"sim"``; ``"a2a3sim"`` is an alias), ``runtime``
     (``"tensormap_and_ringbuffer"``), ``device_id``, and the chip's shape and sizes:
     ``clusters``, ``aicpu_threads``, ``aicpu_thread_num`` (0 = all), ``heap_ring_size``
-    (bytes), ``task_window`` (tasks per run), ``run_timeout_s``, ``launch_depth`` (runs on
+    (bytes), ``task_window`` (task slots per ring), ``run_timeout_s``, ``launch_depth`` (runs on
     the device at once, 1 or 2). Options left out take the host's defaults (8 clusters,
     4 AICPU threads, 256 MiB, launch depth 2, ...: ``simpler._native.WorkerConfig()``); the
     host checks the values when :meth:`init` starts the chip.

@@ -41,7 +41,8 @@ pub struct RunLaunchDesc {
     pub heap_addr: u64,
     /// Size of that heap in bytes.
     pub heap_size: u64,
-    /// Most tasks one run may submit (the task window).
+    /// Task slots per ring, a power of two ≥ 4: the most tasks of one ring alive at once (the
+    /// task window).
     pub task_window: u32,
     /// No-progress watchdog of the scheduler, in milliseconds (0 = runtime default).
     pub scheduler_timeout_ms: u32,

@@ -20,7 +20,8 @@ pub struct WorkerConfig {
     /// Bytes of device heap for runtime-allocated outputs (default 256 MiB, allocated with the
     /// worker; the sim maps it lazily).
     pub heap_size: u64,
-    /// Most tasks one run may submit (default 16,384).
+    /// Task slots per ring, a power of two ≥ 4 (default 16,384): the most tasks of one ring
+    /// alive at once; a run may submit any number of tasks as earlier ones complete.
     pub task_window: u32,
     /// How long to wait for a run's completion before declaring the device unusable
     /// (default 50 s, the stream-synchronize timeout, or `SIMPLER_STREAM_SYNC_TIMEOUT_MS`);

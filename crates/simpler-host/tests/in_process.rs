@@ -39,6 +39,20 @@ unsafe extern "C" fn double_kernel(args: *mut i64) {
 
 /// vector add tiled into N / TILE independent AIV tasks.
 unsafe extern "C" fn vadd_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes its table and valid args.
+    unsafe { vadd_tiles(ops, args, false) }
+}
+
+/// [`vadd_orch`] with one runtime-allocated scratch output per task (unused by the kernel),
+/// so that the outer scope pins every task in its ring slot.
+unsafe extern "C" fn vadd_scratch_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes its table and valid args.
+    unsafe { vadd_tiles(ops, args, true) }
+}
+
+/// # Safety
+/// `ops` and `args` are what the runtime passed the orchestration entry.
+unsafe fn vadd_tiles(ops: *const OrchOps, args: *const OrchArgs, scratch: bool) -> i32 {
     // SAFETY: the runtime passes valid args.
     let a = unsafe { &*args };
     for t in 0..N / TILE {
@@ -58,8 +72,17 @@ unsafe extern "C" fn vadd_orch(ops: *const OrchOps, args: *const OrchArgs) -> i3
             view(&a.tensors[2], t * TILE, TILE),
             TensorArgType::OutputExisting,
         );
-        // SAFETY: `ops` is the runtime's table.
-        let rc = unsafe { submit(ops, &d) };
+        // SAFETY: TaskOutputs is plain data.
+        let mut outs: TaskOutputs = unsafe { std::mem::zeroed() };
+        if scratch {
+            push(
+                &mut d,
+                ChipTensor::contiguous(0, &[1], DataType::Float32),
+                TensorArgType::Output,
+            );
+        }
+        // SAFETY: `ops` is the runtime's table; `outs` receives the scratch output.
+        let rc = unsafe { ((*ops).submit_task)((*ops).runtime, &*d, &mut outs) };
         if rc != 0 {
             return rc;
         }
@@ -398,12 +421,10 @@ fn register_rejects_malformed_callables() {
 #[test]
 fn runtime_env_sizes_the_rings_of_one_run() {
     let w = ChipWorker::new(WorkerConfig::default()).unwrap();
-    let id = w
-        .register(&spec(
-            "vadd",
-            vadd_orch,
-            vec![("a", In), ("b", In), ("c", Out)],
-        ))
+    let sig = || vec![("a", In), ("b", In), ("c", Out)];
+    let id = w.register(&spec("vadd", vadd_orch, sig())).unwrap();
+    let pinned = w
+        .register(&spec("vadd_scratch", vadd_scratch_orch, sig()))
         .unwrap();
     let (mut a, mut b, mut c) = (vec![1.0f32; N], vec![2.0f32; N], vec![0.0f32; N]);
     let window = |w: u64| CallConfig {
@@ -413,23 +434,34 @@ fn runtime_env_sizes_the_rings_of_one_run() {
         },
         ..CallConfig::default()
     };
-    // 64 tasks in the outer scope: a 64-slot ring holds at most 63.
+    // 64 tasks with scratch outputs, all pinned by the outer scope: a 64-slot ring holds at
+    // most 63.
     let err = w
         .run_with(
-            id,
+            pinned,
             &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
             &window(64),
         )
         .unwrap_err();
     assert!(
-        matches!(err, HostError::RunFailed { code, .. } if code == -ORCH_SCOPE_DEADLOCK),
+        matches!(&err, HostError::RunFailed { code, message, .. }
+            if *code == -ORCH_SCOPE_DEADLOCK && message.contains("PTO2_RING_TASK_WINDOW (64)")),
         "{err}"
     );
     assert!(c.iter().all(|&v| v == 0.0));
     w.run_with(
-        id,
+        pinned,
         &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
         &window(128),
+    )
+    .unwrap();
+    assert!(c.iter().all(|&v| v == 3.0));
+    // Without scratch outputs nothing pins the tasks: 4 slots are enough for 64 of them.
+    c.fill(0.0);
+    w.run_with(
+        id,
+        &mut [host_f32(&mut a), host_f32(&mut b), host_f32(&mut c)],
+        &window(4),
     )
     .unwrap();
     assert!(c.iter().all(|&v| v == 3.0));

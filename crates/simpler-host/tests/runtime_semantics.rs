@@ -602,12 +602,15 @@ fn assert_usable(w: &ChipWorker) {
 
 const RING_TASKS: u64 = 2000;
 
-/// 2,000 one-element tasks in scopes of 32 at `depth` (the enclosing scopes hold nothing).
+/// 2,000 one-element tasks in scopes of `per_scope` at `depth` (the enclosing scopes hold
+/// nothing); with `scratch`, each task also gets a runtime-allocated output (unused by the
+/// kernel), so its scope pins it in its ring slot until the scope ends.
 fn tasks_in_scopes(
     o: &O,
     k: &KFn,
     depth: usize,
     per_scope: u64,
+    scratch: bool,
     bad: &Mutex<Vec<String>>,
 ) -> Result<(), i32> {
     let (x, y) = (o.arg(0), o.arg(1));
@@ -628,7 +631,11 @@ fn tasks_in_scopes(
     while i < RING_TASKS {
         open(usize::from(depth > 0))?;
         for _ in 0..per_scope.min(RING_TASKS - i) {
-            let out = o.submit(&Task::aiv(k).input(v1(&x, i, 1)).out(v1(&y, i, 1)))?;
+            let mut t = Task::aiv(k).input(v1(&x, i, 1)).out(v1(&y, i, 1));
+            if scratch {
+                t = t.output(&[1]);
+            }
+            let out = o.submit(&t)?;
             let ring = out.task_id >> 32;
             if ring != depth.min(3) as u64 {
                 note(bad, format!("a task at depth {depth} went to ring {ring}"));
@@ -650,7 +657,7 @@ fn rings_reclaim_the_tasks_of_closed_scopes_at_every_depth() {
     let k: KFn = &affine;
     for depth in [1usize, 2, 3, 5] {
         let bad = Mutex::new(Vec::new());
-        let orch: OFn = &|o: &O| tasks_in_scopes(o, &k, depth, 32, &bad);
+        let orch: OFn = &|o: &O| tasks_in_scopes(o, &k, depth, 32, true, &bad);
         let mut x: Vec<u32> = (0..RING_TASKS as u32).map(|i| i * 7).collect();
         let mut y = vec![0u32; RING_TASKS as usize];
         run(&w, id, &orch, vec![h1(&mut x), h1(&mut y)])
@@ -663,24 +670,32 @@ fn rings_reclaim_the_tasks_of_closed_scopes_at_every_depth() {
 }
 
 #[test]
-fn a_scope_holding_more_tasks_than_its_ring_fails_with_scope_deadlock_quickly() {
+fn a_scope_pinning_more_tasks_than_its_ring_fails_with_scope_deadlock_quickly() {
     let w = worker(WorkerConfig {
         task_window: 64,
         ..Default::default()
     });
     let id = register(&w, &[("x", In), ("y", Out)]);
     let k: KFn = &affine;
-    // Depth 0 is the outer scope; 1 and 4 are inner scopes (rings 1 and 3).
+    // Depth 0 is the outer scope; 1 and 4 are inner scopes (rings 1 and 3). Every task has a
+    // runtime-allocated output, so its scope pins it.
     for depth in [0usize, 1, 4] {
         let bad = Mutex::new(Vec::new());
-        let orch: OFn = &|o: &O| tasks_in_scopes(o, &k, depth, RING_TASKS, &bad);
+        let orch: OFn = &|o: &O| tasks_in_scopes(o, &k, depth, RING_TASKS, true, &bad);
         let mut x = vec![1u32; RING_TASKS as usize];
         let mut y = vec![0u32; RING_TASKS as usize];
         let start = Instant::now();
         let r = run(&w, id, &orch, vec![h1(&mut x), h1(&mut y)]);
         let took = start.elapsed();
         let msg = expect_code(r, ORCH_SCOPE_DEADLOCK, &format!("depth {depth}"));
-        assert!(msg.contains("scope"), "depth {depth}: {msg}");
+        // The message names the scope, how many tasks it pins and the fix.
+        let scope = match depth {
+            0 => "the outer scope (depth 0) pins 63 tasks".to_string(),
+            d => format!("the depth-{d} scope opened after submit #0 pins 63 tasks"),
+        };
+        for part in [scope.as_str(), "inner scopes", "PTO2_RING_TASK_WINDOW (64)"] {
+            assert!(msg.contains(part), "depth {depth}: {part:?} missing: {msg}");
+        }
         // The structural check fires at once; the 10 s no-progress backstop must not be
         // what ends the run.
         assert!(
@@ -696,21 +711,56 @@ fn a_scope_holding_more_tasks_than_its_ring_fails_with_scope_deadlock_quickly() 
 }
 
 #[test]
-fn a_scope_may_hold_window_minus_one_tasks_of_its_ring() {
-    // Spec: SCOPE_DEADLOCK once a scope's task count in one ring reaches the window − 1.
+fn a_scope_holding_more_tasks_than_its_ring_without_heap_outputs_runs() {
+    // The same 2,000 tasks, without runtime-allocated outputs: each leaves its slot once it
+    // has completed, although its scope is still open.
     let w = worker(WorkerConfig {
         task_window: 64,
         ..Default::default()
     });
     let id = register(&w, &[("x", In), ("y", Out)]);
     let k: KFn = &affine;
-    for (per_scope, ok) in [(62u64, true), (63, true), (64, false)] {
+    for depth in [0usize, 1, 4] {
+        let bad = Mutex::new(Vec::new());
+        let orch: OFn = &|o: &O| tasks_in_scopes(o, &k, depth, RING_TASKS, false, &bad);
+        let mut x: Vec<u32> = (0..RING_TASKS as u32).collect();
+        let mut y = vec![0u32; RING_TASKS as usize];
+        run(&w, id, &orch, vec![h1(&mut x), h1(&mut y)])
+            .unwrap_or_else(|e| panic!("2,000 tasks in one scope at depth {depth}: {e}"));
+        assert_clean(&bad);
+        for i in 0..x.len() {
+            assert_eq!(y[i], 3 * x[i] + 1, "depth {depth}, element {i}");
+        }
+    }
+}
+
+#[test]
+fn a_scope_may_pin_window_minus_one_tasks_of_its_ring() {
+    // Spec: SCOPE_DEADLOCK once a scope pins the window − 1 tasks of one ring (tasks with
+    // runtime-allocated outputs); tasks without them never count.
+    let w = worker(WorkerConfig {
+        task_window: 64,
+        ..Default::default()
+    });
+    let id = register(&w, &[("x", In), ("y", Out)]);
+    let k: KFn = &affine;
+    for (per_scope, scratch, ok) in [
+        (62u64, true, true),
+        (63, true, true),
+        (64, true, false),
+        (64, false, true),
+        (300, false, true),
+    ] {
         let orch: OFn = &|o: &O| {
             let (x, y) = (o.arg(0), o.arg(1));
             for s in 0..3 {
                 o.begin(SCOPE_AUTO)?;
                 for i in s * per_scope..(s + 1) * per_scope {
-                    o.submit(&Task::aiv(&k).input(v1(&x, i, 1)).out(v1(&y, i, 1)))?;
+                    let mut t = Task::aiv(&k).input(v1(&x, i, 1)).out(v1(&y, i, 1));
+                    if scratch {
+                        t = t.output(&[1]);
+                    }
+                    o.submit(&t)?;
                 }
                 o.end()?;
             }
@@ -719,15 +769,12 @@ fn a_scope_may_hold_window_minus_one_tasks_of_its_ring() {
         let n = 3 * per_scope as usize;
         let (mut x, mut y) = (vec![2u32; n], vec![0u32; n]);
         let r = run(&w, id, &orch, vec![h1(&mut x), h1(&mut y)]);
+        let case = format!("scopes of {per_scope} tasks (scratch outputs: {scratch})");
         if ok {
-            r.unwrap_or_else(|e| panic!("scopes of {per_scope} tasks: {e}"));
-            assert!(y.iter().all(|&v| v == 7));
+            r.unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert!(y.iter().all(|&v| v == 7), "{case}");
         } else {
-            let msg = expect_code(
-                r,
-                ORCH_SCOPE_DEADLOCK,
-                &format!("scopes of {per_scope} tasks"),
-            );
+            let msg = expect_code(r, ORCH_SCOPE_DEADLOCK, &case);
             // The limit the message states must be the one enforced.
             assert!(
                 msg.contains("at most 63 tasks"),
@@ -2042,9 +2089,10 @@ fn a_kernel_failure_is_not_lost_when_the_next_dispatch_is_preloaded() {
 
 #[test]
 fn a_heap_deadlock_behind_an_open_scope_sharing_ring_3_is_reported_quickly() {
-    // Depths 3 and deeper share ring 3, which reclaims in task order. A task of the open
-    // depth-3 scope pins the ring, so the 16 KiB intermediates of the closed depth-4 scopes
-    // behind it can never be freed: a true deadlock once the 64 KiB ring heap is full.
+    // Depths 3 and deeper share ring 3, whose heap reclaims in task order. A task of the
+    // open depth-3 scope with a runtime-allocated output is pinned by that scope, so the
+    // 16 KiB intermediates of the closed depth-4 scopes behind it can never be freed: a true
+    // deadlock once the 64 KiB ring heap is full.
     let w = small_heap_worker();
     let id = register(&w, &[("x", In), ("y", Out)]);
     let copy: KFn = &|k: &K| store(&k.t(1), &load(&k.t(0)));
@@ -2053,7 +2101,12 @@ fn a_heap_deadlock_behind_an_open_scope_sharing_ring_3_is_reported_quickly() {
         for _ in 0..3 {
             o.begin(SCOPE_AUTO)?;
         }
-        o.submit(&Task::aiv(&copy).input(v1(&x, 0, 1)).out(v1(&y, 0, 1)))?;
+        o.submit(
+            &Task::aiv(&copy)
+                .input(v1(&x, 0, 1))
+                .out(v1(&y, 0, 1))
+                .output(&[1]),
+        )?;
         for s in 0..SCOPES {
             o.begin(SCOPE_AUTO)?;
             let a = o.submit(&Task::aiv(&copy).input(v1(&x, 0, TMP)).output(&[TMP]))?;
@@ -2071,11 +2124,17 @@ fn a_heap_deadlock_behind_an_open_scope_sharing_ring_3_is_reported_quickly() {
     let start = Instant::now();
     let r = run(&w, id, &orch, vec![h1(&mut x), h1(&mut y)]);
     let took = start.elapsed();
-    expect_code(
+    let msg = expect_code(
         r,
         ORCH_HEAP_RING_DEADLOCK,
         "intermediates behind an open depth-3 scope",
     );
+    for part in [
+        "the depth-3 scope opened after submit #0 pins 1 task with",
+        "PTO2_RING_HEAP",
+    ] {
+        assert!(msg.contains(part), "{part:?} missing: {msg}");
+    }
     // Upstream's allocation backstop is 500 ms; the 10 s scheduler watchdog is too late.
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }

@@ -159,7 +159,8 @@ impl NativeWorkerConfig {
         self.config.heap_size
     }
 
-    /// Most tasks one run may submit (the default ring task window).
+    /// Task slots per ring (the default ring task window): the most tasks of one ring alive
+    /// at once.
     #[getter]
     fn task_window(&self) -> u32 {
         self.config.task_window

@@ -51,5 +51,5 @@ pub mod handshake;
 pub use aicore::aicore_kernel;
 pub use aicpu::aicpu_kernel;
 
-/// Default task window: the most tasks one run may submit.
+/// Default task window: task slots per ring, the most tasks of one ring alive at once.
 pub const DEFAULT_TASK_WINDOW: u32 = 16384;

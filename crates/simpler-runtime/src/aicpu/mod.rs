@@ -222,14 +222,14 @@ mod tests {
     use super::*;
 
     /// A run's descriptor, state word and result record in host memory.
-    struct Run {
+    pub(super) struct Run {
         desc: Box<RunLaunchDesc>,
         word: Box<AtomicU64>,
         result: Box<RunResult>,
     }
 
     impl Run {
-        fn new() -> Run {
+        pub(super) fn new() -> Run {
             let word = Box::new(AtomicU64::new(0));
             let mut result = Box::new(RunResult::EMPTY);
             let desc = Box::new(RunLaunchDesc {
@@ -241,7 +241,7 @@ mod tests {
             Run { desc, word, result }
         }
 
-        fn mem(&self) -> RunMemory {
+        pub(super) fn mem(&self) -> RunMemory {
             let arg = DevicePtr::from_raw(&*self.desc as *const RunLaunchDesc as u64);
             // SAFETY: the descriptor and the word and record it names live in `self`, which
             // outlives every use in these tests; its other addresses are 0 and never used.

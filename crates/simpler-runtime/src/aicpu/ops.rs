@@ -105,7 +105,11 @@ unsafe extern "C" fn op_scope_begin(rt: *mut c_void, mode: u32) -> i32 {
         return o.invalid(|| format!("scopes nest deeper than {MAX_SCOPE_DEPTH}"));
     }
     let begin = o.scope_tasks.len();
-    o.scopes.push(Scope { mode, begin });
+    o.scopes.push(Scope {
+        mode,
+        begin,
+        opened_after: o.submit_calls,
+    });
     0
 }
 

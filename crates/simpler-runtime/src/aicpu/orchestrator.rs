@@ -3,11 +3,13 @@
 //! ([`ops`](super::ops), the C boundary) — task submission ([`submit`](super::submit)),
 //! scopes, tensor data access, fatal reports and logging.
 //!
-//! Scopes (`docs/chip-runtime.md`, scopes): each open scope pins the tasks
-//! submitted in it; closing it releases those pins, so its intermediates can be reclaimed.
-//! A task goes to ring `min(depth, 3)`, the outer scope being depth 0. A MANUAL scope skips
-//! the tensor map: only explicit dependencies apply inside it; an AUTO scope may not open
-//! inside a MANUAL one.
+//! Scopes (`docs/chip-runtime.md`, scopes): each open scope pins the tasks submitted in it
+//! that own runtime-allocated (heap) outputs, whose outputs stay valid until it closes;
+//! closing it releases those pins, so its intermediates can be reclaimed. Every other task
+//! is reclaimed once it and its consumers have completed, scope or not, and its tensor-map
+//! entries are swept with it. A task goes to ring `min(depth, 3)`, the outer scope being
+//! depth 0. A MANUAL scope skips the tensor map: only explicit dependencies apply inside it;
+//! an AUTO scope may not open inside a MANUAL one.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,12 +28,30 @@ use super::tensormap::{Region, TensorMap};
 pub const MAX_SCOPE_DEPTH: usize = 64;
 /// How long one park of the orchestrator lasts before it looks again.
 pub(crate) const PARK_SLICE: Duration = Duration::from_millis(20);
+/// Tasks reclaimed between two sweeps of the tensor map, per task slot of the four rings:
+/// bounds the entries of reclaimed tasks the map may still hold, at one pass over the map
+/// (about as many entries as live tasks) per this many reclaimed tasks.
+const MAP_SWEEP_PER_SLOTS: usize = 16;
+/// Bounds of the tasks reclaimed between two sweeps.
+const MAP_SWEEP_TASKS: (u32, u32) = (16, 4096);
 
 /// An open scope.
 pub(crate) struct Scope {
     pub(crate) mode: u32,
     /// Index into `scope_tasks` of its first task.
     pub(crate) begin: usize,
+    /// Submit calls made before it opened (names the scope in messages).
+    pub(crate) opened_after: u64,
+}
+
+/// The open scope that pins a task, as a deadlock message names it.
+pub(crate) struct Holder {
+    /// Depth of the scope (the outer scope is 0).
+    pub(crate) depth: usize,
+    /// Submit calls made before it opened.
+    pub(crate) opened_after: u64,
+    /// Tasks of the ring it pins (tasks with heap outputs submitted in it).
+    pub(crate) pinned: usize,
 }
 
 /// Orchestrator-thread state behind the `runtime` pointer of the ops table.
@@ -40,7 +60,7 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) bell: Arc<Doorbell>,
     pub(crate) map: TensorMap,
     pub(crate) scopes: Vec<Scope>,
-    /// Tasks of all open scopes, innermost last.
+    /// Tasks pinned by the open scopes (those with heap outputs), innermost last.
     pub(crate) scope_tasks: Vec<TaskId>,
     pub(crate) scope_tasks_cap: usize,
     pub(crate) heaps: [HeapRing; RING_COUNT],
@@ -54,6 +74,10 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) submit_calls: u64,
     /// Unwind payload caught inside an op (a device reset), resumed after the entry returns.
     killed: Option<Box<dyn std::any::Any + Send>>,
+    /// Tasks reclaimed since the tensor map was last swept.
+    reclaimed_since_sweep: u32,
+    /// Reclaimed tasks that trigger a sweep of the tensor map.
+    sweep_every: u32,
 }
 
 impl<'a> Orchestrator<'a> {
@@ -95,6 +119,10 @@ impl<'a> Orchestrator<'a> {
             submitting: None,
             submit_calls: 0,
             killed: None,
+            reclaimed_since_sweep: 0,
+            sweep_every: (window_total / MAP_SWEEP_PER_SLOTS)
+                .clamp(MAP_SWEEP_TASKS.0 as usize, MAP_SWEEP_TASKS.1 as usize)
+                as u32,
             tensor_wait_ms: u64::from(match d.tensor_wait_timeout_ms {
                 0 => DEFAULT_TENSOR_WAIT_TIMEOUT_MS,
                 t => t,
@@ -114,6 +142,7 @@ impl<'a> Orchestrator<'a> {
             self.scopes.push(Scope {
                 mode: SCOPE_AUTO,
                 begin: 0,
+                opened_after: 0,
             });
             let rc = ops::call_entry(self, entry_addr);
             if let Some(payload) = self.killed.take() {
@@ -214,18 +243,49 @@ impl<'a> Orchestrator<'a> {
         self.scope_tasks.truncate(scope.begin);
     }
 
-    /// Advances every ring past its consumed tasks and frees their heap blocks.
+    /// Advances every ring past its consumed tasks and frees their heap blocks; every
+    /// `sweep_every` reclaimed tasks (a sixteenth of the task slots, 16..=4096), sweeps the
+    /// tensor map of the entries of completed tasks.
     pub(crate) fn reclaim(&mut self) {
         for (r, ring) in self.shared.rings.iter().enumerate() {
             let next = ring.next.load(Ordering::Relaxed);
-            let mut last = ring.last_alive.load(Ordering::Relaxed);
+            let first = ring.last_alive.load(Ordering::Relaxed);
+            let mut last = first;
             while last != next && ring.slot(last).consumed.load(Ordering::Acquire) {
                 last = last.wrapping_add(1);
             }
             ring.last_alive.store(last, Ordering::Release);
             let alive_from = last;
             self.heaps[r].release_while(|t| (alive_from.wrapping_sub(t as u32) as i32) > 0);
+            self.reclaimed_since_sweep = self
+                .reclaimed_since_sweep
+                .saturating_add(last.wrapping_sub(first));
         }
+        if self.reclaimed_since_sweep >= self.sweep_every {
+            self.reclaimed_since_sweep = 0;
+            let shared = self.shared;
+            self.map.sweep(|id| shared.task(id).is_done(id));
+        }
+    }
+
+    /// The open scope pinning task `id` (a task with heap outputs), if any.
+    pub(crate) fn holder(&self, id: TaskId) -> Option<Holder> {
+        let at = self.scope_tasks.iter().rposition(|&t| t == id)?;
+        let depth = self.scopes.iter().rposition(|s| s.begin <= at)?;
+        let scope = &self.scopes[depth];
+        let end = self
+            .scopes
+            .get(depth + 1)
+            .map_or(self.scope_tasks.len(), |s| s.begin);
+        let pinned = self.scope_tasks[scope.begin..end]
+            .iter()
+            .filter(|&&t| t >> 32 == id >> 32)
+            .count();
+        Some(Holder {
+            depth,
+            opened_after: scope.opened_after,
+            pinned,
+        })
     }
 
     /// Parks until something changes (a completion or consumption rings the bell).
@@ -325,5 +385,50 @@ impl<'a> Orchestrator<'a> {
         let r = self.wait_done(&waits, what);
         self.deps = waits;
         r.map(|_| t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aicpu::tests::Run;
+
+    /// A dummy task that reads and writes one u32 of its own buffer at `addr`.
+    fn touching(addr: u64) -> Box<TaskDesc> {
+        // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
+        let mut d: Box<TaskDesc> = Box::new(unsafe { std::mem::zeroed() });
+        d.size = std::mem::size_of::<TaskDesc>() as u32;
+        d.kernel_ids = [NO_KERNEL; 3];
+        d.block_num = 1;
+        d.tensors[0] = ChipTensor::contiguous(addr, &[1], DataType::Uint32);
+        d.tags[0] = TensorArgType::Inout as u32;
+        d.tensor_count = 1;
+        d
+    }
+
+    #[test]
+    fn tasks_without_heap_outputs_leave_open_scopes_with_their_tensor_map_entries() {
+        let run = Run::new();
+        let shared = RunShared::new(run.mem(), 1, [16; RING_COUNT], [64; RING_COUNT]);
+        let mut o = Orchestrator::new(&shared, Arc::new(Doorbell::new()), 1);
+        o.scopes.push(Scope {
+            mode: SCOPE_AUTO,
+            begin: 0,
+            opened_after: 0,
+        });
+        // 1,000 tasks in the open outer scope of a 16-slot ring, each on a buffer no later
+        // task touches (dummies: each completes as it is submitted).
+        for i in 0..1000u64 {
+            assert_eq!(o.submit(&touching(0x10_0000 + 64 * i), None), 0, "task {i}");
+            let id = i; // ring 0, local index i
+            assert!(shared.task(id).consumed.load(Ordering::Acquire), "task {i}");
+            assert!(
+                o.map.len() <= 2 * 16 + 16,
+                "after task {i}: {} tensor-map entries for 15 live tasks",
+                o.map.len()
+            );
+        }
+        assert!(o.scope_tasks.is_empty(), "the scope pins none of them");
+        assert!(shared.errors.verdict().is_none());
     }
 }

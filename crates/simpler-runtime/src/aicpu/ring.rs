@@ -144,6 +144,11 @@ impl HeapRing {
         self.place(bytes).is_some()
     }
 
+    /// The task owning the oldest live block, which must go before any other block can.
+    pub(crate) fn oldest_task(&self) -> Option<TaskId> {
+        self.blocks.front().map(|&(t, _, _)| t)
+    }
+
     /// Releases the blocks of tasks that `reclaimed` says are gone, oldest first.
     pub(crate) fn release_while(&mut self, reclaimed: impl Fn(TaskId) -> bool) {
         while let Some(&(t, _, _)) = self.blocks.front() {
@@ -169,7 +174,9 @@ mod tests {
             None,
             "no room at the end nor before the tail"
         );
+        assert_eq!(h.oldest_task(), Some(1));
         h.release_while(|t| t == 1);
+        assert_eq!(h.oldest_task(), Some(2));
         assert_eq!(h.alloc(3, 2048), Some(0x10000), "wraps to the start");
         assert_eq!(
             h.alloc(4, 1024),

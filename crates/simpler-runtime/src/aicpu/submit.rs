@@ -4,9 +4,14 @@
 //! output heap) with back-pressure, write the slot, wire the producers and, when nothing is
 //! left to wait for, make it ready.
 //!
-//! Back-pressure never hangs: a ring whose oldest live task still belongs to an open scope
-//! can never advance (SCOPE_DEADLOCK / HEAP_RING_DEADLOCK at once), and a wait with no
-//! progress anywhere in the run for the watchdog period fails with the ring's error code.
+//! Only a task with runtime-allocated (heap) outputs is pinned by its scope; any other task
+//! leaves its slot once it and its consumers have completed, so a flat orchestration may
+//! submit any number of them.
+//!
+//! Back-pressure never hangs: a ring whose oldest live task (or heap block) is pinned by an
+//! open scope can never advance (SCOPE_DEADLOCK / HEAP_RING_DEADLOCK at once, naming the
+//! scope, how many tasks it pins and the fix), and a wait with no progress anywhere in the
+//! run for the watchdog period fails with the ring's error code.
 
 use std::sync::atomic::Ordering;
 
@@ -202,10 +207,12 @@ impl<'a> Orchestrator<'a> {
                 format!("the task's outputs need {heap_bytes} bytes; ring {r}'s heap has {size}")
             }));
         }
-        if self.scope_tasks.len() >= self.scope_tasks_cap {
+        // Only a task with heap outputs is pinned by its scope.
+        let scoped = heap_bytes > 0;
+        if scoped && self.scope_tasks.len() >= self.scope_tasks_cap {
             let cap = self.scope_tasks_cap;
             return Err(self.fail(ORCH_SCOPE_TASKS_OVERFLOW, || {
-                format!("more than {cap} tasks are held by open scopes")
+                format!("more than {cap} tasks with OUTPUT buffers are held by open scopes")
             }));
         }
 
@@ -272,10 +279,12 @@ impl<'a> Orchestrator<'a> {
         body.args.slots[n..n + s].copy_from_slice(&d.scalars[..s]);
         body.args.slots[TENSOR_COUNT_SLOT] = n as u64;
         body.args.slots[SCALAR_COUNT_SLOT] = s as u64;
-        slot.arm(id);
+        slot.arm(id, scoped);
         ring.next.store(local.wrapping_add(1), Ordering::Release);
         self.shared.submitted.fetch_add(1, Ordering::AcqRel);
-        self.scope_tasks.push(id);
+        if scoped {
+            self.scope_tasks.push(id);
+        }
 
         // Record this task's accesses for later submissions and tensor-data waits. Inside a
         // MANUAL scope nothing is looked up, but the accesses are still recorded, so that
@@ -360,14 +369,15 @@ impl<'a> Orchestrator<'a> {
             if tag == TensorArgType::Output || owner == NO_OWNER_TASK || owner == NO_TASK {
                 continue;
             }
-            // Outputs are valid only while the scope of the task that made them is open.
+            // Outputs are valid only while the scope of the task that made them is open (and
+            // only a task with OUTPUT arguments makes any).
             let live = self
                 .shared
                 .live_task(owner)
                 .is_some_and(|t| t.in_open_scope.load(Ordering::Acquire));
             if !live {
                 return Err(self.invalid(|| {
-                    format!("tensor argument {i} is an output of task {owner:#x}, whose scope has ended (outputs are valid only inside their scope)")
+                    format!("tensor argument {i} is an output of task {owner:#x} (its owner_task_id), but that task's scope has ended or it allocated no OUTPUT buffer (outputs are valid only inside their scope)")
                 }));
             }
             if !deps.contains(&owner) {
@@ -432,30 +442,41 @@ impl<'a> Orchestrator<'a> {
             if let Some(code) = self.shared.errors.code() {
                 return Err(code);
             }
-            // Structural deadlock: rings reclaim in task order, and the oldest live task (or
-            // heap block) belongs to a scope that cannot close while we wait.
-            // Heap blocks are freed as the ring's oldest task advances, so both waits hinge
-            // on that task.
+            // Structural deadlock: rings and heaps reclaim in task order, and the oldest live
+            // task (or the owner of the oldest heap block) is pinned by a scope that cannot
+            // close while we wait.
             let oldest = match res {
-                Resource::Slot | Resource::Heap(_) => {
+                Resource::Slot => {
                     Some((r as u64) << 32 | u64::from(ring.last_alive.load(Ordering::Relaxed)))
                 }
+                Resource::Heap(_) => self.heaps[r].oldest_task(),
                 Resource::DepPool(_) => None,
             };
-            let stuck = oldest
-                .and_then(|t| self.shared.live_task(t))
-                .is_some_and(|slot| slot.in_open_scope.load(Ordering::Acquire));
+            let stuck = oldest.filter(|&t| {
+                self.shared
+                    .live_task(t)
+                    .is_some_and(|slot| slot.in_open_scope.load(Ordering::Acquire))
+            });
             let stalled = self.shared.stalled_for_ms() > self.shared.scheduler_timeout_ms;
-            if stuck || stalled {
-                let (window, depth) = (ring.window, self.depth());
-                return Err(match res {
-                    Resource::Slot if stuck => self.fail(ORCH_SCOPE_DEADLOCK, || {
-                        format!("ring {r} is full ({} tasks) and its oldest task belongs to an open scope at depth {depth}: a scope may hold at most {} tasks of a ring; close inner scopes sooner", window - 1, window - 1)
-                    }),
-                    Resource::Slot => self.fail(ORCH_FLOW_CONTROL_DEADLOCK, || format!("ring {r}'s task window ({window}) stayed full with no progress in the run")),
-                    Resource::DepPool(e) => self.fail(ORCH_DEP_POOL_OVERFLOW, || format!("ring {r}'s dependency pool stayed full ({e} more entries needed) with no progress in the run")),
-                    Resource::Heap(bytes) => self.fail(ORCH_HEAP_RING_DEADLOCK, || {
-                        format!("ring {r}'s output heap cannot fit {bytes} bytes: its oldest block belongs to a task of an open scope, or nothing progressed")
+            if stuck.is_some() || stalled {
+                let window = ring.window;
+                return Err(match (res, stuck) {
+                    (Resource::Slot, Some(t)) => {
+                        let holder = self.pinned_by(t);
+                        self.fail(ORCH_SCOPE_DEADLOCK, || {
+                            format!("ring {r} is full ({} tasks): {holder}; at most {} tasks fit behind the first. Fix: inner scopes, or raise PTO2_RING_TASK_WINDOW ({window})", window - 1, window - 1)
+                        })
+                    }
+                    (Resource::Slot, None) => self.fail(ORCH_FLOW_CONTROL_DEADLOCK, || format!("ring {r}'s task window ({window}) stayed full with no progress in the run")),
+                    (Resource::DepPool(e), _) => self.fail(ORCH_DEP_POOL_OVERFLOW, || format!("ring {r}'s dependency pool stayed full ({e} more entries needed) with no progress in the run")),
+                    (Resource::Heap(bytes), Some(t)) => {
+                        let holder = self.pinned_by(t);
+                        self.fail(ORCH_HEAP_RING_DEADLOCK, || {
+                            format!("ring {r}'s output heap cannot fit {bytes} more bytes: {holder}. Fix: inner scopes, or raise PTO2_RING_HEAP")
+                        })
+                    }
+                    (Resource::Heap(bytes), None) => self.fail(ORCH_HEAP_RING_DEADLOCK, || {
+                        format!("ring {r}'s output heap cannot fit {bytes} bytes and nothing progressed in the run")
                     }),
                 });
             }
@@ -466,6 +487,26 @@ impl<'a> Orchestrator<'a> {
             }
             self.park();
             announced = false;
+        }
+    }
+
+    /// Says which open scope pins task `t` and how many tasks of `t`'s ring it pins, for a
+    /// deadlock message (which holds 256 bytes: every word counts).
+    fn pinned_by(&self, t: TaskId) -> String {
+        match self.holder(t) {
+            Some(h) => {
+                let scope = if h.depth == 0 {
+                    "the outer scope (depth 0)".to_string()
+                } else {
+                    format!(
+                        "the depth-{} scope opened after submit #{}",
+                        h.depth, h.opened_after
+                    )
+                };
+                let tasks = if h.pinned == 1 { "task" } else { "tasks" };
+                format!("{scope} pins {} {tasks} with OUTPUT buffers", h.pinned)
+            }
+            None => format!("task {t:#x}, with OUTPUT buffers, is pinned by an open scope"),
         }
     }
 }

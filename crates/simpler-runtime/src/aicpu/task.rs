@@ -5,9 +5,13 @@
 //! the body and count completions, and the last pin released marks it consumed, after which
 //! the orchestrator may reclaim the slot.
 //!
-//! Pins (`pins`): one for the enclosing scope (released at scope end), one while the task
-//! has not completed, and one per consumer that retains it (released when that consumer
-//! completes). The task is CONSUMED exactly when the count reaches zero.
+//! Pins (`pins`): one while the task has not completed, one per consumer that retains it
+//! (released when that consumer completes), and — only for a task that owns runtime-allocated
+//! (heap) outputs — one for the enclosing scope (released at scope end), because its outputs
+//! stay readable through `owner_task_id` until then. A task without heap outputs is
+//! consumed as soon as it has completed and its consumers have, even inside an open scope
+//! (`docs/chip-runtime.md`, task life). The task is CONSUMED exactly when the count reaches
+//! zero.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -112,7 +116,8 @@ pub(crate) struct Task {
     pub(crate) pins: AtomicU32,
     pub(crate) completed: AtomicBool,
     pub(crate) consumed: AtomicBool,
-    /// Set while the task's scope is open (structural deadlock check).
+    /// Set while the task owns heap outputs and its scope is open: its scope pins it (the
+    /// structural deadlock check, and the validity of its outputs).
     pub(crate) in_open_scope: AtomicBool,
     pub(crate) fanout: Mutex<Fanout>,
     /// Next SPMD block to hand out.
@@ -165,13 +170,14 @@ impl Task {
         unsafe { &mut *self.body.get() }
     }
 
-    /// Re-arms a free slot for task `id`: pinned by its scope and by not having completed.
-    pub(crate) fn arm(&self, id: TaskId) {
+    /// Re-arms a free slot for task `id`: pinned by not having completed and, when `scoped`
+    /// (the task owns heap outputs), by its scope.
+    pub(crate) fn arm(&self, id: TaskId, scoped: bool) {
         self.fanout.lock().completed = false;
         self.completed.store(false, Ordering::Relaxed);
         self.consumed.store(false, Ordering::Relaxed);
-        self.in_open_scope.store(true, Ordering::Relaxed);
-        self.pins.store(2, Ordering::Relaxed);
+        self.in_open_scope.store(scoped, Ordering::Relaxed);
+        self.pins.store(1 + u32::from(scoped), Ordering::Relaxed);
         self.fanin.store(1, Ordering::Relaxed);
         self.next_block.store(0, Ordering::Relaxed);
         self.done_subtasks.store(0, Ordering::Relaxed);

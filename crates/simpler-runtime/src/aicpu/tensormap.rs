@@ -7,7 +7,7 @@
 //! intersect too; otherwise the byte-range answer stands (conservative: a false overlap
 //! only adds an edge). A reader waits for earlier overlapping writers (RAW); a writer waits
 //! for earlier overlapping writers (WAW) and readers (WAR). Entries of completed tasks are
-//! pruned as they are met.
+//! pruned as they are met, and swept from the whole map as their tasks are reclaimed.
 
 use std::collections::HashMap;
 
@@ -99,18 +99,37 @@ impl Region {
 struct Access {
     task: u64,
     region: Region,
-    write: bool,
+}
+
+/// The recorded accesses of one buffer, oldest first, writers apart from readers: a reader
+/// conflicts only with writers, so it never scans the readers (every task of a long flat
+/// graph may read the same weights).
+#[derive(Default)]
+struct Accesses {
+    writes: Vec<Access>,
+    reads: Vec<Access>,
+}
+
+impl Accesses {
+    fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.reads.is_empty()
+    }
 }
 
 /// The tensor map: recent accesses per buffer.
+///
+/// Entries of completed tasks are pruned when their buffer is next met, and
+/// [`sweep`](TensorMap::sweep) drops those of buffers never met again, so the map holds
+/// about as many entries as there are live tasks however long the run is.
 #[derive(Default)]
 pub struct TensorMap {
-    buffers: HashMap<u64, Vec<Access>>,
+    buffers: HashMap<u64, Accesses>,
 }
 
 impl TensorMap {
     /// Collects into `deps` the tasks a new access of `region` in buffer `base` must wait
-    /// for, skipping (and pruning) tasks for which `is_done` holds.
+    /// for, skipping (and pruning) tasks for which `is_done` holds: earlier overlapping
+    /// writers for a read; earlier overlapping writers and readers for a write.
     pub fn conflicts(
         &mut self,
         base: u64,
@@ -122,11 +141,17 @@ impl TensorMap {
         let Some(list) = self.buffers.get_mut(&base) else {
             return;
         };
-        list.retain(|a| !is_done(a.task));
-        for a in list.iter() {
-            if (write || a.write) && a.region.overlaps(region) && !deps.contains(&a.task) {
-                deps.push(a.task);
+        let mut scan = |accesses: &mut Vec<Access>| {
+            accesses.retain(|a| !is_done(a.task));
+            for a in accesses.iter() {
+                if a.region.overlaps(region) && !deps.contains(&a.task) {
+                    deps.push(a.task);
+                }
             }
+        };
+        scan(&mut list.writes);
+        if write {
+            scan(&mut list.reads);
         }
     }
 
@@ -134,14 +159,37 @@ impl TensorMap {
     /// same geometry, which it now orders behind itself.
     pub fn record(&mut self, base: u64, region: Region, write: bool, task: u64) {
         let list = self.buffers.entry(base).or_default();
+        let access = Access { task, region };
         if write {
-            list.retain(|a| a.region != region);
+            list.writes.retain(|a| a.region != region);
+            list.reads.retain(|a| a.region != region);
+            list.writes.push(access);
+        } else {
+            list.reads.push(access);
         }
-        list.push(Access {
-            task,
-            region,
-            write,
+    }
+
+    /// Drops every entry of a task for which `is_done` holds, and every buffer left with
+    /// none; cost: one pass over the map.
+    pub fn sweep(&mut self, is_done: impl Fn(u64) -> bool) {
+        self.buffers.retain(|_, list| {
+            list.writes.retain(|a| !is_done(a.task));
+            list.reads.retain(|a| !is_done(a.task));
+            !list.is_empty()
         });
+    }
+
+    /// Entries held (all buffers).
+    pub fn len(&self) -> usize {
+        self.buffers
+            .values()
+            .map(|l| l.writes.len() + l.reads.len())
+            .sum()
+    }
+
+    /// True when the map holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.buffers.is_empty()
     }
 }
 
@@ -187,6 +235,44 @@ mod tests {
         d.clear();
         m.conflicts(0x1000, &tile(0x1000, 64, 64, 8, 8), true, none, &mut d);
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_sweep_drops_the_entries_of_done_tasks_and_empty_buffers() {
+        let mut m = TensorMap::default();
+        let r = tile(0x1000, 0, 0, 8, 8);
+        let s = tile(0x9000, 0, 0, 8, 8);
+        m.record(0x1000, r, true, 1);
+        m.record(0x1000, r, false, 2);
+        m.record(0x9000, s, false, 3);
+        assert_eq!(m.len(), 3);
+        m.sweep(|t| t != 2);
+        assert_eq!(m.len(), 1, "only the live reader is left");
+        let mut d = Vec::new();
+        m.conflicts(0x1000, &r, true, |_| false, &mut d);
+        assert_eq!(d, vec![2]);
+        m.sweep(|_| true);
+        assert!(m.is_empty(), "a buffer with no entry left is dropped");
+    }
+
+    #[test]
+    fn readers_of_one_region_pile_up_without_ordering_each_other() {
+        let mut m = TensorMap::default();
+        let r = tile(0x1000, 0, 0, 8, 8);
+        let mut d = Vec::new();
+        for t in 0..100 {
+            m.conflicts(0x1000, &r, false, |_| false, &mut d);
+            m.record(0x1000, r, false, t);
+        }
+        assert!(d.is_empty(), "reads never wait for reads");
+        m.conflicts(0x1000, &r, true, |t| t < 90, &mut d);
+        assert_eq!(
+            d,
+            (90..100).collect::<Vec<_>>(),
+            "a write waits for every live reader"
+        );
+        m.record(0x1000, r, true, 100);
+        assert_eq!(m.len(), 1, "the write covers the readers' region");
     }
 
     #[test]
