@@ -2,8 +2,10 @@
 //! `l` set while the core of lane `l` (0 AIC, 1 AIV0, 2 AIV1) has no dispatch running, as
 //! the scheduler that owns it sees it. Each scheduler writes the bits of its own clusters
 //! only and reads everyone's, to tell whether a ready task may wait in a busy core's
-//! pending slot: only when no core (for MIX, no cluster) that could run it is idle anywhere
-//! on the chip. The map dispatches nothing and touches no core.
+//! pending slot ([`preload_allowance`]): only when no core (for MIX, no cluster) that could
+//! run it is idle anywhere on the chip, or when the ready blocks already queued outnumber
+//! those idle places, so that every one of them gets work anyway. The map dispatches
+//! nothing and touches no core.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -53,12 +55,18 @@ impl IdleMap {
         }
     }
 
-    /// True if a block of a task of `shape` on `lanes` could start on an idle core (an idle
-    /// cluster for MIX) anywhere on the chip.
-    pub(crate) fn any_fits(&self, shape: Shape, lanes: u8) -> bool {
+    /// Idle places on the chip for a block of a task of `shape` on `lanes`: idle cores of
+    /// its type, for MIX idle clusters with its lanes.
+    pub(crate) fn count_fitting(&self, shape: Shape, lanes: u8) -> usize {
+        let per_cluster = |idle: u8| match shape {
+            Shape::Aic | Shape::Mix => usize::from(fits(idle, shape, lanes)),
+            Shape::Aiv => (idle & (LANE_BITS[1] | LANE_BITS[2])).count_ones() as usize,
+            Shape::Dummy => 0,
+        };
         self.clusters
             .iter()
-            .any(|w| fits(w.load(Ordering::Acquire), shape, lanes))
+            .map(|w| per_cluster(w.load(Ordering::Acquire)))
+            .sum()
     }
 
     /// Bit `i` set for every scheduler `i` that owns an idle place for a block of a task of
@@ -72,6 +80,31 @@ impl IdleMap {
     }
 }
 
+/// How many blocks of a task of `shape` a scheduler with no idle place of its own for them
+/// may pre-load into its pending slots now, given `idle` places for them elsewhere on the
+/// chip and `waiting` ready blocks of the shape in all (the task's unclaimed blocks plus at
+/// least one per queued task), with `schedulers` scheduler threads deciding at once.
+///
+/// With no idle place anywhere: any number. Otherwise only the blocks the idle places
+/// cannot take — `waiting` less one per idle place, less one per scheduler as a margin for
+/// placements decided at the same moment — so no idle core goes without work while a
+/// block waits behind a busy one. MIX tasks differ in their lanes, so queued ones are not
+/// counted against an idle cluster: a MIX block is never pre-loaded while one fits.
+pub(crate) fn preload_allowance(
+    shape: Shape,
+    idle: usize,
+    waiting: usize,
+    schedulers: usize,
+) -> usize {
+    if idle == 0 {
+        usize::MAX
+    } else if shape == Shape::Mix {
+        0
+    } else {
+        waiting.saturating_sub(idle + schedulers)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,14 +113,18 @@ mod tests {
     const AIV0: u8 = LANE_BITS[1];
     const AIV1: u8 = LANE_BITS[2];
 
+    fn any_fits(m: &IdleMap, shape: Shape, lanes: u8) -> bool {
+        m.count_fitting(shape, lanes) > 0
+    }
+
     #[test]
     fn a_fresh_map_has_every_core_idle() {
         let m = IdleMap::new(3, 2);
-        assert!(m.any_fits(Shape::Aic, AIC));
-        assert!(m.any_fits(Shape::Aiv, AIV0));
-        assert!(m.any_fits(Shape::Mix, ALL_LANES));
+        assert!(any_fits(&m, Shape::Aic, AIC));
+        assert!(any_fits(&m, Shape::Aiv, AIV0));
+        assert!(any_fits(&m, Shape::Mix, ALL_LANES));
         assert_eq!(m.owners_fitting(Shape::Mix, ALL_LANES), 0b11);
-        assert!(!m.any_fits(Shape::Dummy, 0));
+        assert!(!any_fits(&m, Shape::Dummy, 0));
     }
 
     #[test]
@@ -98,30 +135,60 @@ mod tests {
                 m.set(c, lane, false);
             }
         }
-        assert!(!m.any_fits(Shape::Aic, AIC));
-        assert!(!m.any_fits(Shape::Aiv, AIV0));
+        assert!(!any_fits(&m, Shape::Aic, AIC));
+        assert!(!any_fits(&m, Shape::Aiv, AIV0));
         assert_eq!(m.owners_fitting(Shape::Aiv, AIV0), 0);
 
         // Cluster 1's AIV1 core goes idle: an AIV task (on either AIV lane) fits there, an
         // AIC task does not, a MIX task fits only if it uses no other lane.
         m.set(1, 2, true);
-        assert!(m.any_fits(Shape::Aiv, AIV0));
+        assert!(any_fits(&m, Shape::Aiv, AIV0));
         assert_eq!(m.owners_fitting(Shape::Aiv, AIV0), 0b10);
-        assert!(!m.any_fits(Shape::Aic, AIC));
-        assert!(m.any_fits(Shape::Mix, AIV1));
-        assert!(!m.any_fits(Shape::Mix, AIV0 | AIV1));
-        assert!(!m.any_fits(Shape::Mix, AIC | AIV1));
+        assert!(!any_fits(&m, Shape::Aic, AIC));
+        assert!(any_fits(&m, Shape::Mix, AIV1));
+        assert!(!any_fits(&m, Shape::Mix, AIV0 | AIV1));
+        assert!(!any_fits(&m, Shape::Mix, AIC | AIV1));
 
         m.set(1, 1, true);
-        assert!(m.any_fits(Shape::Mix, AIV0 | AIV1));
-        assert!(!m.any_fits(Shape::Mix, ALL_LANES));
+        assert!(any_fits(&m, Shape::Mix, AIV0 | AIV1));
+        assert!(!any_fits(&m, Shape::Mix, ALL_LANES));
         m.set(1, 0, true);
-        assert!(m.any_fits(Shape::Mix, ALL_LANES));
+        assert!(any_fits(&m, Shape::Mix, ALL_LANES));
 
         // Busy again.
         m.set(1, 0, false);
-        assert!(!m.any_fits(Shape::Aic, AIC));
-        assert!(!m.any_fits(Shape::Mix, ALL_LANES));
+        assert!(!any_fits(&m, Shape::Aic, AIC));
+        assert!(!any_fits(&m, Shape::Mix, ALL_LANES));
+    }
+
+    #[test]
+    fn idle_places_are_counted_per_core_or_per_cluster() {
+        let m = IdleMap::new(4, 2);
+        assert_eq!(m.count_fitting(Shape::Aic, AIC), 4);
+        assert_eq!(m.count_fitting(Shape::Aiv, AIV0), 8);
+        assert_eq!(m.count_fitting(Shape::Mix, ALL_LANES), 4);
+        m.set(0, 1, false);
+        m.set(1, 0, false);
+        assert_eq!(m.count_fitting(Shape::Aic, AIC), 3);
+        assert_eq!(m.count_fitting(Shape::Aiv, AIV0), 7);
+        assert_eq!(m.count_fitting(Shape::Mix, ALL_LANES), 2);
+        assert_eq!(m.count_fitting(Shape::Mix, AIV0 | AIV1), 3);
+        assert_eq!(m.count_fitting(Shape::Mix, AIC | AIV1), 3);
+    }
+
+    #[test]
+    fn pre_loading_leaves_a_block_for_every_idle_place() {
+        // Nothing idle anywhere: pre-load freely.
+        assert_eq!(preload_allowance(Shape::Aiv, 0, 1, 3), usize::MAX);
+        assert_eq!(preload_allowance(Shape::Mix, 0, 1, 3), usize::MAX);
+        // Idle places and no more ready blocks than they (plus the margin) take: none.
+        assert_eq!(preload_allowance(Shape::Aiv, 4, 1, 3), 0);
+        assert_eq!(preload_allowance(Shape::Aic, 4, 7, 3), 0);
+        // A backlog beyond them: only the surplus.
+        assert_eq!(preload_allowance(Shape::Aic, 4, 8, 3), 1);
+        assert_eq!(preload_allowance(Shape::Aiv, 2, 100, 3), 95);
+        // MIX: never while a cluster fits.
+        assert_eq!(preload_allowance(Shape::Mix, 1, 1000, 1), 0);
     }
 
     #[test]

@@ -8,8 +8,9 @@
 //!
 //! Placement is balanced across schedulers: a block goes to an idle core of this scheduler,
 //! else it is left in the queue for another scheduler that has an idle place for it (the
-//! chip-wide idle map says which), and only when no place that could run it is idle
-//! anywhere does it wait in a busy core's pending slot.
+//! chip-wide idle map says which), and it waits in a busy core's pending slot only when no
+//! place that could run it is idle anywhere, or when more blocks are ready than the idle
+//! places can take (every idle place gets one of the others).
 //!
 //! Idle schedulers park on their doorbell (rung by cores on every COND write and by whoever
 //! makes a task ready). A no-progress watchdog fails the run with SCHEDULER_TIMEOUT and a
@@ -21,6 +22,7 @@ use std::time::Duration;
 use simpler_abi::{CoreType, SCHED_KERNEL_FATAL, SCHED_TIMEOUT};
 use simpler_device::AicpuContext;
 
+use super::idle::preload_allowance;
 use super::state::{RunShared, NO_DRAIN};
 use super::task::{Shape, TaskId, LANE_BITS};
 use crate::handshake::{
@@ -313,10 +315,10 @@ impl Scheduler<'_, '_> {
 
     /// Dispatches ready tasks of `shape`; true if anything was dispatched.
     ///
-    /// Blocks go to this scheduler's idle places first. With none left, a task goes back to
-    /// the queue (and the schedulers owning an idle place for it are rung) while any idle
-    /// place for it exists on the chip; only when there is none do its blocks take free
-    /// pending slots here.
+    /// Blocks go to this scheduler's idle places first. With none left, blocks take free
+    /// pending slots here only as far as [`preload_allowance`] allows; a task with none
+    /// allowed goes back to the queue and the schedulers owning an idle place for it are
+    /// rung.
     fn dispatch_shape(&mut self, shape: Shape) -> bool {
         let queue = &self.shared.ready[shape as usize];
         let mut any = false;
@@ -347,17 +349,27 @@ impl Scheduler<'_, '_> {
             self.placements(shape, body.lanes, true, &mut places);
             let idle = !places.is_empty();
             if !idle {
-                let owners =
-                    self.shared.idle.owners_fitting(shape, body.lanes) & !(1 << self.index);
-                if owners != 0 {
-                    // Another scheduler can start it on an idle core now: never park it
-                    // behind a busy core here.
-                    self.places = places;
-                    queue.push(task);
-                    self.ring_owners(owners);
-                    return any;
+                let unclaimed = body
+                    .block_num
+                    .saturating_sub(self.shared.task(task).next_block.load(Ordering::Acquire));
+                let mut allowance =
+                    self.allowance(shape, body.lanes, queue.len() + unclaimed as usize);
+                if allowance == 0 {
+                    let owners =
+                        self.shared.idle.owners_fitting(shape, body.lanes) & !(1 << self.index);
+                    if owners != 0 {
+                        // Another scheduler can start it on an idle core now: never park
+                        // it behind a busy core here.
+                        self.places = places;
+                        queue.push(task);
+                        self.ring_owners(owners);
+                        return any;
+                    }
+                    // The idle places were taken meanwhile: nothing left to wait for.
+                    allowance = usize::MAX;
                 }
                 self.placements(shape, body.lanes, false, &mut places);
+                places.truncate(allowance);
             }
             if places.is_empty() {
                 self.places = places;
@@ -390,6 +402,12 @@ impl Scheduler<'_, '_> {
             }
             // Blocks left after the idle places: the next turn places them elsewhere.
         }
+    }
+
+    /// [`preload_allowance`] for this run, with `waiting` ready blocks of `shape`.
+    fn allowance(&self, shape: Shape, lanes: u8, waiting: usize) -> usize {
+        let idle = self.shared.idle.count_fitting(shape, lanes);
+        preload_allowance(shape, idle, waiting, self.shared.bells.len())
     }
 
     /// Rings the doorbells of the schedulers whose bits are set in `owners`.
@@ -559,9 +577,10 @@ impl Scheduler<'_, '_> {
 
     /// True if this scheduler could place a block of a ready task of `shape` now, as
     /// [`dispatch_shape`](Self::dispatch_shape) decides: on an idle core of its own, or in
-    /// a free pending slot while no place for it is idle anywhere. The queue's head is not
-    /// visible, so a MIX task is judged as if it used every lane (the answer errs towards
-    /// work: a pass that finds none only costs a pass).
+    /// a free pending slot as far as [`preload_allowance`] allows (each queued task
+    /// counted as one block). The queue's head is not visible, so a MIX task is judged as
+    /// if it used every lane (the answer errs towards work: a pass that finds none only
+    /// costs a pass).
     fn could_take(&self, shape: Shape) -> bool {
         let (lanes, serves): (u8, fn(CoreType) -> bool) = match shape {
             Shape::Aic => (LANE_BITS[0], |t| t == CoreType::Aic),
@@ -569,9 +588,10 @@ impl Scheduler<'_, '_> {
             _ => (LANE_BITS[0] | LANE_BITS[1] | LANE_BITS[2], |_| true),
         };
         let mine = || (0..self.cores.len()).filter(|&i| serves(self.cores[i].ty));
+        let waiting = self.shared.ready[shape as usize].len();
         mine().any(|i| self.cores[i].idle())
             || (mine().any(|i| self.free_slot(i, false))
-                && !self.shared.idle.any_fits(shape, lanes))
+                && self.allowance(shape, lanes, waiting) > 0)
     }
 
     /// Fails the run if nothing has progressed for the watchdog period; true if it did.
