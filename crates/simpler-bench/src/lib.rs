@@ -11,6 +11,11 @@
 //! Each workload runs on a chip topology given by the caller (24 or 72 simulated cores).
 //! Numbers are reported, never asserted: [`measure`] returns them for `simpler bench` and
 //! the criterion benches to print.
+//!
+//! [`balance`] is the scheduler-balance workload: as many independent sleeping tasks as the
+//! chip has cores, over a grid of scheduler and cluster counts (`simpler bench --balance`).
+
+pub mod balance;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

@@ -1,8 +1,14 @@
 //! `simpler bench`: runs the overhead workloads of `simpler-bench` (no-op task graphs on 24
-//! and 72 simulated cores) and prints their medians as a table or as JSON. It reports
-//! numbers; it never judges them.
+//! and 72 simulated cores) and prints their medians as a table or as JSON; with `--balance`,
+//! the scheduler-balance sweep (makespan ÷ task time per scheduler and cluster count). It
+//! reports numbers; it never judges them.
+
+use std::time::Duration;
 
 use serde::Serialize;
+use simpler_bench::balance::{
+    sweep, BalancePoint, FULL_CLUSTERS, FULL_SCHEDULERS, QUICK_CLUSTERS, QUICK_SCHEDULERS,
+};
 use simpler_bench::{empty_run_us, suite, Measurement};
 
 #[derive(Serialize)]
@@ -76,6 +82,101 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
         println!(
             "72-core / 24-core throughput, {graph}: {:.0}%",
             ratio * 100.0
+        );
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct BalanceReport {
+    task_ms: u64,
+    runs: u32,
+    host_cpus: usize,
+    points: Vec<BalancePoint>,
+}
+
+/// Runs the balance sweep (the full one with `full`) and prints it: one line per point,
+/// then the worst makespan ÷ task time as a schedulers × clusters grid.
+pub(crate) fn balance(
+    full: bool,
+    task_ms: u64,
+    runs: u32,
+    json: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if task_ms == 0 || runs == 0 {
+        return Err("--task-ms and --runs must be at least 1".into());
+    }
+    let (schedulers, clusters): (&[u32], &[u32]) = if full {
+        (&FULL_SCHEDULERS, &FULL_CLUSTERS)
+    } else {
+        (&QUICK_SCHEDULERS, &QUICK_CLUSTERS)
+    };
+    let points = sweep(schedulers, clusters, Duration::from_millis(task_ms), runs)?;
+    let report = BalanceReport {
+        task_ms,
+        runs,
+        host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        points,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    println!(
+        "simpler bench --balance: one {task_ms} ms task per core, {runs} runs per point, {} host CPUs",
+        report.host_cpus
+    );
+    println!("makespan = first kernel start to last kernel end; ratio = makespan / task time (target <= 1.1)");
+    println!(
+        "{:>10} {:>8} {:>6} {:>16} {:>15} {:>12} {:>11}",
+        "schedulers",
+        "clusters",
+        "tasks",
+        "median span (ms)",
+        "worst span (ms)",
+        "median ratio",
+        "worst ratio"
+    );
+    for p in &report.points {
+        println!(
+            "{:>10} {:>8} {:>6} {:>16.1} {:>15.1} {:>12.3} {:>11.3}",
+            p.schedulers,
+            p.clusters,
+            p.tasks,
+            p.median_makespan_ms,
+            p.worst_makespan_ms,
+            p.median_ratio,
+            p.worst_ratio
+        );
+    }
+    println!("worst ratio, schedulers (rows) x clusters (columns):");
+    print!("{:>4}", "");
+    for c in clusters {
+        print!(" {c:>5}");
+    }
+    println!();
+    for &s in schedulers {
+        print!("{s:>4}");
+        for &c in clusters {
+            match report
+                .points
+                .iter()
+                .find(|p| p.schedulers == s && p.clusters == c)
+            {
+                Some(p) => print!(" {:>5.2}", p.worst_ratio),
+                None => print!(" {:>5}", "-"),
+            }
+        }
+        println!();
+    }
+    if let Some(worst) = report
+        .points
+        .iter()
+        .max_by(|a, b| a.worst_ratio.total_cmp(&b.worst_ratio))
+    {
+        println!(
+            "worst of the sweep: {:.3} ({} schedulers, {} clusters)",
+            worst.worst_ratio, worst.schedulers, worst.clusters
         );
     }
     Ok(())

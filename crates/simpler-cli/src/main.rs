@@ -3,7 +3,7 @@
 //! This file owns the command line (clap), dispatch to the subcommands, error printing and
 //! exit codes. The work lives in the modules: [`build`] (compiling an example into a
 //! bundle), [`run`] (matching a run's files against the callable's signature, executing,
-//! checking) and [`bench`] (runtime overhead figures); manifests, compiling, the kernel
+//! checking) and [`bench`] (runtime overhead and scheduler balance figures); manifests, compiling, the kernel
 //! cache, `.npy` files, scalars and comparison are [`simpler_toolchain`]'s.
 //!
 //! Exit codes: `0` success, `1` the run, an output write (the bundle of `build`, an
@@ -82,7 +82,12 @@ enum Command {
     /// Measure runtime overhead with no-op task graphs and print the figures.
     Bench {
         /// Tasks per run (at least 1).
-        #[arg(long, default_value_t = 16_384, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(
+            long,
+            default_value_t = 16_384,
+            value_parser = clap::value_parser!(u64).range(1..),
+            conflicts_with = "balance"
+        )]
         tasks: u64,
         /// Measured runs per configuration, at least 1 (the median is reported).
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
@@ -90,6 +95,17 @@ enum Command {
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
+        /// Measure scheduler balance instead: one sleeping task per core, makespan ÷ task
+        /// time for 1, 3, 6 schedulers × 1, 5, 8, 24 clusters.
+        #[arg(long)]
+        balance: bool,
+        /// With --balance: the full sweep, 1–6 schedulers × 1–24 clusters.
+        #[arg(long, requires = "balance")]
+        full: bool,
+        /// With --balance: each task's sleep, milliseconds.
+        #[arg(long, default_value_t = 50, requires = "balance",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        task_ms: u64,
     },
 }
 
@@ -165,9 +181,19 @@ fn main() -> ExitCode {
         } => build::command(&example_dir, output.as_deref())
             .map(|_| ())
             .map_err(|e| (e.exit_code(), e.into())),
-        Command::Bench { tasks, runs, json } => {
-            bench::command(tasks, runs, json).map_err(|e| (bench_exit_code(e.as_ref()), e))
+        Command::Bench {
+            balance: true,
+            runs,
+            json,
+            full,
+            task_ms,
+            ..
+        } => {
+            bench::balance(full, task_ms, runs, json).map_err(|e| (bench_exit_code(e.as_ref()), e))
         }
+        Command::Bench {
+            tasks, runs, json, ..
+        } => bench::command(tasks, runs, json).map_err(|e| (bench_exit_code(e.as_ref()), e)),
         Command::Run(a) => {
             let req = run::RunRequest {
                 target: a.target,

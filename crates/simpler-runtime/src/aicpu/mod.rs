@@ -9,6 +9,7 @@
 //! and publishes nothing, and the unwind goes on to the device, which reports it as the
 //! launch's fault.
 
+mod idle;
 mod ops;
 mod orchestrator;
 mod ring;
@@ -89,7 +90,7 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
         });
         let bad = windows.iter().position(|&w| w < 4 || !w.is_power_of_two());
         let safe = windows.map(|w| if w >= 4 && w.is_power_of_two() { w } else { 4 });
-        let shared = RunShared::new(mem, schedulers as usize, safe, pools);
+        let shared = RunShared::new(mem, ctx.topology.clusters, schedulers as usize, safe, pools);
         if let Some(r) = bad {
             let w = windows[r];
             shared.errors.orch_fail(ORCH_INVALID_ARGS, || {
@@ -290,7 +291,7 @@ mod tests {
 
     fn share(run: &Run) -> Arc<RunShared> {
         let mem = run.mem();
-        mem.share_state(RunShared::new(mem, 1, [4; RING_COUNT], [16; RING_COUNT]))
+        mem.share_state(RunShared::new(mem, 1, 1, [4; RING_COUNT], [16; RING_COUNT]))
     }
 
     #[test]

@@ -409,7 +409,7 @@ mod tests {
     #[test]
     fn tasks_without_heap_outputs_leave_open_scopes_with_their_tensor_map_entries() {
         let run = Run::new();
-        let shared = RunShared::new(run.mem(), 1, [16; RING_COUNT], [64; RING_COUNT]);
+        let shared = RunShared::new(run.mem(), 1, 1, [16; RING_COUNT], [64; RING_COUNT]);
         let mut o = Orchestrator::new(&shared, Arc::new(Doorbell::new()), 1);
         o.scopes.push(Scope {
             mode: SCOPE_AUTO,

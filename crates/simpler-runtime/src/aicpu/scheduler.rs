@@ -6,6 +6,12 @@
 //! blocks are handed out in waves, and a `require_sync_start` task drains the chip until all
 //! its blocks can start on idle cores at once.
 //!
+//! Placement is balanced across schedulers: a block goes to an idle core of this scheduler,
+//! else it is left in the queue for another scheduler that has an idle place for it (the
+//! chip-wide idle map says which), and it waits in a busy core's pending slot only when no
+//! place that could run it is idle anywhere, or when more blocks are ready than the idle
+//! places can take (every idle place gets one of the others).
+//!
 //! Idle schedulers park on their doorbell (rung by cores on every COND write and by whoever
 //! makes a task ready). A no-progress watchdog fails the run with SCHEDULER_TIMEOUT and a
 //! stall class instead of hanging.
@@ -16,6 +22,7 @@ use std::time::Duration;
 use simpler_abi::{CoreType, SCHED_KERNEL_FATAL, SCHED_TIMEOUT};
 use simpler_device::AicpuContext;
 
+use super::idle::preload_allowance;
 use super::state::{RunShared, NO_DRAIN};
 use super::task::{Shape, TaskId, LANE_BITS};
 use crate::handshake::{
@@ -41,6 +48,10 @@ struct Sub {
 struct CoreExec {
     id: u32,
     ty: CoreType,
+    /// Its cluster (chip-wide index) and lane there (0 AIC, 1 AIV0, 2 AIV1): its place in
+    /// the idle map.
+    cluster: u32,
+    lane: usize,
     running: Option<Sub>,
     pending: Option<Sub>,
     last_dispatch: u32,
@@ -82,10 +93,12 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
     };
     for c in (0..topo.clusters).filter(|c| c % schedulers == index) {
         let base = s.cores.len();
-        for id in topo.cluster_cores(c) {
+        for (lane, id) in topo.cluster_cores(c).into_iter().enumerate() {
             s.cores.push(CoreExec {
                 id,
                 ty: topo.core_type(id),
+                cluster: c,
+                lane,
                 running: None,
                 pending: None,
                 last_dispatch: 0,
@@ -182,7 +195,7 @@ impl Scheduler<'_, '_> {
                 let both = match dispatch_state(cond, p.id) {
                     DispatchState::Running if cond == ack(p.id) => {
                         self.finish(i, run, false);
-                        self.cores[i].running = self.cores[i].pending.take();
+                        self.advance(i);
                         any = true;
                         continue;
                     }
@@ -194,8 +207,8 @@ impl Scheduler<'_, '_> {
                 if let Some((run_failed, pending_failed)) = both {
                     self.finish(i, run, run_failed);
                     self.finish(i, p, pending_failed);
-                    self.cores[i].running = None;
                     self.cores[i].pending = None;
+                    self.advance(i);
                     any = true;
                     continue;
                 }
@@ -204,11 +217,21 @@ impl Scheduler<'_, '_> {
             if state != DispatchState::Running {
                 // A skipped dispatch's cause was an earlier dispatch, already reported.
                 self.finish(i, run, state == DispatchState::Failed);
-                self.cores[i].running = self.cores[i].pending.take();
+                self.advance(i);
                 any = true;
             }
         }
         any
+    }
+
+    /// Core `i`'s running dispatch is over: its pending one (if any) becomes the running
+    /// one, and a core left with none is marked idle in the chip-wide map.
+    fn advance(&mut self, i: usize) {
+        let c = &mut self.cores[i];
+        c.running = c.pending.take();
+        if c.running.is_none() {
+            self.shared.idle.set(c.cluster, c.lane, true);
+        }
     }
 
     fn finish(&mut self, core: usize, sub: Sub, failed: bool) {
@@ -240,6 +263,10 @@ impl Scheduler<'_, '_> {
     fn dispatch(&mut self) -> bool {
         if self.shared.drain.task.load(Ordering::Acquire) != NO_DRAIN {
             return self.drain();
+        }
+        if self.cores.is_empty() {
+            // More schedulers than clusters: this one has nowhere to place a task.
+            return false;
         }
         let mut any = false;
         for shape in [Shape::Mix, Shape::Aic, Shape::Aiv] {
@@ -286,17 +313,24 @@ impl Scheduler<'_, '_> {
         }
     }
 
+    /// Dispatches ready tasks of `shape`; true if anything was dispatched.
+    ///
+    /// Blocks go to this scheduler's idle places first. With none left, blocks take free
+    /// pending slots here only as far as [`preload_allowance`] allows; a task with none
+    /// allowed goes back to the queue and the schedulers owning an idle place for it are
+    /// rung.
     fn dispatch_shape(&mut self, shape: Shape) -> bool {
         let queue = &self.shared.ready[shape as usize];
         let mut any = false;
         let mut current: Option<TaskId> = None;
         loop {
-            let task = match current.or_else(|| queue.pop()) {
+            let fresh = current.is_none();
+            let task = match current.take().or_else(|| queue.pop()) {
                 Some(t) => t,
                 None => return any,
             };
             let body = self.shared.task(task).body();
-            if body.sync_start && current.is_none() {
+            if body.sync_start && fresh {
                 // Enter the drain; if another is active, retry later.
                 if self
                     .shared
@@ -312,7 +346,31 @@ impl Scheduler<'_, '_> {
                 return self.drain() || any;
             }
             let mut places = std::mem::take(&mut self.places);
-            self.placements(shape, body.lanes, false, &mut places);
+            self.placements(shape, body.lanes, true, &mut places);
+            let idle = !places.is_empty();
+            if !idle {
+                let unclaimed = body
+                    .block_num
+                    .saturating_sub(self.shared.task(task).next_block.load(Ordering::Acquire));
+                let mut allowance =
+                    self.allowance(shape, body.lanes, queue.len() + unclaimed as usize);
+                if allowance == 0 {
+                    let owners =
+                        self.shared.idle.owners_fitting(shape, body.lanes) & !(1 << self.index);
+                    if owners != 0 {
+                        // Another scheduler can start it on an idle core now: never park
+                        // it behind a busy core here.
+                        self.places = places;
+                        queue.push(task);
+                        self.ring_owners(owners);
+                        return any;
+                    }
+                    // The idle places were taken meanwhile: nothing left to wait for.
+                    allowance = usize::MAX;
+                }
+                self.placements(shape, body.lanes, false, &mut places);
+                places.truncate(allowance);
+            }
             if places.is_empty() {
                 self.places = places;
                 queue.push(task);
@@ -335,10 +393,30 @@ impl Scheduler<'_, '_> {
                 }
             }
             self.places = places;
-            if let Some(t) = current.take() {
-                // Blocks remain but this scheduler is full: let others take them.
-                queue.push(t);
-                return any;
+            if !idle {
+                if let Some(t) = current.take() {
+                    // Blocks remain but this scheduler is full: let others take them.
+                    queue.push(t);
+                    return any;
+                }
+            }
+            // Blocks left after the idle places: the next turn places them elsewhere.
+        }
+    }
+
+    /// [`preload_allowance`] for this run, with `waiting` ready blocks of `shape`.
+    fn allowance(&self, shape: Shape, lanes: u8, waiting: usize) -> usize {
+        let idle = self.shared.idle.count_fitting(shape, lanes);
+        preload_allowance(shape, idle, waiting, self.shared.bells.len())
+    }
+
+    /// Rings the doorbells of the schedulers whose bits are set in `owners`.
+    fn ring_owners(&self, owners: u64) {
+        for (i, bell) in self.shared.bells.iter().enumerate() {
+            if owners & (1 << i) != 0 {
+                if let Some(b) = bell.get() {
+                    b.ring();
+                }
             }
         }
     }
@@ -395,6 +473,7 @@ impl Scheduler<'_, '_> {
         });
         if c.running.is_none() {
             c.running = sub;
+            self.shared.idle.set(c.cluster, c.lane, false);
         } else {
             c.pending = sub;
         }
@@ -491,8 +570,28 @@ impl Scheduler<'_, '_> {
         if self.shared.drain.task.load(Ordering::Acquire) != NO_DRAIN {
             return true;
         }
-        self.shared.ready.iter().any(|q| !q.is_empty())
-            && (0..self.cores.len()).any(|i| self.free_slot(i, false))
+        [Shape::Mix, Shape::Aic, Shape::Aiv]
+            .into_iter()
+            .any(|shape| !self.shared.ready[shape as usize].is_empty() && self.could_take(shape))
+    }
+
+    /// True if this scheduler could place a block of a ready task of `shape` now, as
+    /// [`dispatch_shape`](Self::dispatch_shape) decides: on an idle core of its own, or in
+    /// a free pending slot as far as [`preload_allowance`] allows (each queued task
+    /// counted as one block). The queue's head is not visible, so a MIX task is judged as
+    /// if it used every lane (the answer errs towards work: a pass that finds none only
+    /// costs a pass).
+    fn could_take(&self, shape: Shape) -> bool {
+        let (lanes, serves): (u8, fn(CoreType) -> bool) = match shape {
+            Shape::Aic => (LANE_BITS[0], |t| t == CoreType::Aic),
+            Shape::Aiv => (LANE_BITS[1], |t| t == CoreType::Aiv),
+            _ => (LANE_BITS[0] | LANE_BITS[1] | LANE_BITS[2], |_| true),
+        };
+        let mine = || (0..self.cores.len()).filter(|&i| serves(self.cores[i].ty));
+        let waiting = self.shared.ready[shape as usize].len();
+        mine().any(|i| self.cores[i].idle())
+            || (mine().any(|i| self.free_slot(i, false))
+                && self.allowance(shape, lanes, waiting) > 0)
     }
 
     /// Fails the run if nothing has progressed for the watchdog period; true if it did.

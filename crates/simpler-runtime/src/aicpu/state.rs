@@ -1,5 +1,6 @@
 //! The state one run shares among its AICPU threads: the task rings, the ready queues, the
-//! progress counters, the doorbells, the sync-start drain and the latched error words.
+//! chip-wide idle map, the progress counters, the doorbells, the sync-start drain and the
+//! latched error words.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -10,6 +11,7 @@ use parking_lot::Mutex;
 use simpler_abi::RunLaunchDesc;
 use simpler_device::Doorbell;
 
+use super::idle::IdleMap;
 use super::ring::{TaskRing, RING_COUNT};
 use super::task::{local_of, ring_of, Shape, Task, TaskId};
 use crate::devmem::RunMemory;
@@ -113,6 +115,9 @@ pub(crate) struct RunShared {
     pub(crate) orch_done: AtomicBool,
     /// Ready tasks per shape (AIC, AIV, MIX).
     pub(crate) ready: [SegQueue<TaskId>; 3],
+    /// Which cores are idle, chip-wide: a task waits in a pending slot only when none that
+    /// could run it is.
+    pub(crate) idle: IdleMap,
     /// Subtasks dispatched and not yet seen finished.
     pub(crate) running: AtomicU32,
     /// Doorbells of the scheduler threads, registered as they start.
@@ -136,8 +141,11 @@ pub(crate) struct RunShared {
 }
 
 impl RunShared {
+    /// The state of a run on a chip of `clusters` clusters served by `schedulers` scheduler
+    /// threads, with per-ring task windows and dependency pools.
     pub(crate) fn new(
         mem: RunMemory,
+        clusters: u32,
         schedulers: usize,
         windows: [u32; RING_COUNT],
         dep_pools: [u32; RING_COUNT],
@@ -155,6 +163,7 @@ impl RunShared {
             completed: AtomicU64::new(0),
             orch_done: AtomicBool::new(false),
             ready: [SegQueue::new(), SegQueue::new(), SegQueue::new()],
+            idle: IdleMap::new(clusters, schedulers),
             running: AtomicU32::new(0),
             bells: (0..schedulers).map(|_| OnceLock::new()).collect(),
             orch_bell: OnceLock::new(),
