@@ -407,7 +407,7 @@ mod loom_model {
     fn notice(k: u32) -> FaultNotice {
         FaultNotice {
             device: k,
-            stream: Some(StreamId(k + 100)),
+            stream: Some(StreamId::from_raw(k + 100)),
             code: k as i32 + 1000,
         }
     }
