@@ -178,7 +178,9 @@ impl LaneHandle {
     /// # Errors
     /// [`HostError::WorkerClosed`], [`HostError::InvalidDevicePointer`] naming the device
     /// tensor outside the worker's allocations, [`HostError::DeviceUnusable`] when admission
-    /// is closed, and for a caller launch the launch's own error.
+    /// is closed, [`HostError::LanePoisoned`] at once while a partial launch awaits its drain
+    /// (what finalizes without waiting is finalized first), and for a caller launch the
+    /// launch's own error.
     pub(crate) fn submit(
         &self,
         callable: Arc<Registered>,
@@ -197,16 +199,32 @@ impl LaneHandle {
             if lane.is_closed() {
                 return Err(HostError::WorkerClosed);
             }
+            if lane.queue.is_poisoned() && !lane.queue.is_empty() && !lane.driving {
+                // A launch that left unproven work closed admission. Only what finalizes
+                // without waiting is done here: the failed run's bounded drain is never this
+                // caller's to sit through (its own handle's wait, or close, drives it).
+                while Driver::new(&mut lane, false).finalize_front(None) == Progress::Finalized {}
+                lane.pump();
+                self.notify_progress();
+            }
             if let Some(why) = lane.admission_refusal() {
                 return Err(HostError::DeviceUnusable(why));
             }
             if lane.queue.is_poisoned() && lane.queue.is_empty() {
                 lane.queue.clear_poison();
             }
-            if !lane.queue.is_poisoned() && lane.queue.len() < LANE_CAPACITY {
+            if lane.queue.is_poisoned() {
+                return Err(HostError::LanePoisoned(
+                    "admission is closed: an earlier run's launch left work on the device that \
+                     its drain has not proven finished yet (wait for that run, or close the \
+                     worker)"
+                        .into(),
+                ));
+            }
+            if lane.queue.len() < LANE_CAPACITY {
                 break;
             }
-            // Full, or a partial launch is waiting for its drain: drive the front.
+            // Full: drive the front (back-pressure).
             let _ = self.drive_once(&mut lane, None);
         }
         let dispatch = lane.next_dispatch;

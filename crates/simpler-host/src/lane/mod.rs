@@ -8,7 +8,9 @@
 //!   slot's region is not initialized yet, the crossed join behind a launched predecessor
 //!   ([`crate::join`]), then the AICore kernel + `core_done`, then the AICPU kernel +
 //!   `cpu_done`. NotStarted rolls back; Partial keeps every resource and poisons the lane
-//!   (queued runs end with that error, admission waits for the drain to prove quiescence).
+//!   (queued runs end with that error; a submit is refused at once with
+//!   [`HostError::LanePoisoned`] until the drain proves quiescence — the drain runs when the
+//!   failed run is waited for, or at close, never on a caller's submit).
 //! - **Drain** establishes completion from the run's own boundaries (a queued successor
 //!   never delays it), reads the result record once, and acts on
 //!   [`decide_run_drain`](crate::outcome::decide_run_drain): a recorded success touches
@@ -151,6 +153,10 @@ pub(crate) struct LaneEngine {
     ledger: RecordReadLedger,
     /// Set once the device cannot be trusted; refuses admission until a confirmed reset.
     unusable: Option<String>,
+    /// A run was given up on with a kernel (or its orchestrator) still running on a device
+    /// thread: a forced reset waits only briefly for it (the sim cannot stop code that never
+    /// reaches a register wait), until a confirmed reset.
+    kernels_left_running: bool,
     /// Staging the device may still touch (unproven paths): freed only after a reset.
     quarantine: Vec<DevicePtr>,
     /// Join references of runs given up on: their counts stay on the predecessor's fence
@@ -219,6 +225,7 @@ impl LaneEngine {
             resources,
             ledger: RecordReadLedger::default(),
             unusable: None,
+            kernels_left_running: false,
             quarantine: Vec::new(),
             stale_joins: Vec::new(),
             stale_orders: Vec::new(),
