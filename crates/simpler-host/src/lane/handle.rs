@@ -204,7 +204,7 @@ impl LaneHandle {
                 // without waiting is done here: the failed run's bounded drain is never this
                 // caller's to sit through (its own handle's wait, or close, drives it).
                 while Driver::new(&mut lane, false).finalize_front(None) == Progress::Finalized {}
-                lane.pump();
+                self.pump(&mut lane);
                 self.notify_progress();
             }
             if let Some(why) = lane.admission_refusal() {
@@ -245,7 +245,7 @@ impl LaneHandle {
         lane.queue
             .admit(dispatch, run)
             .expect("admission was checked under the lock");
-        lane.pump();
+        self.pump(&mut lane);
         if caller.is_some() {
             // A caller launch returns only once the run is actually enqueued (or with its
             // launch error): drain predecessors until a slot frees up.
@@ -264,7 +264,7 @@ impl LaneHandle {
                     Stage::Queued | Stage::Prepared(_) => None,
                 });
             if let Some(e) = launch_error {
-                lane.pump();
+                self.pump(&mut lane);
                 self.notify_progress();
                 return Err(e);
             }
@@ -327,7 +327,7 @@ impl LaneHandle {
         while Driver::new(&mut lane, false).finalize_front(None) == Progress::Finalized {
             changed = true;
         }
-        lane.pump();
+        self.pump(&mut lane);
         if changed {
             self.notify_progress();
         }
@@ -386,11 +386,29 @@ impl LaneHandle {
         lane.driving = true;
         let progress = Driver::new(lane, true).finalize_front(deadline);
         lane.driving = false;
-        lane.pump();
+        self.pump(lane);
         self.notify_progress();
         match progress {
             Progress::UserTimeout => Err(()),
             Progress::Finalized | Progress::WouldBlock => Ok(()),
+        }
+    }
+
+    /// Launches whatever can go ([`LaneEngine::pump`]), then starts the background drain of
+    /// every run whose launch just left unproven work behind (graded Partial): admission
+    /// stays closed until that drain proves the device quiet or gives the run up, and no
+    /// caller's submit ever sits through it. A drain thread that cannot be started leaves
+    /// the drain to the failed run's own wait, or to close.
+    pub(super) fn pump(&self, lane: &mut Guard<'_>) {
+        lane.pump();
+        for cell in lane.background_drains.drain(..) {
+            let handle = self.clone();
+            let started = std::thread::Builder::new()
+                .name("simpler-lane-drain".into())
+                .spawn(move || handle.wait_until_terminal(&cell));
+            if let Err(e) = started {
+                tracing::warn!(error = %e, "cannot start the background drain of a failed launch");
+            }
         }
     }
 

@@ -186,6 +186,9 @@ impl LaneEngine {
                     })),
                 };
                 let why = launch.error().map(|e| e.to_string());
+                if why.is_some() {
+                    self.background_drains.push(run.request.cell.clone());
+                }
                 run.stage = Stage::Launched(LaunchedRun {
                     identity,
                     staging,

@@ -9,8 +9,8 @@
 //!   ([`crate::join`]), then the AICore kernel + `core_done`, then the AICPU kernel +
 //!   `cpu_done`. NotStarted rolls back; Partial keeps every resource and poisons the lane
 //!   (queued runs end with that error; a submit is refused at once with
-//!   [`HostError::LanePoisoned`] until the drain proves quiescence — the drain runs when the
-//!   failed run is waited for, or at close, never on a caller's submit).
+//!   [`HostError::LanePoisoned`] until the drain proves quiescence or gives the run up — the
+//!   drain runs on a background thread the handle starts, never on a caller's submit).
 //! - **Drain** establishes completion from the run's own boundaries (a queued successor
 //!   never delays it), reads the result record once, and acts on
 //!   [`decide_run_drain`](crate::outcome::decide_run_drain): a recorded success touches
@@ -184,6 +184,9 @@ pub(crate) struct LaneEngine {
     generation: u64,
     /// A driver is waiting on the device with the lock released.
     driving: bool,
+    /// Runs whose launch was graded Partial, whose drain the handle starts in the
+    /// background.
+    background_drains: Vec<Arc<RunCell>>,
     state: WorkerState,
 }
 
@@ -239,6 +242,7 @@ impl LaneEngine {
             next_dispatch: 1,
             generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
             driving: false,
+            background_drains: Vec::new(),
             state: WorkerState::Open,
         })
     }
