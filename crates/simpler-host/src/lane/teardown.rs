@@ -206,7 +206,8 @@ impl LaneEngine {
         }
     }
 
-    /// How long a forced reset of this lane waits for running kernels.
+    /// How long a forced reset of this lane (or a borrowed lane's teardown synchronize)
+    /// waits for running kernels.
     fn reset_wait(&self) -> Duration {
         if self.kernels_left_running {
             self.config.run_timeout.min(LEFT_RUNNING_RESET_WAIT)
@@ -313,7 +314,7 @@ impl LaneEngine {
     fn prove_bound_streams_quiescent(&mut self) -> bool {
         let mut streams = self.resources.streams.both().to_vec();
         streams.extend(self.stale_orders.iter().map(|(_, o)| o.caller));
-        let ps = sync_streams(&*self.device, &streams, self.config.run_timeout);
+        let ps = sync_streams(&*self.device, &streams, self.reset_wait());
         if !ps.quiescent {
             return false;
         }
