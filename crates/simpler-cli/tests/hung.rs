@@ -69,7 +69,12 @@ fn a_hung_kernel_fails_the_run_with_a_named_error_and_exit_code_1() {
     write_f32_npy(&x, &[4], &[1.0, 2.0, 3.0, 4.0]);
     let t = Instant::now();
     let out = command()
-        .args(["run", path_str(p), "--input", &format!("x={}", path_str(&x))])
+        .args([
+            "run",
+            path_str(p),
+            "--input",
+            &format!("x={}", path_str(&x)),
+        ])
         .env("SIMPLER_OP_EXECUTE_TIMEOUT_US", "1000000")
         .env("SIMPLER_SCHEDULER_TIMEOUT_MS", "300")
         .output()
@@ -89,7 +94,10 @@ fn a_hung_kernel_fails_the_run_with_a_named_error_and_exit_code_1() {
         "func 0 aiv",
         "on core ",
     ] {
-        assert!(stderr.contains(want), "{want:?} missing from stderr:\n{stderr}");
+        assert!(
+            stderr.contains(want),
+            "{want:?} missing from stderr:\n{stderr}"
+        );
     }
     // The build, one op-execute timeout, the host's grace for the run's boundaries and the
     // device's bounded teardown; nowhere near the 50 s stream-sync timeout.

@@ -205,13 +205,20 @@ fn a_hung_kernel_ends_as_a_named_error_and_the_worker_recovers_only_by_reset() {
     let t = Instant::now();
     let reset = w.recover_device();
     assert!(reset.is_err(), "{reset:?}");
-    assert!(t.elapsed() < MARGIN, "the refused reset took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < MARGIN,
+        "the refused reset took {:?}",
+        t.elapsed()
+    );
     assert!(w.unusable_reason().is_some());
     // Once the kernel returns, a forced reset restores admission.
     RELEASE_HELD.store(true, Ordering::Release);
     let deadline = Instant::now() + Duration::from_secs(20);
     while let Err(e) = w.recover_device() {
-        assert!(Instant::now() < deadline, "the reset was never confirmed: {e}");
+        assert!(
+            Instant::now() < deadline,
+            "the reset was never confirmed: {e}"
+        );
         std::thread::sleep(MS(50));
     }
     assert_eq!(w.unusable_reason(), None);

@@ -519,7 +519,11 @@ fn the_watchdog_names_the_stall_and_a_long_kernel_is_no_stall() {
     match &err {
         HostError::RunFailed { code, message, .. } => {
             assert_eq!(*code, -SCHED_TIMEOUT, "{err}");
-            for want in ["ORCH_STARVATION", "no-progress clock fired (150 ms)", "run "] {
+            for want in [
+                "ORCH_STARVATION",
+                "no-progress clock fired (150 ms)",
+                "run ",
+            ] {
                 assert!(message.contains(want), "{want}: {message}");
             }
         }
@@ -530,7 +534,10 @@ fn the_watchdog_names_the_stall_and_a_long_kernel_is_no_stall() {
         .register(&sleepy_spec("long kernel", sleepy_then_get_orch))
         .unwrap();
     w.run(id, &mut [host_f32(&mut x)]).unwrap();
-    assert!(x.iter().all(|&v| v == 2.0), "the long kernel's output: {x:?}");
+    assert!(
+        x.iter().all(|&v| v == 2.0),
+        "the long kernel's output: {x:?}"
+    );
     assert_still_adds(&w);
 }
 

@@ -636,7 +636,10 @@ fn a_partial_launch_refuses_the_next_submit_at_once() {
         Err(HostError::DeviceUnusable(_))
     ));
     w.recover_device().unwrap();
-    check_output(w.submit(id, args(4.0, false)).unwrap().result().unwrap(), 4.0);
+    check_output(
+        w.submit(id, args(4.0, false)).unwrap().result().unwrap(),
+        4.0,
+    );
     w.close().unwrap();
 }
 

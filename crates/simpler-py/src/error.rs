@@ -196,8 +196,8 @@ pub(crate) fn host_raise(e: &HostError) -> Raise {
             "RunFailedError"
         })
         .code(i64::from(*code))
-            .detail("code_name", *name)
-            .detail("device_message", device_message.as_str()),
+        .detail("code_name", *name)
+        .detail("device_message", device_message.as_str()),
         HostError::DeviceFault(source) => raise("DeviceFaultError").cause(Some(source.to_string())),
         HostError::Timeout(after) => {
             raise("RunTimeoutError").float("timeout_s", after.as_secs_f64())

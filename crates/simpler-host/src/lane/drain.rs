@@ -164,10 +164,7 @@ impl Driver<'_, '_> {
         if seen.elapsed() < PUBLISHED_FAILURE_GRACE {
             return Ok(());
         }
-        let error = self
-            .lane
-            .launch_error_of(front.dispatch)
-            .unwrap_or(failure);
+        let error = self.lane.launch_error_of(front.dispatch).unwrap_or(failure);
         self.lane.kernels_left_running = true;
         Err(self.give_up(
             error,
