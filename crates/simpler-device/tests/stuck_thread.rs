@@ -53,7 +53,11 @@ fn a_stuck_device_thread_leaves_reset_unconfirmed_and_drop_prompt() {
         "{reset:?}"
     );
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-    assert_eq!(dev.query_stream(s), Ok(false), "the kernel is still running");
+    assert_eq!(
+        dev.query_stream(s),
+        Ok(false),
+        "the kernel is still running"
+    );
     assert!(matches!(
         dev.synchronize_stream(s, Duration::from_millis(20)),
         Err(DeviceError::Timeout(_))
@@ -71,9 +75,15 @@ fn a_stuck_device_thread_leaves_reset_unconfirmed_and_drop_prompt() {
     RELEASE.store(true, Ordering::Release);
     let deadline = Instant::now() + Duration::from_secs(20);
     while RETURNED.load(Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "the released kernel never returned");
+        assert!(
+            Instant::now() < deadline,
+            "the released kernel never returned"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     // SAFETY: the allocation was left behind by the drop, never freed.
-    assert_eq!(unsafe { std::ptr::read_volatile(mem.addr() as *const u32) }, 7);
+    assert_eq!(
+        unsafe { std::ptr::read_volatile(mem.addr() as *const u32) },
+        7
+    );
 }

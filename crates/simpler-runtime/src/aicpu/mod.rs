@@ -392,4 +392,61 @@ mod tests {
             run.mem().drop_state();
         }
     }
+
+    #[test]
+    fn the_last_scheduler_out_publishes_for_an_orchestrator_left_behind() {
+        let mut run = Run::new();
+        let t = Thread::new();
+        let shared = share(&run);
+        shared
+            .errors
+            .sched_fail(simpler_abi::SCHED_TIMEOUT, || "stalled".into());
+        // The scheduler leaves while the orchestrator has not returned.
+        take_part(&t.ctx(0), &run.mem(), &shared, false, || {});
+        assert_eq!(run.published(), 41, "published without the orchestrator");
+        assert_eq!(run.result.completion_code, -simpler_abi::SCHED_TIMEOUT);
+        // When the orchestrator finally returns it publishes nothing more, and as the last
+        // thread out it releases the state.
+        run.result.published = 0;
+        shared.orch_done.store(true, Ordering::Release);
+        take_part(&t.ctx(1), &run.mem(), &shared, true, || {});
+        assert_eq!(run.published(), 0, "the record is published once");
+        assert_eq!(run.word.load(Ordering::Acquire), 0);
+        assert_eq!(Arc::strong_count(&shared), 1);
+    }
+
+    #[test]
+    fn a_run_with_an_abandoned_core_never_frees_its_state() {
+        let run = Run::new();
+        let t = Thread::new();
+        let shared = share(&run);
+        shared.abandoned_cores.fetch_add(1, Ordering::AcqRel);
+        shared.orch_done.store(true, Ordering::Release);
+        take_part(&t.ctx(1), &run.mem(), &shared, true, || {});
+        take_part(&t.ctx(0), &run.mem(), &shared, false, || {});
+        assert_eq!(run.published(), 41);
+        assert_eq!(run.word.load(Ordering::Acquire), 0, "the word is released");
+        assert_eq!(
+            Arc::strong_count(&shared),
+            2,
+            "one reference is left for the abandoned kernel"
+        );
+    }
+
+    #[test]
+    fn the_no_progress_clock_stops_while_anything_runs() {
+        let run = Run::new();
+        let shared = share(&run);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(shared.stalled_for_ms() >= 20);
+        shared.running.fetch_add(1, Ordering::AcqRel);
+        assert_eq!(shared.stalled_for_ms(), 0, "a running subtask is no stall");
+        shared.progress();
+        shared.running.fetch_sub(1, Ordering::AcqRel);
+        assert!(
+            shared.stalled_for_ms() < 20,
+            "the end of a dispatch is progress"
+        );
+        run.mem().drop_state();
+    }
 }
