@@ -82,8 +82,6 @@ fn a_stuck_device_thread_leaves_reset_unconfirmed_and_drop_prompt() {
         std::thread::sleep(Duration::from_millis(1));
     }
     // SAFETY: the allocation was left behind by the drop, never freed.
-    assert_eq!(
-        unsafe { std::ptr::read_volatile(mem.addr() as *const u32) },
-        7
-    );
+    let written = unsafe { std::ptr::read_volatile(mem.addr() as *const u32) };
+    assert_eq!(written, 7);
 }
