@@ -65,7 +65,7 @@ typedef struct SimplerRunLaunchDesc {
     uint64_t ring_heap[4];        /* all 0 = equal split of heap_size */
     uint32_t ring_dep_pool[4];    /* 0 = default */
     uint32_t tensor_wait_timeout_ms;
-    uint32_t reserved;
+    uint32_t op_execute_timeout_ms; /* one kernel dispatch at most; 0 = default (45 s) */
 } SimplerRunLaunchDesc;
 _Static_assert(sizeof(SimplerRunLaunchDesc) == 176, "RunLaunchDesc is 176 bytes");
 _Static_assert(offsetof(SimplerRunLaunchDesc, ring_task_window) == 104, "RunLaunchDesc.ring_task_window");

@@ -5,9 +5,9 @@ exception the upstream project raises for that situation, so ``except ValueError
 working while ``except simpler.InvalidArgumentError`` can be precise. Each instance carries:
 
 ``code``
-    A number: the class's stable ``CODE`` (table below), except for :class:`RunFailedError`,
-    whose ``code`` is the run's completion code (the negated runtime error code, numbered as
-    upstream, e.g. ``-9`` for ``EXPLICIT_ORCH_FATAL``).
+    A number: the class's stable ``CODE`` (table below), except for :class:`RunFailedError`
+    and :class:`KernelTimeoutError`, whose ``code`` is the run's completion code (the negated
+    runtime error code, numbered as upstream, e.g. ``-9`` for ``EXPLICIT_ORCH_FATAL``).
 ``cause``
     The text of the underlying error (an OS or device error, a loader message), or ``None``.
 ``details``
@@ -35,7 +35,12 @@ code   class                     builtin           raised when
 13     DeviceUnusableError       RuntimeError      earlier failures left the device unusable
 14     WaitTimeoutError          TimeoutError      ``RunHandle.wait(timeout)`` ran out of time
 15     RunUndecidedError         RuntimeError      the run's outcome could not be decided
-16     LanePoisonedError         RuntimeError      the run never launched: an earlier one failed
+16     LanePoisonedError         RuntimeError      the run never launched: an earlier one failed;
+                                                   or admission is closed at once while a
+                                                   partial launch is being drained
+17     KernelTimeoutError        TimeoutError,     a kernel ran past the op-execute timeout
+                                 RuntimeError      (a ``RunTimeoutError`` and a ``RunFailedError``:
+                                                   ``code`` is -112, OP_EXECUTE_TIMEOUT)
 20     ArgumentTypeError         TypeError         an argument has the wrong Python type
 21     WorkerStateError          RuntimeError      closed worker, missing ``init()``, double init
 22     UnsupportedError          NotImplementedError  a feature this build does not have
@@ -68,6 +73,7 @@ __all__ = [
     "RunFailedError",
     "DeviceFaultError",
     "RunTimeoutError",
+    "KernelTimeoutError",
     "DeviceUnusableError",
     "WaitTimeoutError",
     "RunUndecidedError",
@@ -195,6 +201,15 @@ class RunTimeoutError(SimplerError, TimeoutError):
     """A run's completion could not be established in time; the worker is unusable."""
 
     CODE = 12
+
+
+class KernelTimeoutError(RunTimeoutError, RunFailedError):
+    """A kernel ran past the op-execute timeout (``SIMPLER_OP_EXECUTE_TIMEOUT_US``): the run
+    failed with OP_EXECUTE_TIMEOUT (``code`` -112, ``code_name``; ``device_message`` names the
+    task, its kernel, core and block), the kernel's core was abandoned, and the worker refuses
+    new runs until a forced reset. Both a ``RunTimeoutError`` and a ``RunFailedError``."""
+
+    CODE = 17
 
 
 class DeviceUnusableError(SimplerError, RuntimeError):

@@ -71,6 +71,9 @@ _OPTIONS = {
     "task_window": "task_window",
     "run_timeout_s": "run_timeout_s",
     "launch_depth": "launch_depth",
+    "scheduler_timeout_s": "scheduler_timeout_s",
+    "op_execute_timeout_s": "op_execute_timeout_s",
+    "tensor_data_timeout_s": "tensor_data_timeout_s",
 }
 
 # Upstream options with no effect here, accepted so upstream scripts run unchanged.
@@ -95,10 +98,14 @@ class Worker:
     Options: ``platform`` (``"sim"``; ``"a2a3sim"`` is an alias), ``runtime``
     (``"tensormap_and_ringbuffer"``), ``device_id``, and the chip's shape and sizes:
     ``clusters``, ``aicpu_threads``, ``aicpu_thread_num`` (0 = all), ``heap_ring_size``
-    (bytes), ``task_window`` (task slots per ring), ``run_timeout_s``, ``launch_depth`` (runs on
-    the device at once, 1 or 2). Options left out take the host's defaults (8 clusters,
-    4 AICPU threads, 256 MiB, launch depth 2, ...: ``simpler._native.WorkerConfig()``); the
-    host checks the values when :meth:`init` starts the chip.
+    (bytes), ``task_window`` (task slots per ring), ``launch_depth`` (runs on the device at once,
+    1 or 2) and the timeouts in seconds: ``run_timeout_s`` (the host's wait for a run),
+    ``scheduler_timeout_s`` (nothing runs and nothing progresses), ``op_execute_timeout_s``
+    (one kernel), ``tensor_data_timeout_s`` (``get/set_tensor_data``). Options left out take
+    the host's defaults (8 clusters, 4 AICPU threads, 256 MiB, launch depth 2, the
+    ``SIMPLER_*_TIMEOUT_*`` environment variables read as the CLI reads them, ...:
+    ``simpler._native.WorkerConfig()``); the host checks the values when :meth:`init` starts
+    the chip.
     """
 
     def __init__(self, level: int = 2, **config: Any) -> None:

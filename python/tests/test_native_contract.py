@@ -132,3 +132,22 @@ def test_the_run_timeout_default_follows_the_hosts_environment_variable(monkeypa
     monkeypatch.setenv("SIMPLER_STREAM_SYNC_TIMEOUT_MS", "1234")
     assert Worker(level=2)._worker_config().run_timeout_s == pytest.approx(1.234)
     assert Worker(level=2, run_timeout_s=7)._worker_config().run_timeout_s == 7.0
+
+
+def test_every_timeout_follows_the_same_environment_variable_as_the_cli(monkeypatch):
+    # (variable, value, option, seconds): the variables the CLI and Rust read, in their units.
+    rows = [
+        ("SIMPLER_STREAM_SYNC_TIMEOUT_MS", "4000", "run_timeout_s", 4.0),
+        ("SIMPLER_SCHEDULER_TIMEOUT_MS", "250", "scheduler_timeout_s", 0.25),
+        ("SIMPLER_OP_EXECUTE_TIMEOUT_US", "1500000", "op_execute_timeout_s", 1.5),
+        ("SIMPLER_TENSOR_DATA_TIMEOUT_MS", "750", "tensor_data_timeout_s", 0.75),
+    ]
+    for var, value, _, _ in rows:
+        monkeypatch.setenv(var, value)
+    config = Worker(level=2)._worker_config()
+    for var, _, option, seconds in rows:
+        assert getattr(config, option) == pytest.approx(seconds), var
+        # An explicit option wins over the variable.
+        assert getattr(Worker(level=2, **{option: 3})._worker_config(), option) == 3.0
+    with pytest.raises(simpler.InvalidConfigError, match="op_execute_timeout_s"):
+        Worker(level=2, op_execute_timeout_s=-1)

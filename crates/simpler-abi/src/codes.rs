@@ -37,6 +37,9 @@ pub const SCHED_READY_QUEUE_OVERFLOW: i32 = 104;
 pub const SCHED_KERNEL_FATAL: i32 = 110;
 /// Scheduler (simpler extension): a task named a func id with no registered kernel.
 pub const SCHED_UNKNOWN_KERNEL: i32 = 111;
+/// Scheduler (simpler extension): one kernel dispatch ran longer than the op-execute
+/// timeout; its core was abandoned (the kernel may still be running).
+pub const SCHED_OP_EXECUTE_TIMEOUT: i32 = 112;
 
 /// Human-readable name of a runtime error code (positive form), for messages.
 pub fn code_name(code: i32) -> &'static str {
@@ -58,6 +61,7 @@ pub fn code_name(code: i32) -> &'static str {
         SCHED_READY_QUEUE_OVERFLOW => "READY_QUEUE_OVERFLOW",
         SCHED_KERNEL_FATAL => "KERNEL_FATAL",
         SCHED_UNKNOWN_KERNEL => "UNKNOWN_KERNEL",
+        SCHED_OP_EXECUTE_TIMEOUT => "OP_EXECUTE_TIMEOUT",
         _ => "UNKNOWN",
     }
 }

@@ -60,8 +60,10 @@ pub struct RunLaunchDesc {
     pub ring_dep_pool: [u32; 4],
     /// `get/set_tensor_data` timeout in milliseconds; 0 = the runtime default (15 s).
     pub tensor_wait_timeout_ms: u32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// Op-execute timeout in milliseconds: the longest one kernel dispatch may run before
+    /// the scheduler fails the run with OP_EXECUTE_TIMEOUT and abandons its core; 0 = the
+    /// runtime default (45 s).
+    pub op_execute_timeout_ms: u32,
 }
 
 assert_layout!(
@@ -87,5 +89,5 @@ assert_layout!(
     ring_heap = 120,
     ring_dep_pool = 152,
     tensor_wait_timeout_ms = 168,
-    reserved = 172
+    op_execute_timeout_ms = 172
 );

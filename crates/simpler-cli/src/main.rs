@@ -42,11 +42,12 @@ Environment:
                                   $XDG_CACHE_HOME/simpler/kernels, else ~/.cache/simpler/kernels
   SIMPLER_ORCH_LOG                set (to anything) to print the orchestration's info/debug log
                                   lines to stderr (errors and warnings always print)
-  SIMPLER_SCHEDULER_TIMEOUT_MS    scheduler no-progress watchdog (default 10000)
+  SIMPLER_SCHEDULER_TIMEOUT_MS    no-progress watchdog: how long nothing may run and nothing
+                                  progress before the run fails (default 10000)
   SIMPLER_STREAM_SYNC_TIMEOUT_MS  longest wait for a run to complete (default 50000)
   SIMPLER_TENSOR_DATA_TIMEOUT_MS  orchestration get/set_tensor_data wait (default 15000)
-  SIMPLER_OP_EXECUTE_TIMEOUT_US   longest a kernel may run, in microseconds (default 45000000;
-                                  hardware platforms: the sim validates it but does not enforce it)
+  SIMPLER_OP_EXECUTE_TIMEOUT_US   longest one kernel may run, in microseconds (default 45000000);
+                                  past it the run fails with OP_EXECUTE_TIMEOUT
   PTO2_RING_TASK_WINDOW           tasks in flight per ring: a power of two >= 4 (default 16384)
   PTO2_RING_HEAP                  output-heap bytes per ring, >= 1024 (default: the 256 MiB heap / 4)
   PTO2_RING_DEP_POOL              dependency-pool entries per ring, >= 4 (default 16384)

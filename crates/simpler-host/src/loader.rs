@@ -1,9 +1,16 @@
 //! Turns a [`CodeImage`] into an entry address the device can call.
 //!
 //! A library image is written to a private temporary file (mode 0600, unique name), opened
-//! with `libloading`, its entry symbol resolved, and the file removed at once; the library
-//! stays mapped for as long as the returned [`LoadedCode`] lives. Loading happens once per
-//! registration, never per run. In-process functions need no loading.
+//! with `libloading`, its entry symbol resolved, and the file removed at once. Loading
+//! happens once per registration, never per run. In-process functions need no loading.
+//!
+//! A loaded library is **never unmapped**, on purpose: a device thread may still be
+//! executing its code after every host reference is gone — a kernel abandoned past its
+//! op-execute timeout, an orchestration left looping (`docs/chip-runtime.md`, the two
+//! clocks) — and unmapping code under a running thread crashes the process. Dropping a
+//! [`LoadedCode`] forgets the library handle instead of closing it; the cost is the mapping
+//! of each image loaded, kept until the process exits (the image cache shares equal images,
+//! so registering the same code again while it is cached loads nothing).
 //!
 //! This module holds the host's only `unsafe` code for loading foreign libraries.
 
@@ -55,11 +62,12 @@ pub enum EntryKind {
     Kernel,
 }
 
-/// Loaded code: the entry address and whatever keeps it mapped.
+/// Loaded code: the entry address and the library it lives in (never unmapped: see the
+/// module doc).
 pub struct LoadedCode {
     /// Address of the entry function.
     pub addr: u64,
-    _library: Option<libloading::Library>,
+    _library: Option<std::mem::ManuallyDrop<libloading::Library>>,
 }
 
 impl std::fmt::Debug for LoadedCode {
@@ -132,6 +140,6 @@ fn load_library(bytes: &[u8], symbol: &str, what: &str) -> Result<LoadedCode, Lo
     }
     Ok(LoadedCode {
         addr,
-        _library: Some(library),
+        _library: Some(std::mem::ManuallyDrop::new(library)),
     })
 }

@@ -14,8 +14,9 @@
 //! - **Image cache.** Code images are loaded through [`ImageCache`], keyed by an FNV-1a hash
 //!   of the image (bytes and entry symbol, or the in-process entry address) and confirmed by
 //!   full comparison: equal images share one load (one "upload") while their callables get
-//!   distinct ids. An image is unloaded when its last callable (and the last run using it)
-//!   is gone.
+//!   distinct ids. An image leaves the cache when its last callable (and the last run using
+//!   it) is gone; a library's mapping stays until the process exits (a device thread may
+//!   still execute it: [`crate::loader`]).
 //! - **Out-parameter form.** [`register_into`] writes the new id, or −1 on any failure, the
 //!   way `simpler_register_callable_v2(image, size, *out_id)` does.
 //!

@@ -2,7 +2,14 @@
 //! variables, and the ordering rules between them.
 //!
 //! Parsing: the value is trimmed, must be a whole decimal token (no sign, no unit), ≥ 1, and
-//! millisecond values ≤ `i32::MAX`. An invalid value keeps the default and yields a warning.
+//! at most `i32::MAX` milliseconds (for the op-execute timeout, given in microseconds:
+//! `i32::MAX` × 1000 µs). An invalid value keeps the default and yields a warning.
+//!
+//! Every binding resolves them here, so each variable means the same from the CLI, Rust
+//! (`WorkerConfig::default()`) and Python (`Worker()`): on the sim too, the scheduler
+//! timeout bounds a run in which nothing runs and nothing progresses, the op-execute timeout
+//! bounds each kernel dispatch, and the stream-sync timeout bounds the host's wait for a run
+//! (`docs/health.md` §8; the two clocks: `docs/chip-runtime.md`).
 //! Ordering (checked on hardware platforms; the sim skips it, as upstream does): scheduler
 //! < op-execute < stream-sync, and stream-sync > scheduler + 1.5 s; when an override breaks
 //! it, op-execute and stream-sync fall back to their defaults and the scheduler override is
@@ -22,7 +29,7 @@ pub const DEFAULT_TENSOR_DATA: Duration = Duration::from_secs(15);
 /// The four timeouts a worker runs with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {
-    /// Longest a kernel may execute (`SIMPLER_OP_EXECUTE_TIMEOUT_US`).
+    /// Longest one kernel dispatch may execute (`SIMPLER_OP_EXECUTE_TIMEOUT_US`).
     pub op_execute: Duration,
     /// Longest the host waits for a run's boundaries (`SIMPLER_STREAM_SYNC_TIMEOUT_MS`).
     pub stream_sync: Duration,
@@ -76,7 +83,7 @@ impl Timeouts {
             }
         };
         let ms_max = i32::MAX as u64;
-        let op = read("SIMPLER_OP_EXECUTE_TIMEOUT_US", u64::MAX / 2).map(Duration::from_micros);
+        let op = read("SIMPLER_OP_EXECUTE_TIMEOUT_US", ms_max * 1000).map(Duration::from_micros);
         let sync = read("SIMPLER_STREAM_SYNC_TIMEOUT_MS", ms_max).map(Duration::from_millis);
         let sched = read("SIMPLER_SCHEDULER_TIMEOUT_MS", ms_max).map(Duration::from_millis);
         let tensor = read("SIMPLER_TENSOR_DATA_TIMEOUT_MS", ms_max).map(Duration::from_millis);
@@ -147,6 +154,18 @@ mod tests {
             ("", Err("not a whole decimal")),
             ("2147483648", Err("larger than")),
         ];
+        // The op-execute timeout is in microseconds, up to i32::MAX milliseconds.
+        let (t, w) = Timeouts::resolve(
+            env(&[("SIMPLER_OP_EXECUTE_TIMEOUT_US", "2147483648000")]),
+            false,
+        );
+        assert_eq!(t.op_execute, DEFAULT_OP_EXECUTE);
+        assert!(w[0].contains("larger than 2147483647000"), "{w:?}");
+        let (t, _) = Timeouts::resolve(
+            env(&[("SIMPLER_OP_EXECUTE_TIMEOUT_US", "2147483647000")]),
+            false,
+        );
+        assert_eq!(t.op_execute, Duration::from_millis(i32::MAX as u64));
         for (text, want) in cases {
             match (parse_value(text, i32::MAX as u64), want) {
                 (Ok(v), Ok(w)) => assert_eq!(v, w, "{text}"),

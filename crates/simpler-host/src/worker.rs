@@ -294,7 +294,8 @@ impl ChipWorker {
         Ok(id)
     }
 
-    /// Removes a callable; its code is unloaded once no callable and no run uses it.
+    /// Removes a callable; its code leaves the image cache once no callable and no run uses
+    /// it (a library stays mapped until the process exits: a device thread may still run it).
     ///
     /// # Errors
     /// [`HostError::UnknownCallable`], [`HostError::InvalidState`] while a run is
@@ -385,8 +386,10 @@ impl ChipWorker {
     /// Argument errors (synchronously, before anything touches the device; a device tensor
     /// outside this worker's allocations is [`HostError::InvalidDevicePointer`]),
     /// [`HostError::UnknownCallable`], [`HostError::DeviceUnusable`] when admission is
-    /// closed, [`HostError::InvalidState`] in a KERNEL context, [`HostError::WorkerClosed`],
-    /// [`HostError::ExecutionContextRefused`]. Failures of the run itself are the handle's.
+    /// closed, [`HostError::LanePoisoned`] at once (never after a wait) while an earlier
+    /// run's partial launch awaits its drain, [`HostError::InvalidState`] in a KERNEL
+    /// context, [`HostError::WorkerClosed`], [`HostError::ExecutionContextRefused`].
+    /// Failures of the run itself are the handle's.
     pub fn submit(&self, id: CallableId, args: Vec<OwnedArg>) -> Result<RunHandle, HostError> {
         self.submit_with(id, args, &CallConfig::default())
     }

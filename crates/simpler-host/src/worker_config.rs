@@ -28,9 +28,15 @@ pub struct WorkerConfig {
     /// also bounds every fallback stream synchronize.
     pub run_timeout: Duration,
     /// The scheduler's no-progress watchdog (default 10 s, or
-    /// `SIMPLER_SCHEDULER_TIMEOUT_MS`): a run with no progress this long fails with
-    /// SCHEDULER_TIMEOUT and a stall class.
+    /// `SIMPLER_SCHEDULER_TIMEOUT_MS`): a run in which nothing runs and nothing progresses
+    /// this long fails with SCHEDULER_TIMEOUT and a stall class. A running kernel does not
+    /// count as a stall (the op-execute timeout bounds it).
     pub scheduler_timeout: Duration,
+    /// The longest one kernel dispatch may run (default 45 s, or
+    /// `SIMPLER_OP_EXECUTE_TIMEOUT_US`), 1 ms..=`i32::MAX` ms, passed to the runtime rounded
+    /// up to whole milliseconds. A kernel past it fails the run with OP_EXECUTE_TIMEOUT, its
+    /// core is abandoned and the worker refuses new runs until a forced reset.
+    pub op_execute_timeout: Duration,
     /// How long `get/set_tensor_data` may wait (default 15 s, or
     /// `SIMPLER_TENSOR_DATA_TIMEOUT_MS`).
     pub tensor_data_timeout: Duration,
@@ -53,6 +59,7 @@ impl Default for WorkerConfig {
             task_window: simpler_runtime::DEFAULT_TASK_WINDOW,
             run_timeout: timeouts.stream_sync,
             scheduler_timeout: timeouts.scheduler,
+            op_execute_timeout: timeouts.op_execute,
             tensor_data_timeout: timeouts.tensor_data,
             launch_depth: 2,
             always_synchronize: false,
@@ -104,6 +111,7 @@ impl WorkerConfig {
         for (name, t) in [
             ("scheduler_timeout", self.scheduler_timeout),
             ("tensor_data_timeout", self.tensor_data_timeout),
+            ("op_execute_timeout", self.op_execute_timeout),
         ] {
             if t.is_zero() || t.as_millis() > i32::MAX as u128 {
                 return Err(HostError::InvalidConfig(format!(
@@ -119,4 +127,11 @@ impl WorkerConfig {
         }
         Ok(())
     }
+}
+
+/// `t` in whole milliseconds, rounded up (the launch descriptor's unit); `t` is at most
+/// `i32::MAX` ms once validated.
+pub(crate) fn ceil_ms(t: Duration) -> u32 {
+    let ms = t.as_micros().div_ceil(1000);
+    u32::try_from(ms).unwrap_or(u32::MAX)
 }

@@ -232,8 +232,18 @@ fn caller_launch_failure_matrix() {
         if let Ok(h) = r {
             h.wait(None).unwrap();
         }
-        // The next launch drives the failed one's drain first (or is refused).
-        let next = w.submit_on_stream(id, device_args(x, y, 0), &CallConfig::default(), caller);
+        // A failed launch is drained in the background: until the drain has decided, the
+        // next launch is refused at once (LanePoisoned); then it is admitted, or refused
+        // for good (DeviceUnusable).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let next = loop {
+            match w.submit_on_stream(id, device_args(x, y, 0), &CallConfig::default(), caller) {
+                Err(HostError::LanePoisoned(_)) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                other => break other,
+            }
+        };
         dev.clear_faults();
         assert!(
             dev.calls(SynchronizeStream) - syncs >= row.synchronized,

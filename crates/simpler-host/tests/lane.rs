@@ -600,6 +600,49 @@ fn fault_injection_matrix() {
     }
 }
 
+/// Admission closes at once: after a launch graded Partial (the AICore kernel went out, the
+/// AICPU kernel was refused, so nothing will ever end the AICore kernel but a reset), the
+/// next submit is refused immediately with a typed error — it never sits through the failed
+/// run's bounded drain, which the failed run's own wait performs.
+#[test]
+fn a_partial_launch_refuses_the_next_submit_at_once() {
+    let run_timeout = Duration::from_millis(1500);
+    let (dev, w, id) = worker(2, run_timeout);
+    dev.inject(next(LaunchAicpu, Refuse));
+    let partial = w.submit(id, args(1.0, false)).unwrap();
+    for attempt in 0..3 {
+        let t = Instant::now();
+        let r = w.submit(id, args(2.0, false));
+        assert!(
+            matches!(&r, Err(HostError::LanePoisoned(why)) if why.contains("admission is closed")),
+            "attempt {attempt}: {:?}",
+            r.map(|_| ())
+        );
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "attempt {attempt}: refused after {:?} (the run timeout is {run_timeout:?})",
+            t.elapsed()
+        );
+    }
+    // The failed run's own wait drains it: bounded, its launch error, and the device is
+    // left unusable (nothing proved the AICore kernel ended).
+    let r = partial.wait(None);
+    assert!(
+        matches!(&r, Err(HostError::Device { context, .. }) if context.contains("AICPU")),
+        "{r:?}"
+    );
+    assert!(matches!(
+        w.submit(id, args(3.0, false)),
+        Err(HostError::DeviceUnusable(_))
+    ));
+    w.recover_device().unwrap();
+    check_output(
+        w.submit(id, args(4.0, false)).unwrap().result().unwrap(),
+        4.0,
+    );
+    w.close().unwrap();
+}
+
 #[test]
 fn a_successor_starts_each_kernel_only_after_its_predecessor_finished_the_other() {
     let (dev, w, id) = worker(2, Duration::from_secs(30));

@@ -76,12 +76,17 @@ impl NativeWorkerConfig {
 impl NativeWorkerConfig {
     /// Options left out take the host's defaults (`WorkerConfig::default()`: 8 clusters,
     /// 4 AICPU threads, all of them per run, 256 MiB of heap, the runtime's task window,
-    /// the stream-synchronize timeout, launch depth 2). `heap_size` is in bytes,
-    /// `run_timeout_s` in seconds. The values are checked when a worker starts.
+    /// launch depth 2, and the timeouts of the `SIMPLER_*_TIMEOUT_*` environment variables
+    /// or their defaults — read exactly as the CLI and Rust read them). `heap_size` is in
+    /// bytes, the timeouts in seconds: `run_timeout_s` (stream sync), `scheduler_timeout_s`
+    /// (no progress while nothing runs), `op_execute_timeout_s` (one kernel dispatch),
+    /// `tensor_data_timeout_s` (`get/set_tensor_data`). The values are checked when a worker
+    /// starts.
     #[new]
     #[pyo3(signature = (*, device_id=None, clusters=None, aicpu_threads=None,
                         aicpu_thread_num=None, heap_size=None, task_window=None,
-                        run_timeout_s=None, launch_depth=None))]
+                        run_timeout_s=None, launch_depth=None, scheduler_timeout_s=None,
+                        op_execute_timeout_s=None, tensor_data_timeout_s=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -93,8 +98,15 @@ impl NativeWorkerConfig {
         task_window: Option<Bound<'_, PyAny>>,
         run_timeout_s: Option<Bound<'_, PyAny>>,
         launch_depth: Option<Bound<'_, PyAny>>,
+        scheduler_timeout_s: Option<Bound<'_, PyAny>>,
+        op_execute_timeout_s: Option<Bound<'_, PyAny>>,
+        tensor_data_timeout_s: Option<Bound<'_, PyAny>>,
     ) -> PyResult<NativeWorkerConfig> {
         let d = WorkerConfig::default();
+        let secs_or = |field: &str, v: &Option<Bound<'_, PyAny>>, default| match v {
+            Some(v) => secs(py, field, v),
+            None => Ok(default),
+        };
         let u32_or = |field: &str, v: &Option<Bound<'_, PyAny>>, default: u32| match v {
             Some(v) => uint32(py, field, v),
             None => Ok(default),
@@ -110,10 +122,22 @@ impl NativeWorkerConfig {
                 None => d.heap_size,
             },
             task_window: u32_or("task_window", &task_window, d.task_window)?,
-            run_timeout: match &run_timeout_s {
-                Some(v) => secs(py, "run_timeout_s", v)?,
-                None => d.run_timeout,
-            },
+            run_timeout: secs_or("run_timeout_s", &run_timeout_s, d.run_timeout)?,
+            scheduler_timeout: secs_or(
+                "scheduler_timeout_s",
+                &scheduler_timeout_s,
+                d.scheduler_timeout,
+            )?,
+            op_execute_timeout: secs_or(
+                "op_execute_timeout_s",
+                &op_execute_timeout_s,
+                d.op_execute_timeout,
+            )?,
+            tensor_data_timeout: secs_or(
+                "tensor_data_timeout_s",
+                &tensor_data_timeout_s,
+                d.tensor_data_timeout,
+            )?,
             launch_depth: u32_or("launch_depth", &launch_depth, d.launch_depth)?,
             ..d
         };
@@ -172,10 +196,24 @@ impl NativeWorkerConfig {
         self.config.run_timeout.as_secs_f64()
     }
 
-    /// Seconds without scheduler progress before a run fails with SCHEDULER_TIMEOUT.
+    /// Seconds in which nothing runs and nothing progresses before a run fails with
+    /// SCHEDULER_TIMEOUT (`SIMPLER_SCHEDULER_TIMEOUT_MS`).
     #[getter]
     fn scheduler_timeout_s(&self) -> f64 {
         self.config.scheduler_timeout.as_secs_f64()
+    }
+
+    /// Seconds one kernel dispatch may run before the run fails with OP_EXECUTE_TIMEOUT
+    /// (`SIMPLER_OP_EXECUTE_TIMEOUT_US`).
+    #[getter]
+    fn op_execute_timeout_s(&self) -> f64 {
+        self.config.op_execute_timeout.as_secs_f64()
+    }
+
+    /// Seconds `get/set_tensor_data` may wait (`SIMPLER_TENSOR_DATA_TIMEOUT_MS`).
+    #[getter]
+    fn tensor_data_timeout_s(&self) -> f64 {
+        self.config.tensor_data_timeout.as_secs_f64()
     }
 
     /// Runs on the device at once (1 or 2).

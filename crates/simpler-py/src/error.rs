@@ -135,7 +135,9 @@ fn fallback(class: &str, message: String) -> PyErr {
         | "BundleError" => PyValueError::new_err(message),
         "UnknownCallableError" => PyKeyError::new_err(message),
         "ArgumentCountError" | "ArgumentTypeError" => PyTypeError::new_err(message),
-        "RunTimeoutError" | "WaitTimeoutError" => PyTimeoutError::new_err(message),
+        "RunTimeoutError" | "WaitTimeoutError" | "KernelTimeoutError" => {
+            PyTimeoutError::new_err(message)
+        }
         "UnsupportedError" => PyNotImplementedError::new_err(message),
         "BundleIOError" => PyOSError::new_err(message),
         "CompilerNotFoundError" => PyFileNotFoundError::new_err(message),
@@ -188,10 +190,14 @@ pub(crate) fn host_raise(e: &HostError) -> Raise {
             code,
             name,
             message: device_message,
-        } => raise("RunFailedError")
-            .code(i64::from(*code))
-            .detail("code_name", *name)
-            .detail("device_message", device_message.as_str()),
+        } => raise(if *code == -simpler_abi::SCHED_OP_EXECUTE_TIMEOUT {
+            "KernelTimeoutError"
+        } else {
+            "RunFailedError"
+        })
+        .code(i64::from(*code))
+        .detail("code_name", *name)
+        .detail("device_message", device_message.as_str()),
         HostError::DeviceFault(source) => raise("DeviceFaultError").cause(Some(source.to_string())),
         HostError::Timeout(after) => {
             raise("RunTimeoutError").float("timeout_s", after.as_secs_f64())

@@ -55,7 +55,8 @@ fn loom_concurrent_poll_wait_and_token_counting() {
         f.arm(&*ops, id).unwrap();
         for r in StreamRole::BOTH {
             f.note_kernel_submitted(&id, r);
-            f.record(&*ops, &id, r, Some(StreamId::from_raw(1))).unwrap();
+            f.record(&*ops, &id, r, Some(StreamId::from_raw(1)))
+                .unwrap();
         }
         let (f1, o1) = (f.clone(), ops.clone());
         let poller = loom::thread::spawn(move || {

@@ -6,6 +6,14 @@
 //!
 //! Every device wait here runs with the lane lock released (a blocking driver) or is
 //! answered WouldBlock (a poll); the drain never synchronizes or resets the whole device.
+//!
+//! A run whose kernel hangs never completes its boundaries, yet its runtime publishes the
+//! failure (OP_EXECUTE_TIMEOUT, or an error after which the orchestrator did not return):
+//! once a run is old enough for a clock to have fired, a pending completion looks at the
+//! run's own result record every [`RECORD_PEEK_SLICE`]; a published failure whose
+//! boundaries still do not complete within [`PUBLISHED_FAILURE_GRACE`] ends the run with
+//! that failure, given up on (a thread may still be executing a kernel: the device is
+//! unusable until a forced reset; `docs/run-lane.md`, outcome).
 
 use std::time::{Duration, Instant};
 
@@ -27,6 +35,14 @@ use crate::HostError;
 
 use super::finalize::{BoundStreams, Driver, Front, Step};
 use super::{LaneEngine, Progress};
+
+/// How often a blocking driver looks at a pending run's result record, once the run is old
+/// enough for one of the runtime's clocks to have fired.
+pub(super) const RECORD_PEEK_SLICE: Duration = Duration::from_millis(50);
+/// How long a failure the run published waits for the run's boundaries before the run is
+/// given up on: the last AICPU thread publishes moments before both kernels exit, so only
+/// a run with a kernel or the orchestrator left behind stays pending this long.
+pub(super) const PUBLISHED_FAILURE_GRACE: Duration = Duration::from_secs(1);
 
 /// Result of a bounded synchronize of a run's bound streams.
 pub(super) struct PairSync {
@@ -99,29 +115,64 @@ impl Driver<'_, '_> {
         if boundaries != Completion::Pending {
             return Ok(boundaries);
         }
+        self.published_failure(front)?;
         if !self.blocking {
             return Err(Progress::WouldBlock);
         }
         let until = user_deadline.map_or(front.run_deadline, |u| u.min(front.run_deadline));
-        let left = until.saturating_duration_since(Instant::now());
         let (device, fence) = (self.device.clone(), front.fence.clone());
-        let waited = MutexGuard::unlocked(self.lane, || {
-            fence.wait(&*device, &identity, left.max(Duration::from_micros(1)))
-        });
-        match waited {
-            Ok(()) => Ok(Completion::Complete),
-            Err(FenceError::TimedOut(_)) => {
-                if Instant::now() < front.run_deadline {
-                    return Err(Progress::UserTimeout);
+        loop {
+            let now = Instant::now();
+            let left = until.saturating_duration_since(now);
+            // Until a clock can have fired, one wait; then slices between record looks.
+            let slice = if now < front.peek_from {
+                left.min(front.peek_from - now)
+            } else {
+                left.min(RECORD_PEEK_SLICE)
+            };
+            let last = slice >= left;
+            let waited = MutexGuard::unlocked(self.lane, || {
+                fence.wait(&*device, &identity, slice.max(Duration::from_micros(1)))
+            });
+            match waited {
+                Ok(()) => return Ok(Completion::Complete),
+                Err(FenceError::TimedOut(_)) if !last => self.published_failure(front)?,
+                Err(FenceError::TimedOut(_)) => {
+                    if Instant::now() < front.run_deadline {
+                        return Err(Progress::UserTimeout);
+                    }
+                    let run_timeout = self.lane.config.run_timeout;
+                    return Err(self.give_up(
+                        HostError::Timeout(run_timeout),
+                        "a run did not complete within the run timeout",
+                    ));
                 }
-                let run_timeout = self.lane.config.run_timeout;
-                Err(self.give_up(
-                    HostError::Timeout(run_timeout),
-                    "a run did not complete within the run timeout",
-                ))
+                Err(_) => return Ok(Completion::Error),
             }
-            Err(_) => Ok(Completion::Error),
         }
+    }
+
+    /// A pending run's own published failure: gives the run up with it once the failure has
+    /// waited [`PUBLISHED_FAILURE_GRACE`] for the boundaries (a kernel, or the orchestrator,
+    /// was left running on the device). `Ok` while there is none, or the grace runs.
+    fn published_failure(&mut self, front: &Front) -> Step<()> {
+        if Instant::now() < front.peek_from {
+            return Ok(());
+        }
+        let Some(failure) = self.lane.peek_published_failure(&front.identity) else {
+            return Ok(());
+        };
+        let seen = self.lane.note_failure_seen(front.dispatch);
+        if seen.elapsed() < PUBLISHED_FAILURE_GRACE {
+            return Ok(());
+        }
+        let error = self.lane.launch_error_of(front.dispatch).unwrap_or(failure);
+        self.lane.kernels_left_running = true;
+        Err(self.give_up(
+            error,
+            "the run published its failure while a kernel or the orchestrator was still \
+             running on the device",
+        ))
     }
 
     /// A poll's pre-checks: everything the remaining steps do must complete without waiting
@@ -256,6 +307,37 @@ impl Driver<'_, '_> {
 }
 
 impl LaneEngine {
+    /// The failure run `identity` published, if its record (trusted region only) already
+    /// says so, as the run's error. A look, not the verdict's read: the record ledger is not
+    /// touched, and a failed transfer is no evidence (`None`).
+    fn peek_published_failure(&self, identity: &RunIdentity) -> Option<HostError> {
+        let slot = &self.slots[identity.slot as usize];
+        if !slot.result_initialized {
+            return None;
+        }
+        let mut raw = vec![0u8; std::mem::size_of::<RunResult>()];
+        self.device.copy_from_device(&mut raw, slot.result).ok()?;
+        let record = from_bytes::<RunResult>(&raw)?;
+        match device_run_result_terminal(&record, identity.epoch) {
+            Terminal::Failed { code, .. } => Some(HostError::RunFailed {
+                code,
+                name: code_name(code),
+                message: record.message(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// When the drain first saw launched run `dispatch`'s published failure (now, the first
+    /// time).
+    fn note_failure_seen(&mut self, dispatch: u64) -> Instant {
+        let now = Instant::now();
+        self.queue
+            .get_mut(dispatch)
+            .and_then(|run| run.launched_mut())
+            .map_or(now, |l| *l.failure_seen.get_or_insert(now))
+    }
+
     /// Reads run `identity`'s result record once (the ledger answers a re-read), trusted
     /// only when its slot's region was initialized.
     fn read_record(

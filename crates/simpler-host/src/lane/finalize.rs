@@ -43,6 +43,10 @@ pub(super) struct Front {
     pub(super) fence: Arc<RunCompletionFence>,
     /// When the run's own timeout budget runs out.
     pub(super) run_deadline: Instant,
+    /// From when a pending run's result record is worth a look: the runtime can publish a
+    /// failure before both kernels have exited only once a clock has fired, which takes at
+    /// least the shorter of the scheduler and op-execute timeouts.
+    pub(super) peek_from: Instant,
 }
 
 /// The streams the front run is bound to.
@@ -236,6 +240,10 @@ impl LaneEngine {
     fn launched_front(&mut self) -> Option<Front> {
         let dispatch = self.queue.front()?;
         let run_timeout = self.config.run_timeout;
+        let first_clock = self
+            .config
+            .scheduler_timeout
+            .min(self.config.op_execute_timeout);
         let launched = self.queue.get_mut(dispatch)?.launched()?;
         let (identity, started, grade) =
             (launched.identity, launched.started, launched.launch.grade());
@@ -246,6 +254,7 @@ impl LaneEngine {
             grade,
             fence: self.slots[identity.slot as usize].fence.clone(),
             run_deadline: simpler_device::deadline::deadline_from(started, run_timeout),
+            peek_from: simpler_device::deadline::deadline_from(started, first_clock),
         })
     }
 

@@ -178,7 +178,9 @@ impl LaneHandle {
     /// # Errors
     /// [`HostError::WorkerClosed`], [`HostError::InvalidDevicePointer`] naming the device
     /// tensor outside the worker's allocations, [`HostError::DeviceUnusable`] when admission
-    /// is closed, and for a caller launch the launch's own error.
+    /// is closed, [`HostError::LanePoisoned`] at once while a partial launch awaits its drain
+    /// (what finalizes without waiting is finalized first), and for a caller launch the
+    /// launch's own error.
     pub(crate) fn submit(
         &self,
         callable: Arc<Registered>,
@@ -196,16 +198,32 @@ impl LaneHandle {
             if lane.is_closed() {
                 return Err(HostError::WorkerClosed);
             }
+            if lane.queue.is_poisoned() && !lane.queue.is_empty() && !lane.driving {
+                // A launch that left unproven work closed admission. Only what finalizes
+                // without waiting is done here: the failed run's bounded drain is never this
+                // caller's to sit through (its own handle's wait, or close, drives it).
+                while Driver::new(&mut lane, false).finalize_front(None) == Progress::Finalized {}
+                self.pump(&mut lane);
+                self.notify_progress();
+            }
             if let Some(why) = lane.admission_refusal() {
                 return Err(HostError::DeviceUnusable(why));
             }
             if lane.queue.is_poisoned() && lane.queue.is_empty() {
                 lane.queue.clear_poison();
             }
-            if !lane.queue.is_poisoned() && lane.queue.len() < LANE_CAPACITY {
+            if lane.queue.is_poisoned() {
+                return Err(HostError::LanePoisoned(
+                    "admission is closed: an earlier run's launch left work on the device that \
+                     its drain has not proven finished yet (wait for that run, or close the \
+                     worker)"
+                        .into(),
+                ));
+            }
+            if lane.queue.len() < LANE_CAPACITY {
                 break;
             }
-            // Full, or a partial launch is waiting for its drain: drive the front.
+            // Full: drive the front (back-pressure).
             let _ = self.drive_once(&mut lane, None);
         }
         let dispatch = lane.next_dispatch;
@@ -226,7 +244,7 @@ impl LaneHandle {
         lane.queue
             .admit(dispatch, run)
             .expect("admission was checked under the lock");
-        lane.pump();
+        self.pump(&mut lane);
         if caller.is_some() {
             // A caller launch returns only once the run is actually enqueued (or with its
             // launch error): drain predecessors until a slot frees up.
@@ -245,7 +263,7 @@ impl LaneHandle {
                     Stage::Queued | Stage::Prepared(_) => None,
                 });
             if let Some(e) = launch_error {
-                lane.pump();
+                self.pump(&mut lane);
                 self.notify_progress();
                 return Err(e);
             }
@@ -308,7 +326,7 @@ impl LaneHandle {
         while Driver::new(&mut lane, false).finalize_front(None) == Progress::Finalized {
             changed = true;
         }
-        lane.pump();
+        self.pump(&mut lane);
         if changed {
             self.notify_progress();
         }
@@ -367,11 +385,29 @@ impl LaneHandle {
         lane.driving = true;
         let progress = Driver::new(lane, true).finalize_front(deadline);
         lane.driving = false;
-        lane.pump();
+        self.pump(lane);
         self.notify_progress();
         match progress {
             Progress::UserTimeout => Err(()),
             Progress::Finalized | Progress::WouldBlock => Ok(()),
+        }
+    }
+
+    /// Launches whatever can go ([`LaneEngine::pump`]), then starts the background drain of
+    /// every run whose launch just left unproven work behind (graded Partial): admission
+    /// stays closed until that drain proves the device quiet or gives the run up, and no
+    /// caller's submit ever sits through it. A drain thread that cannot be started leaves
+    /// the drain to the failed run's own wait, or to close.
+    pub(super) fn pump(&self, lane: &mut Guard<'_>) {
+        lane.pump();
+        for cell in lane.background_drains.drain(..) {
+            let handle = self.clone();
+            let started = std::thread::Builder::new()
+                .name("simpler-lane-drain".into())
+                .spawn(move || handle.wait_until_terminal(&cell));
+            if let Err(e) = started {
+                tracing::warn!(error = %e, "cannot start the background drain of a failed launch");
+            }
         }
     }
 

@@ -6,7 +6,7 @@
 //!
 //! NotStarted rolls back (the run ends at the front with the launch error); Partial keeps
 //! every resource and poisons the lane: queued runs end with [`HostError::LanePoisoned`] and
-//! admission waits for the drain to prove quiescence.
+//! admission stays closed (a submit is refused at once) until the drain proves quiescence.
 //!
 //! The launch submits and records; it never waits on the device (completion is the drain's).
 
@@ -186,6 +186,9 @@ impl LaneEngine {
                     })),
                 };
                 let why = launch.error().map(|e| e.to_string());
+                if why.is_some() {
+                    self.background_drains.push(run.request.cell.clone());
+                }
                 run.stage = Stage::Launched(LaunchedRun {
                     identity,
                     staging,
@@ -193,6 +196,7 @@ impl LaneEngine {
                     started,
                     join,
                     order,
+                    failure_seen: None,
                 });
                 if let Some(why) = why {
                     // Close admission: queued runs end with the launch error; the drain

@@ -8,7 +8,9 @@
 //!   slot's region is not initialized yet, the crossed join behind a launched predecessor
 //!   ([`crate::join`]), then the AICore kernel + `core_done`, then the AICPU kernel +
 //!   `cpu_done`. NotStarted rolls back; Partial keeps every resource and poisons the lane
-//!   (queued runs end with that error, admission waits for the drain to prove quiescence).
+//!   (queued runs end with that error; a submit is refused at once with
+//!   [`HostError::LanePoisoned`] until the drain proves quiescence or gives the run up — the
+//!   drain runs on a background thread the handle starts, never on a caller's submit).
 //! - **Drain** establishes completion from the run's own boundaries (a queued successor
 //!   never delays it), reads the result record once, and acts on
 //!   [`decide_run_drain`](crate::outcome::decide_run_drain): a recorded success touches
@@ -154,6 +156,10 @@ pub(crate) struct LaneEngine {
     ledger: RecordReadLedger,
     /// Set once the device cannot be trusted; refuses admission until a confirmed reset.
     unusable: Option<String>,
+    /// A run was given up on with a kernel (or its orchestrator) still running on a device
+    /// thread: a forced reset waits only briefly for it (the sim cannot stop code that never
+    /// reaches a register wait), until a confirmed reset.
+    kernels_left_running: bool,
     /// Staging the device may still touch (unproven paths): freed only after a reset.
     quarantine: Vec<DevicePtr>,
     /// Join references of runs given up on: their counts stay on the predecessor's fence
@@ -181,6 +187,9 @@ pub(crate) struct LaneEngine {
     generation: u64,
     /// A driver is waiting on the device with the lock released.
     driving: bool,
+    /// Runs whose launch was graded Partial, whose drain the handle starts in the
+    /// background.
+    background_drains: Vec<Arc<RunCell>>,
     state: WorkerState,
 }
 
@@ -222,6 +231,7 @@ impl LaneEngine {
             resources,
             ledger: RecordReadLedger::default(),
             unusable: None,
+            kernels_left_running: false,
             quarantine: Vec::new(),
             stale_joins: Vec::new(),
             stale_orders: Vec::new(),
@@ -235,6 +245,7 @@ impl LaneEngine {
             next_dispatch: 1,
             generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
             driving: false,
+            background_drains: Vec::new(),
             state: WorkerState::Open,
         })
     }

@@ -173,7 +173,7 @@ impl LaneEngine {
                 ring_heap: request.plan.heaps,
                 ring_dep_pool: request.plan.dep_pools,
                 tensor_wait_timeout_ms: config.tensor_data_timeout.as_millis() as u32,
-                reserved: 0,
+                op_execute_timeout_ms: crate::worker_config::ceil_ms(config.op_execute_timeout),
             };
             publish(&**device, slot, &request.callable, &orch_args, &desc)
         });

@@ -161,6 +161,9 @@ pub(crate) struct LaunchedRun {
     pub(crate) join: Option<JoinRefs>,
     /// The caller ordering of a run launched on a caller's stream.
     pub(crate) order: Option<CallerOrder>,
+    /// When the drain first found the run's own failure published while a boundary was
+    /// still pending (the grace before the run is given up starts then).
+    pub(crate) failure_seen: Option<Instant>,
 }
 
 /// A run that ended before launching (a failed preparation, a NotStarted launch).

@@ -6,6 +6,14 @@
 //! An owned lane proves an unusable device free by a confirmed forced reset; a borrowed one
 //! never resets the device: it can only synchronize its bound streams, and the caller owns
 //! recovery. What cannot be proven free is kept and named, and a later `close()` retries.
+//!
+//! A forced reset waits for running kernels at most the run timeout — or only
+//! [`LEFT_RUNNING_RESET_WAIT`] once a run was given up on with a kernel still running past
+//! its op-execute timeout (it has had its time; on the sim, code that never reaches a
+//! register wait cannot be stopped), so that close, drop and recovery answer promptly
+//! whatever device threads are still stuck.
+
+use std::time::Duration;
 
 use crate::fault_monitor::FaultMonitor;
 use crate::join;
@@ -18,6 +26,10 @@ use super::handle::{Guard, LaneHandle};
 use super::queue::Phase;
 use super::run::{RunState, Stage};
 use super::{LaneEngine, Progress};
+
+/// How long a forced reset waits for a kernel that was left running past its op-execute
+/// timeout.
+pub(super) const LEFT_RUNNING_RESET_WAIT: Duration = Duration::from_secs(1);
 
 impl LaneHandle {
     /// `close()` (the caller checked identity and context first): claims CLOSED, drains the
@@ -151,7 +163,7 @@ impl LaneHandle {
             )));
         }
         lane.device
-            .reset(lane.config.run_timeout)
+            .reset(lane.reset_wait())
             .map_err(HostError::device(
                 "the forced device reset (admission stays closed)",
             ))?;
@@ -194,6 +206,16 @@ impl LaneEngine {
         }
     }
 
+    /// How long a forced reset of this lane (or a borrowed lane's teardown synchronize)
+    /// waits for running kernels.
+    fn reset_wait(&self) -> Duration {
+        if self.kernels_left_running {
+            self.config.run_timeout.min(LEFT_RUNNING_RESET_WAIT)
+        } else {
+            self.config.run_timeout
+        }
+    }
+
     /// Drops the lane's reference on the process's fault monitor (once).
     pub(super) fn release_monitor(&mut self) {
         if self.cursor.take().is_some() {
@@ -209,7 +231,7 @@ impl LaneEngine {
     fn teardown(&mut self) -> Result<(), String> {
         if self.unusable.is_some() {
             match self.ownership {
-                Ownership::Owned => match self.device.reset(self.config.run_timeout) {
+                Ownership::Owned => match self.device.reset(self.reset_wait()) {
                     Ok(()) => self.after_confirmed_reset(),
                     Err(e) => {
                         return Err(format!(
@@ -274,6 +296,7 @@ impl LaneEngine {
         }
         self.retained_device_ranges.clear();
         self.unusable = None;
+        self.kernels_left_running = false;
         self.queue.clear_poison();
         self.ledger.reset();
         if let Some(c) = self.cursor.as_mut() {
@@ -291,7 +314,7 @@ impl LaneEngine {
     fn prove_bound_streams_quiescent(&mut self) -> bool {
         let mut streams = self.resources.streams.both().to_vec();
         streams.extend(self.stale_orders.iter().map(|(_, o)| o.caller));
-        let ps = sync_streams(&*self.device, &streams, self.config.run_timeout);
+        let ps = sync_streams(&*self.device, &streams, self.reset_wait());
         if !ps.quiescent {
             return false;
         }

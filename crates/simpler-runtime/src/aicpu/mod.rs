@@ -8,6 +8,12 @@
 //! waiting for it; the last thread out then releases every core (the AICore kernel ends)
 //! and publishes nothing, and the unwind goes on to the device, which reports it as the
 //! launch's fault.
+//!
+//! A run whose threads cannot all come back (`docs/chip-runtime.md`, the two clocks) still
+//! publishes its result: when the schedulers leave an orchestrator that has not returned
+//! after an error, the last scheduler out publishes (the orchestrator, if it ever returns,
+//! publishes nothing more); when a core was abandoned with a kernel still running, the run
+//! state that kernel reads is never freed.
 
 mod idle;
 mod ops;
@@ -18,9 +24,11 @@ mod state;
 mod submit;
 mod task;
 pub mod tensormap;
+mod watchdog;
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 use simpler_abi::{
@@ -32,7 +40,8 @@ use simpler_device::{AicpuContext, DevicePtr};
 pub use self::ring::RING_COUNT;
 pub(crate) use self::state::RunShared;
 pub use self::state::{
-    DEFAULT_DEP_POOL, DEFAULT_SCHEDULER_TIMEOUT_MS, DEFAULT_TENSOR_WAIT_TIMEOUT_MS,
+    DEFAULT_DEP_POOL, DEFAULT_OP_EXECUTE_TIMEOUT_MS, DEFAULT_SCHEDULER_TIMEOUT_MS,
+    DEFAULT_TENSOR_WAIT_TIMEOUT_MS,
 };
 pub use self::task::TaskId;
 use crate::devmem::RunMemory;
@@ -144,16 +153,16 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
 fn take_part(
     ctx: &AicpuContext<'_>,
     mem: &RunMemory,
-    shared: &RunShared,
+    shared: &Arc<RunShared>,
     orchestrator: bool,
     part: impl FnOnce(),
 ) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(part)) {
         wind_down(shared, ctx.thread_idx, orchestrator);
-        count_out(ctx, mem, shared, true);
+        count_out(ctx, mem, shared, orchestrator, true);
         resume_unwind(payload);
     }
-    count_out(ctx, mem, shared, false);
+    count_out(ctx, mem, shared, orchestrator, false);
 }
 
 /// A thread's part unwound: makes the rest of the run end without it.
@@ -173,13 +182,32 @@ fn wind_down(shared: &RunShared, thread: u32, orchestrator: bool) {
     shared.ring_orchestrator();
 }
 
-/// Counts this thread out of the run. The last one out publishes the result record and
-/// releases the state word — unless a thread of the run unwound: then it releases every
-/// core (a scheduler that unwound cannot tell its own cores to exit), publishes nothing and
-/// leaves the state allocated, as a reset would.
-fn count_out(ctx: &AicpuContext<'_>, mem: &RunMemory, shared: &RunShared, unwound: bool) {
+/// Counts this thread out of the run. The last one out publishes the result record (unless
+/// the last scheduler out already did, leaving an orchestrator behind) and releases the
+/// state word; when a core was abandoned it also leaves the state allocated for good, since
+/// the kernel still running there may read its task's arguments. If a thread of the run
+/// unwound, the last one out instead releases every core (a scheduler that unwound cannot
+/// tell its own cores to exit), publishes nothing and leaves the state allocated, as a
+/// reset would.
+fn count_out(
+    ctx: &AicpuContext<'_>,
+    mem: &RunMemory,
+    shared: &Arc<RunShared>,
+    orchestrator: bool,
+    unwound: bool,
+) {
     if unwound {
         shared.unwound.store(true, Ordering::Release);
+    }
+    if !orchestrator
+        && shared.schedulers_exited.fetch_add(1, Ordering::AcqRel) + 1 == shared.schedulers()
+        && !shared.orch_done.load(Ordering::Acquire)
+        && !shared.unwound.load(Ordering::Acquire)
+        && shared.claim_publication()
+    {
+        // The schedulers leave an orchestrator that has not returned after the run failed:
+        // the result is decided (the first error), publish it now.
+        mem.publish_result(&result_record(shared));
     }
     if shared.exited.fetch_add(1, Ordering::AcqRel) + 1 != ctx.thread_num {
         return;
@@ -188,10 +216,16 @@ fn count_out(ctx: &AicpuContext<'_>, mem: &RunMemory, shared: &RunShared, unwoun
         for regs in ctx.cores {
             regs.write_dmb(EXIT_SIGNAL);
         }
-    } else {
-        mem.publish_result(&result_record(shared));
-        mem.drop_state();
+        return;
     }
+    if shared.claim_publication() {
+        mem.publish_result(&result_record(shared));
+    }
+    if shared.abandoned_cores.load(Ordering::Acquire) > 0 {
+        // Leaked on purpose: an abandoned kernel's arguments point into this state.
+        std::mem::forget(Arc::clone(shared));
+    }
+    mem.drop_state();
 }
 
 fn result_record(shared: &RunShared) -> RunResult {
@@ -359,5 +393,62 @@ mod tests {
             assert_ne!(run.word.load(Ordering::Acquire), 0);
             run.mem().drop_state();
         }
+    }
+
+    #[test]
+    fn the_last_scheduler_out_publishes_for_an_orchestrator_left_behind() {
+        let mut run = Run::new();
+        let t = Thread::new();
+        let shared = share(&run);
+        shared
+            .errors
+            .sched_fail(simpler_abi::SCHED_TIMEOUT, || "stalled".into());
+        // The scheduler leaves while the orchestrator has not returned.
+        take_part(&t.ctx(0), &run.mem(), &shared, false, || {});
+        assert_eq!(run.published(), 41, "published without the orchestrator");
+        assert_eq!(run.result.completion_code, -simpler_abi::SCHED_TIMEOUT);
+        // When the orchestrator finally returns it publishes nothing more, and as the last
+        // thread out it releases the state.
+        run.result.published = 0;
+        shared.orch_done.store(true, Ordering::Release);
+        take_part(&t.ctx(1), &run.mem(), &shared, true, || {});
+        assert_eq!(run.published(), 0, "the record is published once");
+        assert_eq!(run.word.load(Ordering::Acquire), 0);
+        assert_eq!(Arc::strong_count(&shared), 1);
+    }
+
+    #[test]
+    fn a_run_with_an_abandoned_core_never_frees_its_state() {
+        let run = Run::new();
+        let t = Thread::new();
+        let shared = share(&run);
+        shared.abandoned_cores.fetch_add(1, Ordering::AcqRel);
+        shared.orch_done.store(true, Ordering::Release);
+        take_part(&t.ctx(1), &run.mem(), &shared, true, || {});
+        take_part(&t.ctx(0), &run.mem(), &shared, false, || {});
+        assert_eq!(run.published(), 41);
+        assert_eq!(run.word.load(Ordering::Acquire), 0, "the word is released");
+        assert_eq!(
+            Arc::strong_count(&shared),
+            2,
+            "one reference is left for the abandoned kernel"
+        );
+    }
+
+    #[test]
+    fn the_no_progress_clock_stops_while_anything_runs() {
+        let run = Run::new();
+        let shared = share(&run);
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(shared.stalled_for_ms() >= 20);
+        shared.running.fetch_add(1, Ordering::AcqRel);
+        assert_eq!(shared.stalled_for_ms(), 0, "a running subtask is no stall");
+        shared.progress();
+        shared.running.fetch_sub(1, Ordering::AcqRel);
+        assert!(
+            shared.stalled_for_ms() < 20,
+            "the end of a dispatch is progress"
+        );
+        run.mem().drop_state();
     }
 }

@@ -303,9 +303,13 @@ impl<'a> Orchestrator<'a> {
                 return Err(self.shared.errors.code().unwrap_or(ORCH_EXPLICIT_FATAL));
             }
             if self.shared.now_ms() - start > self.tensor_wait_ms {
-                let ms = self.tensor_wait_ms;
+                let (ms, shared) = (self.tensor_wait_ms, self.shared);
                 return Err(self.fail(ORCH_TENSOR_WAIT_TIMEOUT, || {
-                    format!("{what} waited {ms} ms for task {t:#x} to complete")
+                    format!(
+                        "run {}: {what} waited {ms} ms for {} to complete",
+                        shared.desc.epoch,
+                        super::watchdog::describe(shared, t, None)
+                    )
                 }));
             }
             self.bell.prepare_park();

@@ -13,18 +13,24 @@
 //! places can take (every idle place gets one of the others).
 //!
 //! Idle schedulers park on their doorbell (rung by cores on every COND write and by whoever
-//! makes a task ready). A no-progress watchdog fails the run with SCHEDULER_TIMEOUT and a
-//! stall class instead of hanging.
+//! makes a task ready). The run's two clocks ([`watchdog`](super::watchdog)) end it instead
+//! of letting it hang: the no-progress clock fails it with SCHEDULER_TIMEOUT and a stall
+//! class; a dispatch that overruns the op-execute clock fails it with OP_EXECUTE_TIMEOUT,
+//! and its core is abandoned — the scheduler stops waiting for it and leaves without it
+//! (the kernel may still be running; the run state it reads is then never freed). After
+//! any error the orchestrator gets one scheduler timeout to return; then the schedulers
+//! leave without it too, and the last one out publishes the result.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use simpler_abi::{CoreType, SCHED_KERNEL_FATAL, SCHED_TIMEOUT};
+use simpler_abi::{CoreType, SCHED_KERNEL_FATAL};
 use simpler_device::AicpuContext;
 
 use super::idle::preload_allowance;
 use super::state::{RunShared, NO_DRAIN};
 use super::task::{Shape, TaskId, LANE_BITS};
+use super::watchdog::{self, RunningDispatch};
 use crate::handshake::{
     ack, dispatch_state, next_dispatch_id, ready, DispatchState, EXITED, EXIT_SIGNAL,
 };
@@ -42,6 +48,10 @@ struct Sub {
     id: u32,
     /// Lane of the task's kernel this dispatch runs (0 AIC, 1 AIV0, 2 AIV1).
     lane: u8,
+    /// The SPMD block it runs.
+    block: u32,
+    /// When it became the core's running dispatch (the start of its op-execute clock).
+    started: Instant,
 }
 
 /// One core as its scheduler sees it.
@@ -58,11 +68,19 @@ struct CoreExec {
     /// Pass number of the core's last completion: recently finished cores are still polling
     /// (not parked), so dispatching to them first is cheaper.
     warm: u64,
+    /// Its running dispatch overran the op-execute clock: the core is left to it and
+    /// neither collected nor waited for again in this run.
+    abandoned: bool,
 }
 
 impl CoreExec {
     fn idle(&self) -> bool {
         self.running.is_none()
+    }
+
+    /// Has a dispatch this scheduler still waits for.
+    fn busy(&self) -> bool {
+        self.running.is_some() && !self.abandoned
     }
 }
 
@@ -77,6 +95,8 @@ struct Scheduler<'a, 'c> {
     cores: Vec<CoreExec>,
     /// Owned clusters as indices into `cores`: [AIC, AIV0, AIV1].
     clusters: Vec<[usize; 3]>,
+    /// When this scheduler first saw the run failed (the start of the orchestrator's grace).
+    failed_at: Option<Instant>,
 }
 
 /// Runs scheduler `index` of `schedulers` until the run is over.
@@ -90,6 +110,7 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
         index: index as usize,
         cores: Vec::new(),
         clusters: Vec::new(),
+        failed_at: None,
     };
     for c in (0..topo.clusters).filter(|c| c % schedulers == index) {
         let base = s.cores.len();
@@ -103,6 +124,7 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
                 pending: None,
                 last_dispatch: 0,
                 warm: 0,
+                abandoned: false,
             });
         }
         s.clusters.push([base, base + 1, base + 2]);
@@ -136,18 +158,16 @@ impl Scheduler<'_, '_> {
         }
     }
 
-    /// The main loop: returns once the run is over and this scheduler's cores are idle.
+    /// The main loop: returns once the run is over and this scheduler's cores are idle (or
+    /// abandoned).
     fn serve(&mut self) {
         let mut idle_passes = 0u32;
         loop {
             self.pass += 1;
             let mut progress = self.collect();
-            let busy = self.cores.iter().any(|c| !c.idle());
+            let busy = self.cores.iter().any(CoreExec::busy);
             let fatal = self.shared.errors.is_fatal();
-            if !busy
-                && (self.shared.all_done()
-                    || (fatal && self.shared.orch_done.load(Ordering::Acquire)))
-            {
+            if !busy && (self.shared.all_done() || (fatal && self.orchestrator_finished())) {
                 return;
             }
             if !fatal {
@@ -157,11 +177,14 @@ impl Scheduler<'_, '_> {
                 idle_passes = 0;
                 continue;
             }
-            if !self.shared.errors.is_fatal() && self.watchdog() {
-                // The run is now failed: nothing more is dispatched, and the loop ends once
-                // this scheduler's cores are idle. Never leave earlier: a kernel still
-                // running reads its task's arguments, which live in the run state freed when
-                // the last AICPU thread leaves.
+            // Nothing moved this pass: look at the clocks. After either fires the run is
+            // failed: nothing more is dispatched, and the loop ends once this scheduler's
+            // cores are idle or abandoned. A core is never left earlier: a kernel still
+            // running reads its task's arguments, which live in the run state.
+            if self.op_execute_clock() {
+                continue;
+            }
+            if !self.shared.errors.is_fatal() && watchdog::no_progress(self.shared) {
                 continue;
             }
             if idle_passes < IDLE_YIELDS {
@@ -179,6 +202,56 @@ impl Scheduler<'_, '_> {
         }
     }
 
+    /// After an error: whether the orchestrator is done, or has had one scheduler timeout
+    /// since this scheduler saw the error and is left behind (its thread may be looping in
+    /// the orchestration; it holds its own reference to the run state).
+    fn orchestrator_finished(&mut self) -> bool {
+        if self.shared.orch_done.load(Ordering::Acquire) {
+            return true;
+        }
+        let failed_at = *self.failed_at.get_or_insert_with(Instant::now);
+        failed_at.elapsed().as_millis() as u64 > self.shared.scheduler_timeout_ms
+    }
+
+    /// The op-execute clock of every running dispatch: one that has run past the timeout
+    /// fails the run (the first error wins) and its core is abandoned. True if one fired.
+    fn op_execute_clock(&mut self) -> bool {
+        let limit = self.shared.op_execute_timeout_ms;
+        let mut fired = false;
+        for i in 0..self.cores.len() {
+            let c = &self.cores[i];
+            let Some(run) = c.running.filter(|_| !c.abandoned) else {
+                continue;
+            };
+            let ran_ms = run.started.elapsed().as_millis() as u64;
+            if ran_ms <= limit {
+                continue;
+            }
+            let topo = self.ctx.topology;
+            watchdog::op_execute_overrun(
+                self.shared,
+                &RunningDispatch {
+                    task: run.task,
+                    lane: run.lane,
+                    block: run.block,
+                    core: c.id,
+                    core_type: c.ty,
+                    cluster: topo.cluster_of(c.id),
+                    ran_ms,
+                },
+            );
+            self.cores[i].abandoned = true;
+            self.shared.abandoned_cores.fetch_add(1, Ordering::AcqRel);
+            fired = true;
+        }
+        if fired {
+            // Parked peers re-check at once: the run is failed.
+            self.shared.ring_schedulers();
+            self.shared.ring_orchestrator();
+        }
+        fired
+    }
+
     /// Handles every finished dispatch; true if any.
     ///
     /// With a pending dispatch behind the running one, COND may already speak of the pending
@@ -187,7 +260,7 @@ impl Scheduler<'_, '_> {
     fn collect(&mut self) -> bool {
         let mut any = false;
         for i in 0..self.cores.len() {
-            let Some(run) = self.cores[i].running else {
+            let Some(run) = self.cores[i].running.filter(|_| !self.cores[i].abandoned) else {
                 continue;
             };
             let cond = self.regs(i).read_cond();
@@ -228,7 +301,8 @@ impl Scheduler<'_, '_> {
     /// one, and a core left with none is marked idle in the chip-wide map.
     fn advance(&mut self, i: usize) {
         let c = &mut self.cores[i];
-        c.running = c.pending.take();
+        // The op-execute clock of the promoted dispatch starts now, when it starts to run.
+        c.running = c.pending.take().map(started_now);
         if c.running.is_none() {
             self.shared.idle.set(c.cluster, c.lane, true);
         }
@@ -237,8 +311,9 @@ impl Scheduler<'_, '_> {
     fn finish(&mut self, core: usize, sub: Sub, failed: bool) {
         self.cores[core].warm = self.pass;
         let shared = self.shared;
-        shared.running.fetch_sub(1, Ordering::AcqRel);
+        // Progress first: whoever then sees nothing running sees this progress too.
         shared.progress();
+        shared.running.fetch_sub(1, Ordering::AcqRel);
         if failed {
             let core_id = self.cores[core].id;
             let code = shared.mem.mailbox(core_id).fatal_code();
@@ -280,6 +355,9 @@ impl Scheduler<'_, '_> {
     /// writing a pending id before the core has read the running one would lose the latter.
     fn free_slot(&self, i: usize, only_idle: bool) -> bool {
         let c = &self.cores[i];
+        if c.abandoned {
+            return false;
+        }
         match (c.running, c.pending) {
             (None, _) => true,
             (Some(r), None) if !only_idle => {
@@ -470,6 +548,8 @@ impl Scheduler<'_, '_> {
             task,
             id,
             lane: lane as u8,
+            block,
+            started: Instant::now(),
         });
         if c.running.is_none() {
             c.running = sub;
@@ -546,7 +626,7 @@ impl Scheduler<'_, '_> {
     /// True if a pass would make progress or end the loop.
     fn has_work(&self) -> bool {
         for (i, c) in self.cores.iter().enumerate() {
-            if let Some(r) = c.running {
+            if let Some(r) = c.running.filter(|_| !c.abandoned) {
                 let cond = self.regs(i).read_cond();
                 if dispatch_state(cond, r.id) != DispatchState::Running
                     || c.pending.is_some_and(|p| {
@@ -558,13 +638,15 @@ impl Scheduler<'_, '_> {
             }
         }
         let fatal = self.shared.errors.is_fatal();
-        let busy = self.cores.iter().any(|c| !c.idle());
+        let busy = self.cores.iter().any(CoreExec::busy);
         if !busy
             && (self.shared.all_done() || (fatal && self.shared.orch_done.load(Ordering::Acquire)))
         {
             return true;
         }
         if fatal {
+            // Parks are bounded: the orchestrator's grace and the clocks are looked at on
+            // every wake-up.
             return false;
         }
         if self.shared.drain.task.load(Ordering::Acquire) != NO_DRAIN {
@@ -594,45 +676,19 @@ impl Scheduler<'_, '_> {
                 && self.allowance(shape, lanes, waiting) > 0)
     }
 
-    /// Fails the run if nothing has progressed for the watchdog period; true if it did.
-    fn watchdog(&self) -> bool {
-        let shared = self.shared;
-        let stalled = shared.stalled_for_ms();
-        if stalled <= shared.scheduler_timeout_ms || shared.all_done() {
-            return false;
-        }
-        let running = shared.running.load(Ordering::Acquire);
-        let ready: usize = shared.ready.iter().map(|q| q.len()).sum();
-        let waiting =
-            shared.submitted.load(Ordering::Acquire) - shared.completed.load(Ordering::Acquire);
-        let orch_done = shared.orch_done.load(Ordering::Acquire);
-        let (class, code) = if running > 0 {
-            ("RUNNING_STALLED", 1)
-        } else if ready > 0 {
-            ("READY_IDLE", 3)
-        } else if waiting > 0 {
-            ("DEP_DEADLOCK", 4)
-        } else if !orch_done {
-            ("ORCH_STARVATION", 5)
-        } else {
-            ("UNKNOWN", 99)
-        };
-        shared.errors.sched_fail(SCHED_TIMEOUT, || {
-            format!(
-                "no progress for {stalled} ms: stall class {class} ({code}); {running} subtasks running, {ready} tasks ready, {waiting} not completed, orchestrator {}",
-                if orch_done { "done" } else { "still running" }
-            )
-        });
-        true
-    }
-
-    /// Tells every owned core to exit and waits until each has (its cores are idle).
+    /// Tells every owned core to exit and waits until each has (its cores are idle), except
+    /// the abandoned ones: their kernel has not returned; the exit signal waits in DMB for
+    /// whenever it does.
     fn shutdown(&self) {
         for i in 0..self.cores.len() {
             self.regs(i).write_dmb(EXIT_SIGNAL);
         }
         for i in 0..self.cores.len() {
             let regs = self.regs(i);
+            if self.cores[i].abandoned {
+                regs.set_owner(None);
+                continue;
+            }
             while regs.read_cond() != EXITED {
                 self.ctx.doorbell.prepare_park();
                 if regs.read_cond() == EXITED {
@@ -643,5 +699,14 @@ impl Scheduler<'_, '_> {
             }
             regs.set_owner(None);
         }
+    }
+}
+
+/// A pending dispatch that has just become its core's running one: its op-execute clock
+/// starts now.
+fn started_now(sub: Sub) -> Sub {
+    Sub {
+        started: Instant::now(),
+        ..sub
     }
 }

@@ -1,6 +1,11 @@
 //! The state one run shares among its AICPU threads: the task rings, the ready queues, the
-//! chip-wide idle map, the progress counters, the doorbells, the sync-start drain and the
-//! latched error words.
+//! chip-wide idle map, the progress counters and the no-progress clock, the doorbells, the sync-start drain, the
+//! latched error words and what the threads leaving the run must know (who has left, whether
+//! the result is published, whether a core was abandoned).
+//!
+//! Two clocks bound a run (`docs/chip-runtime.md` §11): the no-progress clock
+//! ([`RunShared::stalled_for_ms`]) runs only while nothing is running, and each running
+//! dispatch has its own op-execute clock, kept by the scheduler that owns its core.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -18,6 +23,9 @@ use crate::devmem::RunMemory;
 
 /// Default no-progress watchdog, milliseconds (`SIMPLER_SCHEDULER_TIMEOUT_MS` default).
 pub const DEFAULT_SCHEDULER_TIMEOUT_MS: u32 = 10_000;
+/// Default op-execute timeout, milliseconds: the longest one kernel dispatch may run
+/// (`SIMPLER_OP_EXECUTE_TIMEOUT_US` default, 45 s).
+pub const DEFAULT_OP_EXECUTE_TIMEOUT_MS: u32 = 45_000;
 /// Default `get/set_tensor_data` timeout, milliseconds.
 pub const DEFAULT_TENSOR_WAIT_TIMEOUT_MS: u32 = 15_000;
 /// Default dependency-pool entries per ring.
@@ -138,6 +146,16 @@ pub(crate) struct RunShared {
     /// Milliseconds since `started` of the last progress (submit, dispatch, completion).
     last_progress_ms: AtomicU64,
     pub(crate) scheduler_timeout_ms: u64,
+    /// The longest one kernel dispatch may run, milliseconds.
+    pub(crate) op_execute_timeout_ms: u64,
+    /// Scheduler threads that have left the run.
+    pub(crate) schedulers_exited: AtomicU32,
+    /// Set once the result record is published (it is published once).
+    pub(crate) published: AtomicBool,
+    /// Cores abandoned with a kernel still running past the op-execute timeout: such a
+    /// kernel may still read its task's arguments, which live in this state, so the state is
+    /// never freed.
+    pub(crate) abandoned_cores: AtomicU32,
 }
 
 impl RunShared {
@@ -153,6 +171,10 @@ impl RunShared {
         let desc = *mem.desc();
         let timeout = match desc.scheduler_timeout_ms {
             0 => DEFAULT_SCHEDULER_TIMEOUT_MS,
+            t => t,
+        };
+        let op_execute = match desc.op_execute_timeout_ms {
+            0 => DEFAULT_OP_EXECUTE_TIMEOUT_MS,
             t => t,
         };
         RunShared {
@@ -180,6 +202,10 @@ impl RunShared {
             started: Instant::now(),
             last_progress_ms: AtomicU64::new(0),
             scheduler_timeout_ms: u64::from(timeout),
+            op_execute_timeout_ms: u64::from(op_execute),
+            schedulers_exited: AtomicU32::new(0),
+            published: AtomicBool::new(false),
+            abandoned_cores: AtomicU32::new(0),
         }
     }
 
@@ -205,16 +231,35 @@ impl RunShared {
         self.started.elapsed().as_millis() as u64
     }
 
-    /// Notes progress for the watchdog.
+    /// Notes progress for the watchdog. Whoever ends a dispatch notes progress *before* it
+    /// decrements `running` (release), so a reader that sees nothing running (acquire) also
+    /// sees the progress that ended the last dispatch.
     pub(crate) fn progress(&self) {
         self.last_progress_ms
             .store(self.now_ms(), Ordering::Relaxed);
     }
 
-    /// Milliseconds since the last progress.
+    /// The no-progress clock: milliseconds since the last progress, counted only while no
+    /// subtask is running (0 while any is: a running kernel is bounded by its op-execute
+    /// clock instead, so a long healthy kernel never trips the no-progress watchdog).
     pub(crate) fn stalled_for_ms(&self) -> u64 {
+        if self.running.load(Ordering::Acquire) > 0 {
+            return 0;
+        }
         self.now_ms()
             .saturating_sub(self.last_progress_ms.load(Ordering::Relaxed))
+    }
+
+    /// Scheduler threads of the run.
+    pub(crate) fn schedulers(&self) -> u32 {
+        self.bells.len() as u32
+    }
+
+    /// Claims the one publication of the result record; true for the caller that got it.
+    pub(crate) fn claim_publication(&self) -> bool {
+        self.published
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// Wakes every parked scheduler.

@@ -255,6 +255,7 @@ impl<'a> Orchestrator<'a> {
         body.shape = kind.shape;
         body.kernels = kind.kernels;
         body.func_ids = kind.func_ids;
+        body.submit = self.submit_calls;
         body.lanes = kind.lanes;
         body.block_num = kind.block_num;
         body.sync_start = kind.sync_start;

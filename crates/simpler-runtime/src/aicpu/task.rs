@@ -58,6 +58,8 @@ pub(crate) struct TaskBody {
     pub(crate) kernels: [u64; 3],
     /// Func id per lane (for messages); -1 when unused.
     pub(crate) func_ids: [i32; 3],
+    /// The submit call of the run that made this task (1 = the first; for messages).
+    pub(crate) submit: u64,
     /// Bit per used lane.
     pub(crate) lanes: u8,
     pub(crate) block_num: u32,
@@ -80,6 +82,7 @@ impl Default for TaskBody {
             shape: Shape::Dummy,
             kernels: [0; 3],
             func_ids: [-1; 3],
+            submit: 0,
             lanes: 0,
             block_num: 1,
             sync_start: false,
