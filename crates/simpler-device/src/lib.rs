@@ -12,6 +12,7 @@
 //! depends on. The device treats the kernels it launches as opaque functions and the memory
 //! it hands out as opaque bytes.
 
+pub mod crash;
 mod device;
 mod error;
 mod handle;
