@@ -3,7 +3,8 @@
 //! A library image is written to a private temporary file (mode 0600, unique name), opened
 //! with `libloading`, its entry symbol resolved, and the file removed at once; the library
 //! stays mapped for as long as the returned [`LoadedCode`] lives. Loading happens once per
-//! registration, never per run. In-process functions need no loading.
+//! registration, never per run. In-process functions need no loading. Loaded code is named
+//! in the device's crash reports (`simpler_device::crash::name_code`) while it is loaded.
 //!
 //! This module holds the host's only `unsafe` code for loading foreign libraries.
 
@@ -55,10 +56,12 @@ pub enum EntryKind {
     Kernel,
 }
 
-/// Loaded code: the entry address and whatever keeps it mapped.
+/// Loaded code: the entry address, whatever keeps it mapped, and its name in crash reports
+/// (`what`, and the entry symbol of a library) for as long as it is loaded.
 pub struct LoadedCode {
     /// Address of the entry function.
     pub addr: u64,
+    _name: simpler_device::crash::CodeName,
     _library: Option<libloading::Library>,
 }
 
@@ -74,15 +77,16 @@ impl std::fmt::Debug for LoadedCode {
 /// # Errors
 /// [`LoadError`] naming `what` and the cause.
 pub fn load(image: &CodeImage, kind: EntryKind, what: &str) -> Result<LoadedCode, LoadError> {
+    let in_process = |addr: u64| LoadedCode {
+        addr,
+        _name: simpler_device::crash::name_code(addr, what),
+        _library: None,
+    };
     match (image, kind) {
-        (CodeImage::Kernel(f), EntryKind::Kernel) => Ok(LoadedCode {
-            addr: *f as usize as u64,
-            _library: None,
-        }),
-        (CodeImage::Orchestration(f), EntryKind::Orchestration) => Ok(LoadedCode {
-            addr: *f as usize as u64,
-            _library: None,
-        }),
+        (CodeImage::Kernel(f), EntryKind::Kernel) => Ok(in_process(*f as usize as u64)),
+        (CodeImage::Orchestration(f), EntryKind::Orchestration) => {
+            Ok(in_process(*f as usize as u64))
+        }
         (CodeImage::Library { bytes, entry }, _) => load_library(bytes, entry, what),
         _ => Err(LoadError::WrongKind { what: what.into() }),
     }
@@ -132,6 +136,7 @@ fn load_library(bytes: &[u8], symbol: &str, what: &str) -> Result<LoadedCode, Lo
     }
     Ok(LoadedCode {
         addr,
+        _name: simpler_device::crash::name_code(addr, &format!("{what} (entry `{symbol}`)")),
         _library: Some(library),
     })
 }
