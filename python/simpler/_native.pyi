@@ -86,6 +86,7 @@ class WorkerConfig:
         task_window: Optional[int] = None,
         run_timeout_s: Optional[float] = None,
         launch_depth: Optional[int] = None,
+        sim_memcheck: Union[bool, str, None] = None,
     ) -> WorkerConfig: ...
     @property
     def device_id(self) -> int: ...
@@ -107,6 +108,8 @@ class WorkerConfig:
     def scheduler_timeout_s(self) -> float: ...
     @property
     def launch_depth(self) -> int: ...
+    @property
+    def sim_memcheck(self) -> str: ...
 
 @final
 class RuntimeEnv:

@@ -71,6 +71,7 @@ _OPTIONS = {
     "task_window": "task_window",
     "run_timeout_s": "run_timeout_s",
     "launch_depth": "launch_depth",
+    "sim_memcheck": "sim_memcheck",
 }
 
 # Upstream options with no effect here, accepted so upstream scripts run unchanged.
@@ -96,7 +97,10 @@ class Worker:
     (``"tensormap_and_ringbuffer"``), ``device_id``, and the chip's shape and sizes:
     ``clusters``, ``aicpu_threads``, ``aicpu_thread_num`` (0 = all), ``heap_ring_size``
     (bytes), ``task_window`` (tasks per run), ``run_timeout_s``, ``launch_depth`` (runs on
-    the device at once, 1 or 2). Options left out take the host's defaults (8 clusters,
+    the device at once, 1 or 2), ``sim_memcheck`` (``True``/``"after"``: every device
+    allocation ends at a guard page, so a kernel writing past a tensor faults at once and the
+    crash report names the allocation; ``"before"``: starts after one; default off, or
+    ``SIMPLER_SIM_MEMCHECK``). Options left out take the host's defaults (8 clusters,
     4 AICPU threads, 256 MiB, launch depth 2, ...: ``simpler._native.WorkerConfig()``); the
     host checks the values when :meth:`init` starts the chip.
     """

@@ -10,6 +10,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString};
+use simpler_device::sim::Memcheck;
 use simpler_device::Topology;
 use simpler_host::{CallConfig, RingValue, RuntimeEnv, WorkerConfig};
 
@@ -57,6 +58,26 @@ fn secs(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<std::
     simpler_host::config::seconds(field, v).map_err(|e| error::host_error(py, e))
 }
 
+/// The `sim_memcheck` option: a bool (`True` is `"after"`) or a mode name
+/// ([`Memcheck::parse`]: `"off"`, `"after"`, `"before"`, ...).
+fn memcheck(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Memcheck> {
+    if value.is_instance_of::<PyBool>() {
+        return Ok(if value.extract::<bool>()? {
+            Memcheck::After
+        } else {
+            Memcheck::Off
+        });
+    }
+    let bad = |why: String| invalid(py, format!("sim_memcheck: {why}"));
+    match value.extract::<String>() {
+        Ok(text) => Memcheck::parse(&text).map_err(bad),
+        Err(_) => Err(bad(format!(
+            "must be a bool or \"off\", \"after\" or \"before\", got {}",
+            value.repr()?
+        ))),
+    }
+}
+
 /// The configuration of one chip: the host's [`WorkerConfig`] and the device id.
 #[pyclass(module = "simpler._native", name = "WorkerConfig", frozen)]
 #[derive(Clone)]
@@ -76,12 +97,14 @@ impl NativeWorkerConfig {
 impl NativeWorkerConfig {
     /// Options left out take the host's defaults (`WorkerConfig::default()`: 8 clusters,
     /// 4 AICPU threads, all of them per run, 256 MiB of heap, the runtime's task window,
-    /// the stream-synchronize timeout, launch depth 2). `heap_size` is in bytes,
-    /// `run_timeout_s` in seconds. The values are checked when a worker starts.
+    /// the stream-synchronize timeout, launch depth 2, memcheck off unless
+    /// `SIMPLER_SIM_MEMCHECK` says otherwise). `heap_size` is in bytes, `run_timeout_s` in
+    /// seconds, `sim_memcheck` a bool or `"off"`/`"after"`/`"before"`. The values are
+    /// checked when a worker starts.
     #[new]
     #[pyo3(signature = (*, device_id=None, clusters=None, aicpu_threads=None,
                         aicpu_thread_num=None, heap_size=None, task_window=None,
-                        run_timeout_s=None, launch_depth=None))]
+                        run_timeout_s=None, launch_depth=None, sim_memcheck=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -93,6 +116,7 @@ impl NativeWorkerConfig {
         task_window: Option<Bound<'_, PyAny>>,
         run_timeout_s: Option<Bound<'_, PyAny>>,
         launch_depth: Option<Bound<'_, PyAny>>,
+        sim_memcheck: Option<Bound<'_, PyAny>>,
     ) -> PyResult<NativeWorkerConfig> {
         let d = WorkerConfig::default();
         let u32_or = |field: &str, v: &Option<Bound<'_, PyAny>>, default: u32| match v {
@@ -115,6 +139,10 @@ impl NativeWorkerConfig {
                 None => d.run_timeout,
             },
             launch_depth: u32_or("launch_depth", &launch_depth, d.launch_depth)?,
+            sim_memcheck: match &sim_memcheck {
+                Some(v) => memcheck(py, v)?,
+                None => d.sim_memcheck,
+            },
             ..d
         };
         Ok(NativeWorkerConfig {
@@ -183,11 +211,19 @@ impl NativeWorkerConfig {
         self.config.launch_depth
     }
 
+    /// Sim memcheck: `"off"`, `"after"` (allocations end at a guard page) or `"before"`
+    /// (they start after one).
+    #[getter]
+    fn sim_memcheck(&self) -> &'static str {
+        self.config.sim_memcheck.name()
+    }
+
     fn __repr__(&self) -> String {
         let c = &self.config;
         format!(
             "WorkerConfig(device_id={}, clusters={}, aicpu_threads={}, aicpu_thread_num={}, \
-             heap_size={}, task_window={}, run_timeout_s={:?}, launch_depth={})",
+             heap_size={}, task_window={}, run_timeout_s={:?}, launch_depth={}, \
+             sim_memcheck='{}')",
             self.device_id,
             c.topology.clusters,
             c.topology.aicpu_threads,
@@ -195,7 +231,8 @@ impl NativeWorkerConfig {
             c.heap_size,
             c.task_window,
             c.run_timeout.as_secs_f64(),
-            c.launch_depth
+            c.launch_depth,
+            c.sim_memcheck.name()
         )
     }
 }
