@@ -59,6 +59,7 @@ def test_memcheck_overrun_is_reported_then_faulthandler_runs():
         "kernel:  `overrun` kernel func 0 (entry `kernel_entry`); func id 0; task 0x0",
         "(4000 bytes at 0x",
         "; offset 4000), in its guard page (memcheck)",
+        "tensor:  the allocation is the buffer of the kernel's tensor argument 0",
         "Fatal Python error: Segmentation fault",
     ):
         assert want in err, err

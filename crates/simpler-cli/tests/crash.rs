@@ -213,6 +213,7 @@ fn sim_memcheck_catches_a_write_one_element_past_the_output() {
             "0 bytes past the end of device allocation #",
             "(4000 bytes at 0x",
             "; offset 4000), in its guard page (memcheck)",
+            "tensor:  the allocation is the buffer of the kernel's tensor argument 1\n",
         ],
     );
 }

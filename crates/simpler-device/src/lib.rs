@@ -4,8 +4,10 @@
 //! of a run, fault notices, reset — its contract is on the trait), the handles it issues
 //! ([`DevicePtr`], [`StreamId`], [`EventId`]), the kernel calling contract ([`AicoreKernel`],
 //! [`AicpuKernel`]), the per-core handshake registers ([`CoreRegs`]) and idle parking
-//! ([`Doorbell`]) that both kernels use, and the sim backend ([`sim::SimDevice`]) that plays
-//! an Ascend-style chip with host threads (`docs/sim-device.md`).
+//! ([`Doorbell`]) that both kernels use, the sim backend ([`sim::SimDevice`]) that plays
+//! an Ascend-style chip with host threads (`docs/sim-device.md`), and the crash reports of
+//! its device threads ([`crash`]: what a thread runs, as the runtime records it, and the
+//! signal handlers that print it).
 //!
 //! It must not know about runs, task graphs or callables: those belong to `simpler-runtime`
 //! (what runs on the device) and `simpler-host` (what drives it), neither of which it

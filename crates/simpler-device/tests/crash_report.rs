@@ -48,6 +48,7 @@ fn pretend_kernel(entry: u64, name: &str) -> (crash::CallGuard, crash::CodeName)
     let named = crash::name_code(entry, name);
     let call = crash::enter_kernel(KernelCall {
         entry,
+        args: 0,
         task: 2 << 32 | 3,
         block_idx: 1,
         block_num: 2,
@@ -77,6 +78,19 @@ unsafe fn write_past_end(ctx: &AicoreContext<'_>, arg: DevicePtr) {
     let _k = pretend_kernel(write_past_end as *const () as u64, "past-the-end writer");
     // SAFETY: none: see the function's doc.
     unsafe { (arg.addr() as *mut u32).add(4).write_volatile(0x5a5a) };
+}
+
+/// Core 0 writes the u32 just before the allocation at `arg`.
+///
+/// # Safety
+/// None: the write is before the allocation on purpose; it faults under memcheck `before`.
+unsafe fn write_before_start(ctx: &AicoreContext<'_>, arg: DevicePtr) {
+    if ctx.core_id != 0 {
+        return;
+    }
+    let _k = pretend_kernel(write_before_start as *const () as u64, "underrun writer");
+    // SAFETY: none: see the function's doc.
+    unsafe { (arg.addr() as *mut u32).sub(1).write_volatile(0x5a5a) };
 }
 
 fn abort_on_aicpu(ctx: &AicpuContext<'_>, _: DevicePtr) -> i32 {
@@ -138,6 +152,28 @@ fn memcheck_after_faults_at_the_first_byte_past_an_allocation() {
         err.contains("0 bytes past the end of device allocation #1 of device ")
             && err.contains("(16 bytes at 0x")
             && err.contains("; offset 16), in its guard page (memcheck)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn memcheck_before_faults_at_the_first_byte_before_an_allocation() {
+    if in_child() {
+        let dev = SimDevice::with_memcheck(topology(), Memcheck::Before).unwrap();
+        let buf = dev.malloc(100).unwrap();
+        launch_aicore(&dev, write_before_start, buf);
+        unreachable!("the kernel faults");
+    }
+    let (out, err) = child(
+        "memcheck_before_faults_at_the_first_byte_before_an_allocation",
+        &[],
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
+    assert!(err.contains("kernel:  underrun writer"), "{err}");
+    assert!(
+        err.contains("4 bytes before the start of device allocation #1 of device ")
+            && err.contains("(100 bytes at 0x")
+            && err.contains("; offset -4), in its guard page (memcheck)"),
         "{err}"
     );
 }

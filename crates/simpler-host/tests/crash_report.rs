@@ -118,7 +118,7 @@ fn with_sim_memcheck_an_overrun_faults_and_the_report_names_kernel_task_and_allo
         "kernel:  `overrun` kernel func 0; func id 0; task 0x0 (ring 0, submit #0); block 0 of 1",
         "0 bytes past the end of device allocation #",
         "(4000 bytes at 0x",
-        "; offset 4000), in its guard page (memcheck)",
+        "; offset 4000), in its guard page (memcheck)\n  tensor:  the allocation is the buffer of the kernel's tensor argument 1\n",
     ] {
         assert!(err.contains(want), "{want:?} not in:\n{err}");
     }

@@ -193,13 +193,15 @@ impl Mailbox {
             std::ptr::addr_of_mut!((*mailbox).global.fatal_code).write(0);
             let entry: KernelEntry =
                 std::mem::transmute::<u64, KernelEntry>((*payload).kernel_addr);
+            let args = std::ptr::addr_of_mut!((*payload).args);
             let _call = crash::enter_kernel(crash::KernelCall {
                 entry: (*payload).kernel_addr,
+                args: args as u64,
                 task: (*payload).task_id,
                 block_idx: (*payload).local.block_idx,
                 block_num: (*payload).local.block_num,
             });
-            entry(std::ptr::addr_of_mut!((*payload).args) as *mut i64);
+            entry(args as *mut i64);
             std::ptr::addr_of!((*mailbox).global.fatal_code).read_volatile() != 0
         }
     }

@@ -8,7 +8,8 @@
 //! device, the thread (AICore core and type, or AICPU thread), the run epoch, the user code
 //! running (kernel: its name, func id, task and block; or the orchestration), the faulting
 //! address and whether it lies inside, just past or just before a live device allocation
-//! (which one, at what offset; under sim memcheck, whether it hit a guard page). The
+//! (which one, at what offset, which of the kernel's tensor arguments it backs; under sim
+//! memcheck, whether it hit a guard page). The
 //! process then ends by the same signal (exit status 128 + the signal number).
 //!
 //! What each piece is:
@@ -19,7 +20,7 @@
 //! - `report`: the report's text, formatted without allocating;
 //! - `slab`: the tables' lock-free storage.
 //!
-//! Who writes what: the sim's device threads register themselves ([`DeviceThread`]); the
+//! Who writes what: the sim's device threads register themselves (`DeviceThread`); the
 //! runtime says which run ([`set_run`]) and which kernel or orchestration call
 //! ([`enter_kernel`], [`enter_orchestration`]) a thread is in; the sim allocator registers
 //! live allocations; the host names the code it loads ([`name_code`]). None of these calls
@@ -161,6 +162,9 @@ pub fn set_run(epoch: u64, func_table: u64, func_count: u32) {
 pub struct KernelCall {
     /// Address of the kernel entry.
     pub entry: u64,
+    /// Address of the call's argument array (a [`simpler_abi::KernelArgs`]; 0 if none): a
+    /// report names the tensor arguments whose buffer is the allocation a fault hit.
+    pub args: u64,
     /// The task's id (`u64::MAX`: none).
     pub task: u64,
     /// The block this call runs, `0..block_num`.
@@ -186,6 +190,7 @@ pub fn enter_kernel(call: KernelCall) -> CallGuard {
     with_slot(|s| {
         let r = Ordering::Relaxed;
         s.entry.store(call.entry, r);
+        s.args.store(call.args, r);
         s.task.store(call.task, r);
         s.block_idx.store(call.block_idx, r);
         s.block_num.store(call.block_num, r);
@@ -199,6 +204,7 @@ pub fn enter_kernel(call: KernelCall) -> CallGuard {
 pub fn enter_orchestration(entry: u64) -> CallGuard {
     with_slot(|s| {
         s.entry.store(entry, Ordering::Relaxed);
+        s.args.store(0, Ordering::Relaxed);
         s.task.store(u64::MAX, Ordering::Relaxed);
         s.code
             .store(CodeKind::Orchestration as u32, Ordering::Relaxed);
@@ -220,8 +226,8 @@ impl Drop for CodeName {
 }
 
 /// Names the code entry at `entry` in crash reports (at most 160 bytes of `name` are kept),
-/// until the returned [`CodeName`] drops. When two live names share an entry, the later
-/// one is shown.
+/// until the returned [`CodeName`] drops. When two live names share an entry (one image
+/// registered by two callables), either may be shown.
 pub fn name_code(entry: u64, name: &str) -> CodeName {
     CodeName(tables::note_name(entry, name))
 }

@@ -3,9 +3,13 @@
 //! it was running (run epoch, task, func id, kernel or orchestration name, block) and where
 //! the faulting address lies among the live device allocations.
 //!
-//! It reads only the crash tables and, for the func id, the run's func table once the live
-//! allocations show that the table lies inside one of them.
+//! It reads only the crash tables and, without touching them directly (so a corrupted
+//! pointer cannot fault the handler), the run's func table (for the func id) and the
+//! kernel's argument array and tensors (for which argument an allocation backs).
 
+use simpler_abi::{MAX_TASK_TENSORS, TENSOR_COUNT_SLOT};
+
+use super::signal;
 use super::tables::{self, CodeKind, LiveView, ThreadKind, ThreadView, NAME_BYTES};
 
 /// A fixed-size text buffer; what does not fit is dropped.
@@ -167,24 +171,44 @@ pub(crate) fn locate(addr: u64, page: u64) -> Place {
     }
 }
 
-/// The func id whose entry in the run's func table is `entry`, if the table lies inside a
-/// live allocation.
-fn func_id(t: &ThreadView, page: u64) -> Option<u32> {
-    let len = u64::from(t.func_count).checked_mul(8)?;
-    if t.func_table == 0 || len == 0 || len > 1 << 20 || !t.func_table.is_multiple_of(8) {
+/// The u64 at `addr`, read without faulting.
+fn read_u64(addr: u64) -> Option<u64> {
+    let mut b = [0u8; 8];
+    signal::read_own(addr, &mut b).then(|| u64::from_ne_bytes(b))
+}
+
+/// The func id whose entry in the run's func table is the call's entry.
+fn func_id(t: &ThreadView) -> Option<u32> {
+    if t.func_table == 0 || t.func_count > 1 << 16 {
         return None;
     }
-    match locate(t.func_table, page) {
-        Place::Inside(a) if t.func_table + len <= a.end() => {}
-        _ => return None,
+    (0..t.func_count).find(|&i| read_u64(t.func_table + 8 * u64::from(i)) == Some(t.entry))
+}
+
+/// Appends the tensor arguments of the kernel call whose buffer lies in `a` (the argument
+/// array and the tensors are read without faulting: the kernel may have overwritten them).
+fn tensor_args(out: &mut Buf, t: &ThreadView, a: &LiveView) {
+    if t.code != CodeKind::Kernel as u32 || t.args == 0 {
+        return;
     }
-    (0..t.func_count).find(|&i| {
-        let p = (t.func_table + 8 * u64::from(i)) as *const u64;
-        // SAFETY: `p` is 8-byte aligned and lies inside a live device allocation (checked
-        // just above), which is mapped readable host memory; a volatile read of plain
-        // data cannot be undefined behaviour even if a writer races it.
-        unsafe { p.read_volatile() == t.entry }
-    })
+    let Some(count) = read_u64(t.args + 8 * TENSOR_COUNT_SLOT as u64) else {
+        return;
+    };
+    let mut first = true;
+    for i in 0..count.min(MAX_TASK_TENSORS as u64) {
+        let Some(buffer) = read_u64(t.args + 8 * i).and_then(read_u64) else {
+            continue;
+        };
+        if buffer >= a.base && buffer < a.end() {
+            out.s(if first {
+                "\n  tensor:  the allocation is the buffer of the kernel's tensor argument "
+            } else {
+                ", "
+            })
+            .dec(i);
+            first = false;
+        }
+    }
 }
 
 /// Appends the name of the code at `entry`, or its address.
@@ -237,7 +261,7 @@ pub(crate) fn write(out: &mut Buf, fault: &Fault, t: &ThreadView, page: u64) {
     if t.code == CodeKind::Kernel as u32 {
         out.s("\n  kernel:  ");
         code_name(out, t.entry);
-        if let Some(f) = func_id(t, page) {
+        if let Some(f) = func_id(t) {
             out.s("; func id ").dec(u64::from(f));
         }
         if t.task != u64::MAX {
@@ -266,28 +290,31 @@ pub(crate) fn write(out: &mut Buf, fault: &Fault, t: &ThreadView, page: u64) {
         out.s("instruction at ").hex(fault.addr);
     } else {
         out.hex(fault.addr).s(", ");
-        match locate(fault.addr, page) {
+        let (a, guard) = match locate(fault.addr, page) {
             Place::Inside(a) => {
                 out.s("inside ");
-                allocation(out, &a, fault.addr);
+                (a, false)
             }
             Place::Past(a) => {
                 out.dec(fault.addr - a.end()).s(" bytes past the end of ");
-                allocation(out, &a, fault.addr);
+                (a, a.guarded)
             }
             Place::Before(a) => {
                 out.dec(a.base - fault.addr)
                     .s(" bytes before the start of ");
-                allocation(out, &a, fault.addr);
+                (a, a.guarded)
             }
             Place::Nowhere => {
                 out.s("not in any live device allocation");
+                (LiveView::default(), false)
             }
-        }
-        if let Place::Past(a) | Place::Before(a) = locate(fault.addr, page) {
-            if a.guarded {
+        };
+        if a.size > 0 {
+            allocation(out, &a, fault.addr);
+            if guard {
                 out.s(", in its guard page (memcheck)");
             }
+            tensor_args(out, t, &a);
         }
     }
     out.s("\n  The process now ends by ")
@@ -375,7 +402,17 @@ mod tests {
         let out = live(0x7c00_0000_0ff0, 16, true);
         let id = note_live(out).unwrap();
         let name = tables::note_name(0x1234_5678, "`crash` kernel func 2 (entry `k`)").unwrap();
+        // The call's arguments: tensor 1 is a view of the allocation; tensor 0 is not.
+        let mut other = simpler_abi::ChipTensor::ZERO;
+        other.buffer_addr = 0x10;
+        let mut view = simpler_abi::ChipTensor::ZERO;
+        view.buffer_addr = out.base;
+        let mut args = [0u64; simpler_abi::KERNEL_ARG_SLOTS];
+        args[0] = &other as *const _ as u64;
+        args[1] = &view as *const _ as u64;
+        args[TENSOR_COUNT_SLOT] = 2;
         let t = ThreadView {
+            args: args.as_ptr() as u64,
             device: 3,
             kind: ThreadKind::Aicore as u32,
             index: 17,
@@ -398,7 +435,7 @@ mod tests {
             "simpler: crash: SIGSEGV (invalid memory access, page protected against this access)",
             "device:  3, AICore 17 (aiv), run epoch 5",
             "kernel:  `crash` kernel func 2 (entry `k`); task 0x100000006 (ring 1, submit #6); block 1 of 4",
-            "address: 0x7c0000001000, 0 bytes past the end of device allocation #9 of device 3 (16 bytes at 0x7c0000000ff0; offset 16), in its guard page (memcheck)",
+            "address: 0x7c0000001000, 0 bytes past the end of device allocation #9 of device 3 (16 bytes at 0x7c0000000ff0; offset 16), in its guard page (memcheck)\n  tensor:  the allocation is the buffer of the kernel's tensor argument 1\n",
             "ends by SIGSEGV (exit status 139)",
         ] {
             assert!(r.contains(want), "{want:?} not in:\n{r}");
@@ -413,6 +450,21 @@ mod tests {
             index: 2,
             ..ThreadView::default()
         };
+        let divide = Fault {
+            signal: libc::SIGFPE,
+            code: 1,
+            addr: 0x4000_1234,
+        };
+        // An argument array that cannot be read names no tensor (and does not fault).
+        let unreadable = ThreadView { args: 8, ..t };
+        assert!(!text(fault, &unreadable).contains("tensor:"));
+        let r = text(divide, &t);
+        assert!(
+            r.contains("SIGFPE (arithmetic fault, integer divide by zero)"),
+            "{r}"
+        );
+        assert!(r.contains("address: instruction at 0x40001234"), "{r}");
+        assert!(r.contains("(exit status 136)"), "{r}");
         let r = text(abort, &runtime);
         assert!(r.contains("SIGABRT (abort) on a device thread"), "{r}");
         assert!(r.contains("AICPU thread 2, no run"), "{r}");

@@ -50,6 +50,8 @@ pub(crate) struct ThreadSlot {
     /// [`CodeKind`] of the user call in progress.
     pub(crate) code: AtomicU32,
     pub(crate) entry: AtomicU64,
+    /// Address of the kernel call's argument array (0: not known).
+    pub(crate) args: AtomicU64,
     pub(crate) task: AtomicU64,
     pub(crate) block_idx: AtomicI32,
     pub(crate) block_num: AtomicI32,
@@ -67,6 +69,7 @@ pub(crate) struct ThreadView {
     pub(crate) func_count: u32,
     pub(crate) code: u32,
     pub(crate) entry: u64,
+    pub(crate) args: u64,
     pub(crate) task: u64,
     pub(crate) block_idx: i32,
     pub(crate) block_num: i32,
@@ -86,6 +89,7 @@ impl ThreadSlot {
             func_count: self.func_count.load(r),
             code: self.code.load(r),
             entry: self.entry.load(r),
+            args: self.args.load(r),
             task: self.task.load(r),
             block_idx: self.block_idx.load(r),
             block_num: self.block_num.load(r),
@@ -255,8 +259,7 @@ pub(crate) fn forget_name(id: usize) {
 }
 
 /// Copies the name of the code at `entry` into `out`; returns its length, 0 if none is
-/// registered (the most recent registration wins when the same entry was named twice).
-/// Lock-free.
+/// registered (one of them when the same entry was named twice). Lock-free.
 pub(crate) fn name_of(entry: u64, out: &mut [u8; NAME_BYTES]) -> usize {
     let mut len = 0;
     if entry == 0 {

@@ -1,8 +1,9 @@
 //! The sim backend: an Ascend-style chip played by host threads.
 //!
 //! AICore cores and AICPU threads are persistent host threads started with the device
-//! ([`pool`]), device memory is checked host memory ([`memory`]), and streams and events
-//! are host queues and sequence counters ([`stream`]). Kernels are plain functions; the
+//! ([`pool`]), each registered for crash reports (`crate::crash`), device memory is checked
+//! host memory ([`memory`]), placed against guard pages under [`Memcheck`] (`guard`), and
+//! streams and events are host queues and sequence counters ([`stream`]). Kernels are plain functions; the
 //! launch argument is a device (= host) address. `docs/sim-device.md` describes the whole.
 //!
 //! Every failure the host must survive can be injected ([`SimDevice::inject`], see
