@@ -9,8 +9,8 @@
 //! running (kernel: its name, func id, task and block; or the orchestration), the faulting
 //! address and whether it lies inside, just past or just before a live device allocation
 //! (which one, at what offset, which of the kernel's tensor arguments it backs; under sim
-//! memcheck, whether it hit a guard page). The
-//! process then ends by the same signal (exit status 128 + the signal number).
+//! memcheck, whether it hit a guard page). The process then ends by the same signal (exit
+//! status 128 + the signal number), through the handler that was there before, if any.
 //!
 //! What each piece is:
 //! - `signal`: the handlers (installed once per process by the first sim device), the
