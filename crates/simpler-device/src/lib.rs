@@ -12,7 +12,8 @@
 //! It must not know about runs, task graphs or callables: those belong to `simpler-runtime`
 //! (what runs on the device) and `simpler-host` (what drives it), neither of which it
 //! depends on. The device treats the kernels it launches as opaque functions and the memory
-//! it hands out as opaque bytes.
+//! it hands out as opaque bytes; only a crash report looks further, at the numbers the
+//! runtime recorded for the call that crashed (and that call's tensor arguments).
 
 pub mod crash;
 mod device;
