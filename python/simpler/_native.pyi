@@ -89,6 +89,7 @@ class WorkerConfig:
         scheduler_timeout_s: Optional[float] = None,
         op_execute_timeout_s: Optional[float] = None,
         tensor_data_timeout_s: Optional[float] = None,
+        sim_memcheck: Union[bool, str, None] = None,
     ) -> WorkerConfig: ...
     @property
     def device_id(self) -> int: ...
@@ -114,6 +115,8 @@ class WorkerConfig:
     def tensor_data_timeout_s(self) -> float: ...
     @property
     def launch_depth(self) -> int: ...
+    @property
+    def sim_memcheck(self) -> str: ...
 
 @final
 class RuntimeEnv:

@@ -74,6 +74,7 @@ _OPTIONS = {
     "scheduler_timeout_s": "scheduler_timeout_s",
     "op_execute_timeout_s": "op_execute_timeout_s",
     "tensor_data_timeout_s": "tensor_data_timeout_s",
+    "sim_memcheck": "sim_memcheck",
 }
 
 # Upstream options with no effect here, accepted so upstream scripts run unchanged.
@@ -105,7 +106,9 @@ class Worker:
     the host's defaults (8 clusters, 4 AICPU threads, 256 MiB, launch depth 2, the
     ``SIMPLER_*_TIMEOUT_*`` environment variables read as the CLI reads them, ...:
     ``simpler._native.WorkerConfig()``); the host checks the values when :meth:`init` starts
-    the chip.
+    the chip. ``sim_memcheck`` (``True``/``"after"``: every device allocation ends at a guard page, so
+    a kernel writing past a tensor faults at once and the crash report names the allocation;
+    ``"before"``: starts after one; default off, or ``SIMPLER_SIM_MEMCHECK``).
     """
 
     def __init__(self, level: int = 2, **config: Any) -> None:

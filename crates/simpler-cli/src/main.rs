@@ -51,6 +51,10 @@ Environment:
   PTO2_RING_TASK_WINDOW           tasks in flight per ring: a power of two >= 4 (default 16384)
   PTO2_RING_HEAP                  output-heap bytes per ring, >= 1024 (default: the 256 MiB heap / 4)
   PTO2_RING_DEP_POOL              dependency-pool entries per ring, >= 4 (default 16384)
+  SIMPLER_SIM_MEMCHECK            1 (or after): every device allocation ends at a guard page, so a
+                                  kernel writing past a tensor faults and the crash report names it;
+                                  before: guards the start; 0: off (default)
+  SIMPLER_CRASH_REPORT            0: print no crash report for a kernel that crashes (default: print)
 The PTO2_RING_* variables take one value for all 4 rings or 4 comma-separated values (ring 0..3);
 a task's runtime-allocated outputs come from ring min(scope depth, 3), the outermost scope being 0.
 See README.md, \"Reference\".";

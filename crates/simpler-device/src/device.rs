@@ -87,8 +87,9 @@ pub trait Device: Send + Sync {
     /// A backend-specific failure to (un)install; the sim never fails.
     fn set_fault_callback(&self, callback: Option<FaultCallback>) -> Result<(), DeviceError>;
 
-    /// Allocates `size` bytes (> 0) of zeroed device memory, 64-byte aligned; returns the
-    /// allocation's base address.
+    /// Allocates `size` bytes (> 0) of zeroed device memory, 64-byte aligned (under sim
+    /// memcheck's `after` placement: aligned to the largest power of two ≤ 64 dividing
+    /// `size`); returns the allocation's base address.
     ///
     /// # Errors
     /// [`DeviceError::InvalidSize`] for 0 or more than the device can hold,

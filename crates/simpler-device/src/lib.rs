@@ -4,14 +4,18 @@
 //! of a run, fault notices, reset — its contract is on the trait), the handles it issues
 //! ([`DevicePtr`], [`StreamId`], [`EventId`]), the kernel calling contract ([`AicoreKernel`],
 //! [`AicpuKernel`]), the per-core handshake registers ([`CoreRegs`]) and idle parking
-//! ([`Doorbell`]) that both kernels use, and the sim backend ([`sim::SimDevice`]) that plays
-//! an Ascend-style chip with host threads (`docs/sim-device.md`).
+//! ([`Doorbell`]) that both kernels use, the sim backend ([`sim::SimDevice`]) that plays
+//! an Ascend-style chip with host threads (`docs/sim-device.md`), and the crash reports of
+//! its device threads ([`crash`]: what a thread runs, as the runtime records it, and the
+//! signal handlers that print it).
 //!
 //! It must not know about runs, task graphs or callables: those belong to `simpler-runtime`
 //! (what runs on the device) and `simpler-host` (what drives it), neither of which it
 //! depends on. The device treats the kernels it launches as opaque functions and the memory
-//! it hands out as opaque bytes.
+//! it hands out as opaque bytes; only a crash report looks further, at the numbers the
+//! runtime recorded for the call that crashed (and that call's tensor arguments).
 
+pub mod crash;
 pub mod deadline;
 mod device;
 mod error;

@@ -11,6 +11,8 @@
 //! [`LoadedCode`] forgets the library handle instead of closing it; the cost is the mapping
 //! of each image loaded, kept until the process exits (the image cache shares equal images,
 //! so registering the same code again while it is cached loads nothing).
+//! Loaded code is named in the device's crash reports (`simpler_device::crash::name_code`)
+//! while its [`LoadedCode`] lives.
 //!
 //! This module holds the host's only `unsafe` code for loading foreign libraries.
 
@@ -62,11 +64,12 @@ pub enum EntryKind {
     Kernel,
 }
 
-/// Loaded code: the entry address and the library it lives in (never unmapped: see the
-/// module doc).
+/// Loaded code: the entry address, the library it lives in (never unmapped: see the module
+/// doc) and its name in crash reports (`what`, and the entry symbol of a library).
 pub struct LoadedCode {
     /// Address of the entry function.
     pub addr: u64,
+    _name: simpler_device::crash::CodeName,
     _library: Option<std::mem::ManuallyDrop<libloading::Library>>,
 }
 
@@ -82,15 +85,16 @@ impl std::fmt::Debug for LoadedCode {
 /// # Errors
 /// [`LoadError`] naming `what` and the cause.
 pub fn load(image: &CodeImage, kind: EntryKind, what: &str) -> Result<LoadedCode, LoadError> {
+    let in_process = |addr: u64| LoadedCode {
+        addr,
+        _name: simpler_device::crash::name_code(addr, what),
+        _library: None,
+    };
     match (image, kind) {
-        (CodeImage::Kernel(f), EntryKind::Kernel) => Ok(LoadedCode {
-            addr: *f as usize as u64,
-            _library: None,
-        }),
-        (CodeImage::Orchestration(f), EntryKind::Orchestration) => Ok(LoadedCode {
-            addr: *f as usize as u64,
-            _library: None,
-        }),
+        (CodeImage::Kernel(f), EntryKind::Kernel) => Ok(in_process(*f as usize as u64)),
+        (CodeImage::Orchestration(f), EntryKind::Orchestration) => {
+            Ok(in_process(*f as usize as u64))
+        }
         (CodeImage::Library { bytes, entry }, _) => load_library(bytes, entry, what),
         _ => Err(LoadError::WrongKind { what: what.into() }),
     }
@@ -140,6 +144,7 @@ fn load_library(bytes: &[u8], symbol: &str, what: &str) -> Result<LoadedCode, Lo
     }
     Ok(LoadedCode {
         addr,
+        _name: simpler_device::crash::name_code(addr, &format!("{what} (entry `{symbol}`)")),
         _library: Some(std::mem::ManuallyDrop::new(library)),
     })
 }

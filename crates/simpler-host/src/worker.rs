@@ -91,7 +91,7 @@ impl ChipWorker {
     pub fn new(config: WorkerConfig) -> Result<ChipWorker, HostError> {
         config.validate()?;
         let device: Arc<dyn Device> = Arc::new(
-            SimDevice::new(config.topology)
+            SimDevice::with_memcheck(config.topology, config.sim_memcheck)
                 .map_err(HostError::device("starting the sim device"))?,
         );
         ChipWorker::with_device(config, device)

@@ -45,6 +45,11 @@ pub struct WorkerConfig {
     /// Measurement knob: drain every run through the bounded stream synchronize even when its
     /// own record proves success (the drain without completion fences; default false).
     pub always_synchronize: bool,
+    /// Sim memcheck: device allocations placed against guard pages, so an access past (or
+    /// before) a tensor faults at once and the crash report names the allocation (default
+    /// off, or `SIMPLER_SIM_MEMCHECK`; `docs/sim-device.md` §2). Used by
+    /// [`ChipWorker::new`](crate::ChipWorker::new), which starts the sim device.
+    pub sim_memcheck: simpler_device::sim::Memcheck,
 }
 
 impl Default for WorkerConfig {
@@ -63,6 +68,7 @@ impl Default for WorkerConfig {
             tensor_data_timeout: timeouts.tensor_data,
             launch_depth: 2,
             always_synchronize: false,
+            sim_memcheck: simpler_device::sim::Memcheck::from_env(),
         }
     }
 }

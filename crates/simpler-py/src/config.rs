@@ -10,6 +10,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString};
+use simpler_device::sim::Memcheck;
 use simpler_device::Topology;
 use simpler_host::{CallConfig, RingValue, RuntimeEnv, WorkerConfig};
 
@@ -57,6 +58,26 @@ fn secs(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<std::
     simpler_host::config::seconds(field, v).map_err(|e| error::host_error(py, e))
 }
 
+/// The `sim_memcheck` option: a bool (`True` is `"after"`) or a mode name
+/// ([`Memcheck::parse`]: `"off"`, `"after"`, `"before"`, ...).
+fn memcheck(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Memcheck> {
+    if value.is_instance_of::<PyBool>() {
+        return Ok(if value.extract::<bool>()? {
+            Memcheck::After
+        } else {
+            Memcheck::Off
+        });
+    }
+    let bad = |why: String| invalid(py, format!("sim_memcheck: {why}"));
+    match value.extract::<String>() {
+        Ok(text) => Memcheck::parse(&text).map_err(bad),
+        Err(_) => Err(bad(format!(
+            "must be a bool or \"off\", \"after\" or \"before\", got {}",
+            value.repr()?
+        ))),
+    }
+}
+
 /// The configuration of one chip: the host's [`WorkerConfig`] and the device id.
 #[pyclass(module = "simpler._native", name = "WorkerConfig", frozen)]
 #[derive(Clone)]
@@ -76,17 +97,19 @@ impl NativeWorkerConfig {
 impl NativeWorkerConfig {
     /// Options left out take the host's defaults (`WorkerConfig::default()`: 8 clusters,
     /// 4 AICPU threads, all of them per run, 256 MiB of heap, the runtime's task window,
-    /// launch depth 2, and the timeouts of the `SIMPLER_*_TIMEOUT_*` environment variables
-    /// or their defaults — read exactly as the CLI and Rust read them). `heap_size` is in
-    /// bytes, the timeouts in seconds: `run_timeout_s` (stream sync), `scheduler_timeout_s`
-    /// (no progress while nothing runs), `op_execute_timeout_s` (one kernel dispatch),
-    /// `tensor_data_timeout_s` (`get/set_tensor_data`). The values are checked when a worker
-    /// starts.
+    /// launch depth 2, memcheck off unless `SIMPLER_SIM_MEMCHECK` says otherwise, and the
+    /// timeouts of the `SIMPLER_*_TIMEOUT_*` environment variables or their defaults — read
+    /// exactly as the CLI and Rust read them). `heap_size` is in bytes, the timeouts in
+    /// seconds: `run_timeout_s` (stream sync), `scheduler_timeout_s` (no progress while nothing
+    /// runs), `op_execute_timeout_s` (one kernel dispatch), `tensor_data_timeout_s`
+    /// (`get/set_tensor_data`); `sim_memcheck` a bool or `"off"`/`"after"`/`"before"`. The
+    /// values are checked when a worker starts.
     #[new]
     #[pyo3(signature = (*, device_id=None, clusters=None, aicpu_threads=None,
                         aicpu_thread_num=None, heap_size=None, task_window=None,
                         run_timeout_s=None, launch_depth=None, scheduler_timeout_s=None,
-                        op_execute_timeout_s=None, tensor_data_timeout_s=None))]
+                        op_execute_timeout_s=None, tensor_data_timeout_s=None,
+                        sim_memcheck=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -101,6 +124,7 @@ impl NativeWorkerConfig {
         scheduler_timeout_s: Option<Bound<'_, PyAny>>,
         op_execute_timeout_s: Option<Bound<'_, PyAny>>,
         tensor_data_timeout_s: Option<Bound<'_, PyAny>>,
+        sim_memcheck: Option<Bound<'_, PyAny>>,
     ) -> PyResult<NativeWorkerConfig> {
         let d = WorkerConfig::default();
         let secs_or = |field: &str, v: &Option<Bound<'_, PyAny>>, default| match v {
@@ -139,6 +163,10 @@ impl NativeWorkerConfig {
                 d.tensor_data_timeout,
             )?,
             launch_depth: u32_or("launch_depth", &launch_depth, d.launch_depth)?,
+            sim_memcheck: match &sim_memcheck {
+                Some(v) => memcheck(py, v)?,
+                None => d.sim_memcheck,
+            },
             ..d
         };
         Ok(NativeWorkerConfig {
@@ -222,11 +250,19 @@ impl NativeWorkerConfig {
         self.config.launch_depth
     }
 
+    /// Sim memcheck: `"off"`, `"after"` (allocations end at a guard page) or `"before"`
+    /// (they start after one).
+    #[getter]
+    fn sim_memcheck(&self) -> &'static str {
+        self.config.sim_memcheck.name()
+    }
+
     fn __repr__(&self) -> String {
         let c = &self.config;
         format!(
             "WorkerConfig(device_id={}, clusters={}, aicpu_threads={}, aicpu_thread_num={}, \
-             heap_size={}, task_window={}, run_timeout_s={:?}, launch_depth={})",
+             heap_size={}, task_window={}, run_timeout_s={:?}, launch_depth={}, \
+             sim_memcheck='{}')",
             self.device_id,
             c.topology.clusters,
             c.topology.aicpu_threads,
@@ -234,7 +270,8 @@ impl NativeWorkerConfig {
             c.heap_size,
             c.task_window,
             c.run_timeout.as_secs_f64(),
-            c.launch_depth
+            c.launch_depth,
+            c.sim_memcheck.name()
         )
     }
 }

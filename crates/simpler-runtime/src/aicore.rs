@@ -25,6 +25,8 @@ pub unsafe fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
         ctx.regs.write_cond(EXITED);
         return;
     };
+    let d = mem.desc();
+    simpler_device::crash::set_run(d.epoch, d.func_table_addr, d.func_count);
     let mailbox = mem.mailbox(ctx.core_id);
     mailbox.init_global(ctx.core_id, ctx.core_type as u32, ctx.sub_block_id as i32);
     ctx.regs.write_cond(ready(mem.desc().epoch));

@@ -1,6 +1,7 @@
 //! Access to device memory by address. Every raw-pointer access of the runtime to device
 //! memory lives here, each with its justification: the launch descriptor, the run-state
-//! word, the cores' mailboxes (including the call of the kernel a dispatch payload names),
+//! word, the cores' mailboxes (including the call of the kernel a dispatch payload names,
+//! recorded for crash reports while it runs: `simpler_device::crash`),
 //! the function tables, the result record and tensor views. Callers receive references,
 //! copies or typed accessors; no other module of the runtime turns an address into a
 //! pointer.
@@ -19,7 +20,7 @@ use simpler_abi::{
     ChipTensor, CoreMailbox, KernelArgs, KernelEntry, LocalContext, RunLaunchDesc, RunResult,
     GLOBAL_CONTEXT_SLOT, LOCAL_CONTEXT_SLOT, MAX_TENSOR_DIMS,
 };
-use simpler_device::DevicePtr;
+use simpler_device::{crash, DevicePtr};
 
 use crate::aicpu::RunShared;
 
@@ -193,7 +194,15 @@ impl Mailbox {
             std::ptr::addr_of_mut!((*mailbox).global.fatal_code).write(0);
             let entry: KernelEntry =
                 std::mem::transmute::<u64, KernelEntry>((*payload).kernel_addr);
-            entry(std::ptr::addr_of_mut!((*payload).args) as *mut i64);
+            let args = std::ptr::addr_of_mut!((*payload).args);
+            let _call = crash::enter_kernel(crash::KernelCall {
+                entry: (*payload).kernel_addr,
+                args: args as u64,
+                task: (*payload).task_id,
+                block_idx: (*payload).local.block_idx,
+                block_num: (*payload).local.block_num,
+            });
+            entry(args as *mut i64);
             std::ptr::addr_of!((*mailbox).global.fatal_code).read_volatile() != 0
         }
     }

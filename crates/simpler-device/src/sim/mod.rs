@@ -1,8 +1,9 @@
 //! The sim backend: an Ascend-style chip played by host threads.
 //!
 //! AICore cores and AICPU threads are persistent host threads started with the device
-//! ([`pool`]), device memory is checked host memory ([`memory`]), and streams and events
-//! are host queues and sequence counters ([`stream`]). Kernels are plain functions; the
+//! ([`pool`]), each registered for crash reports (`crate::crash`), device memory is checked
+//! host memory ([`memory`]), placed against guard pages under [`Memcheck`] (`guard`), and
+//! streams and events are host queues and sequence counters ([`stream`]). Kernels are plain functions; the
 //! launch argument is a device (= host) address. `docs/sim-device.md` describes the whole.
 //!
 //! Every failure the host must survive can be injected ([`SimDevice::inject`], see
@@ -19,12 +20,14 @@
 //! given.
 
 mod faults;
+mod guard;
 mod memory;
 pub mod notices;
 mod pool;
 mod stream;
 
 pub use faults::{FaultAction, FaultPoint, FaultRule, KernelKind, KernelSpan};
+pub use guard::Memcheck;
 pub use notices::{fault_callback_installed, raise_foreign_notice, NoticeDelivery, NoticeStats};
 pub use pool::KERNEL_PANIC_STATUS;
 
@@ -88,25 +91,46 @@ impl std::fmt::Debug for SimDevice {
 }
 
 impl SimDevice {
-    /// Starts a sim device: one thread per AICore and per AICPU thread, started now and
-    /// reused by every launch.
+    /// Starts a sim device without memcheck: one thread per AICore and per AICPU thread,
+    /// started now and reused by every launch. The first device of the process installs the
+    /// crash reporter (`crate::crash`).
     ///
     /// # Errors
     /// [`DeviceError::InvalidLaunch`] for a topology out of range or when threads cannot
     /// be started.
     pub fn new(topology: Topology) -> Result<SimDevice, DeviceError> {
+        SimDevice::with_memcheck(topology, Memcheck::Off)
+    }
+
+    /// Starts a sim device whose allocations are placed as `memcheck` says (against guard
+    /// pages unless [`Memcheck::Off`]); otherwise as [`SimDevice::new`].
+    ///
+    /// # Errors
+    /// As [`SimDevice::new`].
+    pub fn with_memcheck(topology: Topology, memcheck: Memcheck) -> Result<SimDevice, DeviceError> {
         topology.validate().map_err(DeviceError::InvalidLaunch)?;
-        let chip = Arc::new(Chip::new(topology, Arc::new(AtomicBool::new(false))));
+        crate::crash::install();
+        let device = DEVICE_IDS.fetch_add(1, Ordering::Relaxed);
+        let chip = Arc::new(Chip::new(
+            topology,
+            Arc::new(AtomicBool::new(false)),
+            device,
+        ));
         let pools = Pools::start(chip.clone())
             .map_err(|e| DeviceError::InvalidLaunch(format!("cannot start device threads: {e}")))?;
         Ok(SimDevice {
             chip,
-            memory: Arc::new(Memory::default()),
+            memory: Arc::new(Memory::new(device, memcheck)),
             pools: Arc::new(pools),
             streams: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
-            faults: Arc::new(SimFaults::new(DEVICE_IDS.fetch_add(1, Ordering::Relaxed))),
+            faults: Arc::new(SimFaults::new(device)),
         })
+    }
+
+    /// The memcheck mode of this device's allocations.
+    pub fn memcheck(&self) -> Memcheck {
+        self.memory.memcheck()
     }
 
     /// Number of live device allocations (for leak checks).

@@ -22,6 +22,7 @@ use std::thread::JoinHandle;
 use crossbeam_utils::sync::WaitGroup;
 use parking_lot::Mutex;
 
+use crate::crash::{DeviceThread, Role};
 use crate::regs::{KillSwitch, Killed};
 use crate::{
     AicoreContext, AicoreKernel, AicpuContext, AicpuKernel, CoreRegs, DevicePtr, Doorbell, Topology,
@@ -43,10 +44,12 @@ pub(crate) struct Chip {
     pub(crate) aicpu_bells: Box<[Arc<Doorbell>]>,
     /// Raised by a forced reset to terminate running kernels.
     pub(crate) kill: KillSwitch,
+    /// The device's logical id (named by crash reports).
+    pub(crate) device: u32,
 }
 
 impl Chip {
-    pub(crate) fn new(topology: Topology, kill: KillSwitch) -> Chip {
+    pub(crate) fn new(topology: Topology, kill: KillSwitch, device: u32) -> Chip {
         let cores = (0..topology.core_count())
             .map(|_| CoreRegs::with_kill_switch(kill.clone()))
             .collect();
@@ -58,6 +61,7 @@ impl Chip {
             cores,
             aicpu_bells,
             kill,
+            device,
         }
     }
 
@@ -180,6 +184,11 @@ impl Pools {
                 .name(format!("sim-aicore-{core}"))
                 .spawn(move || {
                     let t = &chip.topology;
+                    let role = Role::Aicore {
+                        core,
+                        core_type: t.core_type(core),
+                    };
+                    let crash = DeviceThread::enter(chip.device, role);
                     while let Ok(job) = rx.recv() {
                         if let Job::Aicore {
                             kernel,
@@ -201,6 +210,7 @@ impl Pools {
                             // core at once, `ctx` is this core's, and the device frees no
                             // memory by itself.
                             let ending = run_caught(|| unsafe { kernel(&ctx, arg) });
+                            crash.end_launch();
                             if let Ending::Panicked(message) = ending {
                                 end.note_panic(|| format!("AICore {core}"), message);
                             }
@@ -218,6 +228,7 @@ impl Pools {
                 .name(format!("sim-aicpu-{idx}"))
                 .spawn(move || {
                     let bell = chip.aicpu_bells[idx as usize].clone();
+                    let crash = DeviceThread::enter(chip.device, Role::Aicpu { index: idx });
                     while let Ok(job) = rx.recv() {
                         if let Job::Aicpu {
                             kernel,
@@ -239,7 +250,9 @@ impl Pools {
                             // `arg` is passed unchanged, `run_aicpu` sent the job to threads
                             // `0..threads` at once, `ctx` is this thread's, and the device
                             // frees no memory by itself.
-                            match run_caught(|| unsafe { kernel(&ctx, arg) }) {
+                            let ending = run_caught(|| unsafe { kernel(&ctx, arg) });
+                            crash.end_launch();
+                            match ending {
                                 Ending::Returned(rc) => end.note_status(rc),
                                 Ending::Killed => end.note_status(KILLED_STATUS),
                                 Ending::Panicked(message) => {

@@ -85,6 +85,7 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
         }
     };
     let desc = *mem.desc();
+    simpler_device::crash::set_run(desc.epoch, desc.func_table_addr, desc.func_count);
     let schedulers = ctx.thread_num - 1;
     let orchestrator_thread = ctx.thread_num - 1;
     let orchestrator = ctx.thread_idx == orchestrator_thread;

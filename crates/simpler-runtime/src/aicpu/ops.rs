@@ -42,6 +42,7 @@ pub(super) fn call_entry(o: &mut Orchestrator<'_>, entry_addr: u64) -> i32 {
     // `runtime` pointer until the entry returns.
     unsafe {
         let entry: OrchEntry = std::mem::transmute::<u64, OrchEntry>(entry_addr);
+        let _call = simpler_device::crash::enter_orchestration(entry_addr);
         entry(&ops, args)
     }
 }

@@ -1,0 +1,237 @@
+//! Kernel crashes through the `simpler` binary: C kernels that dereference NULL, call
+//! `abort()` or write one element past their output tensor, and an orchestration that
+//! dereferences NULL. Each `simpler run` is a child process; the tests check the crash
+//! report on its stderr and the signal it ended by (README.md, "Kernel crashes").
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::Output;
+
+use common::{command, path_str, text, write_f32_npy};
+
+const MANIFEST: &str = r#"name = "crashy"
+
+[orchestration]
+source = "orchestration.c"
+
+[[kernels]]
+func_id = 0
+core = "aiv"
+source = "kernels/null.c"
+entry = "null_deref"
+
+[[kernels]]
+func_id = 1
+core = "aiv"
+source = "kernels/abort.c"
+entry = "call_abort"
+
+[[kernels]]
+func_id = 2
+core = "aiv"
+source = "kernels/overrun.c"
+entry = "write_past_end"
+
+[[args]]
+name = "x"
+direction = "in"
+dtype = "f32"
+shape = [1000]
+
+[[args]]
+name = "y"
+direction = "out"
+dtype = "f32"
+shape = [1000]
+
+[[args]]
+name = "mode"
+direction = "scalar"
+dtype = "u32"
+"#;
+
+/// Submits one AIV task of kernel func `mode` (x in, y out); mode 3 crashes here instead.
+const ORCH_C: &str = r#"#include "simpler/orchestration.h"
+
+SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
+                                                        const SimplerOrchArgs *args) {
+    const int32_t mode = (int32_t)args->scalars[0];
+    if (mode == 3) *(volatile int *)0 = 1;
+    SimplerTaskDesc d;
+    simpler_task_init(&d, SIMPLER_CORE_AIV, mode);
+    simpler_task_add_input(&d, &args->tensors[0]);
+    simpler_task_add_output_existing(&d, &args->tensors[1]);
+    return simpler_submit(ops, &d, NULL);
+}
+"#;
+
+const NULL_C: &str = r#"#include "simpler/kernel.h"
+
+SIMPLER_KERNEL void null_deref(int64_t *args) {
+    (void)args;
+    *(volatile float *)0 = 1.0f;
+}
+"#;
+
+const ABORT_C: &str = r#"#include <stdlib.h>
+#include "simpler/kernel.h"
+
+SIMPLER_KERNEL void call_abort(int64_t *args) {
+    (void)args;
+    abort();
+}
+"#;
+
+/// y = 2 x, then one more element at y[n]: past the end of the output.
+const OVERRUN_C: &str = r#"#include "simpler/kernel.h"
+
+SIMPLER_KERNEL void write_past_end(int64_t *args) {
+    SimplerChipTensor *x = simpler_arg_tensor(args, 0);
+    SimplerChipTensor *y = simpler_arg_tensor(args, 1);
+    const float *xs = (const float *)(uintptr_t)x->buffer_addr;
+    volatile float *ys = (volatile float *)(uintptr_t)y->buffer_addr;
+    const uint64_t n = y->shapes[0];
+    for (uint64_t i = 0; i <= n; ++i) ys[i] = 2.0f * (i < n ? xs[i] : 1.0f);
+}
+"#;
+
+/// The project, with x.npy written.
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path();
+    std::fs::create_dir(p.join("kernels")).unwrap();
+    for (file, body) in [
+        ("simpler.toml", MANIFEST),
+        ("orchestration.c", ORCH_C),
+        ("kernels/null.c", NULL_C),
+        ("kernels/abort.c", ABORT_C),
+        ("kernels/overrun.c", OVERRUN_C),
+    ] {
+        std::fs::write(p.join(file), body).unwrap();
+    }
+    let x: Vec<f32> = (0..1000).map(|i| i as f32).collect();
+    write_f32_npy(&p.join("x.npy"), &[1000], &x);
+    dir
+}
+
+/// `simpler run` of the project in `mode`, with `env` set (memcheck unset otherwise).
+fn run(p: &Path, mode: u32, env: &[(&str, &str)]) -> (Output, String) {
+    let mode = format!("mode={mode}");
+    let mut c = command();
+    c.args([
+        "run",
+        path_str(p),
+        "--input",
+        "x=x.npy",
+        "--output",
+        "y=y.npy",
+        "--scalar",
+        &mode,
+    ])
+    .current_dir(p)
+    .env_remove("SIMPLER_SIM_MEMCHECK")
+    .env_remove("SIMPLER_CRASH_REPORT");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("the simpler binary runs");
+    let (_, err) = text(&out);
+    (out, err)
+}
+
+fn assert_has(err: &str, wants: &[&str]) {
+    for want in wants {
+        assert!(err.contains(want), "{want:?} not in:\n{err}");
+    }
+}
+
+#[test]
+fn a_null_dereferencing_kernel_is_reported_and_ends_by_sigsegv() {
+    let ex = project();
+    let (out, err) = run(ex.path(), 0, &[]);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
+    assert_has(
+        &err,
+        &[
+            "simpler: crash: SIGSEGV (invalid memory access, address not mapped) on a device thread",
+            "(aiv), run epoch ",
+            "kernel:  `crashy` kernel func 0 (entry `null_deref`); func id 0; task 0x0 (ring 0, submit #0); block 0 of 1",
+            "address: 0x0, not in any live device allocation",
+            "The process now ends by SIGSEGV (exit status 139)",
+        ],
+    );
+    assert!(
+        err.contains(", AICore "),
+        "the report names the core:\n{err}"
+    );
+    assert!(!ex.path().join("y.npy").exists());
+}
+
+#[test]
+fn an_aborting_kernel_is_reported_and_ends_by_sigabrt() {
+    let ex = project();
+    let (out, err) = run(ex.path(), 1, &[]);
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{err}");
+    assert_has(
+        &err,
+        &[
+            "simpler: crash: SIGABRT (abort) on a device thread",
+            "kernel:  `crashy` kernel func 1 (entry `call_abort`); func id 1; task 0x0",
+            "address: none: the signal was sent",
+            "(exit status 134)",
+        ],
+    );
+}
+
+#[test]
+fn a_crashing_orchestration_is_named_on_its_aicpu_thread() {
+    let ex = project();
+    let (out, err) = run(ex.path(), 3, &[]);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
+    assert_has(
+        &err,
+        &[
+            ", AICPU thread ",
+            "orchestration: `crashy` orchestration (entry `aicpu_orchestration_entry`)",
+            "address: 0x0, not in any live device allocation",
+        ],
+    );
+}
+
+#[test]
+fn sim_memcheck_catches_a_write_one_element_past_the_output() {
+    let ex = project();
+    let (out, err) = run(ex.path(), 2, &[("SIMPLER_SIM_MEMCHECK", "1")]);
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
+    assert_has(
+        &err,
+        &[
+            "page protected against this access",
+            "kernel:  `crashy` kernel func 2 (entry `write_past_end`); func id 2",
+            "0 bytes past the end of device allocation #",
+            "(4000 bytes at 0x",
+            "; offset 4000), in its guard page (memcheck)",
+            "tensor:  the allocation is the buffer of the kernel's tensor argument 1\n",
+        ],
+    );
+}
+
+#[test]
+fn without_memcheck_the_overrun_goes_unnoticed_as_before() {
+    let ex = project();
+    let (out, err) = run(ex.path(), 2, &[]);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("simpler: crash"), "{err}");
+    let y = std::fs::read(ex.path().join("y.npy")).unwrap();
+    let last = &y[y.len() - 4..];
+    assert_eq!(f32::from_le_bytes(last.try_into().unwrap()), 2.0 * 999.0);
+    // A bad SIMPLER_SIM_MEMCHECK value warns and keeps memcheck off.
+    let (out, err) = run(ex.path(), 2, &[("SIMPLER_SIM_MEMCHECK", "sometimes")]);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("SIMPLER_SIM_MEMCHECK: `sometimes` is not a memcheck mode"),
+        "{err}"
+    );
+}

@@ -1,0 +1,140 @@
+//! A kernel that writes one element past its output tensor, run by a `ChipWorker` in a child
+//! process (this test binary runs itself with `SIMPLER_CRASH_CASE` naming the case): with
+//! `WorkerConfig::sim_memcheck` the write faults at once and the crash report names the
+//! kernel, its task and the allocation it overran; with memcheck off (the default) the run
+//! behaves as it always did.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Output};
+
+use common::{host_f32, push, submit, task, tensor};
+use simpler_abi::*;
+use simpler_device::sim::Memcheck;
+use simpler_device::Topology;
+use simpler_host::*;
+
+const CASE: &str = "SIMPLER_CRASH_CASE";
+const LEN: usize = 1000;
+
+/// `y[i] = 2 x[i]` for every element, then one more write at `y[len]`, past its end.
+unsafe extern "C" fn overrun_kernel(args: *mut i64) {
+    let (x, y) = (tensor(args, 0), tensor(args, 1));
+    let n = y.shapes[0] as usize;
+    let (xp, yp) = (x.buffer_addr as *const f32, y.buffer_addr as *mut f32);
+    // SAFETY: both are contiguous 1-D f32 tensors of `n` elements; the last write, one past
+    // the end, is the bug this test is about (under memcheck it faults; without, it lands in
+    // the allocation's padding, as it always did).
+    unsafe {
+        for i in 0..n {
+            *yp.add(i) = 2.0 * *xp.add(i);
+        }
+        yp.add(n).write_volatile(-1.0);
+    }
+}
+
+/// One AIV task: x in, y out (existing).
+unsafe extern "C" fn one_task(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid args and its own table.
+    unsafe {
+        let a = &*args;
+        let mut d = task(0, LANE_AIV0);
+        push(&mut d, a.tensors[0], TensorArgType::Input);
+        push(&mut d, a.tensors[1], TensorArgType::OutputExisting);
+        submit(ops, &d)
+    }
+}
+
+fn spec() -> CallableSpec {
+    let arg = |name: &str, direction| ArgSpec {
+        name: name.into(),
+        direction,
+        dtype: DataType::Float32,
+        shape: None,
+    };
+    CallableSpec {
+        name: "overrun".into(),
+        signature: Signature::new(vec![
+            arg("x", ArgDirection::In),
+            arg("y", ArgDirection::Out),
+        ])
+        .unwrap(),
+        orchestration: CodeImage::Orchestration(one_task),
+        kernels: vec![KernelSpec {
+            func_id: 0,
+            core_type: CoreType::Aiv,
+            image: CodeImage::Kernel(overrun_kernel),
+        }],
+    }
+}
+
+/// Runs the overrunning kernel on a worker with `memcheck`; returns y.
+fn run_overrun(memcheck: Memcheck) -> Vec<f32> {
+    let w = ChipWorker::new(WorkerConfig {
+        topology: Topology {
+            clusters: 1,
+            aicpu_threads: 2,
+        },
+        heap_size: 1 << 20,
+        sim_memcheck: memcheck,
+        ..WorkerConfig::default()
+    })
+    .unwrap();
+    let id = w.register(&spec()).unwrap();
+    let mut x: Vec<f32> = (0..LEN).map(|i| i as f32).collect();
+    let mut y = vec![0f32; LEN];
+    w.run(id, &mut [host_f32(&mut x), host_f32(&mut y)])
+        .unwrap();
+    w.close().unwrap();
+    y
+}
+
+fn child(name: &str) -> (Output, String) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CASE, name)
+        .env_remove("SIMPLER_SIM_MEMCHECK")
+        .env_remove("SIMPLER_CRASH_REPORT")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, err)
+}
+
+#[test]
+fn with_sim_memcheck_an_overrun_faults_and_the_report_names_kernel_task_and_allocation() {
+    if std::env::var_os(CASE).is_some() {
+        run_overrun(Memcheck::After);
+        unreachable!("the kernel faults");
+    }
+    let (out, err) = child(
+        "with_sim_memcheck_an_overrun_faults_and_the_report_names_kernel_task_and_allocation",
+    );
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
+    for want in [
+        "simpler: crash: SIGSEGV (invalid memory access, page protected against this access) on a device thread",
+        "(aiv), run epoch ",
+        "kernel:  `overrun` kernel func 0; func id 0; task 0x0 (ring 0, submit #0); block 0 of 1",
+        "0 bytes past the end of device allocation #",
+        "(4000 bytes at 0x",
+        "; offset 4000), in its guard page (memcheck)\n  tensor:  the allocation is the buffer of the kernel's tensor argument 1\n",
+    ] {
+        assert!(err.contains(want), "{want:?} not in:\n{err}");
+    }
+}
+
+#[test]
+fn memcheck_is_off_by_default_and_the_same_run_completes_as_before() {
+    if std::env::var_os(CASE).is_some() {
+        assert_eq!(WorkerConfig::default().sim_memcheck, Memcheck::Off);
+        let y = run_overrun(WorkerConfig::default().sim_memcheck);
+        assert!((0..LEN).all(|i| y[i] == 2.0 * i as f32));
+        println!("completed");
+        return;
+    }
+    let (out, err) = child("memcheck_is_off_by_default_and_the_same_run_completes_as_before");
+    assert!(out.status.success(), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("completed"));
+    assert!(!err.contains("simpler: crash"), "{err}");
+}
