@@ -2,7 +2,7 @@
  * simpler/run.h — the host<->device run records: the launch descriptor and the run result
  * record. Kernel and orchestration authors never need this; it exists so that a C or C++
  * device runtime can share the contract. Mirrors crates/simpler-abi/src/run.rs and result.rs;
- * docs/chip-runtime.md §1 (the descriptor) and docs/run-lane.md §9 (the result record).
+ * docs/chip-runtime.md §1 (the descriptor) and docs/lane.md §9 (the result record).
  */
 #ifndef SIMPLER_RUN_H
 #define SIMPLER_RUN_H

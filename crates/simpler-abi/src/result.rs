@@ -1,4 +1,4 @@
-//! The device run result record (`docs/run-lane.md`, outcome): one per pipeline slot, written by the
+//! The device run result record (`docs/lane.md`, outcome): one per pipeline slot, written by the
 //! AICPU kernel at the end of a run and read once by the host.
 //!
 //! The writer fills every field, then stores the run's epoch into `published` with release

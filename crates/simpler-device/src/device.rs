@@ -33,7 +33,7 @@ pub enum EventStatus {
 /// The device abstraction the host drives: device memory, in-order streams, reusable events,
 /// the launch of the two kernels of a run, fault notices and a forced reset.
 ///
-/// Every backend keeps this contract; the host's run lane (`docs/run-lane.md`) and device
+/// Every backend keeps this contract; the host's run lane (`docs/lane.md`) and device
 /// health (`docs/health.md`) rely on nothing else.
 ///
 /// - **Threads.** Implementations are `Send + Sync`; every method may be called from any
@@ -58,7 +58,7 @@ pub enum EventStatus {
 ///   non-zero AICPU return, an injected fault, a kernel that panicked) leaves events and
 ///   stream queries clean; only [`Device::synchronize_stream`] reports it, as
 ///   [`DeviceError::KernelFault`], and keeps reporting it until [`Device::reset`], as
-///   measured on hardware (`docs/run-lane.md` §1). The
+///   measured on hardware (`docs/lane.md` §1). The
 ///   stream keeps running later work.
 /// - **Fault notices.** Faults are also reported out of band, as [`FaultNotice`]s (device,
 ///   stream, code) handed to the one exception callback of the process
@@ -158,7 +158,7 @@ pub trait Device: Send + Sync {
     /// cores stay usable.
     ///
     /// # Safety
-    /// The caller (the host, by the launch contract of `docs/run-lane.md`) upholds
+    /// The caller (the host, by the launch contract of `docs/lane.md`) upholds
     /// `kernel`'s argument contract ([`AicoreKernel`], and the kernel's own documentation):
     /// `arg` must meet it from this call until the kernel has finished — as proven by a
     /// synchronize of this stream, an event recorded on it after the launch, or an `Ok`

@@ -1,5 +1,5 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
-//! Run-lane benchmarks (`docs/run-lane.md` §9 and §14: the verdict read waits, the
+//! Run-lane benchmarks (`docs/lane.md` §9 and §14: the verdict read waits, the
 //! record read does not). Numbers are printed, never asserted:
 //!
 //! - `successor_in_flight/{record_read,stream_sync}/<tasks>`: the cost of learning a short

@@ -1,5 +1,5 @@
 //! Borrowed caller streams: launching a prepared run on a stream the caller lends, ordered
-//! inside the caller's own work (`docs/run-lane.md` §12).
+//! inside the caller's own work (`docs/lane.md` §12).
 //!
 //! **Owns:** the three reusable events of a pipeline slot ([`CallerEvents`]: Start, Fork,
 //! Tail; created lazily, in the launch's arming prologue, the first time the slot hosts a

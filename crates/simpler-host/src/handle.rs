@@ -1,4 +1,4 @@
-//! What a caller holds for a submitted run (`docs/run-lane.md` §3): a
+//! What a caller holds for a submitted run (`docs/lane.md` §3): a
 //! [`RunHandle`] to poll, wait (bounded or not) and collect the [`RunOutput`].
 //!
 //! A handle drives the lane itself — there is no background thread: `poll` makes whatever

@@ -1,4 +1,4 @@
-//! Run identity: the facts every other piece of the lane is keyed on (`docs/run-lane.md`
+//! Run identity: the facts every other piece of the lane is keyed on (`docs/lane.md`
 //! §2). A run is named by its epoch (process-unique, never 0), the lane generation that
 //! admitted it, its dispatch id (its place in the lane's FIFO) and the pipeline slot it
 //! occupies; two identities are equal only when all four agree, so a fact recorded for one

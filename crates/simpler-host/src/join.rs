@@ -1,5 +1,5 @@
 //! The cross-run join: how a successor is ordered behind its predecessor on the shared
-//! stream pair (`docs/run-lane.md` §8).
+//! stream pair (`docs/lane.md` §8).
 //!
 //! **Form chosen: crossed waits, each with a proof event.**
 //!

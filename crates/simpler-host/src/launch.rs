@@ -1,4 +1,4 @@
-//! Launch-transaction grading (`docs/run-lane.md` §5).
+//! Launch-transaction grading (`docs/lane.md` §5).
 //!
 //! A launch is two submit callbacks, AICore first, then AICPU; each submits its kernel and
 //! then records its boundary, so each has a step that can fail *after* the device accepted

@@ -4,7 +4,7 @@
 //! callable registration, device memory, runs), callable loading and the bundle file format,
 //! the staging of host tensors by signature, and the run lane: pipelined runs (launch depth
 //! 2), per-run completion fences, the outcome decision and launch grading
-//! (`docs/run-lane.md`).
+//! (`docs/lane.md`).
 //!
 //! Modules, by responsibility:
 //! - **The worker and its API**: `worker` ([`ChipWorker`]), [`WorkerConfig`], [`config`]

@@ -1,8 +1,8 @@
 //! The worker lifecycle: the environment identity every lane operation is checked against,
 //! the current borrowed context of a thread, fork refusal, the release marker behind
 //! [`HostError::RunPreparationRefused`], and the open → closed state machine
-//! (`docs/health.md` §7; `RunPreparationRefused`: `docs/run-lane.md` §4; caller launches:
-//! `docs/run-lane.md` §12).
+//! (`docs/health.md` §7; `RunPreparationRefused`: `docs/lane.md` §4; caller launches:
+//! `docs/lane.md` §12).
 //!
 //! **Owns:**
 //! - [`EnvironmentIdentity`] {process, incarnation, context generation, device,

@@ -1,5 +1,5 @@
 //! The execution-mode latch of one runner (`docs/health.md` §6; caller
-//! launches: `docs/run-lane.md` §12).
+//! launches: `docs/lane.md` §12).
 //!
 //! **Owns:** which of the two ways of launching runs a worker uses, claimed once and never
 //! undone:

@@ -1,4 +1,4 @@
-//! Outcome decision: what a run's evidence says, as pure functions (`docs/run-lane.md` §9:
+//! Outcome decision: what a run's evidence says, as pure functions (`docs/lane.md` §9:
 //! completion is not the verdict).
 //!
 //! Two channels meet here: the run's boundaries (did both kernels exit?) and the run's own

@@ -1,4 +1,4 @@
-//! Borrowed caller streams on the sim device (`docs/run-lane.md` §12): a run
+//! Borrowed caller streams on the sim device (`docs/lane.md` §12): a run
 //! launched on a caller's stream starts only after the caller's earlier work and finishes
 //! before the caller's later work; three caller-order events per occupied slot, created
 //! lazily and reused; the failure matrix (Partial from the first caller-edge attempt, the

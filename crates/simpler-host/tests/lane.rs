@@ -1,7 +1,7 @@
 //! The run lane end to end on the sim device: pipelined runs at depth 2 and 1, per-run
 //! completion (a queued successor never delays its predecessor, and a recorded success
 //! never synchronizes a stream), handles (poll, bounded wait, re-wait, result), the
-//! fault-injection matrix of `docs/run-lane.md` §5 and §11 (one row
+//! fault-injection matrix of `docs/lane.md` §5 and §11 (one row
 //! per shape — what was injected → the run's verdict, whether its device resources were
 //! released or retained, and whether the worker admits runs afterwards), the alias ordering
 //! of runs that share host buffers, and the per-slot staging pools.

@@ -18,7 +18,7 @@
 //! A run borrows an array as the host's input ([`HostInput`], any array: the lane only reads
 //! it) or as its output buffer ([`HostBuffer`], a [`WritableArray`] only: what numpy allows
 //! writes to). The lane never holds a slice of either between two calls, and orders runs
-//! whose arrays overlap, one of them writing (`docs/run-lane.md`), so no read of an array
+//! whose arrays overlap, one of them writing (`docs/lane.md`), so no read of an array
 //! overlaps a copy back into it.
 
 use pyo3::prelude::*;

@@ -24,7 +24,7 @@
 //! ## Launch argument contract
 //!
 //! Both kernels are `unsafe fn`s: they dereference their argument. Their caller (the host,
-//! through the device's launch, by the launch contract of `docs/run-lane.md`) guarantees
+//! through the device's launch, by the launch contract of `docs/lane.md`) guarantees
 //! that `arg` is null or the address of an 8-byte aligned
 //! [`RunLaunchDesc`](simpler_abi::RunLaunchDesc) written before the launch, and that from
 //! the launch until both kernels of the run have finished:

@@ -1,5 +1,5 @@
 //! Fault injection for the sim device: every failure the host's run lane must survive
-//! (`docs/run-lane.md` §5, §11; `docs/sim-device.md` §7),
+//! (`docs/lane.md` §5, §11; `docs/sim-device.md` §7),
 //! driven by rules of the form "let `skip` calls of kind K through, then fail the next
 //! `times` of them this way".
 //!

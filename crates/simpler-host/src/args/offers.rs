@@ -6,7 +6,7 @@
 //! read-only (the binding passes it as [`OwnedArg::Input`](crate::OwnedArg::Input)), one it
 //! writes is lent writable ([`OwnedArg::Tensor`](crate::OwnedArg::Tensor)). Nothing is
 //! copied at submit, so a run whose input an earlier, unfinished run writes reads it only
-//! once that run's outputs are back: the lane's alias ordering (`docs/run-lane.md`) covers
+//! once that run's outputs are back: the lane's alias ordering (`docs/lane.md`) covers
 //! read-only inputs and read aliases too. This module only inspects descriptions; it never
 //! reads or writes the bytes.
 

@@ -17,7 +17,7 @@ use simpler_abi::DataType;
 ///
 /// The lane calls [`bytes`](HostInput::bytes) only while the run is not terminal, and never
 /// while a run writing overlapping host memory is staged or copying back (alias ordering,
-/// `docs/run-lane.md`); between such calls it holds no slice of the memory.
+/// `docs/lane.md`); between such calls it holds no slice of the memory.
 pub trait HostInput: Send + 'static {
     /// The bytes, C order (`len = numel × dtype size`); read to stage the input and to
     /// compare host ranges.

@@ -1,5 +1,5 @@
 //! `RunCompletionFence`: one per pipeline slot; the two boundary events of the run the slot
-//! hosts and the facts about them (`docs/run-lane.md` §6).
+//! hosts and the facts about them (`docs/lane.md` §6).
 //!
 //! The events are created once (at the first arming) and re-recorded by every run the slot
 //! hosts; the *facts* — kernel submitted, boundary recorded, boundary complete, first error —

@@ -1,5 +1,5 @@
 //! Wait-reference tokens: the reference protocol a queued stream wait on another run's
-//! boundary event needs (`docs/run-lane.md` §7, §8).
+//! boundary event needs (`docs/lane.md` §7, §8).
 //!
 //! A reference is a count on the boundary of the fence that minted it, and there is exactly
 //! one way to get a count wrong: decrement one that is not yours. Each rule below closes a
@@ -312,7 +312,7 @@ mod tests {
         f.retire(&id).unwrap();
     }
 
-    /// Every refusal rule of `docs/run-lane.md` §7, one row each: (name, operation, expected reason).
+    /// Every refusal rule of `docs/lane.md` §7, one row each: (name, operation, expected reason).
     #[test]
     fn every_token_refusal_rule() {
         type Op = fn(&FakeOps, &RunCompletionFence, &RunCompletionFence) -> Result<(), FenceError>;

@@ -2,7 +2,7 @@
 //! two boundaries; a queued successor never delays it) and the **verdict** (one read of the
 //! run's epoch-stamped result record, the decision of [`crate::outcome`], and the bounded
 //! synchronize of the bound streams when nothing else can answer) — plus the non-blocking
-//! pre-checks a poll makes before anything is mutated (`docs/run-lane.md` §3, §9).
+//! pre-checks a poll makes before anything is mutated (`docs/lane.md` §3, §9).
 //!
 //! Every device wait here runs with the lane lock released (a blocking driver) or is
 //! answered WouldBlock (a poll); the drain never synchronizes or resets the whole device.
@@ -13,7 +13,7 @@
 //! run's own result record every [`RECORD_PEEK_SLICE`]; a published failure whose
 //! boundaries still do not complete within [`PUBLISHED_FAILURE_GRACE`] ends the run with
 //! that failure, given up on (a thread may still be executing a kernel: the device is
-//! unusable until a forced reset; `docs/run-lane.md`, outcome).
+//! unusable until a forced reset; `docs/lane.md`, outcome).
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! Finalize: the [`Driver`] that takes the front run to its end, one named step at a time —
 //! completion and verdict (`drain`), then caller discharge, successor discharge, retirement
 //! and copy back (here) — and [`LaneEngine::give_up`], the end of a run nothing proves
-//! quiescent (`docs/run-lane.md` §10, §11).
+//! quiescent (`docs/lane.md` §10, §11).
 //!
 //! A blocking driver waits on the device with the lane lock released; a non-blocking one (a
 //! poll, holding a try-locked guard) answers WouldBlock from any step that would wait, before

@@ -2,7 +2,7 @@
 //! prologue (fence events, join-proof and caller-order events; admission re-checked), the
 //! zero result marker, the crossed join behind a launched predecessor, the caller-order
 //! edges of a caller launch, then the AICore kernel + `core_done` and the AICPU kernel +
-//! `cpu_done` (`docs/run-lane.md` §5).
+//! `cpu_done` (`docs/lane.md` §5).
 //!
 //! NotStarted rolls back (the run ends at the front with the launch error); Partial keeps
 //! every resource and poisons the lane: queued runs end with [`HostError::LanePoisoned`] and
@@ -119,7 +119,7 @@ impl LaneEngine {
                 }
                 // SAFETY: `desc` is this run's launch descriptor; the lane keeps it and the slot
                 // regions it names allocated until the run's boundaries are proven
-                // (docs/run-lane.md).
+                // (docs/lane.md).
                 unsafe { dev.launch_aicore(streams.aicore, kernels.aicore, desc) }
                     .map_err(HostError::device("launching the AICore kernel"))?;
                 sink.mark_submitted();

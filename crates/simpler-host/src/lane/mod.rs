@@ -1,5 +1,5 @@
 //! The run lane: prepare → launch → drain → finalize for every run of a worker, pipelined up
-//! to the launch depth (`docs/run-lane.md` §3–§11).
+//! to the launch depth (`docs/lane.md` §3–§11).
 //!
 //! - **Prepare** stages the host tensors and publishes the slot's descriptor, arguments and
 //!   func tables (the slot is idle: its previous run was retired).

@@ -8,7 +8,7 @@
 //! proved every release publishes the run's epoch on the release marker and the run ends
 //! with [`HostError::RunPreparationRefused`]; one that could not keeps the buffers it could
 //! not free (quarantine) and the run's arguments, and poisons admission
-//! (`docs/run-lane.md` §4).
+//! (`docs/lane.md` §4).
 //!
 //! Nothing here waits on the device or touches a launched run: the pump does nothing while a
 //! driver is waiting with the lock released.

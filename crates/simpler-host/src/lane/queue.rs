@@ -1,4 +1,4 @@
-//! The lane's FIFO as a state machine (`docs/run-lane.md` §3): at most
+//! The lane's FIFO as a state machine (`docs/lane.md` §3): at most
 //! [`LANE_CAPACITY`] runs, ordered by dispatch id, each going QUEUED → PREPARED → LAUNCHED →
 //! TERMINAL. Progress is front-first: a run is finalized (made TERMINAL) only at the front,
 //! and nothing is finalized ahead of it. A failure that poisons the lane ends every run that

@@ -1,4 +1,4 @@
-//! The device resources of the lane (`docs/run-lane.md` §2):
+//! The device resources of the lane (`docs/lane.md` §2):
 //!
 //! - per pipeline slot ([`PipelineSlot`], one per unit of launch depth): the launch
 //!   descriptor, the epoch-stamped result region, the orchestration arguments, the func

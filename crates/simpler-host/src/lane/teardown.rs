@@ -1,7 +1,7 @@
 //! Teardown: `close()` (drain, then free everything provably free), the drop of an unclosed
 //! worker (detach what is still on the device), the recovery of admission through a
 //! confirmed forced reset, and the retention of everything a run given up on may still
-//! touch (`docs/health.md` §4, §7; `docs/run-lane.md` §11).
+//! touch (`docs/health.md` §4, §7; `docs/lane.md` §11).
 //!
 //! An owned lane proves an unusable device free by a confirmed forced reset; a borrowed one
 //! never resets the device: it can only synchronize its bound streams, and the caller owns
