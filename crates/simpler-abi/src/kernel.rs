@@ -133,8 +133,10 @@ pub struct DispatchPayload {
     pub task_id: u64,
     /// SPMD context of this dispatch; `args` slot 48 points here.
     pub local: LocalContext,
+    /// `DISPATCH_FLAG_*` bits.
+    pub flags: u64,
     /// Reserved, zero.
-    pub reserved: [u64; 5],
+    pub reserved: [u64; 4],
     /// The kernel argument array.
     pub args: KernelArgs,
     /// Reserved, zero.
@@ -147,8 +149,14 @@ assert_layout!(
     kernel_addr = 0,
     task_id = 8,
     local = 16,
+    flags = 24,
     args = 64
 );
+
+/// [`DispatchPayload::flags`]: the kernel may wait for other cores (a block of a
+/// `require_sync_start` task, whose blocks may rendezvous), so the core runs it where such
+/// a wait cannot hold up other cores (on the sim's pool, a blocking section).
+pub const DISPATCH_FLAG_MAY_WAIT: u64 = 1;
 
 /// A core's mailbox in device memory: two dispatch buffers, selected by the parity of the
 /// dispatch id (so the next task can be written while the current one runs), and the core's

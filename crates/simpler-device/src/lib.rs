@@ -25,6 +25,7 @@ mod regs;
 pub mod sim;
 mod sync;
 mod topology;
+pub mod wait;
 
 pub use device::{Device, EventStatus, FaultCallback, FaultNotice};
 pub use error::DeviceError;

@@ -159,8 +159,13 @@ impl CoreRegs {
     /// Called by the core: waits until DMB holds something other than `last`, spinning
     /// briefly, then parking. Returns the new value.
     pub fn wait_dmb_change(&self, last: u64) -> u64 {
+        let spin = if crate::wait::polling_pays() {
+            SPIN_ITERATIONS
+        } else {
+            0
+        };
         loop {
-            for _ in 0..SPIN_ITERATIONS {
+            for _ in 0..spin {
                 let v = self.read_dmb();
                 if v != last {
                     return v;

@@ -1,8 +1,9 @@
 //! The primitives under [`Doorbell`](crate::Doorbell), switched to loom's model-checked
 //! versions in this crate's own test build under `cfg(loom)` (`cfg(all(test, loom))`: a
 //! crate that depends on this one and runs its own loom models gets the real primitives),
-//! so that the loom model in `regs` checks the doorbell's real protocol code. Nothing else
-//! of the crate goes through here.
+//! so that the loom model in `regs` checks the doorbell's real protocol code. Outside the
+//! model a [`Signal`]'s wait goes through the sim executor's waits (`sim::exec`), so a
+//! doorbell suspends a pool fiber and blocks an OS thread alike.
 
 #[cfg(all(test, loom))]
 pub(crate) use loom::sync::atomic::AtomicBool;
@@ -18,7 +19,7 @@ pub(crate) struct Signal {
     #[cfg(not(all(test, loom)))]
     flag: parking_lot::Mutex<bool>,
     #[cfg(not(all(test, loom)))]
-    cv: parking_lot::Condvar,
+    cv: crate::sim::exec::Notify,
     #[cfg(all(test, loom))]
     flag: loom::sync::Mutex<bool>,
     #[cfg(all(test, loom))]
@@ -35,11 +36,16 @@ impl Signal {
     /// Sets the flag and wakes the waiter, if it waits.
     pub(crate) fn raise(&self) {
         #[cfg(not(all(test, loom)))]
-        let mut flag = self.flag.lock();
+        {
+            *self.flag.lock() = true;
+            self.cv.notify_all();
+        }
         #[cfg(all(test, loom))]
-        let mut flag = self.flag.lock().unwrap();
-        *flag = true;
-        self.cv.notify_one();
+        {
+            let mut flag = self.flag.lock().unwrap();
+            *flag = true;
+            self.cv.notify_one();
+        }
     }
 
     /// Waits (once) unless the flag is set, until raised or `timeout` passes; then clears
@@ -49,7 +55,8 @@ impl Signal {
     pub(crate) fn wait_take(&self, timeout: Duration) {
         let mut flag = self.flag.lock();
         if !*flag {
-            self.cv.wait_for(&mut flag, timeout);
+            self.cv
+                .wait(&mut flag, Some(crate::deadline::deadline(timeout)));
         }
         *flag = false;
     }

@@ -91,7 +91,13 @@ impl ChipWorker {
     pub fn new(config: WorkerConfig) -> Result<ChipWorker, HostError> {
         config.validate()?;
         let device: Arc<dyn Device> = Arc::new(
-            SimDevice::with_memcheck(config.topology, config.sim_memcheck)
+            SimDevice::with_options(
+                config.topology,
+                simpler_device::sim::SimOptions {
+                    memcheck: config.sim_memcheck,
+                    executor: config.sim_executor,
+                },
+            )
                 .map_err(HostError::device("starting the sim device"))?,
         );
         ChipWorker::with_device(config, device)

@@ -50,6 +50,10 @@ pub struct WorkerConfig {
     /// off, or `SIMPLER_SIM_MEMCHECK`; `docs/sim-device.md` §2). Used by
     /// [`ChipWorker::new`](crate::ChipWorker::new), which starts the sim device.
     pub sim_memcheck: simpler_device::sim::Memcheck,
+    /// How the sim device runs its cores and AICPU threads: fibers on the process's shared
+    /// pool of `available_parallelism` threads (default), or one OS thread each
+    /// (`SIMPLER_SIM_EXECUTOR=threads`; `docs/sim-device.md` §11).
+    pub sim_executor: simpler_device::sim::ExecutorKind,
 }
 
 impl Default for WorkerConfig {
@@ -69,6 +73,7 @@ impl Default for WorkerConfig {
             launch_depth: 2,
             always_synchronize: false,
             sim_memcheck: simpler_device::sim::Memcheck::from_env(),
+            sim_executor: simpler_device::sim::ExecutorKind::from_env(),
         }
     }
 }

@@ -54,13 +54,19 @@ pub unsafe fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
     }
 }
 
-/// Polls before parking: right after a dispatch the next one often arrives within
-/// microseconds (a chain, or a pre-loaded pending task), and a park/unpark round trip costs
-/// far more than that. Yielding (not spinning) lets the scheduler thread run on a small host.
+/// Polls before parking on an OS thread: right after a dispatch the next one often arrives
+/// within microseconds (a chain, or a pre-loaded pending task), and a park/unpark round trip
+/// costs far more than that. Yielding (not spinning) lets the scheduler thread run on a
+/// small host. A pool fiber parks at once: there a park is a switch and its wake a push.
 const POLL_YIELDS: u32 = 200;
 
 fn wait_next(ctx: &AicoreContext<'_>, last: u64) -> u64 {
-    for i in 0..POLL_YIELDS {
+    let polls = if simpler_device::wait::polling_pays() {
+        POLL_YIELDS
+    } else {
+        0
+    };
+    for i in 0..polls {
         let v = ctx.regs.read_dmb();
         if v != last {
             return v;
@@ -68,7 +74,7 @@ fn wait_next(ctx: &AicoreContext<'_>, last: u64) -> u64 {
         if i < 16 {
             std::hint::spin_loop();
         } else {
-            std::thread::yield_now();
+            simpler_device::wait::yield_now();
         }
     }
     ctx.regs.wait_dmb_change(last)

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use simpler_abi::{
+    DISPATCH_FLAG_MAY_WAIT,
     ChipTensor, CoreMailbox, KernelArgs, KernelEntry, LocalContext, RunLaunchDesc, RunResult,
     GLOBAL_CONTEXT_SLOT, LOCAL_CONTEXT_SLOT, MAX_TENSOR_DIMS,
 };
@@ -195,6 +196,7 @@ impl Mailbox {
             let entry: KernelEntry =
                 std::mem::transmute::<u64, KernelEntry>((*payload).kernel_addr);
             let args = std::ptr::addr_of_mut!((*payload).args);
+            let may_wait = (*payload).flags & DISPATCH_FLAG_MAY_WAIT != 0;
             let _call = crash::enter_kernel(crash::KernelCall {
                 entry: (*payload).kernel_addr,
                 args: args as u64,
@@ -202,7 +204,14 @@ impl Mailbox {
                 block_idx: (*payload).local.block_idx,
                 block_num: (*payload).local.block_num,
             });
-            entry(args as *mut i64);
+            // A kernel that may wait for other cores runs where that cannot hold up the
+            // cores it waits for (`docs/sim-device.md` §11).
+            let args = args as *mut i64;
+            if may_wait {
+                simpler_device::wait::blocking(|| entry(args));
+            } else {
+                entry(args);
+            }
             std::ptr::addr_of!((*mailbox).global.fatal_code).read_volatile() != 0
         }
     }
@@ -226,6 +235,7 @@ impl Mailbox {
         kernel: u64,
         task: u64,
         local: LocalContext,
+        flags: u64,
         args: &KernelArgs,
     ) {
         let mailbox = self.ptr;
@@ -237,6 +247,7 @@ impl Mailbox {
             (*p).kernel_addr = kernel;
             (*p).task_id = task;
             (*p).local = local;
+            (*p).flags = flags;
             (*p).args = *args;
             (*p).args.slots[LOCAL_CONTEXT_SLOT] = std::ptr::addr_of!((*p).local) as u64;
             (*p).args.slots[GLOBAL_CONTEXT_SLOT] = std::ptr::addr_of!((*mailbox).global) as u64;

@@ -81,9 +81,58 @@ pub(crate) struct DeviceThread {
     _alt: Option<signal::AltStack>,
 }
 
+/// A crash-report slot carried by a pool fiber from worker to worker: attached to the
+/// worker thread that runs the fiber ([`fiber_switch_in`]), detached when it suspends
+/// ([`fiber_switch_out`]).
+#[derive(Clone, Copy)]
+pub(crate) struct FiberSlot(&'static ThreadSlot);
+
+/// Attaches a fiber's slot (if it has one) to the calling worker thread, before the fiber
+/// runs: a crash on this thread is then reported as that fiber's.
+#[inline(never)]
+pub(crate) fn fiber_switch_in(slot: Option<FiberSlot>) {
+    thread_local! {
+        /// The worker's thread id (a system call to read, so read once).
+        static TID: i32 = signal::gettid();
+    }
+    if let Some(FiberSlot(s)) = slot {
+        s.tid.store(TID.with(|t| *t), Ordering::Release);
+        CURRENT.with(|c| c.set(Some(s)));
+        compiler_fence(Ordering::SeqCst);
+    }
+}
+
+/// Detaches whatever slot the fiber that just suspended on this worker had attached (or
+/// registered while it ran).
+#[inline(never)]
+pub(crate) fn fiber_switch_out() -> Option<FiberSlot> {
+    let s = CURRENT.with(|c| c.take())?;
+    s.tid.store(0, Ordering::Release);
+    compiler_fence(Ordering::SeqCst);
+    Some(FiberSlot(s))
+}
+
+/// A pool worker thread's registration: its own alternate signal stack (a crash on a
+/// fiber's stack — a stack overflow — is handled on it). The worker has no slot: the fiber
+/// it runs brings its own.
+pub(crate) struct WorkerThread {
+    _alt: Option<signal::AltStack>,
+}
+
+impl WorkerThread {
+    /// Registers the calling worker thread.
+    pub(crate) fn enter() -> WorkerThread {
+        install();
+        WorkerThread {
+            _alt: signal::AltStack::install(),
+        }
+    }
+}
+
 impl DeviceThread {
-    /// Registers the calling thread as `role` of device `device`. A thread that cannot be
-    /// registered (a million device threads) runs unreported.
+    /// Registers the calling thread (or pool fiber) as `role` of device `device`. A thread
+    /// that cannot be registered (a million device threads) runs unreported. A fiber gets
+    /// no alternate signal stack of its own: it runs on its worker's.
     pub(crate) fn enter(device: u32, role: Role) -> DeviceThread {
         install();
         let Some((index, slot)) = tables::THREADS.claim() else {
@@ -107,9 +156,14 @@ impl DeviceThread {
         slot.code.store(CodeKind::None as u32, r);
         slot.tid.store(signal::gettid(), Ordering::Release);
         CURRENT.with(|c| c.set(Some(slot)));
+        let on_fiber = crate::sim::exec_on_fiber();
         DeviceThread {
             index: Some(index),
-            _alt: signal::AltStack::install(),
+            _alt: if on_fiber {
+                None
+            } else {
+                signal::AltStack::install()
+            },
         }
     }
 
@@ -136,6 +190,9 @@ impl Drop for DeviceThread {
     }
 }
 
+// Never inlined: code on a pool fiber may have moved to another worker since its last
+// call, and must read that worker's thread-local.
+#[inline(never)]
 fn with_slot(f: impl FnOnce(&ThreadSlot)) {
     if let Some(s) = CURRENT.with(Cell::get) {
         f(s);

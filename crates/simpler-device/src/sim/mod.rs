@@ -19,12 +19,15 @@
 //! This module must not know about runs or the runtime: it runs whatever kernels it is
 //! given.
 
+pub(crate) mod exec;
 mod faults;
 mod guard;
 mod memory;
 pub mod notices;
-mod pool;
+pub(crate) mod pool;
 mod stream;
+
+pub use exec::{pool_threads, pool_threads_started, ExecutorKind};
 
 pub use faults::{FaultAction, FaultPoint, FaultRule, KernelKind, KernelSpan};
 pub use guard::Memcheck;
@@ -69,6 +72,20 @@ fn next_handle() -> Result<u32, DeviceError> {
         })
 }
 
+/// True on a pool fiber (the crash module gives a fiber no alternate stack of its own).
+pub(crate) fn exec_on_fiber() -> bool {
+    exec::on_fiber()
+}
+
+/// How a sim device is built: memcheck and executor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SimOptions {
+    /// Where allocations are placed (guard pages).
+    pub memcheck: Memcheck,
+    /// How device threads run (`docs/sim-device.md` §11).
+    pub executor: ExecutorKind,
+}
+
 /// The simulated chip.
 pub struct SimDevice {
     chip: Arc<Chip>,
@@ -91,8 +108,9 @@ impl std::fmt::Debug for SimDevice {
 }
 
 impl SimDevice {
-    /// Starts a sim device without memcheck: one thread per AICore and per AICPU thread,
-    /// started now and reused by every launch. The first device of the process installs the
+    /// Starts a sim device without memcheck, on the executor `SIMPLER_SIM_EXECUTOR` names
+    /// (default: fibers on the process's shared pool): one device thread per AICore and
+    /// per AICPU thread, started now and reused by every launch. The first device of the process installs the
     /// crash reporter (`crate::crash`).
     ///
     /// # Errors
@@ -108,6 +126,23 @@ impl SimDevice {
     /// # Errors
     /// As [`SimDevice::new`].
     pub fn with_memcheck(topology: Topology, memcheck: Memcheck) -> Result<SimDevice, DeviceError> {
+        SimDevice::with_options(
+            topology,
+            SimOptions {
+                memcheck,
+                executor: ExecutorKind::from_env(),
+            },
+        )
+    }
+
+    /// Starts a sim device as `options` say: its allocations placed by
+    /// [`SimOptions::memcheck`], its device threads run by [`SimOptions::executor`] (fibers
+    /// on the process's shared pool, or one OS thread each).
+    ///
+    /// # Errors
+    /// As [`SimDevice::new`].
+    pub fn with_options(topology: Topology, options: SimOptions) -> Result<SimDevice, DeviceError> {
+        let memcheck = options.memcheck;
         topology.validate().map_err(DeviceError::InvalidLaunch)?;
         crate::crash::install();
         let device = DEVICE_IDS.fetch_add(1, Ordering::Relaxed);
@@ -116,7 +151,7 @@ impl SimDevice {
             Arc::new(AtomicBool::new(false)),
             device,
         ));
-        let pools = Pools::start(chip.clone())
+        let pools = Pools::start(chip.clone(), options.executor)
             .map_err(|e| DeviceError::InvalidLaunch(format!("cannot start device threads: {e}")))?;
         Ok(SimDevice {
             chip,
@@ -126,6 +161,11 @@ impl SimDevice {
             events: Mutex::new(HashMap::new()),
             faults: Arc::new(SimFaults::new(device)),
         })
+    }
+
+    /// How this device's threads run.
+    pub fn executor(&self) -> ExecutorKind {
+        self.pools.kind()
     }
 
     /// The memcheck mode of this device's allocations.

@@ -1,6 +1,7 @@
 //! Persistent device threads: one per AICore and one per AICPU thread, started once with the
-//! device and reused by every kernel launch (never once per run). An idle thread blocks on its
-//! job channel; nothing spins while there is no work.
+//! device and reused by every kernel launch (never once per run), run by the device's
+//! executor (`exec`: fibers on the shared pool, or OS threads). An idle device thread waits
+//! on its job inbox; nothing spins and nothing wakes while there is no work.
 //!
 //! Every kernel call runs inside `catch_unwind`, so a device thread outlives whatever its
 //! kernel does (`docs/sim-device.md`):
@@ -15,13 +16,11 @@
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
-use crossbeam_utils::sync::WaitGroup;
 use parking_lot::Mutex;
 
+use super::exec::{Countdown, DeviceThread as Spawned, ExecutorKind, Inbox};
 use crate::crash::{DeviceThread, Role};
 use crate::regs::{KillSwitch, Killed};
 use crate::{
@@ -150,46 +149,47 @@ enum Job {
         kernel: AicoreKernel,
         arg: DevicePtr,
         end: Arc<LaunchEnd>,
-        done: WaitGroup,
+        done: Arc<Countdown>,
     },
     Aicpu {
         kernel: AicpuKernel,
         arg: DevicePtr,
         threads: u32,
         end: Arc<LaunchEnd>,
-        done: WaitGroup,
+        done: Arc<Countdown>,
     },
 }
 
 /// The AICore and AICPU thread pools of one device.
 pub(crate) struct Pools {
     chip: Arc<Chip>,
-    aicore: Vec<Sender<Job>>,
-    aicpu: Vec<Sender<Job>>,
-    handles: Vec<JoinHandle<()>>,
+    kind: ExecutorKind,
+    aicore: Vec<Arc<Inbox<Job>>>,
+    aicpu: Vec<Arc<Inbox<Job>>>,
+    handles: Vec<Spawned>,
 }
 
 impl Pools {
-    pub(crate) fn start(chip: Arc<Chip>) -> std::io::Result<Pools> {
+    pub(crate) fn start(chip: Arc<Chip>, kind: ExecutorKind) -> std::io::Result<Pools> {
         let mut pools = Pools {
             chip: chip.clone(),
+            kind,
             aicore: Vec::new(),
             aicpu: Vec::new(),
             handles: Vec::new(),
         };
         for core in 0..chip.topology.core_count() {
-            let (tx, rx) = channel::<Job>();
+            let tx = Arc::new(Inbox::<Job>::default());
+            let rx = tx.clone();
             let chip = chip.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("sim-aicore-{core}"))
-                .spawn(move || {
+            let h = Spawned::spawn(kind, format!("sim-aicore-{core}"), false, move || {
                     let t = &chip.topology;
                     let role = Role::Aicore {
                         core,
                         core_type: t.core_type(core),
                     };
                     let crash = DeviceThread::enter(chip.device, role);
-                    while let Ok(job) = rx.recv() {
+                    while let Some(job) = rx.recv() {
                         if let Job::Aicore {
                             kernel,
                             arg,
@@ -214,7 +214,7 @@ impl Pools {
                             if let Ending::Panicked(message) = ending {
                                 end.note_panic(|| format!("AICore {core}"), message);
                             }
-                            drop(done);
+                            done.count_down();
                         }
                     }
                 })?;
@@ -222,14 +222,13 @@ impl Pools {
             pools.handles.push(h);
         }
         for idx in 0..chip.topology.aicpu_threads {
-            let (tx, rx) = channel::<Job>();
+            let tx = Arc::new(Inbox::<Job>::default());
+            let rx = tx.clone();
             let chip = chip.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("sim-aicpu-{idx}"))
-                .spawn(move || {
+            let h = Spawned::spawn(kind, format!("sim-aicpu-{idx}"), true, move || {
                     let bell = chip.aicpu_bells[idx as usize].clone();
                     let crash = DeviceThread::enter(chip.device, Role::Aicpu { index: idx });
-                    while let Ok(job) = rx.recv() {
+                    while let Some(job) = rx.recv() {
                         if let Job::Aicpu {
                             kernel,
                             arg,
@@ -259,7 +258,7 @@ impl Pools {
                                     end.note_panic(|| format!("AICPU thread {idx}"), message);
                                 }
                             }
-                            drop(done);
+                            done.count_down();
                         }
                     }
                 })?;
@@ -269,6 +268,11 @@ impl Pools {
         Ok(pools)
     }
 
+    /// How this device's threads run.
+    pub(crate) fn kind(&self) -> ExecutorKind {
+        self.kind
+    }
+
     /// Runs the AICore kernel on every core and returns when all have returned, with the
     /// first panic of a core, if any (the status is always 0).
     pub(crate) fn run_aicore(&self, kernel: AicoreKernel, arg: DevicePtr) -> KernelEnd {
@@ -276,9 +280,9 @@ impl Pools {
             regs.reset();
         }
         let end = Arc::new(LaunchEnd::default());
-        let done = WaitGroup::new();
+        let done = Arc::new(Countdown::new(self.aicore.len()));
         for tx in &self.aicore {
-            let _ = tx.send(Job::Aicore {
+            tx.send(Job::Aicore {
                 kernel,
                 arg,
                 end: end.clone(),
@@ -293,9 +297,9 @@ impl Pools {
     /// status any of them returned (0 if none) and the first panic, if any.
     pub(crate) fn run_aicpu(&self, kernel: AicpuKernel, arg: DevicePtr, threads: u32) -> KernelEnd {
         let end = Arc::new(LaunchEnd::default());
-        let done = WaitGroup::new();
+        let done = Arc::new(Countdown::new(threads as usize));
         for tx in self.aicpu.iter().take(threads as usize) {
-            let _ = tx.send(Job::Aicpu {
+            tx.send(Job::Aicpu {
                 kernel,
                 arg,
                 threads,
@@ -310,10 +314,11 @@ impl Pools {
 
 impl Drop for Pools {
     fn drop(&mut self) {
-        self.aicore.clear();
-        self.aicpu.clear();
+        for inbox in self.aicore.iter().chain(&self.aicpu) {
+            inbox.close();
+        }
         for h in self.handles.drain(..) {
-            let _ = h.join();
+            h.join();
         }
     }
 }

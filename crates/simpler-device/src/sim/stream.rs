@@ -1,5 +1,5 @@
-//! Sim streams and events. A stream is an in-order queue served by its own worker thread
-//! (started with the stream, parked on a condvar while the queue is empty). A kernel that
+//! Sim streams and events. A stream is an in-order queue served by its own device thread
+//! (started with the stream on the device's executor, waiting while the queue is empty). A kernel that
 //! ends with a fatal status — returned, injected, or a panic on a device thread — latches it
 //! on the stream and raises a fault notice before the stream moves on; a host function
 //! ([`Op::HostFn`]) runs on the stream's thread in order, and one that panics is a fault of
@@ -14,11 +14,11 @@
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
+use super::exec::{DeviceThread, ExecutorKind, Notify};
 use super::faults::{FaultAction, FaultPoint, KernelKind, KernelSpan, SimFaults};
 use super::memory::Memory;
 use super::pool::{panic_message, KernelEnd, Pools, KERNEL_PANIC_STATUS};
@@ -28,7 +28,7 @@ use crate::{AicoreKernel, AicpuKernel, DeviceError, DevicePtr, EventStatus, Stre
 #[derive(Default)]
 pub(crate) struct Event {
     state: Mutex<EventState>,
-    cv: Condvar,
+    cv: Notify,
 }
 
 #[derive(Default)]
@@ -56,6 +56,7 @@ impl Event {
     pub(crate) fn force_complete(&self) {
         let mut s = self.state.lock();
         s.reached = s.reached.max(s.recorded);
+        drop(s);
         self.cv.notify_all();
     }
 
@@ -64,6 +65,7 @@ impl Event {
         if seq > s.reached {
             s.reached = seq;
         }
+        drop(s);
         self.cv.notify_all();
     }
 
@@ -80,14 +82,10 @@ impl Event {
     pub(crate) fn wait_until(&self, target: u64, deadline: Option<Instant>) -> bool {
         let mut s = self.state.lock();
         while s.reached < target {
-            match deadline {
-                Some(d) => {
-                    if self.cv.wait_until(&mut s, d).timed_out() && s.reached < target {
-                        return false;
-                    }
-                }
-                None => self.cv.wait(&mut s),
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
             }
+            self.cv.wait(&mut s, deadline);
         }
         true
     }
@@ -152,15 +150,15 @@ struct StreamState {
 
 struct Shared {
     state: Mutex<StreamState>,
-    work: Condvar,
-    idle: Condvar,
+    work: Notify,
+    idle: Notify,
 }
 
-/// An in-order stream with its worker thread.
+/// An in-order stream with its device thread.
 pub(crate) struct Stream {
     id: StreamId,
     shared: Arc<Shared>,
-    worker: Option<JoinHandle<()>>,
+    worker: Option<DeviceThread>,
 }
 
 impl Stream {
@@ -172,14 +170,15 @@ impl Stream {
     ) -> Result<Stream, DeviceError> {
         let shared = Arc::new(Shared {
             state: Mutex::new(StreamState::default()),
-            work: Condvar::new(),
-            idle: Condvar::new(),
+            work: Notify::default(),
+            idle: Notify::default(),
         });
         let s = shared.clone();
-        let worker = std::thread::Builder::new()
-            .name(format!("sim-stream-{}", id.raw()))
-            .spawn(move || serve(id, &s, &pools, &memory, &faults))
-            .map_err(|e| {
+        let kind: ExecutorKind = pools.kind();
+        let worker = DeviceThread::spawn(kind, format!("sim-stream-{}", id.raw()), true, move || {
+            serve(id, &s, &pools, &memory, &faults)
+        })
+        .map_err(|e| {
                 DeviceError::InvalidLaunch(format!("cannot start a stream thread: {e}"))
             })?;
         Ok(Stream {
@@ -196,7 +195,8 @@ impl Stream {
         }
         st.queue.push_back(op);
         st.outstanding += 1;
-        self.shared.work.notify_one();
+        drop(st);
+        self.shared.work.notify_all();
         Ok(())
     }
 
@@ -208,9 +208,10 @@ impl Stream {
         let deadline = crate::deadline::deadline(timeout);
         let mut st = self.shared.state.lock();
         while st.outstanding > 0 {
-            if self.shared.idle.wait_until(&mut st, deadline).timed_out() && st.outstanding > 0 {
+            if Instant::now() >= deadline {
                 return Err(DeviceError::Timeout(timeout));
             }
+            self.shared.idle.wait(&mut st, Some(deadline));
         }
         match &st.fault {
             Some(f) => Err(DeviceError::KernelFault {
@@ -231,7 +232,11 @@ impl Stream {
         st.queue.clear();
         st.outstanding -= dropped;
         st.aborting = true;
-        if st.outstanding == 0 {
+        let idle = st.outstanding == 0;
+        drop(st);
+        // A stream thread waiting on an event sees the abort.
+        self.shared.work.notify_all();
+        if idle {
             self.shared.idle.notify_all();
         }
     }
@@ -240,9 +245,10 @@ impl Stream {
     pub(crate) fn wait_idle(&self, deadline: Instant) -> bool {
         let mut st = self.shared.state.lock();
         while st.outstanding > 0 {
-            if self.shared.idle.wait_until(&mut st, deadline).timed_out() && st.outstanding > 0 {
+            if Instant::now() >= deadline {
                 return false;
             }
+            self.shared.idle.wait(&mut st, Some(deadline));
         }
         true
     }
@@ -260,7 +266,7 @@ impl Drop for Stream {
         self.shared.state.lock().closing = true;
         self.shared.work.notify_all();
         if let Some(w) = self.worker.take() {
-            let _ = w.join();
+            w.join();
         }
     }
 }
@@ -312,7 +318,7 @@ fn run_kernel(
         _ => run(),
     };
     match fate {
-        KernelFate::Slow(d) => std::thread::sleep(d),
+        KernelFate::Slow(d) => crate::wait::sleep(d),
         KernelFate::Notice(code) => faults.raise_notice(Some(id), code),
         KernelFate::Normal | KernelFate::Fatal(..) => {}
     }
@@ -356,7 +362,7 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
                 if st.closing {
                     return;
                 }
-                shared.work.wait(&mut st);
+                shared.work.wait(&mut st, None);
             }
         };
         let kernel = match &op {
@@ -386,7 +392,9 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
                 let mut st = shared.state.lock();
                 st.outstanding -= 1;
                 event.reach(seq);
-                if st.outstanding == 0 {
+                let idle = st.outstanding == 0;
+                drop(st);
+                if idle {
                     shared.idle.notify_all();
                 }
                 continue;
@@ -402,7 +410,9 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
                 }
                 None
             }
-            Op::HostFn(f) => match catch_unwind(AssertUnwindSafe(f)) {
+            // A host function is the caller's code: it may block on anything, so it runs
+            // as a blocking section (the pool goes on without this worker meanwhile).
+            Op::HostFn(f) => match crate::wait::blocking(|| catch_unwind(AssertUnwindSafe(f))) {
                 Ok(()) => None,
                 Err(payload) => {
                     let fault = Fault {
@@ -427,7 +437,9 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
             st.fault.get_or_insert(fault);
         }
         st.outstanding -= 1;
-        if st.outstanding == 0 {
+        let idle = st.outstanding == 0;
+        drop(st);
+        if idle {
             shared.idle.notify_all();
         }
     }

@@ -118,9 +118,9 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
             |s| s.desc.epoch == desc.epoch,
             || {
                 if polls < 1000 {
-                    std::thread::yield_now();
+                    simpler_device::wait::yield_now();
                 } else {
-                    std::thread::sleep(Duration::from_micros(50));
+                    simpler_device::wait::sleep(Duration::from_micros(50));
                 }
                 polls += 1;
             },

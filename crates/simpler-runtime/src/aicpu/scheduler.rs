@@ -187,9 +187,9 @@ impl Scheduler<'_, '_> {
             if !self.shared.errors.is_fatal() && watchdog::no_progress(self.shared) {
                 continue;
             }
-            if idle_passes < IDLE_YIELDS {
+            if idle_passes < IDLE_YIELDS && simpler_device::wait::polling_pays() {
                 idle_passes += 1;
-                std::thread::yield_now();
+                simpler_device::wait::yield_now();
                 continue;
             }
             let bell = self.ctx.doorbell;
@@ -537,11 +537,17 @@ impl Scheduler<'_, '_> {
         };
         // Buffer `id & 1` is free: the core reads a buffer only after its id is in DMB, and
         // the dispatch that last used it has finished (a core holds at most one other).
+        let flags = if body.sync_start {
+            simpler_abi::DISPATCH_FLAG_MAY_WAIT
+        } else {
+            0
+        };
         self.shared.mem.mailbox(c.id).write_dispatch(
             id,
             body.kernels[lane],
             task,
             local,
+            flags,
             &body.args,
         );
         let sub = Some(Sub {

@@ -1,0 +1,460 @@
+//! The process's pool of worker threads that run every sim device's fibers
+//! (`docs/sim-device.md` §11): one run queue ([`RunQueue`]), `target` workers (default
+//! `available_parallelism`, `SIMPLER_SIM_POOL_THREADS` to change it), the timers of timed
+//! parks, and the replacement of workers that leave the pool for a blocking section.
+//!
+//! - **Workers** take the oldest runnable fiber and run it until it suspends; an idle one
+//!   polls the queue briefly, then sleeps on it until a push, or until the earliest timer.
+//!   Nothing wakes an idle pool: with no fiber runnable and no timer armed, every worker
+//!   sleeps without a deadline.
+//! - **Blocking sections** ([`crate::wait::blocking`]): the worker running such a fiber is
+//!   counted out of the pool while the section lasts, and a spare thread (or a new one)
+//!   takes its place, so that `target` workers keep serving the queue; a worker that finds
+//!   the pool above `target` once its section ends retires as a spare (parked, without a
+//!   deadline, until needed again).
+//! - **The stall monitor** is the safety net for code that blocks a worker outside any
+//!   device wait (a kernel spinning on a flag another core sets, or never returning):
+//!   while runnable fibers wait and no worker sleeps, it looks every [`MONITOR_TICK`] for a
+//!   worker whose slice has lasted longer than [`STALL_AFTER`] and counts it out of the
+//!   pool as if it had entered a blocking section. It sleeps without a deadline while the
+//!   pool keeps up.
+//!
+//! This module must not know what the fibers run.
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::fiber::{SliceEnd, Suspend, Task};
+use super::protocol::{AfterPark, RunQueue};
+
+/// How long a slice may run while runnable fibers wait before the monitor counts its
+/// worker out of the pool.
+pub(crate) const STALL_AFTER: Duration = Duration::from_millis(100);
+/// The stall monitor's period while the pool is saturated.
+pub(crate) const MONITOR_TICK: Duration = Duration::from_millis(20);
+/// Queue polls of an idle worker before it sleeps (each a spin hint, the later ones an OS
+/// yield): a fiber made runnable a few microseconds later is taken without a futex wake.
+const IDLE_POLLS: u32 = 64;
+/// Default stack of a fiber, bytes (the default of a Rust thread): mapped up front,
+/// committed by the OS only as it is touched.
+pub(crate) const DEFAULT_STACK_BYTES: usize = 2 << 20;
+
+/// A timer heap entry: look at `task` at `at` (nanoseconds on the pool's clock) — wake it
+/// if its timed park is due by then, re-arm it if the park now ends later.
+struct Timer {
+    at: u64,
+    task: Arc<Task>,
+}
+
+impl PartialEq for Timer {
+    fn eq(&self, other: &Self) -> bool {
+        self.at == other.at
+    }
+}
+impl Eq for Timer {}
+impl PartialOrd for Timer {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Timer {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        // BinaryHeap is a max-heap: the earliest deadline must compare greatest.
+        other.at.cmp(&self.at)
+    }
+}
+
+/// One worker, as the monitor sees it.
+#[derive(Default)]
+struct WorkerSlot {
+    /// Slices begun, odd while one runs: unchanged and odd across the monitor's ticks means
+    /// one slice has lasted that long.
+    slices: AtomicU64,
+    /// The monitor's last reading of `slices`, and how many ticks in a row it was the same.
+    seen: AtomicU64,
+    same_ticks: AtomicU64,
+    /// Counted out of the pool (blocking section, or stalled as the monitor saw it).
+    counted_out: AtomicBool,
+}
+
+/// Worker bookkeeping (changes only when a worker starts, retires or is counted out).
+#[derive(Default)]
+struct Workers {
+    /// Threads serving the queue or counted out of it (spares excluded).
+    live: usize,
+    /// Of those, counted out (in a blocking section, or stalled).
+    out: usize,
+    /// Retired threads, each parked on its own slot until reused.
+    spares: Vec<Arc<Spare>>,
+    /// Every thread's slot, for the monitor.
+    slots: Vec<Arc<WorkerSlot>>,
+    /// Threads started in all (names).
+    started: usize,
+}
+
+/// A retired worker's parking place.
+#[derive(Default)]
+struct Spare {
+    go: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// The pool (one per process).
+pub(crate) struct Pool {
+    queue: RunQueue<Arc<Task>>,
+    target: usize,
+    workers: Mutex<Workers>,
+    timers: Mutex<BinaryHeap<Timer>>,
+    /// Deadline of the earliest timer, nanoseconds since `epoch` (u64::MAX: none).
+    next_timer: AtomicU64,
+    epoch: Instant,
+    monitor: Monitor,
+    /// Stack size of new fibers.
+    pub(crate) stack_bytes: usize,
+    /// An idle worker is polling the queue.
+    spinning: AtomicBool,
+}
+
+#[derive(Default)]
+struct Monitor {
+    /// Watching (true) or asleep without a deadline.
+    armed: Mutex<bool>,
+    cv: Condvar,
+    /// A lock-free copy of `armed`, read on every slice.
+    armed_hint: AtomicBool,
+    /// The monitor thread has been started.
+    started: AtomicBool,
+}
+
+static POOL: OnceLock<&'static Pool> = OnceLock::new();
+
+/// The process's pool, started on first use.
+pub(crate) fn pool() -> &'static Pool {
+    POOL.get_or_init(|| {
+        let target = std::env::var("SIMPLER_SIM_POOL_THREADS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        let pool: &'static Pool = Box::leak(Box::new(Pool {
+            queue: RunQueue::new(),
+            target,
+            workers: Mutex::new(Workers::default()),
+            timers: Mutex::new(BinaryHeap::new()),
+            next_timer: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
+            monitor: Monitor::default(),
+            stack_bytes: DEFAULT_STACK_BYTES,
+            spinning: AtomicBool::new(false),
+        }));
+        pool
+    })
+}
+
+impl Pool {
+    /// Workers that serve the queue when none is counted out.
+    pub(crate) fn target(&self) -> usize {
+        self.target
+    }
+
+    /// OS threads the pool has started so far (workers, spares, the monitor).
+    pub(crate) fn threads_started(&self) -> usize {
+        self.workers.lock().started + usize::from(self.monitor.started.load(Ordering::Relaxed))
+    }
+
+    fn nanos(&self, t: Instant) -> u64 {
+        (t.saturating_duration_since(self.epoch).as_nanos() as u64).max(1)
+    }
+
+    /// Queues a new fiber (started lazily: the first spawn starts the workers).
+    pub(crate) fn spawn(&'static self, task: Arc<Task>) -> std::io::Result<()> {
+        self.ensure_workers()?;
+        let urgent = task.urgent;
+        self.queue.push_as(task, urgent);
+        Ok(())
+    }
+
+    /// Makes a parked fiber runnable (a no-op if it is queued, done, or already woken).
+    pub(crate) fn wake(&self, task: &Arc<Task>) {
+        if task.state.wake() {
+            self.queue.push_as(task.clone(), task.urgent);
+        }
+    }
+
+    /// Starts (or brings back from the spares) workers until `target` serve the queue.
+    fn ensure_workers(&'static self) -> std::io::Result<()> {
+        let mut w = self.workers.lock();
+        while w.live - w.out < self.target {
+            if let Some(spare) = w.spares.pop() {
+                w.live += 1;
+                *spare.go.lock() = true;
+                spare.cv.notify_one();
+                continue;
+            }
+            let slot = Arc::new(WorkerSlot::default());
+            let idx = w.started;
+            let s = slot.clone();
+            std::thread::Builder::new()
+                .name(format!("sim-pool-{idx}"))
+                .spawn(move || self.work(&s))?;
+            w.started += 1;
+            w.live += 1;
+            w.slots.push(slot);
+        }
+        Ok(())
+    }
+
+    /// Counts the calling worker out of the pool and makes sure another takes its place.
+    fn count_out(&'static self, slot: &WorkerSlot) {
+        if !slot.counted_out.swap(true, Ordering::AcqRel) {
+            self.workers.lock().out += 1;
+            if let Err(e) = self.ensure_workers() {
+                eprintln!("simpler: warning: the sim pool cannot start a worker: {e}");
+            }
+        }
+    }
+
+    /// Counts a worker back in (its blocking section or stall ended).
+    fn count_in(&self, slot: &WorkerSlot) {
+        if slot.counted_out.swap(false, Ordering::AcqRel) {
+            self.workers.lock().out -= 1;
+        }
+    }
+
+    /// True (and the worker leaves the live count) when the pool has more than `target`
+    /// workers serving the queue.
+    fn retire_if_surplus(&self) -> Option<Arc<Spare>> {
+        let mut w = self.workers.lock();
+        if w.live - w.out > self.target {
+            w.live -= 1;
+            let spare = Arc::new(Spare::default());
+            w.spares.push(spare.clone());
+            return Some(spare);
+        }
+        None
+    }
+
+    /// Records that `task` parks until `at` (None: untimed), keeping at most one heap entry
+    /// per fiber: an entry due before the park's deadline is re-armed when it comes due.
+    fn arm_timer(&self, at: Option<Instant>, task: &Arc<Task>) {
+        let Some(at) = at else {
+            task.deadline_ns.store(0, Ordering::Release);
+            return;
+        };
+        let ns = self.nanos(at);
+        task.deadline_ns.store(ns, Ordering::Release);
+        if task.in_heap.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.push_timer(ns, task.clone());
+    }
+
+    fn push_timer(&self, ns: u64, task: Arc<Task>) {
+        self.timers.lock().push(Timer { at: ns, task });
+        if ns < self.next_timer.fetch_min(ns, Ordering::AcqRel) {
+            // Sleeping workers may sleep past it.
+            self.queue.wake_all();
+        }
+    }
+
+    /// Wakes the fibers whose timed parks are due.
+    fn fire_timers(&self) {
+        let next = self.next_timer.load(Ordering::Acquire);
+        if next == u64::MAX {
+            return;
+        }
+        let now = self.nanos(Instant::now());
+        if now < next {
+            return;
+        }
+        let mut due = Vec::new();
+        {
+            let mut heap = self.timers.lock();
+            while heap.peek().is_some_and(|t| t.at <= now) {
+                due.extend(heap.pop());
+            }
+            let n = heap.peek().map_or(u64::MAX, |t| t.at);
+            self.next_timer.store(n, Ordering::Release);
+        }
+        for t in due {
+            let d = t.task.deadline_ns.load(Ordering::Acquire);
+            if d != 0 && d > now {
+                // Parked again since, until later: look again then.
+                self.push_timer(d, t.task);
+                continue;
+            }
+            t.task.in_heap.store(false, Ordering::Release);
+            if d != 0 {
+                self.wake(&t.task);
+            }
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        // A deadline in the past would make a sleeping worker spin.
+        match self.next_timer.load(Ordering::Acquire) {
+            u64::MAX => None,
+            ns => Some(self.epoch + Duration::from_nanos(ns)),
+        }
+    }
+
+    /// The next fiber to run, polling briefly, then sleeping; None to re-check timers and
+    /// surplus.
+    fn next_task(&self) -> Option<Arc<Task>> {
+        if let Some(t) = self.queue.try_pop() {
+            return Some(t);
+        }
+        // One idle worker at a time polls; the others sleep at once (on a small host a
+        // second poller only takes a CPU from the threads that have work).
+        if self
+            .spinning
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let mut found = None;
+            for i in 0..IDLE_POLLS {
+                if self.queue.looks_busy() {
+                    if let Some(t) = self.queue.try_pop() {
+                        found = Some(t);
+                        break;
+                    }
+                }
+                if i < IDLE_POLLS / 2 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            self.spinning.store(false, Ordering::Release);
+            if found.is_some() {
+                return found;
+            }
+        }
+        let deadline = self.next_deadline();
+        self.queue.pop_or_sleep(deadline, |_| {
+            let w = self.workers.lock();
+            w.live - w.out <= self.target
+        })
+    }
+
+    /// A worker thread's loop.
+    fn work(&'static self, slot: &WorkerSlot) {
+        let _alt = crate::crash::WorkerThread::enter();
+        loop {
+            self.fire_timers();
+            if let Some(spare) = self.retire_if_surplus() {
+                let mut go = spare.go.lock();
+                while !*go {
+                    spare.cv.wait(&mut go);
+                }
+                continue;
+            }
+            let Some(task) = self.next_task() else {
+                continue;
+            };
+            self.arm_monitor_if_saturated();
+            self.run(slot, task);
+        }
+    }
+
+    /// Runs slices of `task` until it parks, yields or returns.
+    fn run(&'static self, slot: &WorkerSlot, task: Arc<Task>) {
+        task.state.begin_slice();
+        loop {
+            slot.slices.fetch_add(1, Ordering::AcqRel);
+            let end = task.run_slice();
+            slot.slices.fetch_add(1, Ordering::AcqRel);
+            match end {
+                SliceEnd::Suspended(Suspend::Blocking) => {
+                    // The fiber continues at once on this thread; the pool goes on without
+                    // this worker until the section ends.
+                    self.count_out(slot);
+                    continue;
+                }
+                SliceEnd::Suspended(Suspend::Park(deadline)) => {
+                    self.count_in(slot);
+                    self.arm_timer(deadline, &task);
+                    if task.state.end_slice_parked() == AfterPark::Requeue {
+                        let urgent = task.urgent;
+                        self.queue.push_as(task, urgent);
+                    }
+                }
+                SliceEnd::Suspended(Suspend::Yield) => {
+                    self.count_in(slot);
+                    task.state.end_slice_yielded();
+                    self.queue.push(task);
+                }
+                SliceEnd::Done => {
+                    self.count_in(slot);
+                    task.state.end_slice_done();
+                }
+            }
+            return;
+        }
+    }
+
+    /// Wakes the stall monitor if fibers wait while no worker sleeps (it then watches until
+    /// the pool keeps up again).
+    fn arm_monitor_if_saturated(&'static self) {
+        if self.monitor.armed_hint.load(Ordering::Acquire) {
+            return;
+        }
+        let saturated = self.queue.with(|s| !s.queue.is_empty() && s.sleeping == 0);
+        if !saturated {
+            return;
+        }
+        let mut armed = self.monitor.armed.lock();
+        if !*armed {
+            *armed = true;
+            self.monitor.armed_hint.store(true, Ordering::Release);
+            if !self.monitor.started.swap(true, Ordering::AcqRel) {
+                // First arming: start the monitor thread.
+                let r = std::thread::Builder::new()
+                    .name("sim-pool-monitor".into())
+                    .spawn(move || self.watch());
+                if r.is_err() {
+                    self.monitor.started.store(false, Ordering::Release);
+                }
+            }
+            self.monitor.cv.notify_one();
+        }
+    }
+
+    /// The stall monitor's loop.
+    fn watch(&'static self) {
+        let stall_ticks = (STALL_AFTER.as_nanos() / MONITOR_TICK.as_nanos()).max(1) as u64;
+        loop {
+            {
+                let mut armed = self.monitor.armed.lock();
+                while !*armed {
+                    self.monitor.cv.wait(&mut armed);
+                }
+            }
+            std::thread::sleep(MONITOR_TICK);
+            let saturated = self.queue.with(|s| !s.queue.is_empty() && s.sleeping == 0);
+            if !saturated {
+                *self.monitor.armed.lock() = false;
+                self.monitor.armed_hint.store(false, Ordering::Release);
+                continue;
+            }
+            let slots: Vec<Arc<WorkerSlot>> = self.workers.lock().slots.clone();
+            for s in slots {
+                let now = s.slices.load(Ordering::Acquire);
+                let same = if s.seen.swap(now, Ordering::AcqRel) == now && now % 2 == 1 {
+                    s.same_ticks.fetch_add(1, Ordering::AcqRel) + 1
+                } else {
+                    s.same_ticks.store(0, Ordering::Release);
+                    0
+                };
+                if same >= stall_ticks {
+                    self.count_out(&s);
+                }
+            }
+        }
+    }
+}
