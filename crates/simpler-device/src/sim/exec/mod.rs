@@ -17,6 +17,7 @@
 //!
 //! This module must not know what the device threads run.
 
+mod cpu;
 mod fiber;
 mod pool;
 pub(crate) mod protocol;

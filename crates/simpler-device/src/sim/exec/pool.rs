@@ -29,14 +29,15 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::cpu::ThreadProbe;
 use super::fiber::{SliceEnd, Suspend, Task};
 use super::protocol::{AfterPark, RunQueue};
 
 /// How long a slice may run while runnable fibers wait before the monitor counts its
 /// worker out of the pool.
-pub(crate) const STALL_AFTER: Duration = Duration::from_millis(100);
+pub(crate) const STALL_AFTER: Duration = Duration::from_millis(2);
 /// The stall monitor's period while the pool is saturated.
-pub(crate) const MONITOR_TICK: Duration = Duration::from_millis(20);
+pub(crate) const MONITOR_TICK: Duration = Duration::from_millis(1);
 /// Queue polls of an idle worker before it sleeps (each a spin hint, the later ones an OS
 /// yield): a fiber made runnable a few microseconds later is taken without a futex wake.
 const IDLE_POLLS: u32 = 64;
@@ -78,6 +79,10 @@ struct WorkerSlot {
     /// The monitor's last reading of `slices`, and how many ticks in a row it was the same.
     seen: AtomicU64,
     same_ticks: AtomicU64,
+    /// The worker's CPU time when the monitor first saw the current slice, nanoseconds.
+    cpu_at_first_sight: AtomicU64,
+    /// Set by the worker when it starts.
+    probe: std::sync::OnceLock<ThreadProbe>,
     /// Counted out of the pool (blocking section, or stalled as the monitor saw it).
     counted_out: AtomicBool,
 }
@@ -188,6 +193,15 @@ impl Pool {
 
     /// Starts (or brings back from the spares) workers until `target` serve the queue.
     fn ensure_workers(&'static self) -> std::io::Result<()> {
+        if !self.monitor.started.swap(true, Ordering::AcqRel) {
+            let r = std::thread::Builder::new()
+                .name("sim-pool-monitor".into())
+                .spawn(move || self.watch());
+            if let Err(e) = r {
+                self.monitor.started.store(false, Ordering::Release);
+                return Err(e);
+            }
+        }
         let mut w = self.workers.lock();
         while w.live - w.out < self.target {
             if let Some(spare) = w.spares.pop() {
@@ -345,6 +359,9 @@ impl Pool {
     /// A worker thread's loop.
     fn work(&'static self, slot: &WorkerSlot) {
         let _alt = crate::crash::WorkerThread::enter();
+        if let Some(p) = ThreadProbe::current() {
+            let _ = slot.probe.set(p);
+        }
         loop {
             self.fire_timers();
             if let Some(spare) = self.retire_if_surplus() {
@@ -412,16 +429,37 @@ impl Pool {
         if !*armed {
             *armed = true;
             self.monitor.armed_hint.store(true, Ordering::Release);
-            if !self.monitor.started.swap(true, Ordering::AcqRel) {
-                // First arming: start the monitor thread.
-                let r = std::thread::Builder::new()
-                    .name("sim-pool-monitor".into())
-                    .spawn(move || self.watch());
-                if r.is_err() {
-                    self.monitor.started.store(false, Ordering::Release);
-                }
-            }
             self.monitor.cv.notify_one();
+        }
+    }
+
+    /// One tick's look at one worker: counts it out once one slice has lasted
+    /// `stall_ticks` ticks with the thread busy or asleep in the OS (not merely waiting for a
+    /// CPU: the window then starts again).
+    fn look_at(&'static self, s: &WorkerSlot, stall_ticks: u64) {
+        let now = s.slices.load(Ordering::Acquire);
+        let cpu = || s.probe.get().and_then(ThreadProbe::cpu_ns).unwrap_or(0);
+        if s.seen.swap(now, Ordering::AcqRel) != now || now % 2 == 0 {
+            s.same_ticks.store(0, Ordering::Release);
+            return;
+        }
+        let same = s.same_ticks.fetch_add(1, Ordering::AcqRel) + 1;
+        if same == 1 {
+            s.cpu_at_first_sight.store(cpu(), Ordering::Release);
+        }
+        if same < stall_ticks || s.counted_out.load(Ordering::Acquire) {
+            return;
+        }
+        let window = stall_ticks * MONITOR_TICK.as_nanos() as u64;
+        let used = cpu().saturating_sub(s.cpu_at_first_sight.load(Ordering::Acquire));
+        let Some(probe) = s.probe.get() else {
+            self.count_out(s);
+            return;
+        };
+        if used >= window / 2 || probe.asleep() {
+            self.count_out(s);
+        } else {
+            s.same_ticks.store(0, Ordering::Release);
         }
     }
 
@@ -444,16 +482,7 @@ impl Pool {
             }
             let slots: Vec<Arc<WorkerSlot>> = self.workers.lock().slots.clone();
             for s in slots {
-                let now = s.slices.load(Ordering::Acquire);
-                let same = if s.seen.swap(now, Ordering::AcqRel) == now && now % 2 == 1 {
-                    s.same_ticks.fetch_add(1, Ordering::AcqRel) + 1
-                } else {
-                    s.same_ticks.store(0, Ordering::Release);
-                    0
-                };
-                if same >= stall_ticks {
-                    self.count_out(&s);
-                }
+                self.look_at(&s, stall_ticks);
             }
         }
     }
