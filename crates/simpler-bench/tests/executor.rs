@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use simpler_bench::executor::{
     measure_report, ExecutorBenchError, ExecutorFigures, ExecutorParams, Stats,
-    RECORD_READ_SUCCESSORS,
+    CHIP_ROUND_TRIPS_PER_RUN, FLOOR_SAMPLES_PER_RUN, RECORD_READS_PER_RUN, RECORD_READ_SUCCESSORS,
+    ROUND_TRIPS_PER_RUN,
 };
 use simpler_device::sim::ExecutorKind;
 
@@ -25,8 +26,8 @@ fn finite_ratio(what: &str, r: f64) {
 
 fn check(f: &ExecutorFigures, p: &ExecutorParams) {
     let runs = p.runs as usize;
-    positive("empty run", &f.empty_run_us, 20 * runs);
-    positive("1-task run", &f.one_task_run_us, 20 * runs);
+    positive("empty run", &f.empty_run_us, ROUND_TRIPS_PER_RUN * runs);
+    positive("1-task run", &f.one_task_run_us, ROUND_TRIPS_PER_RUN * runs);
     // Slow-tail times are at least the median; slow-tail rates at most.
     assert!(f.empty_run_us.p99 >= f.empty_run_us.median);
     let s = &f.short_runs;
@@ -50,6 +51,10 @@ fn check(f: &ExecutorFigures, p: &ExecutorParams) {
     let c = &f.chips;
     assert_eq!(c.chips, p.chips);
     positive("chip start", &c.start_ms, p.chips as usize);
+    assert_eq!(
+        c.round_trips_per_chip as usize,
+        CHIP_ROUND_TRIPS_PER_RUN * runs
+    );
     assert!(c.threads_before >= 1 && c.threads_after >= 1, "{c:?}");
     positive(
         "concurrent empty run",
@@ -66,7 +71,7 @@ fn check(f: &ExecutorFigures, p: &ExecutorParams) {
     let sizes: Vec<u64> = r.points.iter().map(|p| p.successor_tasks).collect();
     assert_eq!(sizes, RECORD_READ_SUCCESSORS);
     for point in &r.points {
-        positive("record read", &point.us, 5 * runs);
+        positive("record read", &point.us, RECORD_READS_PER_RUN * runs);
     }
     finite_ratio("record read largest/smallest", r.largest_over_smallest);
 }
@@ -81,7 +86,7 @@ fn both_executors_report_every_figure() {
     };
     let report = measure_report(&[ExecutorKind::ThreadPerCore, ExecutorKind::Pool], &params)
         .expect("the bench runs");
-    positive("floor", &report.floor_us, 100);
+    positive("floor", &report.floor_us, FLOOR_SAMPLES_PER_RUN);
     assert!(report.host_cpus >= 1 && report.pool_threads >= 1);
     let threads = &report.executors["threads"];
     let pool = &report.executors["pool"];

@@ -102,13 +102,13 @@ enum Command {
         /// core; `both`: one after the other in this process, side by side with the pool's
         /// gain), each figure as median / p99 beside its target.
         ///
-        /// Figures: empty-run and 1-task-run round trips (20 x runs samples); short runs of
+        /// Figures: empty-run and 1-task-run round trips (40 x runs samples); short runs of
         /// 4 tasks kept two in flight at launch depth 1 and 2 (runs batches of 16 runs);
         /// independent and chained no-op tasks on 24 and 72 cores and the submit cost per
         /// task (runs runs of --tasks tasks); 8 chips in one process (start time, OS threads
-        /// added per chip, empty runs on all at once: 10 x runs each); an idle worker's CPU
+        /// added per chip, empty runs on all at once: 20 x runs each); an idle worker's CPU
         /// time and context switches over --idle-secs; the predecessor's record read with a
-        /// successor of 1, 64, 512, 2048 tasks in flight (5 x runs each). Round trips are
+        /// successor of 1, 64, 512, 2048 tasks in flight (20 x runs each). Round trips are
         /// also shown as a multiple of the floor, a park/unpark round trip of two bare
         /// threads (100 x runs samples).
         #[arg(long, value_enum, value_name = "EXECUTOR", conflicts_with = "balance")]
@@ -291,6 +291,29 @@ mod tests {
             "PTO2_RING_DEP_POOL",
         ] {
             assert!(help.contains(var), "{var} missing from --help:\n{help}");
+        }
+    }
+
+    #[test]
+    fn bench_help_documents_the_executor_flags() {
+        let mut cli = Cli::command();
+        let help = cli
+            .find_subcommand_mut("bench")
+            .expect("a bench subcommand")
+            .render_long_help()
+            .to_string();
+        for text in [
+            "--executor",
+            "--idle-secs",
+            "pool",
+            "threads",
+            "both",
+            "floor",
+        ] {
+            assert!(
+                help.contains(text),
+                "{text} missing from bench --help:\n{help}"
+            );
         }
     }
 

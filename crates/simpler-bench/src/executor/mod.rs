@@ -64,12 +64,12 @@ pub enum ExecutorBenchError {
 ///
 /// | figure | samples |
 /// | --- | --- |
-/// | empty-run and 1-task round trips | 20 × runs |
+/// | empty-run and 1-task round trips | [`ROUND_TRIPS_PER_RUN`] × runs |
 /// | short runs, per launch depth | runs batches of [`SHORT_BATCH`] runs |
 /// | throughput, per graph and chip | runs runs of `tasks` tasks |
-/// | many chips at once | 10 × runs round trips per chip |
-/// | record read, per successor size | 5 × runs |
-/// | park/unpark floor | 100 × runs |
+/// | many chips at once | [`CHIP_ROUND_TRIPS_PER_RUN`] × runs round trips per chip |
+/// | record read, per successor size | [`RECORD_READS_PER_RUN`] × runs |
+/// | park/unpark floor | [`FLOOR_SAMPLES_PER_RUN`] × runs |
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct ExecutorParams {
     /// The base sample count, at least 1.
@@ -111,6 +111,14 @@ impl ExecutorParams {
     }
 }
 
+/// Empty-run and 1-task round trips per run of [`ExecutorParams::runs`].
+pub const ROUND_TRIPS_PER_RUN: usize = 40;
+/// Concurrent round trips of each of the many chips per run.
+pub const CHIP_ROUND_TRIPS_PER_RUN: usize = 20;
+/// Record reads per successor size per run.
+pub const RECORD_READS_PER_RUN: usize = 20;
+/// Park/unpark round trips of the floor per run.
+pub const FLOOR_SAMPLES_PER_RUN: usize = 100;
 /// Runs per batch of the short-runs figure.
 pub const SHORT_BATCH: usize = 16;
 /// Tasks per short run.
@@ -212,16 +220,30 @@ pub fn measure_executor(
     let runs = params.runs as usize;
 
     let (worker, id) = lane::noops_worker(executor, 2)?;
-    let empty_run_us = Stats::of_times(&lane::round_trip_us(&worker, id, 0, 20 * runs)?);
-    let one_task_run_us = Stats::of_times(&lane::round_trip_us(&worker, id, 1, 20 * runs)?);
-    let record_read = record_read(&worker, id, 5 * runs)?;
+    let empty_run_us = Stats::of_times(&lane::round_trip_us(
+        &worker,
+        id,
+        0,
+        ROUND_TRIPS_PER_RUN * runs,
+    )?);
+    let one_task_run_us = Stats::of_times(&lane::round_trip_us(
+        &worker,
+        id,
+        1,
+        ROUND_TRIPS_PER_RUN * runs,
+    )?);
+    let record_read = record_read(&worker, id, RECORD_READS_PER_RUN * runs)?;
     // Closed and dropped: a ThreadPerCore device's threads end with the device.
     worker.close()?;
     drop(worker);
 
     let short_runs = short_runs(executor, runs)?;
     let throughput = throughput(executor, params.tasks, params.runs)?;
-    let chips = chips::many_chips(executor, params.chips, 10 * params.runs)?;
+    let chips = chips::many_chips(
+        executor,
+        params.chips,
+        CHIP_ROUND_TRIPS_PER_RUN as u32 * params.runs,
+    )?;
     let chips_over_one_chip = chips.concurrent_empty_run_us.median / empty_run_us.median;
     let idle = if params.idle.is_zero() {
         None
@@ -346,7 +368,7 @@ pub fn measure_report(
     params: &ExecutorParams,
 ) -> Result<ExecutorReport, ExecutorBenchError> {
     params.check()?;
-    let floor_us = floor::park_round_trip_us(100 * params.runs as usize)?;
+    let floor_us = floor::park_round_trip_us(FLOOR_SAMPLES_PER_RUN * params.runs as usize)?;
     let mut figures = BTreeMap::new();
     for &kind in executors {
         figures.insert(kind.name(), measure_executor(kind, params)?);
