@@ -12,16 +12,22 @@
 //! Numbers are reported, never asserted: [`measure`] returns them for `simpler bench` and
 //! the criterion benches to print.
 //!
+//! [`executor`] measures the sim device's executors one at a time (round trips, short runs,
+//! throughput, many chips in one process, an idle worker's cost, the record read with a
+//! successor in flight, and the park/unpark floor) for `simpler bench --executor`.
+//!
 //! [`balance`] is the scheduler-balance workload: as many independent sleeping tasks as the
 //! chip has cores, over a grid of scheduler and cluster counts (`simpler bench --balance`).
 
 pub mod balance;
+pub mod executor;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use serde::Serialize;
 use simpler_abi::*;
+use simpler_device::sim::ExecutorKind;
 use simpler_device::Topology;
 use simpler_host::{
     ArgDirection, ArgSpec, CallableSpec, ChipWorker, CodeImage, HostArg, HostError, HostTensor,
@@ -145,29 +151,42 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The raw samples of one workload: per measured run (after one warm-up run), its wall time
+/// and the orchestrator's submit time per task.
+#[derive(Clone, Debug, Default)]
+pub struct Samples {
+    /// Wall time of each run (host call to return), microseconds.
+    pub run_us: Vec<f64>,
+    /// Orchestrator time per submitted task of each run, microseconds (0 for empty runs).
+    pub submit_us_per_task: Vec<f64>,
+}
+
 /// Runs `graph` with `tasks` tasks `runs` times (after a warm-up) on a chip of `clusters`
-/// clusters and `aicpu_threads` AICPU threads, and returns the medians.
+/// clusters and `aicpu_threads` AICPU threads whose sim device runs its cores on
+/// `executor`, and returns every run's figures.
 ///
 /// # Errors
 /// Any [`HostError`] of the worker or of a run.
-pub fn measure(
+pub fn measure_samples(
+    executor: ExecutorKind,
     graph: Graph,
     tasks: u64,
     runs: u32,
     clusters: u32,
     aicpu_threads: u32,
-) -> Result<Measurement, HostError> {
+) -> Result<Samples, HostError> {
     let worker = ChipWorker::new(WorkerConfig {
         topology: Topology {
             clusters,
             aicpu_threads,
         },
+        sim_executor: executor,
         ..WorkerConfig::default()
     })?;
     let id = worker.register(&noop_callable())?;
     let mut token = [0u8; 4];
     let chain = u64::from(graph == Graph::Chain);
-    let (mut run_us, mut submit_us) = (Vec::new(), Vec::new());
+    let mut out = Samples::default();
     for i in 0..=runs {
         let mut args = [
             HostArg::Tensor(HostTensor {
@@ -182,11 +201,40 @@ pub fn measure(
         worker.run(id, &mut args)?;
         let wall = start.elapsed();
         if i > 0 {
-            run_us.push(wall.as_secs_f64() * 1e6);
-            submit_us.push(SUBMIT_NS.load(Ordering::Relaxed) as f64 / 1e3 / tasks.max(1) as f64);
+            out.run_us.push(wall.as_secs_f64() * 1e6);
+            let submit_ns = SUBMIT_NS.load(Ordering::Relaxed) as f64;
+            out.submit_us_per_task.push(if tasks == 0 {
+                0.0
+            } else {
+                submit_ns / 1e3 / tasks as f64
+            });
         }
     }
-    let run = median(run_us);
+    Ok(out)
+}
+
+/// Runs `graph` with `tasks` tasks `runs` times (after a warm-up) on a chip of `clusters`
+/// clusters and `aicpu_threads` AICPU threads (the executor `SIMPLER_SIM_EXECUTOR` names),
+/// and returns the medians.
+///
+/// # Errors
+/// Any [`HostError`] of the worker or of a run.
+pub fn measure(
+    graph: Graph,
+    tasks: u64,
+    runs: u32,
+    clusters: u32,
+    aicpu_threads: u32,
+) -> Result<Measurement, HostError> {
+    let samples = measure_samples(
+        ExecutorKind::from_env(),
+        graph,
+        tasks,
+        runs,
+        clusters,
+        aicpu_threads,
+    )?;
+    let run = median(samples.run_us);
     Ok(Measurement {
         graph,
         cores: clusters * 3,
@@ -194,7 +242,11 @@ pub fn measure(
         tasks,
         runs,
         run_us: run,
-        submit_us_per_task: if tasks == 0 { 0.0 } else { median(submit_us) },
+        submit_us_per_task: if tasks == 0 {
+            0.0
+        } else {
+            median(samples.submit_us_per_task)
+        },
         tasks_per_s: tasks as f64 / (run / 1e6),
     })
 }

@@ -1,7 +1,12 @@
 //! `simpler bench`: runs the overhead workloads of `simpler-bench` (no-op task graphs on 24
 //! and 72 simulated cores) and prints their medians as a table or as JSON; with `--balance`,
 //! the scheduler-balance sweep (makespan ÷ task time per scheduler and cluster count). It
-//! reports numbers; it never judges them.
+//! reports numbers; it never judges them. With `--executor`, [`executor`] measures the sim
+//! executors instead.
+
+pub(crate) mod executor;
+
+pub(crate) use executor::ExecutorChoice;
 
 use std::time::Duration;
 

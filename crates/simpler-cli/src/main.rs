@@ -3,7 +3,7 @@
 //! This file owns the command line (clap), dispatch to the subcommands, error printing and
 //! exit codes. The work lives in the modules: [`build`] (compiling an example into a
 //! bundle), [`run`] (matching a run's files against the callable's signature, executing,
-//! checking) and [`bench`] (runtime overhead and scheduler balance figures); manifests, compiling, the kernel
+//! checking) and [`bench`] (runtime overhead, sim executor and scheduler balance figures); manifests, compiling, the kernel
 //! cache, `.npy` files, scalars and comparison are [`simpler_toolchain`]'s.
 //!
 //! Exit codes: `0` success, `1` the run, an output write (the bundle of `build`, an
@@ -86,17 +86,36 @@ enum Command {
     Run(RunArgs),
     /// Measure runtime overhead with no-op task graphs and print the figures.
     Bench {
-        /// Tasks per run (at least 1).
+        /// Tasks per run, at least 1 [default: 16384; with --executor, 4096 per throughput
+        /// run].
         #[arg(
             long,
-            default_value_t = 16_384,
             value_parser = clap::value_parser!(u64).range(1..),
             conflicts_with = "balance"
         )]
-        tasks: u64,
-        /// Measured runs per configuration, at least 1 (the median is reported).
+        tasks: Option<u64>,
+        /// Measured runs per configuration, at least 1 (the median is reported); with
+        /// --executor, the base sample count of every figure.
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
         runs: u32,
+        /// Measure the sim executors instead (fibers on a shared pool, or one OS thread per
+        /// core; `both`: one after the other in this process, side by side with the pool's
+        /// gain), each figure as median / p99 beside its target.
+        ///
+        /// Figures: empty-run and 1-task-run round trips (40 x runs samples); short runs of
+        /// 4 tasks kept two in flight at launch depth 1 and 2 (runs batches of 16 runs);
+        /// independent and chained no-op tasks on 24 and 72 cores and the submit cost per
+        /// task (runs runs of --tasks tasks); 8 chips in one process (start time, OS threads
+        /// added per chip, empty runs on all at once: 20 x runs each); an idle worker's CPU
+        /// time and context switches over --idle-secs; the predecessor's record read with a
+        /// successor of 1, 64, 512, 2048 tasks in flight (20 x runs each). Round trips are
+        /// also shown as a multiple of the floor, a park/unpark round trip of two bare
+        /// threads (100 x runs samples).
+        #[arg(long, value_enum, value_name = "EXECUTOR", conflicts_with = "balance")]
+        executor: Option<bench::ExecutorChoice>,
+        /// With --executor: the idle worker's window, seconds (0 leaves the figure out).
+        #[arg(long, default_value_t = 10, requires = "executor")]
+        idle_secs: u64,
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
@@ -197,8 +216,24 @@ fn main() -> ExitCode {
             bench::balance(full, task_ms, runs, json).map_err(|e| (bench_exit_code(e.as_ref()), e))
         }
         Command::Bench {
+            executor: Some(choice),
+            tasks,
+            runs,
+            json,
+            idle_secs,
+            ..
+        } => bench::executor::command(
+            choice,
+            runs,
+            tasks.unwrap_or(simpler_bench::executor::ExecutorParams::default().tasks),
+            idle_secs,
+            json,
+        )
+        .map_err(|e| (bench_exit_code(e.as_ref()), e)),
+        Command::Bench {
             tasks, runs, json, ..
-        } => bench::command(tasks, runs, json).map_err(|e| (bench_exit_code(e.as_ref()), e)),
+        } => bench::command(tasks.unwrap_or(16_384), runs, json)
+            .map_err(|e| (bench_exit_code(e.as_ref()), e)),
         Command::Run(a) => {
             let req = run::RunRequest {
                 target: a.target,
@@ -256,6 +291,29 @@ mod tests {
             "PTO2_RING_DEP_POOL",
         ] {
             assert!(help.contains(var), "{var} missing from --help:\n{help}");
+        }
+    }
+
+    #[test]
+    fn bench_help_documents_the_executor_flags() {
+        let mut cli = Cli::command();
+        let help = cli
+            .find_subcommand_mut("bench")
+            .expect("a bench subcommand")
+            .render_long_help()
+            .to_string();
+        for text in [
+            "--executor",
+            "--idle-secs",
+            "pool",
+            "threads",
+            "both",
+            "floor",
+        ] {
+            assert!(
+                help.contains(text),
+                "{text} missing from bench --help:\n{help}"
+            );
         }
     }
 

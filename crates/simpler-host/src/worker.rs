@@ -98,7 +98,7 @@ impl ChipWorker {
                     executor: config.sim_executor,
                 },
             )
-                .map_err(HostError::device("starting the sim device"))?,
+            .map_err(HostError::device("starting the sim device"))?,
         );
         ChipWorker::with_device(config, device)
     }

@@ -17,9 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use simpler_abi::{
-    DISPATCH_FLAG_MAY_WAIT,
     ChipTensor, CoreMailbox, KernelArgs, KernelEntry, LocalContext, RunLaunchDesc, RunResult,
-    GLOBAL_CONTEXT_SLOT, LOCAL_CONTEXT_SLOT, MAX_TENSOR_DIMS,
+    DISPATCH_FLAG_MAY_WAIT, GLOBAL_CONTEXT_SLOT, LOCAL_CONTEXT_SLOT, MAX_TENSOR_DIMS,
 };
 use simpler_device::{crash, DevicePtr};
 

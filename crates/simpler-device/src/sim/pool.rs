@@ -183,41 +183,41 @@ impl Pools {
             let rx = tx.clone();
             let chip = chip.clone();
             let h = Spawned::spawn(kind, format!("sim-aicore-{core}"), false, move || {
-                    let t = &chip.topology;
-                    let role = Role::Aicore {
-                        core,
-                        core_type: t.core_type(core),
-                    };
-                    let crash = DeviceThread::enter(chip.device, role);
-                    while let Some(job) = rx.recv() {
-                        if let Job::Aicore {
-                            kernel,
-                            arg,
-                            end,
-                            done,
-                        } = job
-                        {
-                            let ctx = AicoreContext {
-                                core_id: core,
-                                core_type: t.core_type(core),
-                                cluster_id: t.cluster_of(core),
-                                sub_block_id: t.sub_block_of(core),
-                                regs: &chip.cores[core as usize],
-                            };
-                            // SAFETY: this job executes one `launch_aicore` call, whose caller
-                            // vouched for `arg` until the kernel finishes (its `# Safety`);
-                            // `arg` is passed unchanged, `run_aicore` sent the job to every
-                            // core at once, `ctx` is this core's, and the device frees no
-                            // memory by itself.
-                            let ending = run_caught(|| unsafe { kernel(&ctx, arg) });
-                            crash.end_launch();
-                            if let Ending::Panicked(message) = ending {
-                                end.note_panic(|| format!("AICore {core}"), message);
-                            }
-                            done.count_down();
+                let t = &chip.topology;
+                let role = Role::Aicore {
+                    core,
+                    core_type: t.core_type(core),
+                };
+                let crash = DeviceThread::enter(chip.device, role);
+                while let Some(job) = rx.recv() {
+                    if let Job::Aicore {
+                        kernel,
+                        arg,
+                        end,
+                        done,
+                    } = job
+                    {
+                        let ctx = AicoreContext {
+                            core_id: core,
+                            core_type: t.core_type(core),
+                            cluster_id: t.cluster_of(core),
+                            sub_block_id: t.sub_block_of(core),
+                            regs: &chip.cores[core as usize],
+                        };
+                        // SAFETY: this job executes one `launch_aicore` call, whose caller
+                        // vouched for `arg` until the kernel finishes (its `# Safety`);
+                        // `arg` is passed unchanged, `run_aicore` sent the job to every
+                        // core at once, `ctx` is this core's, and the device frees no
+                        // memory by itself.
+                        let ending = run_caught(|| unsafe { kernel(&ctx, arg) });
+                        crash.end_launch();
+                        if let Ending::Panicked(message) = ending {
+                            end.note_panic(|| format!("AICore {core}"), message);
                         }
+                        done.count_down();
                     }
-                })?;
+                }
+            })?;
             pools.aicore.push(tx);
             pools.handles.push(h);
         }
@@ -226,42 +226,42 @@ impl Pools {
             let rx = tx.clone();
             let chip = chip.clone();
             let h = Spawned::spawn(kind, format!("sim-aicpu-{idx}"), true, move || {
-                    let bell = chip.aicpu_bells[idx as usize].clone();
-                    let crash = DeviceThread::enter(chip.device, Role::Aicpu { index: idx });
-                    while let Some(job) = rx.recv() {
-                        if let Job::Aicpu {
-                            kernel,
-                            arg,
-                            threads,
-                            end,
-                            done,
-                        } = job
-                        {
-                            let ctx = AicpuContext {
-                                thread_idx: idx,
-                                thread_num: threads,
-                                topology: &chip.topology,
-                                cores: &chip.cores,
-                                doorbell: &bell,
-                            };
-                            // SAFETY: this job executes one `launch_aicpu` call, whose caller
-                            // vouched for `arg` until the kernel finishes (its `# Safety`);
-                            // `arg` is passed unchanged, `run_aicpu` sent the job to threads
-                            // `0..threads` at once, `ctx` is this thread's, and the device
-                            // frees no memory by itself.
-                            let ending = run_caught(|| unsafe { kernel(&ctx, arg) });
-                            crash.end_launch();
-                            match ending {
-                                Ending::Returned(rc) => end.note_status(rc),
-                                Ending::Killed => end.note_status(KILLED_STATUS),
-                                Ending::Panicked(message) => {
-                                    end.note_panic(|| format!("AICPU thread {idx}"), message);
-                                }
+                let bell = chip.aicpu_bells[idx as usize].clone();
+                let crash = DeviceThread::enter(chip.device, Role::Aicpu { index: idx });
+                while let Some(job) = rx.recv() {
+                    if let Job::Aicpu {
+                        kernel,
+                        arg,
+                        threads,
+                        end,
+                        done,
+                    } = job
+                    {
+                        let ctx = AicpuContext {
+                            thread_idx: idx,
+                            thread_num: threads,
+                            topology: &chip.topology,
+                            cores: &chip.cores,
+                            doorbell: &bell,
+                        };
+                        // SAFETY: this job executes one `launch_aicpu` call, whose caller
+                        // vouched for `arg` until the kernel finishes (its `# Safety`);
+                        // `arg` is passed unchanged, `run_aicpu` sent the job to threads
+                        // `0..threads` at once, `ctx` is this thread's, and the device
+                        // frees no memory by itself.
+                        let ending = run_caught(|| unsafe { kernel(&ctx, arg) });
+                        crash.end_launch();
+                        match ending {
+                            Ending::Returned(rc) => end.note_status(rc),
+                            Ending::Killed => end.note_status(KILLED_STATUS),
+                            Ending::Panicked(message) => {
+                                end.note_panic(|| format!("AICPU thread {idx}"), message);
                             }
-                            done.count_down();
                         }
+                        done.count_down();
                     }
-                })?;
+                }
+            })?;
             pools.aicpu.push(tx);
             pools.handles.push(h);
         }

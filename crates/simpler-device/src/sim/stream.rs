@@ -175,10 +175,11 @@ impl Stream {
         });
         let s = shared.clone();
         let kind: ExecutorKind = pools.kind();
-        let worker = DeviceThread::spawn(kind, format!("sim-stream-{}", id.raw()), true, move || {
-            serve(id, &s, &pools, &memory, &faults)
-        })
-        .map_err(|e| {
+        let worker =
+            DeviceThread::spawn(kind, format!("sim-stream-{}", id.raw()), true, move || {
+                serve(id, &s, &pools, &memory, &faults)
+            })
+            .map_err(|e| {
                 DeviceError::InvalidLaunch(format!("cannot start a stream thread: {e}"))
             })?;
         Ok(Stream {

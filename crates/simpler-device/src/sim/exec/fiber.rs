@@ -122,8 +122,10 @@ impl Task {
         let me = Arc::downgrade(&task);
         let co = Co::with_stack(stack, move |yielder: &Yielder<(), Suspend>, ()| {
             let name = me.upgrade().map(|t| {
-                t.yielder
-                    .store(yielder as *const Yielder<(), Suspend> as usize, Ordering::Release);
+                t.yielder.store(
+                    yielder as *const Yielder<(), Suspend> as usize,
+                    Ordering::Release,
+                );
                 t.name.clone()
             });
             // A device thread's loop catches its kernels' panics itself; one escaping the
@@ -172,7 +174,6 @@ impl Task {
         let yielder = unsafe { &*(y as *const Yielder<(), Suspend>) };
         yielder.suspend(how);
     }
-
 }
 
 impl Drop for Task {

@@ -30,7 +30,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-
 use self::fiber::{Suspend, Task};
 
 /// How a sim device runs its device threads (`docs/sim-device.md` §11).
@@ -253,7 +252,6 @@ pub(crate) enum DeviceThread {
     Thread(JoinHandle<()>),
     Fiber(Arc<Countdown>),
 }
-
 
 impl DeviceThread {
     /// Starts `body` as a device thread named `name`, the way `kind` says; on the pool, an

@@ -25,11 +25,11 @@
 
 #[cfg(all(test, loom))]
 use loom::sync::atomic::AtomicU8;
+use std::collections::VecDeque;
 #[cfg(not(all(test, loom)))]
 use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::AcqRel;
 use std::sync::atomic::Ordering::Acquire;
-use std::collections::VecDeque;
 
 #[cfg(all(test, loom))]
 use loom::sync::{Condvar, Mutex};
