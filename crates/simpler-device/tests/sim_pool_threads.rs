@@ -45,9 +45,7 @@ fn eight_devices_share_the_pool_instead_of_starting_threads() {
     // Start the pool first: its workers are not the devices' threads.
     drop(device(1));
     let before = os_threads();
-    let devs: Vec<Arc<SimDevice>> = (0..8)
-        .map(|_| Arc::new(device(24)))
-        .collect();
+    let devs: Vec<Arc<SimDevice>> = (0..8).map(|_| Arc::new(device(24))).collect();
     let after_start = os_threads();
     let hits = HITS.load(Ordering::Acquire);
     let runners: Vec<_> = devs

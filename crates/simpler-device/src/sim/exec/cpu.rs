@@ -40,8 +40,7 @@ impl ThreadProbe {
 
     /// True if the OS has the thread asleep (state `S` or `D` in its `stat`).
     pub(crate) fn asleep(&self) -> bool {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{}/stat", self.tid))
-        else {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/self/task/{}/stat", self.tid)) else {
             return false;
         };
         // The state follows the command name, which is in parentheses and may hold spaces.

@@ -3,8 +3,8 @@
 //! `available_parallelism`, `SIMPLER_SIM_POOL_THREADS` to change it), the timers of timed
 //! parks, and the replacement of workers that leave the pool for a blocking section.
 //!
-//! - **Workers** take the oldest runnable fiber and run it until it suspends; an idle one
-//!   polls the queue briefly, then sleeps on it until a push, or until the earliest timer.
+//! - **Workers** take the oldest runnable fiber (urgent ones first) and run it until it
+//!   suspends; an idle one sleeps on the queue until a push, or until the earliest timer.
 //!   Nothing wakes an idle pool: with no fiber runnable and no timer armed, every worker
 //!   sleeps without a deadline.
 //! - **Blocking sections** ([`crate::wait::blocking`]): the worker running such a fiber is
@@ -38,9 +38,6 @@ use super::protocol::{AfterPark, RunQueue};
 pub(crate) const STALL_AFTER: Duration = Duration::from_millis(2);
 /// The stall monitor's period while the pool is saturated.
 pub(crate) const MONITOR_TICK: Duration = Duration::from_millis(1);
-/// Queue polls of an idle worker before it sleeps (each a spin hint, the later ones an OS
-/// yield): a fiber made runnable a few microseconds later is taken without a futex wake.
-const IDLE_POLLS: u32 = 64;
 /// Default stack of a fiber, bytes (the default of a Rust thread): mapped up front,
 /// committed by the OS only as it is touched.
 pub(crate) const DEFAULT_STACK_BYTES: usize = 2 << 20;
@@ -121,8 +118,8 @@ pub(crate) struct Pool {
     monitor: Monitor,
     /// Stack size of new fibers.
     pub(crate) stack_bytes: usize,
-    /// An idle worker is polling the queue.
-    spinning: AtomicBool,
+    /// Workers serving the queue (`live - out`), read without the lock on every slice.
+    serving: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -155,7 +152,7 @@ pub(crate) fn pool() -> &'static Pool {
             epoch: Instant::now(),
             monitor: Monitor::default(),
             stack_bytes: DEFAULT_STACK_BYTES,
-            spinning: AtomicBool::new(false),
+            serving: std::sync::atomic::AtomicUsize::new(0),
         }));
         pool
     })
@@ -206,6 +203,7 @@ impl Pool {
         while w.live - w.out < self.target {
             if let Some(spare) = w.spares.pop() {
                 w.live += 1;
+                self.serving.store(w.live - w.out, Ordering::Release);
                 *spare.go.lock() = true;
                 spare.cv.notify_one();
                 continue;
@@ -220,13 +218,18 @@ impl Pool {
             w.live += 1;
             w.slots.push(slot);
         }
+        self.serving.store(w.live - w.out, Ordering::Release);
         Ok(())
     }
 
     /// Counts the calling worker out of the pool and makes sure another takes its place.
     fn count_out(&'static self, slot: &WorkerSlot) {
         if !slot.counted_out.swap(true, Ordering::AcqRel) {
-            self.workers.lock().out += 1;
+            {
+                let mut w = self.workers.lock();
+                w.out += 1;
+                self.serving.store(w.live - w.out, Ordering::Release);
+            }
             if let Err(e) = self.ensure_workers() {
                 eprintln!("simpler: warning: the sim pool cannot start a worker: {e}");
             }
@@ -236,16 +239,22 @@ impl Pool {
     /// Counts a worker back in (its blocking section or stall ended).
     fn count_in(&self, slot: &WorkerSlot) {
         if slot.counted_out.swap(false, Ordering::AcqRel) {
-            self.workers.lock().out -= 1;
+            let mut w = self.workers.lock();
+            w.out -= 1;
+            self.serving.store(w.live - w.out, Ordering::Release);
         }
     }
 
     /// True (and the worker leaves the live count) when the pool has more than `target`
     /// workers serving the queue.
     fn retire_if_surplus(&self) -> Option<Arc<Spare>> {
+        if self.serving.load(Ordering::Acquire) <= self.target {
+            return None;
+        }
         let mut w = self.workers.lock();
         if w.live - w.out > self.target {
             w.live -= 1;
+            self.serving.store(w.live - w.out, Ordering::Release);
             let spare = Arc::new(Spare::default());
             w.spares.push(spare.clone());
             return Some(spare);
@@ -317,43 +326,18 @@ impl Pool {
         }
     }
 
-    /// The next fiber to run, polling briefly, then sleeping; None to re-check timers and
-    /// surplus.
+    /// The next fiber to run, sleeping while there is none; None to re-check timers and
+    /// surplus. An idle worker does not poll first: on a 2-CPU host a polling worker takes
+    /// the CPU that the host thread (or the other worker) needs, and measured slower at the
+    /// median and with millisecond tails (`docs/sim-performance.md`).
     fn next_task(&self) -> Option<Arc<Task>> {
         if let Some(t) = self.queue.try_pop() {
             return Some(t);
         }
-        // One idle worker at a time polls; the others sleep at once (on a small host a
-        // second poller only takes a CPU from the threads that have work).
-        if self
-            .spinning
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            let mut found = None;
-            for i in 0..IDLE_POLLS {
-                if self.queue.looks_busy() {
-                    if let Some(t) = self.queue.try_pop() {
-                        found = Some(t);
-                        break;
-                    }
-                }
-                if i < IDLE_POLLS / 2 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            self.spinning.store(false, Ordering::Release);
-            if found.is_some() {
-                return found;
-            }
-        }
-        let deadline = self.next_deadline();
-        self.queue.pop_or_sleep(deadline, |_| {
-            let w = self.workers.lock();
-            w.live - w.out <= self.target
-        })
+        self.queue.pop_or_sleep(
+            || self.next_deadline(),
+            |_| self.serving.load(Ordering::Acquire) <= self.target,
+        )
     }
 
     /// A worker thread's loop.
@@ -421,8 +405,7 @@ impl Pool {
         if self.monitor.armed_hint.load(Ordering::Acquire) {
             return;
         }
-        let saturated = self.queue.with(|s| !s.queue.is_empty() && s.sleeping == 0);
-        if !saturated {
+        if !(self.queue.looks_busy() && self.queue.none_sleeping()) {
             return;
         }
         let mut armed = self.monitor.armed.lock();
@@ -439,7 +422,7 @@ impl Pool {
     fn look_at(&'static self, s: &WorkerSlot, stall_ticks: u64) {
         let now = s.slices.load(Ordering::Acquire);
         let cpu = || s.probe.get().and_then(ThreadProbe::cpu_ns).unwrap_or(0);
-        if s.seen.swap(now, Ordering::AcqRel) != now || now % 2 == 0 {
+        if s.seen.swap(now, Ordering::AcqRel) != now || now.is_multiple_of(2) {
             s.same_ticks.store(0, Ordering::Release);
             return;
         }
@@ -474,7 +457,7 @@ impl Pool {
                 }
             }
             std::thread::sleep(MONITOR_TICK);
-            let saturated = self.queue.with(|s| !s.queue.is_empty() && s.sleeping == 0);
+            let saturated = self.queue.looks_busy() && self.queue.none_sleeping();
             if !saturated {
                 *self.monitor.armed.lock() = false;
                 self.monitor.armed_hint.store(false, Ordering::Release);

@@ -16,7 +16,8 @@
 //! runs (before its worker has recorded the park) turns RUNNING into NOTIFIED, and the
 //! worker's own compare-exchange RUNNING → PARKED then fails, so the worker queues the
 //! fiber again instead of parking it; a wake that arrives after finds PARKED, and only the
-//! one waker whose exchange moved it to QUEUED pushes it. The run queue's length and the
+//! one waker whose exchange moved it to QUEUED pushes it. Every access of the state in
+//! that chain is a read-modify-write, so each reads the latest state. The run queue's length and the
 //! count of sleeping workers live under one mutex, and a worker re-checks the queue under
 //! that mutex before it waits on the condition variable that every push notifies while a
 //! worker sleeps.
@@ -97,7 +98,10 @@ impl TaskState {
     /// parked). A fiber that is queued or done is left alone; one that is running is
     /// marked so that its worker queues it again.
     pub(crate) fn wake(&self) -> bool {
-        let mut cur = self.0.load(Acquire);
+        // A read-modify-write, not a load: it reads the latest state (a plain load may
+        // return an older one, e.g. QUEUED after the fiber has parked, and the wake-up
+        // would be lost — the loom model below finds that interleaving).
+        let mut cur = self.0.fetch_or(0, AcqRel);
         loop {
             let next = match cur {
                 PARKED => QUEUED,
@@ -120,18 +124,27 @@ impl TaskState {
 
 /// The run queue and its sleeping workers.
 pub(crate) struct RunQueue<T> {
-    /// The queue's length as of the last change, read without the lock by idle workers
-    /// polling (a hint: the lock decides).
+    /// The queue's length as of the last change, read without the lock (a hint: the lock
+    /// decides).
     len_hint: std::sync::atomic::AtomicUsize,
-    #[cfg(not(all(test, loom)))]
-    state: parking_lot::Mutex<QueueState<T>>,
-    #[cfg(not(all(test, loom)))]
-    work: parking_lot::Condvar,
-    #[cfg(all(test, loom))]
-    state: Mutex<QueueState<T>>,
-    #[cfg(all(test, loom))]
-    work: Condvar,
+    /// The count of sleeping workers as of the last change (a hint for the stall monitor).
+    sleeping_hint: std::sync::atomic::AtomicUsize,
+    state: Lock<QueueState<T>>,
+    work: Cond,
 }
+
+#[cfg(not(all(test, loom)))]
+type Lock<T> = parking_lot::Mutex<T>;
+#[cfg(not(all(test, loom)))]
+type Guard<'a, T> = parking_lot::MutexGuard<'a, T>;
+#[cfg(not(all(test, loom)))]
+type Cond = parking_lot::Condvar;
+#[cfg(all(test, loom))]
+type Lock<T> = Mutex<T>;
+#[cfg(all(test, loom))]
+type Guard<'a, T> = loom::sync::MutexGuard<'a, T>;
+#[cfg(all(test, loom))]
+type Cond = Condvar;
 
 /// What the run queue's lock protects.
 pub(crate) struct QueueState<T> {
@@ -141,25 +154,64 @@ pub(crate) struct QueueState<T> {
     pub(crate) sleeping: usize,
     /// How many fibers at the front of `queue` were queued as urgent.
     pub(crate) urgent: usize,
+    /// Sleeping workers notified and not yet awake: a push wakes another worker only if
+    /// more sleep than are already being woken (a futex wake per push would cost more than
+    /// the work it hands over).
+    pub(crate) waking: usize,
 }
 
 impl<T> RunQueue<T> {
     pub(crate) fn new() -> RunQueue<T> {
         RunQueue {
             len_hint: std::sync::atomic::AtomicUsize::new(0),
+            sleeping_hint: std::sync::atomic::AtomicUsize::new(0),
             state: Default::default(),
             work: Default::default(),
         }
     }
 
     #[cfg(not(all(test, loom)))]
-    fn lock(&self) -> parking_lot::MutexGuard<'_, QueueState<T>> {
+    fn lock(&self) -> Guard<'_, QueueState<T>> {
         self.state.lock()
     }
 
     #[cfg(all(test, loom))]
-    fn lock(&self) -> loom::sync::MutexGuard<'_, QueueState<T>> {
+    fn lock(&self) -> Guard<'_, QueueState<T>> {
         self.state.lock().unwrap()
+    }
+
+    /// Waits on the condition variable until notified or `deadline`; true on timeout.
+    /// Under the loom model the wait is untimed, so a lost wake-up is a deadlock loom
+    /// reports.
+    #[cfg(not(all(test, loom)))]
+    fn wait<'a>(
+        &self,
+        mut st: Guard<'a, QueueState<T>>,
+        deadline: Option<std::time::Instant>,
+    ) -> (Guard<'a, QueueState<T>>, bool) {
+        let timed_out = match deadline {
+            Some(d) => self.work.wait_until(&mut st, d).timed_out(),
+            None => {
+                self.work.wait(&mut st);
+                false
+            }
+        };
+        (st, timed_out)
+    }
+
+    /// See the non-loom version.
+    #[cfg(all(test, loom))]
+    fn wait<'a>(
+        &self,
+        st: Guard<'a, QueueState<T>>,
+        _deadline: Option<std::time::Instant>,
+    ) -> (Guard<'a, QueueState<T>>, bool) {
+        (self.work.wait(st).unwrap(), false)
+    }
+
+    fn note_len(&self, st: &QueueState<T>) {
+        self.len_hint
+            .store(st.queue.len(), std::sync::atomic::Ordering::Release);
     }
 
     /// Queues a runnable fiber and wakes a sleeping worker, if any.
@@ -178,94 +230,79 @@ impl<T> RunQueue<T> {
         } else {
             st.queue.push_back(task);
         }
-        self.len_hint
-            .store(st.queue.len(), std::sync::atomic::Ordering::Release);
-        if st.sleeping > 0 {
+        self.note_len(&st);
+        if st.sleeping > st.waking {
+            st.waking += 1;
             self.work.notify_one();
         }
     }
 
-    /// Takes the oldest runnable fiber without waiting.
+    /// Takes the front fiber without waiting.
     pub(crate) fn try_pop(&self) -> Option<T> {
         let mut st = self.lock();
         let t = st.pop();
-        self.len_hint
-            .store(st.queue.len(), std::sync::atomic::Ordering::Release);
+        self.note_len(&st);
         t
     }
 
     /// True if the queue looked non-empty at its last change (no lock taken).
-    #[cfg(not(all(test, loom)))]
     pub(crate) fn looks_busy(&self) -> bool {
         self.len_hint.load(std::sync::atomic::Ordering::Acquire) > 0
     }
 
-    /// Runs `f` on the locked state (the pool's bookkeeping that must agree with the
-    /// queue: timers, worker counts).
-    #[cfg(not(all(test, loom)))]
-    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut QueueState<T>) -> R) -> R {
-        f(&mut self.lock())
+    /// True if no worker sleeps on the queue (no lock taken; a hint).
+    pub(crate) fn none_sleeping(&self) -> bool {
+        self.sleeping_hint
+            .load(std::sync::atomic::Ordering::Acquire)
+            == 0
     }
 
-    /// Takes the oldest runnable fiber, sleeping while there is none, at most until
-    /// `deadline` (None: no limit); None when the deadline passed with the queue empty.
-    /// `stay` is asked under the lock before each sleep: false makes the worker leave
-    /// (it is surplus) with None.
-    #[cfg(not(all(test, loom)))]
+    /// Takes the front fiber, sleeping while there is none, at most until `deadline()`
+    /// (None: no limit), which is read under the lock: a timer armed earlier than it after
+    /// that read wakes the sleepers ([`RunQueue::wake_all`], which takes the lock), so it
+    /// is never slept past. None when the deadline passed with the queue empty. `stay` is
+    /// asked under the lock before each sleep: false makes the worker leave (it is
+    /// surplus) with None.
     pub(crate) fn pop_or_sleep(
         &self,
-        deadline: Option<std::time::Instant>,
+        deadline: impl Fn() -> Option<std::time::Instant>,
         mut stay: impl FnMut(&mut QueueState<T>) -> bool,
     ) -> Option<T> {
         let mut st = self.lock();
         loop {
             if let Some(t) = st.pop() {
-                self.len_hint
-                    .store(st.queue.len(), std::sync::atomic::Ordering::Release);
+                self.note_len(&st);
                 return Some(t);
             }
             if !stay(&mut st) {
                 return None;
             }
             st.sleeping += 1;
-            let timed_out = match deadline {
-                Some(d) => self.work.wait_until(&mut st, d).timed_out(),
-                None => {
-                    self.work.wait(&mut st);
-                    false
-                }
-            };
+            self.sleeping_hint
+                .store(st.sleeping, std::sync::atomic::Ordering::Release);
+            let d = deadline();
+            let (back, timed_out) = self.wait(st, d);
+            st = back;
             st.sleeping -= 1;
+            // Awake, whatever woke it: one fewer to wake. (A worker that woke by its
+            // deadline while another was notified makes the count low, so a later push
+            // wakes one worker too many: harmless. It is never high.)
+            st.waking = st.waking.saturating_sub(1);
+            self.sleeping_hint
+                .store(st.sleeping, std::sync::atomic::Ordering::Release);
             if timed_out {
                 let t = st.pop();
-                self.len_hint
-                    .store(st.queue.len(), std::sync::atomic::Ordering::Release);
+                self.note_len(&st);
                 return t;
             }
-        }
-    }
-
-    /// See the non-loom version; untimed, so a lost wake-up is a deadlock loom reports.
-    #[cfg(all(test, loom))]
-    pub(crate) fn pop_or_sleep_model(&self) -> T {
-        let mut st = self.lock();
-        loop {
-            if let Some(t) = st.pop() {
-                self.len_hint
-                    .store(st.queue.len(), std::sync::atomic::Ordering::Release);
-                return t;
-            }
-            st.sleeping += 1;
-            st = self.work.wait(st).unwrap();
-            st.sleeping -= 1;
         }
     }
 
     /// Wakes every sleeping worker (a timer was armed earlier than they sleep).
-    #[cfg(not(all(test, loom)))]
     pub(crate) fn wake_all(&self) {
-        let st = self.lock();
+        let mut st = self.lock();
         if st.sleeping > 0 {
+            st.waking = st.sleeping;
             self.work.notify_all();
         }
     }
@@ -286,6 +323,7 @@ impl<T> Default for QueueState<T> {
             queue: VecDeque::new(),
             sleeping: 0,
             urgent: 0,
+            waking: 0,
         }
     }
 }
@@ -314,7 +352,9 @@ mod loom_model {
     /// that sees too little parks (the fiber's own check, then the worker's transition).
     fn worker(q: &RunQueue<Arc<Fiber>>, want: u32) {
         loop {
-            let f = q.pop_or_sleep_model();
+            let f = q
+                .pop_or_sleep(|| None, |_| true)
+                .expect("an untimed sleep returns a fiber");
             f.state.begin_slice();
             f.slices.fetch_add(1, Release);
             if f.work.load(Acquire) >= want {
