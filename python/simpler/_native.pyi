@@ -90,6 +90,7 @@ class WorkerConfig:
         op_execute_timeout_s: Optional[float] = None,
         tensor_data_timeout_s: Optional[float] = None,
         sim_memcheck: Union[bool, str, None] = None,
+        sim_executor: Optional[str] = None,
     ) -> WorkerConfig: ...
     @property
     def device_id(self) -> int: ...
@@ -117,6 +118,8 @@ class WorkerConfig:
     def launch_depth(self) -> int: ...
     @property
     def sim_memcheck(self) -> str: ...
+    @property
+    def sim_executor(self) -> str: ...
 
 @final
 class RuntimeEnv:

@@ -75,6 +75,7 @@ _OPTIONS = {
     "op_execute_timeout_s": "op_execute_timeout_s",
     "tensor_data_timeout_s": "tensor_data_timeout_s",
     "sim_memcheck": "sim_memcheck",
+    "sim_executor": "sim_executor",
 }
 
 # Upstream options with no effect here, accepted so upstream scripts run unchanged.
@@ -106,9 +107,12 @@ class Worker:
     the host's defaults (8 clusters, 4 AICPU threads, 256 MiB, launch depth 2, the
     ``SIMPLER_*_TIMEOUT_*`` environment variables read as the CLI reads them, ...:
     ``simpler._native.WorkerConfig()``); the host checks the values when :meth:`init` starts
-    the chip. ``sim_memcheck`` (``True``/``"after"``: every device allocation ends at a guard page, so
-    a kernel writing past a tensor faults at once and the crash report names the allocation;
-    ``"before"``: starts after one; default off, or ``SIMPLER_SIM_MEMCHECK``).
+    the chip. ``sim_memcheck`` (``True``/``"after"``: every device allocation ends at a guard
+    page, so a kernel writing past a tensor faults at once and the crash report names the
+    allocation; ``"before"``: starts after one; default off, or ``SIMPLER_SIM_MEMCHECK``).
+    ``sim_executor`` (``"pool"``: the sim's cores and AICPU threads are fibers on the process's
+    shared pool of worker threads; ``"threads"``: one OS thread each; default ``"pool"``, or
+    ``SIMPLER_SIM_EXECUTOR``). A bad value of either raises ``InvalidConfigError`` naming it.
     """
 
     def __init__(self, level: int = 2, **config: Any) -> None:

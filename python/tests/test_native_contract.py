@@ -2,6 +2,7 @@
 fields, their defaults come from the host, and the host's argument check names what is wrong.
 """
 
+import os
 import re
 
 import numpy as np
@@ -45,6 +46,66 @@ def test_bad_worker_option_values_name_the_option():
         Worker(level=2, run_timeout_s=float("nan"))
     with pytest.raises(simpler.InvalidConfigError, match="launch_depth"):
         Worker(level=2, launch_depth=3).init()
+
+
+def test_sim_executor_option_and_variable_reach_the_worker_config(monkeypatch):
+    monkeypatch.delenv("SIMPLER_SIM_EXECUTOR", raising=False)
+    assert _native.WorkerConfig().sim_executor == "pool"
+    assert _native.WorkerConfig(sim_executor=None).sim_executor == "pool"
+    assert _native.WorkerConfig(sim_executor="threads").sim_executor == "threads"
+    assert _native.WorkerConfig(sim_executor="pool").sim_executor == "pool"
+    assert "sim_executor='threads'" in repr(_native.WorkerConfig(sim_executor="threads"))
+    monkeypatch.setenv("SIMPLER_SIM_EXECUTOR", "threads")
+    assert _native.WorkerConfig().sim_executor == "threads"
+    assert _native.WorkerConfig(sim_executor="pool").sim_executor == "pool"
+    monkeypatch.delenv("SIMPLER_SIM_EXECUTOR")
+    for bad, shown in (("fibers", '"fibers"'), ("Threads", '"Threads"'), (3, "3"), (True, "True")):
+        with pytest.raises(simpler.InvalidConfigError, match="sim_executor") as raised:
+            Worker(level=2, sim_executor=bad)
+        assert shown in str(raised.value), str(raised.value)
+        with pytest.raises(simpler.InvalidConfigError, match="sim_executor"):
+            _native.WorkerConfig(sim_executor=bad)
+
+
+def _os_threads():
+    """OS threads of this process (Linux: the entries of /proc/self/task)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_a_thread_per_core_worker_runs_a_callable_on_threads_of_its_own(monkeypatch, vadd, rng):
+    monkeypatch.delenv("SIMPLER_SIM_EXECUTOR", raising=False)
+    options = {"clusters": 2, "aicpu_threads": 3, "heap_ring_size": 1 << 20}
+    a = rng.random(4096, dtype=np.float32)
+    b = rng.random(4096, dtype=np.float32)
+
+    def started(name):
+        """A started worker on executor `name` and the OS threads starting it added."""
+        before = _os_threads()
+        w = Worker(level=2, sim_executor=name, **options)
+        w.init()
+        assert w._native.config.sim_executor == name
+        assert f"sim_executor='{name}'" in repr(w._native.config)
+        return w, _os_threads() - before
+
+    def runs_vadd(w):
+        c = np.zeros_like(a)
+        w.run(w.register(vadd), [a, b, c])
+        np.testing.assert_array_equal(c, a + b)
+
+    # The first pool worker of the process may start the shared pool; the second one adds
+    # only what any worker adds (the host's own threads).
+    with started("pool")[0] as w:
+        runs_vadd(w)
+    w, added_pool = started("pool")
+    w.close()
+    w, added_threads = started("threads")
+    with w:
+        runs_vadd(w)
+    # A thread-per-core device has an OS thread per AICore (3 per cluster) and per AICPU
+    # thread; a pool device runs them as fibers on the pool.
+    device_threads = 3 * options["clusters"] + options["aicpu_threads"]
+    assert added_threads - added_pool >= device_threads, (added_pool, added_threads)
 
 
 def test_call_config_defaults_and_rules_are_the_hosts():

@@ -10,7 +10,7 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString};
-use simpler_device::sim::Memcheck;
+use simpler_device::sim::{ExecutorKind, Memcheck};
 use simpler_device::Topology;
 use simpler_host::{CallConfig, RingValue, RuntimeEnv, WorkerConfig};
 
@@ -78,6 +78,19 @@ fn memcheck(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Memcheck> {
     }
 }
 
+/// The `sim_executor` option: an executor name ([`ExecutorKind`]'s `FromStr`: `"pool"` or
+/// `"threads"`); anything else is an `InvalidConfigError` naming `sim_executor` and the value.
+fn executor(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<ExecutorKind> {
+    let bad = |why: String| invalid(py, format!("sim_executor: {why}"));
+    match value.extract::<String>() {
+        Ok(text) => text.parse().map_err(bad),
+        Err(_) => Err(bad(format!(
+            "must be \"pool\" or \"threads\", got {}",
+            value.repr()?
+        ))),
+    }
+}
+
 /// The configuration of one chip: the host's [`WorkerConfig`] and the device id.
 #[pyclass(module = "simpler._native", name = "WorkerConfig", frozen)]
 #[derive(Clone)]
@@ -97,19 +110,21 @@ impl NativeWorkerConfig {
 impl NativeWorkerConfig {
     /// Options left out take the host's defaults (`WorkerConfig::default()`: 8 clusters,
     /// 4 AICPU threads, all of them per run, 256 MiB of heap, the runtime's task window,
-    /// launch depth 2, memcheck off unless `SIMPLER_SIM_MEMCHECK` says otherwise, and the
-    /// timeouts of the `SIMPLER_*_TIMEOUT_*` environment variables or their defaults — read
-    /// exactly as the CLI and Rust read them). `heap_size` is in bytes, the timeouts in
+    /// launch depth 2, memcheck off unless `SIMPLER_SIM_MEMCHECK` says otherwise, the pool
+    /// executor unless `SIMPLER_SIM_EXECUTOR` says otherwise, and the timeouts of the
+    /// `SIMPLER_*_TIMEOUT_*` environment variables or their defaults — read exactly as the
+    /// CLI and Rust read them). `heap_size` is in bytes, the timeouts in
     /// seconds: `run_timeout_s` (stream sync), `scheduler_timeout_s` (no progress while nothing
     /// runs), `op_execute_timeout_s` (one kernel dispatch), `tensor_data_timeout_s`
-    /// (`get/set_tensor_data`); `sim_memcheck` a bool or `"off"`/`"after"`/`"before"`. The
-    /// values are checked when a worker starts.
+    /// (`get/set_tensor_data`); `sim_memcheck` a bool or `"off"`/`"after"`/`"before"`;
+    /// `sim_executor` `"pool"` or `"threads"` (`docs/sim-device.md` §11). The values are
+    /// checked when a worker starts.
     #[new]
     #[pyo3(signature = (*, device_id=None, clusters=None, aicpu_threads=None,
                         aicpu_thread_num=None, heap_size=None, task_window=None,
                         run_timeout_s=None, launch_depth=None, scheduler_timeout_s=None,
                         op_execute_timeout_s=None, tensor_data_timeout_s=None,
-                        sim_memcheck=None))]
+                        sim_memcheck=None, sim_executor=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -125,6 +140,7 @@ impl NativeWorkerConfig {
         op_execute_timeout_s: Option<Bound<'_, PyAny>>,
         tensor_data_timeout_s: Option<Bound<'_, PyAny>>,
         sim_memcheck: Option<Bound<'_, PyAny>>,
+        sim_executor: Option<Bound<'_, PyAny>>,
     ) -> PyResult<NativeWorkerConfig> {
         let d = WorkerConfig::default();
         let secs_or = |field: &str, v: &Option<Bound<'_, PyAny>>, default| match v {
@@ -166,6 +182,10 @@ impl NativeWorkerConfig {
             sim_memcheck: match &sim_memcheck {
                 Some(v) => memcheck(py, v)?,
                 None => d.sim_memcheck,
+            },
+            sim_executor: match &sim_executor {
+                Some(v) => executor(py, v)?,
+                None => d.sim_executor,
             },
             ..d
         };
@@ -257,12 +277,19 @@ impl NativeWorkerConfig {
         self.config.sim_memcheck.name()
     }
 
+    /// Sim executor: `"pool"` (device threads are fibers on the process's shared pool of
+    /// worker threads) or `"threads"` (one OS thread per core, AICPU thread and stream).
+    #[getter]
+    fn sim_executor(&self) -> &'static str {
+        self.config.sim_executor.name()
+    }
+
     fn __repr__(&self) -> String {
         let c = &self.config;
         format!(
             "WorkerConfig(device_id={}, clusters={}, aicpu_threads={}, aicpu_thread_num={}, \
              heap_size={}, task_window={}, run_timeout_s={:?}, launch_depth={}, \
-             sim_memcheck='{}')",
+             sim_memcheck='{}', sim_executor='{}')",
             self.device_id,
             c.topology.clusters,
             c.topology.aicpu_threads,
@@ -271,7 +298,8 @@ impl NativeWorkerConfig {
             c.task_window,
             c.run_timeout.as_secs_f64(),
             c.launch_depth,
-            c.sim_memcheck.name()
+            c.sim_memcheck.name(),
+            c.sim_executor.name()
         )
     }
 }
