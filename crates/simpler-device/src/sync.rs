@@ -16,10 +16,10 @@ use std::time::Duration;
 /// thread waits on it; any thread may raise it.
 #[derive(Default)]
 pub(crate) struct Signal {
+    /// The flag and, while the owner waits, how to wake it (a signal has one waiter: its
+    /// doorbell's owner).
     #[cfg(not(all(test, loom)))]
-    flag: parking_lot::Mutex<bool>,
-    #[cfg(not(all(test, loom)))]
-    cv: crate::sim::exec::Notify,
+    state: parking_lot::Mutex<(bool, Option<crate::sim::exec::Waiter>)>,
     #[cfg(all(test, loom))]
     flag: loom::sync::Mutex<bool>,
     #[cfg(all(test, loom))]
@@ -37,8 +37,14 @@ impl Signal {
     pub(crate) fn raise(&self) {
         #[cfg(not(all(test, loom)))]
         {
-            *self.flag.lock() = true;
-            self.cv.notify_all();
+            let waiter = {
+                let mut st = self.state.lock();
+                st.0 = true;
+                st.1.take()
+            };
+            if let Some(w) = waiter {
+                w.wake();
+            }
         }
         #[cfg(all(test, loom))]
         {
@@ -53,12 +59,20 @@ impl Signal {
     /// that never comes shows as a deadlock.
     #[cfg(not(all(test, loom)))]
     pub(crate) fn wait_take(&self, timeout: Duration) {
-        let mut flag = self.flag.lock();
-        if !*flag {
-            self.cv
-                .wait(&mut flag, Some(crate::deadline::deadline(timeout)));
+        {
+            let mut st = self.state.lock();
+            if st.0 {
+                st.0 = false;
+                return;
+            }
+            // Registered under the lock: a raise after this sees it and wakes it (the
+            // waiter's token makes a wake before the park below return it at once).
+            st.1 = Some(crate::sim::exec::Waiter::current());
         }
-        *flag = false;
+        crate::sim::exec::park(Some(crate::deadline::deadline(timeout)));
+        let mut st = self.state.lock();
+        st.0 = false;
+        st.1 = None;
     }
 
     /// See the non-loom version.
