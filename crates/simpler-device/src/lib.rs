@@ -5,7 +5,9 @@
 //! ([`DevicePtr`], [`StreamId`], [`EventId`]), the kernel calling contract ([`AicoreKernel`],
 //! [`AicpuKernel`]), the per-core handshake registers ([`CoreRegs`]) and idle parking
 //! ([`Doorbell`]) that both kernels use, the sim backend ([`sim::SimDevice`]) that plays
-//! an Ascend-style chip with host threads (`docs/sim-device.md`), and the crash reports of
+//! an Ascend-style chip with host threads (`docs/sim-device.md`), the executors that run its
+//! device threads — fibers on one shared pool, or a thread each (`exec`, and [`wait`]: how
+//! device code waits; `docs/sim-device.md` §11) — and the crash reports of
 //! its device threads ([`crash`]: what a thread runs, as the runtime records it, and the
 //! signal handlers that print it).
 //!
@@ -19,6 +21,7 @@ pub mod crash;
 pub mod deadline;
 mod device;
 mod error;
+mod exec;
 mod handle;
 mod kernel;
 mod regs;

@@ -2,7 +2,7 @@
 //! versions in this crate's own test build under `cfg(loom)` (`cfg(all(test, loom))`: a
 //! crate that depends on this one and runs its own loom models gets the real primitives),
 //! so that the loom model in `regs` checks the doorbell's real protocol code. Outside the
-//! model a [`Signal`]'s wait goes through the sim executor's waits (`sim::exec`), so a
+//! model a [`Signal`]'s wait goes through the sim executor's waits (`exec`), so a
 //! doorbell suspends a pool fiber and blocks an OS thread alike.
 
 #[cfg(all(test, loom))]
@@ -19,7 +19,7 @@ pub(crate) struct Signal {
     /// The flag and, while the owner waits, how to wake it (a signal has one waiter: its
     /// doorbell's owner).
     #[cfg(not(all(test, loom)))]
-    state: parking_lot::Mutex<(bool, Option<crate::sim::exec::Waiter>)>,
+    state: parking_lot::Mutex<(bool, Option<crate::exec::Waiter>)>,
     #[cfg(all(test, loom))]
     flag: loom::sync::Mutex<bool>,
     #[cfg(all(test, loom))]
@@ -67,9 +67,9 @@ impl Signal {
             }
             // Registered under the lock: a raise after this sees it and wakes it (the
             // waiter's token makes a wake before the park below return it at once).
-            st.1 = Some(crate::sim::exec::Waiter::current());
+            st.1 = Some(crate::exec::Waiter::current());
         }
-        crate::sim::exec::park(Some(crate::deadline::deadline(timeout)));
+        crate::exec::park(Some(crate::deadline::deadline(timeout)));
         let mut st = self.state.lock();
         st.0 = false;
         st.1 = None;

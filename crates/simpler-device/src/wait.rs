@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use crate::sim::exec;
+use crate::exec;
 
 /// Lets other device threads run (a fiber goes to the back of the run queue; an OS thread
 /// yields its CPU).

@@ -119,10 +119,17 @@ pub(crate) struct WorkerThread {
     _alt: Option<signal::AltStack>,
 }
 
+thread_local! {
+    /// Set on a pool worker thread: a device thread registered on it is a fiber, which
+    /// uses the worker's alternate stack.
+    static ON_POOL_WORKER: Cell<bool> = const { Cell::new(false) };
+}
+
 impl WorkerThread {
     /// Registers the calling worker thread.
     pub(crate) fn enter() -> WorkerThread {
         install();
+        ON_POOL_WORKER.with(|w| w.set(true));
         WorkerThread {
             _alt: signal::AltStack::install(),
         }
@@ -156,7 +163,7 @@ impl DeviceThread {
         slot.code.store(CodeKind::None as u32, r);
         slot.tid.store(signal::gettid(), Ordering::Release);
         CURRENT.with(|c| c.set(Some(slot)));
-        let on_fiber = crate::sim::exec_on_fiber();
+        let on_fiber = ON_POOL_WORKER.with(Cell::get);
         DeviceThread {
             index: Some(index),
             _alt: if on_fiber {

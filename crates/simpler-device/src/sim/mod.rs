@@ -19,7 +19,6 @@
 //! This module must not know about runs or the runtime: it runs whatever kernels it is
 //! given.
 
-pub(crate) mod exec;
 mod faults;
 mod guard;
 mod memory;
@@ -27,7 +26,7 @@ pub mod notices;
 pub(crate) mod pool;
 mod stream;
 
-pub use exec::{pool_threads, pool_threads_started, ExecutorKind};
+pub use crate::exec::{pool_threads, pool_threads_started, ExecutorKind};
 
 pub use faults::{FaultAction, FaultPoint, FaultRule, KernelKind, KernelSpan};
 pub use guard::Memcheck;
@@ -70,11 +69,6 @@ fn next_handle() -> Result<u32, DeviceError> {
                 "the sim has issued every stream and event handle of this process".into(),
             )
         })
-}
-
-/// True on a pool fiber (the crash module gives a fiber no alternate stack of its own).
-pub(crate) fn exec_on_fiber() -> bool {
-    exec::on_fiber()
 }
 
 /// How a sim device is built: memcheck and executor.

@@ -13,15 +13,15 @@
 //!   panic's message ([`KernelEnd::panic`]), which its stream turns into a kernel fault, and
 //!   the thread takes the next job as usual (never a silently dead core).
 
-use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::exec::{Countdown, DeviceThread as Spawned, ExecutorKind, Inbox};
 use crate::crash::{DeviceThread, Role};
+pub(crate) use crate::exec::panic_message;
+use crate::exec::{Countdown, DeviceThread as Spawned, ExecutorKind, Inbox};
 use crate::regs::{KillSwitch, Killed};
 use crate::{
     AicoreContext, AicoreKernel, AicpuContext, AicpuKernel, CoreRegs, DevicePtr, Doorbell, Topology,
@@ -91,17 +91,6 @@ fn run_caught<R>(body: impl FnOnce() -> R) -> Ending<R> {
         Ok(r) => Ending::Returned(r),
         Err(payload) if payload.is::<Killed>() => Ending::Killed,
         Err(payload) => Ending::Panicked(panic_message(&*payload)),
-    }
-}
-
-/// The text of a panic payload (`panic!` with a message carries a `&str` or a `String`).
-pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_string()
     }
 }
 

@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::exec::{DeviceThread, ExecutorKind, Notify};
 use super::faults::{FaultAction, FaultPoint, KernelKind, KernelSpan, SimFaults};
 use super::memory::Memory;
 use super::pool::{panic_message, KernelEnd, Pools, KERNEL_PANIC_STATUS};
+use crate::exec::{DeviceThread, ExecutorKind, Notify};
 use crate::{AicoreKernel, AicpuKernel, DeviceError, DevicePtr, EventStatus, StreamId};
 
 /// Shared state of one event.

@@ -94,12 +94,6 @@ pub(crate) fn current() -> Option<Arc<Task>> {
     CURRENT.with(|c| c.borrow().clone())
 }
 
-/// True on a worker while it runs a fiber.
-#[inline(never)]
-pub(crate) fn on_fiber() -> bool {
-    CURRENT.with(|c| c.borrow().is_some())
-}
-
 impl Task {
     /// A fiber that will run `body` on a stack of `stack_bytes`, queued-state (push it).
     pub(crate) fn new(
@@ -134,7 +128,7 @@ impl Task {
                 eprintln!(
                     "simpler: sim device thread {} ended with a panic: {}",
                     name.unwrap_or_default(),
-                    crate::sim::pool::panic_message(&*p)
+                    super::panic_message(&*p)
                 );
             }
         });

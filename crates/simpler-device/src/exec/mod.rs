@@ -32,6 +32,17 @@ use std::time::{Duration, Instant};
 
 use self::fiber::{Suspend, Task};
 
+/// The text of a panic payload (`panic!` with a message carries a `&str` or a `String`).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
 /// How a sim device runs its device threads (`docs/sim-device.md` §11).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ExecutorKind {
@@ -185,11 +196,6 @@ pub(crate) fn park(deadline: Option<Instant>) {
         Some(t) if !t.blocking.load(Ordering::Acquire) => t.suspend(Suspend::Park(deadline)),
         _ => PARKER.with(|p| p.park(deadline)),
     }
-}
-
-/// True on a worker while it runs a fiber (in a blocking section too).
-pub(crate) fn on_fiber() -> bool {
-    fiber::on_fiber()
 }
 
 /// False on a pool fiber (outside a blocking section): there, polling for a value a few
