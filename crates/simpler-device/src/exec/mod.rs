@@ -19,6 +19,7 @@
 
 mod cpu;
 mod fiber;
+mod fork;
 mod pool;
 pub(crate) mod protocol;
 mod sync;

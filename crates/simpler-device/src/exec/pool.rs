@@ -24,8 +24,8 @@
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -144,17 +144,49 @@ struct Monitor {
     started: AtomicBool,
 }
 
-static POOL: OnceLock<&'static Pool> = OnceLock::new();
+/// The process's pool (null until first use, and again in a forked child: the child has
+/// none of the parent's workers, so its first use starts a pool of its own).
+static POOL: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The process's pool, started on first use.
 pub(crate) fn pool() -> &'static Pool {
-    POOL.get_or_init(|| {
+    let p = POOL.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: a non-null `POOL` points at a leaked `Pool`, never freed.
+        return unsafe { &*p };
+    }
+    let fresh: *mut Pool = Box::into_raw(Box::new(new_pool()));
+    match POOL.compare_exchange(
+        std::ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
+        Ok(_) => {
+            super::fork::forget_pool_in_children(|| {
+                POOL.store(std::ptr::null_mut(), Ordering::Release)
+            });
+            // SAFETY: `fresh` was just leaked into `POOL`, and is never freed.
+            unsafe { &*fresh }
+        }
+        Err(winner) => {
+            // SAFETY: `fresh` came from `Box::into_raw` above and was never shared (its
+            // pool started nothing: workers start on the first spawn).
+            drop(unsafe { Box::from_raw(fresh) });
+            // SAFETY: as for `p` above.
+            unsafe { &*winner }
+        }
+    }
+}
+
+fn new_pool() -> Pool {
+    {
         let target = std::env::var("SIMPLER_SIM_POOL_THREADS")
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
             .filter(|&n| n > 0)
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-        let pool: &'static Pool = Box::leak(Box::new(Pool {
+        Pool {
             queue: RunQueue::new(),
             target,
             workers: Mutex::new(Workers::default()),
@@ -165,9 +197,8 @@ pub(crate) fn pool() -> &'static Pool {
             stack_bytes: DEFAULT_STACK_BYTES,
             serving: std::sync::atomic::AtomicUsize::new(0),
             last_asleep_out: AtomicU64::new(0),
-        }));
-        pool
-    })
+        }
+    }
 }
 
 impl Pool {
