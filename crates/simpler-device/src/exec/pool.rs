@@ -15,9 +15,9 @@
 //! - **The stall monitor** is the safety net for code that blocks a worker outside any
 //!   device wait (a kernel spinning on a flag another core sets, or never returning):
 //!   while runnable fibers wait and no worker sleeps, it looks every [`MONITOR_TICK`] for a
-//!   worker whose slice has kept its thread busy for [`STALL_AFTER`] or asleep in the OS
-//!   for [`ASLEEP_AFTER`], and counts it out of the pool as if it had entered a blocking
-//!   section (a worker merely waiting for a CPU is left alone). It sleeps without a deadline while the
+//!   worker whose slice has kept its thread busy or asleep in the OS for [`STALL_AFTER`],
+//!   and counts it out of the pool as if it had entered a blocking section (a worker
+//!   merely waiting for a CPU is left alone). It sleeps without a deadline while the
 //!   pool keeps up.
 //!
 //! This module must not know what the fibers run.
@@ -34,16 +34,17 @@ use super::cpu::ThreadProbe;
 use super::fiber::{SliceEnd, Suspend, Task};
 use super::protocol::{AfterPark, RunQueue};
 
-/// How long a slice may keep its worker busy (spinning: its CPU time advances) while
-/// runnable fibers wait before the monitor counts the worker out of the pool.
-pub(crate) const STALL_AFTER: Duration = Duration::from_millis(2);
-/// How long a slice may keep its worker asleep in the OS (a sleep, a lock, a blocking call)
-/// before the same: longer, so that a lock briefly contended on a loaded host does not grow
-/// the pool — except within [`COHORT_WINDOW`] of the last such count-out, when
-/// [`STALL_AFTER`] applies (a cohort of sleeping kernels is replaced a generation of
-/// workers at a time, and should not wait this long per generation).
-pub(crate) const ASLEEP_AFTER: Duration = Duration::from_millis(10);
-/// See [`ASLEEP_AFTER`].
+/// How long a slice may keep its worker busy (its CPU time advances: a spin, a long
+/// computation, page faults) or asleep in the OS (a sleep, a lock, a blocking call) while
+/// runnable fibers wait before the monitor counts the worker out of the pool — long enough
+/// that a run's ordinary slices on a loaded host never count — except within
+/// [`COHORT_WINDOW`] of the last count-out, when [`COHORT_STALL_AFTER`] applies (a cohort of
+/// waiting kernels is replaced a generation of workers at a time, and should not wait this
+/// long per generation).
+pub(crate) const STALL_AFTER: Duration = Duration::from_millis(10);
+/// See [`STALL_AFTER`].
+pub(crate) const COHORT_STALL_AFTER: Duration = Duration::from_millis(2);
+/// See [`STALL_AFTER`].
 pub(crate) const COHORT_WINDOW: Duration = Duration::from_millis(50);
 /// The stall monitor's period while the pool is saturated.
 pub(crate) const MONITOR_TICK: Duration = Duration::from_millis(1);
@@ -129,8 +130,8 @@ pub(crate) struct Pool {
     pub(crate) stack_bytes: usize,
     /// Workers serving the queue (`live - out`), read without the lock on every slice.
     serving: std::sync::atomic::AtomicUsize,
-    /// When the monitor last counted out a worker asleep in the OS (pool clock, 0: never).
-    last_asleep_out: AtomicU64,
+    /// When the monitor last counted out a stalled worker (pool clock, 0: never).
+    last_count_out: AtomicU64,
 }
 
 #[derive(Default)]
@@ -196,7 +197,7 @@ fn new_pool() -> Pool {
             monitor: Monitor::default(),
             stack_bytes: DEFAULT_STACK_BYTES,
             serving: std::sync::atomic::AtomicUsize::new(0),
-            last_asleep_out: AtomicU64::new(0),
+            last_count_out: AtomicU64::new(0),
         }
     }
 }
@@ -460,9 +461,10 @@ impl Pool {
     }
 
     /// One tick's look at one worker: counts it out once one slice has lasted
-    /// `stall_ticks` ticks with the thread busy, or `asleep_ticks` with it asleep in the OS
-    /// (not merely waiting for a CPU: the window then starts again).
-    fn look_at(&'static self, s: &WorkerSlot, stall_ticks: u64, asleep_ticks: u64) {
+    /// `stall_ticks` ticks (`cohort_ticks` within [`COHORT_WINDOW`] of the last count-out)
+    /// with its thread busy or asleep in the OS, not merely waiting for a CPU (the window
+    /// then starts again).
+    fn look_at(&'static self, s: &WorkerSlot, stall_ticks: u64, cohort_ticks: u64) {
         let now = s.slices.load(Ordering::Acquire);
         let cpu = || s.probe.get().and_then(ThreadProbe::cpu_ns).unwrap_or(0);
         if s.seen.swap(now, Ordering::AcqRel) != now || now.is_multiple_of(2) {
@@ -473,36 +475,32 @@ impl Pool {
         if same == 1 {
             s.cpu_at_first_sight.store(cpu(), Ordering::Release);
         }
-        if same < stall_ticks || s.counted_out.load(Ordering::Acquire) {
+        if same < cohort_ticks || s.counted_out.load(Ordering::Acquire) {
+            return;
+        }
+        let clock = self.nanos(Instant::now());
+        let last = self.last_count_out.load(Ordering::Acquire);
+        let in_cohort = last != 0 && clock.saturating_sub(last) < COHORT_WINDOW.as_nanos() as u64;
+        if same < stall_ticks && !in_cohort {
             return;
         }
         // CPU time was first read at the first tick of the window.
         let window = (same - 1).max(1) * MONITOR_TICK.as_nanos() as u64;
         let used = cpu().saturating_sub(s.cpu_at_first_sight.load(Ordering::Acquire));
-        let Some(probe) = s.probe.get() else {
+        let busy = used >= window / 2;
+        if busy || s.probe.get().is_none_or(ThreadProbe::asleep) {
+            self.last_count_out.store(clock, Ordering::Release);
             self.count_out(s);
-            return;
-        };
-        if used >= window / 2 {
-            self.count_out(s);
-        } else if !probe.asleep() {
+        } else {
             // Runnable, not running: the host is loaded. Start the window again.
             s.same_ticks.store(0, Ordering::Release);
-        } else {
-            let now = self.nanos(Instant::now());
-            let last = self.last_asleep_out.load(Ordering::Acquire);
-            let in_cohort = last != 0 && now - last.min(now) < COHORT_WINDOW.as_nanos() as u64;
-            if in_cohort || same >= asleep_ticks {
-                self.last_asleep_out.store(now, Ordering::Release);
-                self.count_out(s);
-            }
         }
     }
 
     /// The stall monitor's loop.
     fn watch(&'static self) {
-        let stall_ticks = (STALL_AFTER.as_nanos() / MONITOR_TICK.as_nanos()).max(1) as u64;
-        let asleep_ticks = (ASLEEP_AFTER.as_nanos() / MONITOR_TICK.as_nanos()).max(1) as u64;
+        let ticks = |d: Duration| (d.as_nanos() / MONITOR_TICK.as_nanos()).max(1) as u64;
+        let (stall_ticks, cohort_ticks) = (ticks(STALL_AFTER), ticks(COHORT_STALL_AFTER));
         loop {
             {
                 let mut armed = self.monitor.armed.lock();
@@ -519,7 +517,7 @@ impl Pool {
             }
             let slots: Vec<Arc<WorkerSlot>> = self.workers.lock().slots.clone();
             for s in slots {
-                self.look_at(&s, stall_ticks, asleep_ticks);
+                self.look_at(&s, stall_ticks, cohort_ticks);
             }
         }
     }
