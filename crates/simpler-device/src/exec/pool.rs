@@ -190,13 +190,18 @@ impl Pool {
         self.ensure_workers()?;
         let urgent = task.urgent;
         self.queue.push_as(task, urgent);
+        self.arm_monitor_if_saturated();
         Ok(())
     }
 
     /// Makes a parked fiber runnable (a no-op if it is queued, done, or already woken).
-    pub(crate) fn wake(&self, task: &Arc<Task>) {
+    /// A push from outside the workers (a host thread, a fiber of a blocking section) arms
+    /// the stall monitor when every worker is busy: the workers that would arm it may all
+    /// be held by kernels that never suspend.
+    pub(crate) fn wake(&'static self, task: &Arc<Task>) {
         if task.state.wake() {
             self.queue.push_as(task.clone(), task.urgent);
+            self.arm_monitor_if_saturated();
         }
     }
 
@@ -298,7 +303,7 @@ impl Pool {
     }
 
     /// Wakes the fibers whose timed parks are due.
-    fn fire_timers(&self) {
+    fn fire_timers(&'static self) {
         let next = self.next_timer.load(Ordering::Acquire);
         if next == u64::MAX {
             return;
