@@ -114,6 +114,13 @@ fn a_cohort_spinning_outside_device_waits_still_meets_on_the_pool() {
 }
 
 #[test]
+fn a_cohort_of_more_spinners_than_cpus_still_meets_on_the_pool() {
+    // 48 spinning cores on a host of a few CPUs: once the pool has grown past the CPUs, each
+    // spinner gets a fraction of a CPU, and must still count as busy.
+    assert_eq!(rendezvous(ExecutorKind::Pool, 16, spin_meet), 0);
+}
+
+#[test]
 fn a_cohort_sleeping_on_the_os_still_meets_on_the_pool() {
     assert_eq!(rendezvous(ExecutorKind::Pool, 8, sleep_meet), 0);
 }

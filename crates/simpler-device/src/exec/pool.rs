@@ -130,6 +130,8 @@ pub(crate) struct Pool {
     pub(crate) stack_bytes: usize,
     /// Workers serving the queue (`live - out`), read without the lock on every slice.
     serving: std::sync::atomic::AtomicUsize,
+    /// The machine's CPUs (`available_parallelism`).
+    cpus: usize,
     /// When the monitor last counted out a stalled worker (pool clock, 0: never).
     last_count_out: AtomicU64,
 }
@@ -198,6 +200,7 @@ fn new_pool() -> Pool {
             stack_bytes: DEFAULT_STACK_BYTES,
             serving: std::sync::atomic::AtomicUsize::new(0),
             last_count_out: AtomicU64::new(0),
+            cpus: std::thread::available_parallelism().map_or(2, |n| n.get()),
         }
     }
 }
@@ -222,13 +225,18 @@ impl Pool {
         self.ensure_workers()?;
         let urgent = task.urgent;
         self.queue.push_as(task, urgent);
+        self.arm_monitor_if_saturated();
         Ok(())
     }
 
     /// Makes a parked fiber runnable (a no-op if it is queued, done, or already woken).
-    pub(crate) fn wake(&self, task: &Arc<Task>) {
+    /// A push from outside the workers (a host thread, a fiber of a blocking section) arms
+    /// the stall monitor when every worker is busy: the workers that would arm it may all
+    /// be held by kernels that never suspend.
+    pub(crate) fn wake(&'static self, task: &Arc<Task>) {
         if task.state.wake() {
             self.queue.push_as(task.clone(), task.urgent);
+            self.arm_monitor_if_saturated();
         }
     }
 
@@ -330,7 +338,7 @@ impl Pool {
     }
 
     /// Wakes the fibers whose timed parks are due.
-    fn fire_timers(&self) {
+    fn fire_timers(&'static self) {
         let next = self.next_timer.load(Ordering::Acquire);
         if next == u64::MAX {
             return;
@@ -487,7 +495,12 @@ impl Pool {
         // CPU time was first read at the first tick of the window.
         let window = (same - 1).max(1) * MONITOR_TICK.as_nanos() as u64;
         let used = cpu().saturating_sub(s.cpu_at_first_sight.load(Ordering::Acquire));
-        let busy = used >= window / 2;
+        // Busy: at least half the CPU share a thread gets when the pool's live workers and
+        // one host thread share the machine's CPUs (a spinner among more spinners than CPUs
+        // gets less than half a CPU, and must still count).
+        let live = self.workers.lock().live + 1;
+        let share = (self.cpus as u64 * window / live as u64).min(window);
+        let busy = used >= share / 2;
         if busy || s.probe.get().is_none_or(ThreadProbe::asleep) {
             self.last_count_out.store(clock, Ordering::Release);
             self.count_out(s);
