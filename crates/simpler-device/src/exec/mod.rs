@@ -164,12 +164,18 @@ impl Parker {
     }
 }
 
+/// The fiber running on this thread, unless it is in a blocking section: the one whose
+/// waits suspend it (None: waits block the OS thread).
+fn suspendable_fiber() -> Option<Arc<Task>> {
+    fiber::current().filter(|t| !t.blocking.load(Ordering::Acquire))
+}
+
 impl Waiter {
     /// The calling fiber (outside a blocking section) or thread.
     pub(crate) fn current() -> Waiter {
-        match fiber::current() {
-            Some(t) if !t.blocking.load(Ordering::Acquire) => Waiter::Fiber(t),
-            _ => Waiter::Thread(PARKER.with(Arc::clone)),
+        match suspendable_fiber() {
+            Some(t) => Waiter::Fiber(t),
+            None => Waiter::Thread(PARKER.with(Arc::clone)),
         }
     }
 
@@ -193,27 +199,24 @@ impl Waiter {
 /// Parks the caller until woken (through the [`Waiter`] it got from [`Waiter::current`])
 /// or until `deadline`. Spurious returns are allowed: callers re-check.
 pub(crate) fn park(deadline: Option<Instant>) {
-    match fiber::current() {
-        Some(t) if !t.blocking.load(Ordering::Acquire) => t.suspend(Suspend::Park(deadline)),
-        _ => PARKER.with(|p| p.park(deadline)),
+    match suspendable_fiber() {
+        Some(t) => t.suspend(Suspend::Park(deadline)),
+        None => PARKER.with(|p| p.park(deadline)),
     }
 }
 
 /// False on a pool fiber (outside a blocking section): there, polling for a value a few
 /// microseconds away costs more than parking (a park is a switch, a wake a queue push).
 pub(crate) fn polling_pays() -> bool {
-    match fiber::current() {
-        Some(t) => t.blocking.load(Ordering::Acquire),
-        None => true,
-    }
+    suspendable_fiber().is_none()
 }
 
 /// Lets other device threads run: a fiber goes to the back of the run queue, a thread
 /// yields its CPU.
 pub(crate) fn yield_now() {
-    match fiber::current() {
-        Some(t) if !t.blocking.load(Ordering::Acquire) => t.suspend(Suspend::Yield),
-        _ => std::thread::yield_now(),
+    match suspendable_fiber() {
+        Some(t) => t.suspend(Suspend::Yield),
+        None => std::thread::yield_now(),
     }
 }
 
@@ -221,11 +224,9 @@ pub(crate) fn yield_now() {
 pub(crate) fn sleep(d: Duration) {
     let until = crate::deadline::deadline(d);
     while Instant::now() < until {
-        match fiber::current() {
-            Some(t) if !t.blocking.load(Ordering::Acquire) => {
-                t.suspend(Suspend::Park(Some(until)));
-            }
-            _ => std::thread::sleep(until.saturating_duration_since(Instant::now())),
+        match suspendable_fiber() {
+            Some(t) => t.suspend(Suspend::Park(Some(until))),
+            None => std::thread::sleep(until.saturating_duration_since(Instant::now())),
         }
     }
 }

@@ -139,17 +139,4 @@ impl Countdown {
             self.notify.wait(&mut left, None);
         }
     }
-
-    /// Waits until every part is done or `deadline` passes; false on timeout.
-    #[allow(dead_code)]
-    pub(crate) fn wait_until(&self, deadline: Instant) -> bool {
-        let mut left = self.left.lock();
-        while *left > 0 {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            self.notify.wait(&mut left, Some(deadline));
-        }
-        true
-    }
 }

@@ -20,8 +20,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::crash::{DeviceThread, Role};
-pub(crate) use crate::exec::panic_message;
-use crate::exec::{Countdown, DeviceThread as Spawned, ExecutorKind, Inbox};
+use crate::exec::{panic_message, Countdown, DeviceThread as Spawned, ExecutorKind, Inbox};
 use crate::regs::{KillSwitch, Killed};
 use crate::{
     AicoreContext, AicoreKernel, AicpuContext, AicpuKernel, CoreRegs, DevicePtr, Doorbell, Topology,

@@ -20,7 +20,8 @@ use parking_lot::Mutex;
 
 use super::faults::{FaultAction, FaultPoint, KernelKind, KernelSpan, SimFaults};
 use super::memory::Memory;
-use super::pool::{panic_message, KernelEnd, Pools, KERNEL_PANIC_STATUS};
+use super::pool::{KernelEnd, Pools, KERNEL_PANIC_STATUS};
+use crate::exec::panic_message;
 use crate::exec::{DeviceThread, ExecutorKind, Notify};
 use crate::{AicoreKernel, AicpuKernel, DeviceError, DevicePtr, EventStatus, StreamId};
 
