@@ -1,0 +1,180 @@
+//! The one [`Endpoint`] trait every kind of next-level or sub worker implements: a chip in
+//! this process, a chip in a child process, a sub worker (a Rust closure on a thread, or a
+//! Python callable in a child process); the remote kind of level 4 joins later
+//! (`docs/l3-worker.md` §4).
+//!
+//! An endpoint is driven by exactly one thread, its lane (`crate::lane`): every call is
+//! `&mut self`, synchronous, and returns when the operation is over. The engine never
+//! calls an endpoint from two threads and never calls it again after
+//! [`EndpointError::Died`]. This module defines the contract only; the kinds live in
+//! their own modules.
+
+use std::sync::Arc;
+
+use simpler_device::DevicePtr;
+use simpler_host::{CallConfig, CallableSpec};
+
+use crate::tensor::TaskArg;
+use crate::WorkerError;
+
+/// A callable's key, the same in every endpoint of one worker (and in its children).
+pub type CallableKey = u32;
+
+/// What kind of worker an endpoint is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EndpointKind {
+    /// A chip: runs chip callables, holds device memory.
+    Chip,
+    /// A sub worker: runs sub callables (closures, Python functions).
+    Sub,
+}
+
+/// The arguments a sub callable sees: the task's tensors (host memory) and scalars, in
+/// order.
+pub struct SubArgs<'a> {
+    /// The task's arguments.
+    pub args: &'a [TaskArg],
+}
+
+/// A Rust sub callable: runs on a sub worker thread; an `Err` fails the task with its text.
+pub type SubClosure = Arc<dyn Fn(&SubArgs<'_>) -> Result<(), String> + Send + Sync>;
+
+/// A registered callable as endpoints receive it.
+#[derive(Clone)]
+pub enum Callable {
+    /// A chip callable (code images and signature).
+    Chip(Arc<CallableSpec>),
+    /// A Rust closure, run by sub worker threads.
+    SubClosure(SubClosure),
+    /// A callable serialized by a binding (a pickled Python function), run by sub worker
+    /// processes that binding starts; `name` labels it in messages.
+    SubSerialized {
+        /// The function's qualified name.
+        name: String,
+        /// The serialized function.
+        payload: Arc<[u8]>,
+    },
+}
+
+impl Callable {
+    /// The kind of endpoint that runs it.
+    pub fn runs_on(&self) -> EndpointKind {
+        match self {
+            Callable::Chip(_) => EndpointKind::Chip,
+            Callable::SubClosure(_) | Callable::SubSerialized { .. } => EndpointKind::Sub,
+        }
+    }
+
+    /// The name shown in messages.
+    pub fn name(&self) -> String {
+        match self {
+            Callable::Chip(spec) => spec.name.clone(),
+            Callable::SubClosure(_) => "closure".into(),
+            Callable::SubSerialized { name, .. } => name.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Callable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Callable({:?}, {})", self.runs_on(), self.name())
+    }
+}
+
+/// Why an endpoint operation failed.
+#[derive(Clone, Debug)]
+pub enum EndpointError {
+    /// The operation failed; the endpoint is fine and takes more work.
+    Failed(WorkerError),
+    /// The endpoint is gone (its process died, its mailbox broke); `report` says what is
+    /// known. The engine fails the operation with [`WorkerError::EndpointFailure`] and
+    /// refuses later work to this endpoint.
+    Died {
+        /// Exit status or signal, the child's last output.
+        report: String,
+    },
+}
+
+impl From<WorkerError> for EndpointError {
+    fn from(e: WorkerError) -> EndpointError {
+        EndpointError::Failed(e)
+    }
+}
+
+impl From<simpler_host::HostError> for EndpointError {
+    fn from(e: simpler_host::HostError) -> EndpointError {
+        EndpointError::Failed(WorkerError::Host(e))
+    }
+}
+
+/// A next-level or sub worker, driven by one lane thread (see the module docs).
+pub trait Endpoint: Send + 'static {
+    /// Which kind it is.
+    fn kind(&self) -> EndpointKind;
+
+    /// How messages name it: `chip 1 (device 3)`, `chip 0 (device 0, pid 4242)`,
+    /// `sub worker 2`.
+    fn describe(&self) -> String;
+
+    /// The child process's id, for endpoints that are one.
+    fn pid(&self) -> Option<u32> {
+        None
+    }
+
+    /// Makes `callable` runnable here under `key` (a key is registered once; the engine
+    /// only registers callables of this endpoint's kind).
+    ///
+    /// # Errors
+    /// The callable is refused (malformed, cannot cross to a child process) or the
+    /// endpoint died.
+    fn register(&mut self, key: CallableKey, callable: &Callable) -> Result<(), EndpointError>;
+
+    /// Forgets `key`.
+    ///
+    /// # Errors
+    /// The endpoint died.
+    fn unregister(&mut self, key: CallableKey) -> Result<(), EndpointError>;
+
+    /// Runs the callable `key` on `args` (signature order) and returns when it is over.
+    ///
+    /// # Errors
+    /// [`EndpointError::Failed`] with the task's own error (a chip run's, a sub callable's
+    /// text), or [`EndpointError::Died`].
+    fn run(
+        &mut self,
+        key: CallableKey,
+        args: &[TaskArg],
+        config: &CallConfig,
+    ) -> Result<(), EndpointError>;
+
+    /// Allocates `nbytes` of zeroed device memory (chips only).
+    ///
+    /// # Errors
+    /// The device's error, or the endpoint is not a chip.
+    fn malloc(&mut self, nbytes: u64) -> Result<DevicePtr, EndpointError>;
+
+    /// Frees an allocation made by [`malloc`](Endpoint::malloc).
+    ///
+    /// # Errors
+    /// An unknown pointer, or the endpoint is not a chip.
+    fn free(&mut self, ptr: DevicePtr) -> Result<(), EndpointError>;
+
+    /// Copies host bytes `src` to device memory at `dst`.
+    ///
+    /// # Errors
+    /// An address outside the chip's allocations, the device's error.
+    fn copy_to(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), EndpointError>;
+
+    /// Copies device memory at `src` into host bytes `dst`.
+    ///
+    /// # Errors
+    /// As [`copy_to`](Endpoint::copy_to).
+    fn copy_from(&mut self, dst: &mut [u8], src: DevicePtr) -> Result<(), EndpointError>;
+
+    /// Stops the endpoint: closes the chip, tells the child to exit and reaps it. Called
+    /// once, last.
+    ///
+    /// # Errors
+    /// The shutdown could not be proven clean (the child had to be killed).
+    fn shutdown(&mut self) -> Result<(), EndpointError>;
+}
