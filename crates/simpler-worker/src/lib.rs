@@ -10,20 +10,25 @@
 //! Modules, by responsibility:
 //! - **Arguments and memory**: [`tensor`] (views, tags, task arguments), [`memory`] (the
 //!   host memory contract, shared regions children map).
-//! - **Endpoints**: [`endpoint`] (the one trait).
+//! - **Endpoints**: [`endpoint`] (the one trait), `chip_args` (a chip task's arguments as a
+//!   chip run takes them), [`process`] (endpoints in child processes and the child side).
 //! - **Errors**: `error` ([`WorkerError`]).
 //!
 //! It drives chips only through [`simpler_host::ChipWorker`] (in this process or in a child
 //! process) and never reaches into the host's run lane or the chip runtime.
 
+mod chip_args;
 pub mod endpoint;
 mod error;
 pub mod memory;
+pub mod process;
 pub mod tensor;
 
+pub use chip_args::owned_args;
 pub use endpoint::{
     Callable, CallableKey, Endpoint, EndpointError, EndpointKind, SubArgs, SubClosure,
 };
 pub use error::WorkerError;
 pub use memory::{HostMemory, SharedMemoryError, SharedRef, SharedRegion, VecMemory};
-pub use tensor::{c_strides, ChildAllocation, Memory, TaskArg, TaskArgs, Tag, Tensor};
+pub use process::ChildProgram;
+pub use tensor::{c_strides, ChildAllocation, Memory, Tag, TaskArg, TaskArgs, Tensor};

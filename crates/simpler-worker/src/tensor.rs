@@ -315,7 +315,10 @@ mod tests {
         assert_eq!(t.byte_span(), Some((0, 64)));
         assert!(t.is_contiguous());
         let err = Tensor::new(host(60), &[4, 4], DataType::Float32).unwrap_err();
-        assert!(err.to_string().contains("reaches past the 60 bytes"), "{err}");
+        assert!(
+            err.to_string().contains("reaches past the 60 bytes"),
+            "{err}"
+        );
         let col = Tensor::view(host(64), 4, &[4, 1], &[4, 1], DataType::Float32).unwrap();
         assert!(!col.is_contiguous() || col.shape()[1] == 1);
         assert_eq!(col.byte_span(), Some((4, 56)));
