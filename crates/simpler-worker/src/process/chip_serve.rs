@@ -284,8 +284,10 @@ fn map_staged(
     regions: &RegionCache,
     r: &crate::memory::SharedRef,
 ) -> Result<SharedRegion, WorkerError> {
-    regions.map_once(r).map_err(|reason| WorkerError::InvalidArgument {
-        arg: "data".into(),
-        reason,
-    })
+    regions
+        .map_once(r)
+        .map_err(|reason| WorkerError::InvalidArgument {
+            arg: "data".into(),
+            reason,
+        })
 }

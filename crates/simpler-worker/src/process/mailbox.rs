@@ -314,7 +314,9 @@ impl Mailbox {
         let parent = self.parent.ok_or("only a child reads requests")?;
         let region = SharedRegion::map_from_parent(parent, r.fd, r.region_len, r.region)
             .map_err(|e| format!("cannot map a staged request: {e}"))?;
-        let len = usize::try_from(r.len).unwrap_or(usize::MAX).min(region.len());
+        let len = usize::try_from(r.len)
+            .unwrap_or(usize::MAX)
+            .min(region.len());
         // SAFETY: the mapping holds `region.len() >= len` bytes; the parent keeps the region
         // unchanged until the response.
         Ok(unsafe { std::slice::from_raw_parts(region.as_ptr(), len) }.to_vec())
@@ -371,12 +373,7 @@ mod tests {
     use super::*;
 
     fn child_of(parent: &Mailbox) -> Mailbox {
-        Mailbox::open(
-            std::process::id(),
-            parent.region().fd(),
-            MAILBOX_LEN,
-        )
-        .unwrap()
+        Mailbox::open(std::process::id(), parent.region().fd(), MAILBOX_LEN).unwrap()
     }
 
     #[test]

@@ -148,7 +148,9 @@ pub fn spawn_chip(
     program: &ChildProgram,
     deadline: Instant,
 ) -> Result<Box<dyn Endpoint>, WorkerError> {
-    Ok(Box::new(chip_child::start(index, config, program, deadline)?))
+    Ok(Box::new(chip_child::start(
+        index, config, program, deadline,
+    )?))
 }
 
 /// Starts sub worker `index` in a child process running `program` (a binding's sub worker

@@ -179,7 +179,11 @@ impl ChildProcess {
         let tail = self.tail.text(TAIL_SETTLE);
         let tail = tail.trim_end();
         if tail.is_empty() {
-            format!("{} (pid {}) {how}; it wrote nothing to stderr", self.name, self.pid())
+            format!(
+                "{} (pid {}) {how}; it wrote nothing to stderr",
+                self.name,
+                self.pid()
+            )
         } else {
             format!(
                 "{} (pid {}) {how}; the end of its stderr:\n{tail}",
@@ -324,7 +328,11 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let tail = c.stderr_tail();
-        assert!(tail.len() <= TAIL_BYTES && tail.ends_with("END\n"), "{}", tail.len());
+        assert!(
+            tail.len() <= TAIL_BYTES && tail.ends_with("END\n"),
+            "{}",
+            tail.len()
+        );
         assert!(c.poll_exit().is_none());
         drop(c);
         assert!(
@@ -353,7 +361,10 @@ mod tests {
 
     #[test]
     fn statuses_are_described() {
-        assert_eq!(describe_status(ExitStatus::from_raw(3 << 8)), "exited with status 3");
+        assert_eq!(
+            describe_status(ExitStatus::from_raw(3 << 8)),
+            "exited with status 3"
+        );
         assert_eq!(
             describe_status(ExitStatus::from_raw(libc::SIGKILL)),
             "was killed by signal SIGKILL (9)"

@@ -282,10 +282,13 @@ impl SubChild {
             )));
         }
         loop {
-            let request = self.conn.next().map_err(|report| WorkerError::EndpointFailure {
-                endpoint: format!("the mailbox of sub worker {}", self.conn.index()),
-                report,
-            })?;
+            let request = self
+                .conn
+                .next()
+                .map_err(|report| WorkerError::EndpointFailure {
+                    endpoint: format!("the mailbox of sub worker {}", self.conn.index()),
+                    report,
+                })?;
             let (what, request) = match request {
                 Request::Register {
                     key,
