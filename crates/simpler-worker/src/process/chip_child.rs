@@ -75,7 +75,7 @@ pub(crate) fn unexpected(response: Response, what: &str) -> EndpointError {
     }
 }
 
-fn library<'a>(name: &str, part: &str, image: &'a CodeImage) -> Result<BundleCode, WorkerError> {
+fn library(name: &str, part: &str, image: &CodeImage) -> Result<BundleCode, WorkerError> {
     match image {
         CodeImage::Library { bytes, entry } => Ok(BundleCode {
             entry: entry.clone(),

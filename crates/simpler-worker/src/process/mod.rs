@@ -28,13 +28,13 @@ mod chip_serve;
 mod link;
 mod mailbox;
 mod spawn;
-mod sub_child;
+pub mod sub_child;
 mod sys;
 mod wire;
 mod wire_error;
 
 pub use child::EXIT_PARENT_GONE;
-pub use chip_serve::serve_chip_child;
+pub use chip_serve::{serve_chip_child, serve_chip_child_status};
 pub use sub_child::{SubChild, SubRequest};
 pub use wire::{WireArg, WireTensor};
 

@@ -275,6 +275,8 @@ impl SubChild {
     /// # Errors
     /// [`WorkerError::InvalidState`] when the previous request has no reply yet;
     /// [`WorkerError::EndpointFailure`] when the mailbox broke.
+    // `next` is the bindings' name for it; a fallible blocking call is no iterator.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<SubRequest, WorkerError> {
         if let Some(what) = self.pending {
             return Err(WorkerError::InvalidState(format!(
