@@ -336,6 +336,25 @@ fn startup_failures_are_typed_and_leave_nothing_running() {
     assert!(children().is_empty(), "no child left: {:?}", children());
 }
 
+#[test]
+fn the_rust_child_program_is_found_beside_the_test_binary_or_named_by_the_variable() {
+    let _serial = serial();
+    let found = ChildProgram::for_rust().unwrap();
+    assert_eq!(
+        std::fs::canonicalize(&found.program).unwrap(),
+        std::fs::canonicalize(env!("CARGO_BIN_EXE_simpler-child")).unwrap()
+    );
+    // The tests of this binary hold `serial()`, so none reads the variable meanwhile.
+    std::env::set_var("SIMPLER_CHILD_PROGRAM", "/no/such/child");
+    let e = ChildProgram::for_rust().unwrap_err();
+    std::env::remove_var("SIMPLER_CHILD_PROGRAM");
+    assert!(
+        e.to_string()
+            .contains("SIMPLER_CHILD_PROGRAM=/no/such/child names no file"),
+        "{e}"
+    );
+}
+
 const HELPER: &str = "SIMPLER_PROCESS_TEST_HELPER";
 
 /// Run only by `a_chip_child_ends_when_its_parent_is_killed`, as the parent it kills.

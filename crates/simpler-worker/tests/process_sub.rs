@@ -90,14 +90,18 @@ fn run(child: &mut SubChild, name: &str, payload: &[u8], args: &[WireArg]) -> Re
     }
 }
 
-fn this_binary_as_child() -> ChildProgram {
+/// This test binary running only its test `helper`, its harness's stdout silenced (the
+/// parent's stdout is the child's).
+fn this_binary_as_child(helper: &str) -> ChildProgram {
     ChildProgram {
-        program: std::env::current_exe().unwrap(),
+        program: "/bin/sh".into(),
         args: vec![
+            "-c".into(),
+            "exec \"$0\" \"$@\" >/dev/null".into(),
+            std::env::current_exe().unwrap().into(),
             "--exact".into(),
-            "sub_child_program".into(),
+            helper.into(),
             "--ignored".into(),
-            "--quiet".into(),
         ],
     }
 }
@@ -112,7 +116,7 @@ fn failed(result: Result<(), EndpointError>) -> WorkerError {
 #[test]
 fn a_sub_worker_process_registers_runs_and_reports_errors_over_shared_memory() {
     let _serial = serial();
-    let mut sub = spawn_sub(0, &this_binary_as_child(), deadline()).unwrap();
+    let mut sub = spawn_sub(0, &this_binary_as_child("sub_child_program"), deadline()).unwrap();
     let pid = sub.pid().unwrap();
     assert_eq!(sub.kind(), EndpointKind::Sub);
     assert_eq!(sub.describe(), format!("sub worker 0 (pid {pid})"));
@@ -135,9 +139,17 @@ fn a_sub_worker_process_registers_runs_and_reports_errors_over_shared_memory() {
     let region = Arc::new(SharedRegion::new((8 * N) as u64, "sub-buf").unwrap());
     let xs: Vec<f32> = (0..N).map(|i| i as f32 - 10.0).collect();
     write_f32(&region, 0, &xs);
-    let memory = Memory::Host(region.clone());
-    let x = Tensor::view(memory.clone(), 0, &[N as u64], &[1], DataType::Float32).unwrap();
-    let y = Tensor::view(memory, (4 * N) as u64, &[N as u64], &[1], DataType::Float32).unwrap();
+    let x = Tensor::view(
+        Memory::Host(region.clone()),
+        0,
+        &[N as u64],
+        &[1],
+        DataType::Float32,
+    )
+    .unwrap();
+    // y is a span of the region with a memory of its own (as the heap ring's allocations).
+    let y_memory = Memory::Host(Arc::new(RegionSlice::new(region.clone(), 4 * N, 4 * N)));
+    let y = Tensor::new(y_memory, &[N as u64], DataType::Float32).unwrap();
     let args = |add: f32| {
         vec![
             TaskArg::Tensor(x.clone(), Tag::Input),
@@ -205,15 +217,7 @@ fn a_sub_worker_process_registers_runs_and_reports_errors_over_shared_memory() {
 fn a_child_that_crashes_while_serving_a_sub_task_is_reported() {
     let _serial = serial();
     // A child that connects as a sub worker, then dies on its first run.
-    let program = ChildProgram {
-        program: std::env::current_exe().unwrap(),
-        args: vec![
-            "--exact".into(),
-            "sub_child_that_dies".into(),
-            "--ignored".into(),
-            "--quiet".into(),
-        ],
-    };
+    let program = this_binary_as_child("sub_child_that_dies");
     let mut sub = spawn_sub(1, &program, deadline()).unwrap();
     let region = Arc::new(SharedRegion::new(64, "x").unwrap());
     let t = Tensor::new(Memory::Host(region), &[16], DataType::Float32).unwrap();

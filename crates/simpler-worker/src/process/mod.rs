@@ -63,7 +63,7 @@ pub const RUST_CHILD_PROGRAM: &str = "simpler-child";
 
 /// The program a child process runs, with its leading arguments: the `simpler-child`
 /// binary for Rust users, `python -m simpler._child` for the Python package. The engine
-/// adds no arguments of its own; it passes everything in the environment ([`env`]).
+/// adds no arguments of its own; it passes everything in the environment ([`mod@env`]).
 #[derive(Clone, Debug)]
 pub struct ChildProgram {
     /// The executable.

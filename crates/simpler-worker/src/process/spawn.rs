@@ -253,8 +253,16 @@ pub(crate) fn signal_name(sig: i32) -> String {
 fn forward_stderr(mut pipe: impl Read, prefix: &str, tail: &Tail) {
     let mut buf = [0u8; 4096];
     let mut line = Vec::new();
-    // The parent's stderr (through `eprint!`, so a test harness's capture holds it).
-    let forward = |line: &[u8]| eprint!("{prefix}{}", String::from_utf8_lossy(line));
+    // The parent's stderr, through `eprint!` so that a test harness's capture holds it. A
+    // stderr that fails (a closed pipe) makes `eprint!` panic: forwarding stops, the tail
+    // goes on, and the child is never left writing into a pipe nobody reads.
+    let mut forwarding = true;
+    let mut forward = |line: &[u8]| {
+        if forwarding {
+            let text = String::from_utf8_lossy(line);
+            forwarding = std::panic::catch_unwind(|| eprint!("{prefix}{text}")).is_ok();
+        }
+    };
     loop {
         match pipe.read(&mut buf) {
             Ok(0) => break,

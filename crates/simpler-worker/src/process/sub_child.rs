@@ -224,7 +224,7 @@ impl std::fmt::Debug for SubChild {
 
 impl SubChild {
     /// Connects to the parent that started this process as a sub worker, from the
-    /// environment it set (`SIMPLER_CHILD_*`, [`crate::process::env`]), and reports READY.
+    /// environment it set (`SIMPLER_CHILD_*`, [`mod@crate::process::env`]), and reports READY.
     /// Call it once the child's own setup is done: the parent's startup deadline runs until
     /// then.
     ///

@@ -251,3 +251,43 @@ pub fn dev_shm() -> Vec<PathBuf> {
     names.sort();
     names
 }
+
+/// `len` bytes at `offset` of a shared region, as its own host memory (as the engine's heap
+/// ring hands out allocations): children see the span, not the region.
+pub struct RegionSlice {
+    /// The region.
+    pub region: Arc<SharedRegion>,
+    /// First byte in the region.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+// SAFETY: the span lies inside the region (checked by `new`), which stays mapped while the
+// `Arc` lives.
+unsafe impl HostMemory for RegionSlice {
+    fn as_ptr(&self) -> *mut u8 {
+        // SAFETY: `offset` is inside the region (checked by `new`).
+        unsafe { self.region.as_ptr().add(self.offset) }
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn shared(&self) -> Option<simpler_worker::SharedRef> {
+        Some(self.region.share(self.offset as u64, self.len as u64))
+    }
+}
+
+impl RegionSlice {
+    /// The span `[offset, offset + len)` of `region`.
+    pub fn new(region: Arc<SharedRegion>, offset: usize, len: usize) -> RegionSlice {
+        assert!(offset + len <= region.len());
+        RegionSlice {
+            region,
+            offset,
+            len,
+        }
+    }
+}
