@@ -171,6 +171,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_sub_child_and_its_requests_can_leave_the_thread_that_made_them() {
+        // Bindings block in `next()` with their interpreter lock released.
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<SubChild>();
+        send_sync::<SubRequest>();
+        send_sync::<WireTensor>();
+    }
+
+    #[test]
     fn the_rust_child_is_looked_for_beside_the_executable_and_one_level_up() {
         let got = candidates(Path::new("/t/target/debug/deps/test-abc"));
         assert_eq!(
