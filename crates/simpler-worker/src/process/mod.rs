@@ -20,6 +20,44 @@ pub struct ChildProgram {
     pub args: Vec<OsString>,
 }
 
+impl ChildProgram {
+    /// The Rust child program, `simpler-child`: `$SIMPLER_CHILD_PROGRAM`, else next to the
+    /// current executable or in its parent directory.
+    ///
+    /// # Errors
+    /// [`WorkerError::Startup`] naming where it looked and the variable.
+    pub fn for_rust() -> Result<ChildProgram, WorkerError> {
+        if let Some(p) = std::env::var_os("SIMPLER_CHILD_PROGRAM") {
+            return Ok(ChildProgram {
+                program: p.into(),
+                args: Vec::new(),
+            });
+        }
+        let exe = std::env::current_exe().ok();
+        let dirs: Vec<PathBuf> = exe
+            .iter()
+            .filter_map(|e| e.parent())
+            .flat_map(|d| [Some(d.to_path_buf()), d.parent().map(|p| p.to_path_buf())])
+            .flatten()
+            .collect();
+        for d in &dirs {
+            let candidate = d.join("simpler-child");
+            if candidate.is_file() {
+                return Ok(ChildProgram {
+                    program: candidate,
+                    args: Vec::new(),
+                });
+            }
+        }
+        Err(WorkerError::Startup {
+            endpoint: "the chip child program".into(),
+            reason: format!(
+                "simpler-child was not found in {dirs:?}; set SIMPLER_CHILD_PROGRAM to its path"
+            ),
+        })
+    }
+}
+
 /// Starts chip `index` (configured by `config`) in a child process running `program`;
 /// returns once the child has brought its chip up, or fails by `deadline` having killed
 /// and reaped it.
