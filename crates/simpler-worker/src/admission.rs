@@ -36,20 +36,24 @@ pub(crate) fn memory_key(m: &Arc<dyn HostMemory>) -> usize {
     Arc::as_ptr(m).cast::<u8>() as usize
 }
 
-/// Admits the checked submission `s` into run `run`'s graph (see the module docs).
+/// Admits the checked submission `s` of `orch.<method>()` into run `run_id`'s graph (see
+/// the module docs).
 ///
 /// # Errors
 /// [`WorkerError::EndpointFailure`] for a dead target; [`WorkerError::InvalidArgument`]
-/// naming the argument for memory that is not live.
-pub(crate) fn admit(engine: &Engine, run_id: u64, s: Submission) -> Result<TaskId, WorkerError> {
+/// naming the argument for memory that is not live; [`WorkerError::InvalidState`] once the
+/// orchestration has returned.
+pub(crate) fn admit(
+    engine: &Engine,
+    run_id: u64,
+    method: &str,
+    s: Submission,
+) -> Result<TaskId, WorkerError> {
     let mut st = engine.state.lock();
     refuse_dead_targets(engine, &st, &s.target)?;
     let head = st.is_head(run_id);
     let State { runs, children, .. } = &mut *st;
-    let run = runs
-        .iter_mut()
-        .find(|r| r.id == run_id)
-        .expect("an open run is in flight");
+    let run = crate::orchestrator::open_run(runs, run_id, method)?;
 
     // The memory it names must be live; its release waits for the task.
     let mut uses = Vec::new();

@@ -8,6 +8,7 @@
 //! scheduler's.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ use crate::engine::{Engine, State};
 use crate::graph::{Target, Work};
 use crate::memory::HostMemory;
 use crate::registry::CallableHandle;
-use crate::run::HeapAlloc;
+use crate::run::{HeapAlloc, Run};
 use crate::tensor::{Memory, Tag, TaskArg, TaskArgs, Tensor};
 use crate::tensormap::TaskId;
 use crate::validate::{self, Dest};
@@ -104,6 +105,30 @@ fn accesses<'a>(
         })
 }
 
+/// The refusal of `orch.<method>()` once the orchestration function has returned.
+fn returned(method: &str) -> WorkerError {
+    WorkerError::InvalidState(format!(
+        "orch.{method}() is valid only inside its orchestration function; this run's \
+         orchestration has returned"
+    ))
+}
+
+/// Run `id` among `runs` while its orchestration is open (checked under the engine lock,
+/// so a clone of the orchestrator racing with the function's return is refused, not
+/// admitted into a closed run).
+///
+/// # Errors
+/// [`WorkerError::InvalidState`] naming `orch.<method>()` once the run is closed.
+pub(crate) fn open_run<'a>(
+    runs: &'a mut VecDeque<Run>,
+    id: u64,
+    method: &str,
+) -> Result<&'a mut Run, WorkerError> {
+    runs.iter_mut()
+        .find(|r| r.id == id && !r.closed)
+        .ok_or_else(|| returned(method))
+}
+
 /// Bytes of `shape` × `dtype`.
 ///
 /// # Errors
@@ -135,10 +160,7 @@ impl Orchestrator {
 
     fn engine(&self, method: &str) -> Result<&Engine, WorkerError> {
         if !self.ctx.open.load(Ordering::Acquire) {
-            return Err(WorkerError::InvalidState(format!(
-                "orch.{method}() is valid only inside its orchestration function; this run's \
-                 orchestration has returned"
-            )));
+            return Err(returned(method));
         }
         Ok(&self.ctx.engine)
     }
@@ -169,6 +191,7 @@ impl Orchestrator {
         admit(
             engine,
             self.ctx.run,
+            "submit_next_level",
             Submission {
                 what: handle.name().to_string(),
                 target: Target::Chip(worker),
@@ -213,6 +236,7 @@ impl Orchestrator {
         admit(
             engine,
             self.ctx.run,
+            "submit_next_level_group",
             Submission {
                 what: handle.name().to_string(),
                 target: Target::ChipGroup(workers.to_vec()),
@@ -290,6 +314,7 @@ impl Orchestrator {
         admit(
             engine,
             self.ctx.run,
+            method,
             Submission {
                 what: handle.name().to_string(),
                 target,
@@ -331,7 +356,7 @@ impl Orchestrator {
     pub fn scope_begin(&self) -> Result<(), WorkerError> {
         let engine = self.engine("scope_begin")?;
         let mut st = engine.state.lock();
-        let run = st.run_mut(self.ctx.run).expect("an open run is in flight");
+        let run = open_run(&mut st.runs, self.ctx.run, "scope_begin")?;
         if run.scopes.len() > MAX_SCOPE_DEPTH {
             return Err(WorkerError::InvalidState(format!(
                 "scopes nest at most {MAX_SCOPE_DEPTH} deep; close one with scope_end first"
@@ -349,7 +374,7 @@ impl Orchestrator {
     pub fn scope_end(&self) -> Result<(), WorkerError> {
         let engine = self.engine("scope_end")?;
         let mut st = engine.state.lock();
-        let run = st.run_mut(self.ctx.run).expect("an open run is in flight");
+        let run = open_run(&mut st.runs, self.ctx.run, "scope_end")?;
         if run.scopes.len() == 1 {
             return Err(WorkerError::InvalidState(
                 "scope_end() without a matching scope_begin()".into(),
@@ -394,11 +419,7 @@ impl Orchestrator {
         let n = nbytes(shape, dtype)?;
         let depth = {
             let mut st = engine.state.lock();
-            st.run_mut(self.ctx.run)
-                .expect("an open run is in flight")
-                .scopes
-                .len()
-                - 1
+            open_run(&mut st.runs, self.ctx.run, "alloc")?.scopes.len() - 1
         };
         let heap = depth.min(crate::ring::HEAPS - 1);
         let block = engine.ring.alloc(heap, n)?;
@@ -412,7 +433,13 @@ impl Orchestrator {
             }
         };
         let mut st = engine.state.lock();
-        let run = st.run_mut(self.ctx.run).expect("an open run is in flight");
+        let run = match open_run(&mut st.runs, self.ctx.run, "alloc") {
+            Ok(run) => run,
+            Err(e) => {
+                engine.ring.free(heap, block.offset());
+                return Err(e);
+            }
+        };
         run.allocs.insert(
             key,
             HeapAlloc {
@@ -436,10 +463,7 @@ impl Orchestrator {
         let engine = self.engine("free")?;
         let mut st = engine.state.lock();
         let State { runs, children, .. } = &mut *st;
-        let run = runs
-            .iter_mut()
-            .find(|r| r.id == self.ctx.run)
-            .expect("an open run is in flight");
+        let run = open_run(runs, self.ctx.run, "free")?;
         match t.memory() {
             Memory::Host(m) if engine.ring.contains(m.as_ptr() as usize) => {
                 let key = memory_key(m);
@@ -515,6 +539,7 @@ impl Orchestrator {
         admit(
             engine,
             self.ctx.run,
+            "copy_to",
             Submission {
                 what: "copy_to".into(),
                 target: Target::Chip(w),
@@ -545,6 +570,7 @@ impl Orchestrator {
         admit(
             engine,
             self.ctx.run,
+            "copy_from",
             Submission {
                 what: "copy_from".into(),
                 target: Target::Chip(w),
