@@ -33,6 +33,8 @@ mod callable;
 mod config;
 mod error;
 mod handle;
+mod host_memory;
+mod task_args;
 mod toml_value;
 mod toolchain;
 mod worker;
@@ -53,6 +55,9 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<args::NativeHostTensor>()?;
     m.add_class::<args::NativeDeviceTensor>()?;
     m.add_class::<args::NativeRawScalar>()?;
+    m.add_class::<host_memory::NativeSharedMemory>()?;
+    m.add_class::<task_args::NativeTaskArgs>()?;
+    m.add_class::<task_args::NativeChildTensor>()?;
     m.add_function(wrap_pyfunction!(args::encode_scalar, m)?)?;
     m.add_function(wrap_pyfunction!(toml_value::parse_toml, m)?)?;
     toolchain::register(m)?;
