@@ -1,0 +1,291 @@
+//! The chip child's whole life: [`serve_chip_child`] connects to the parent, brings up a
+//! [`ChipWorker`] from the configuration the parent sent, reports READY (or FAILED with the
+//! chip's error), then serves requests until Shutdown or the parent's end
+//! (`docs/l3-worker.md` §5).
+//!
+//! A run's host tensors are this child's mappings of the parent's shared memory, lent to the
+//! chip in place by `owned_args`: the chip reads its inputs from, and writes its outputs
+//! to, the parent's own pages. This module only serves; the mailbox is `child`'s.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+
+use simpler_device::DevicePtr;
+use simpler_host::{Bundle, CallableId, ChipWorker};
+
+use crate::memory::{HostMemory, SharedRegion};
+use crate::process::child::{Connection, RegionCache};
+use crate::process::mailbox::ChildState;
+use crate::process::wire::{ChipArg, Payload, Request, Response, Start, WireCallable};
+use crate::process::wire_error::{WireError, WireHost};
+use crate::tensor::{ChildAllocation, Memory, TaskArg, Tensor};
+use crate::{owned_args, CallableKey, WorkerError};
+
+/// The main of a chip child process: everything it needs comes from the environment and
+/// the mailbox its parent set up (`docs/l3-worker.md` §5). Returns success after a
+/// Shutdown request; 1 when the chip could not be brought up (the parent has the error);
+/// 2 when this process was not started as a chip child or its mailbox broke (the reason is
+/// on stderr). A child whose parent dies exits at once with
+/// [`EXIT_PARENT_GONE`](crate::process::EXIT_PARENT_GONE).
+pub fn serve_chip_child() -> ExitCode {
+    let mut conn = match Connection::connect() {
+        Ok(conn) => conn,
+        Err(e) => {
+            eprintln!("simpler chip child: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if conn.role() != "chip" {
+        eprintln!(
+            "simpler chip child: started as a `{}` child; this program serves chips",
+            conn.role()
+        );
+        return ExitCode::from(2);
+    }
+    let (index, config) = match conn.next() {
+        Ok(Request::Start(Start::Chip { index, config })) => (index as usize, config),
+        Ok(other) => {
+            let text = format!("expected a chip start request, got {other:?}");
+            conn.set_state(ChildState::Failed);
+            conn.respond(&Response::Err(WireError::InvalidState(text)));
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("simpler chip child: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let worker = config
+        .to_config()
+        .map_err(WireError::InvalidState)
+        .and_then(|c| ChipWorker::new(c).map_err(|e| WireError::Host(WireHost::from(&e))));
+    let worker = match worker {
+        Ok(worker) => worker,
+        Err(e) => {
+            conn.set_state(ChildState::Failed);
+            conn.respond(&Response::Err(e));
+            return ExitCode::from(1);
+        }
+    };
+    conn.set_state(ChildState::Ready);
+    conn.respond(&Response::Ready {
+        device_id: Some(worker.device().device_id()),
+        pid: std::process::id(),
+    });
+    let mut server = ChipServer {
+        worker,
+        index,
+        callables: HashMap::new(),
+    };
+    loop {
+        let request = match conn.next() {
+            Ok(request) => request,
+            Err(e) => {
+                eprintln!("simpler chip child {index}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        if request == Request::Shutdown {
+            conn.set_state(ChildState::Exiting);
+            let closed = match server.worker.close() {
+                Ok(()) => Response::Ok,
+                Err(e) => Response::Err(WireError::Host(WireHost::from(&e))),
+            };
+            conn.respond(&closed);
+            return ExitCode::SUCCESS;
+        }
+        let response = match server.serve(request, conn.regions()) {
+            Ok(response) => response,
+            Err(e) => Response::Err(WireError::from_worker(&e)),
+        };
+        conn.respond(&response);
+    }
+}
+
+/// A chip and the callables registered on it, by the engine's keys.
+struct ChipServer {
+    worker: ChipWorker,
+    index: usize,
+    callables: HashMap<CallableKey, CallableId>,
+}
+
+impl ChipServer {
+    fn serve(
+        &mut self,
+        request: Request,
+        regions: &mut RegionCache,
+    ) -> Result<Response, WorkerError> {
+        match request {
+            Request::Register { key, callable } => self.register(key, callable),
+            Request::Unregister { key } => {
+                let id = self.id(key)?;
+                self.worker.unregister(id)?;
+                self.callables.remove(&key);
+                Ok(Response::Ok)
+            }
+            Request::Run { key, args, config } => {
+                let id = self.id(key)?;
+                let args = args
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, a)| self.task_arg(i, a, regions))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let owned = owned_args(self.index, &args)?;
+                self.worker
+                    .submit_with(id, owned, &config.into())?
+                    .result()?;
+                Ok(Response::Ok)
+            }
+            Request::Malloc { nbytes } => Ok(Response::Ptr(self.worker.malloc(nbytes)?.addr())),
+            Request::Free { ptr } => {
+                self.worker.free(DevicePtr::from_raw(ptr))?;
+                Ok(Response::Ok)
+            }
+            Request::CopyTo { dst, data } => {
+                let dst = DevicePtr::from_raw(dst);
+                match data {
+                    Payload::Inline(bytes) => self.worker.copy_to(dst, &bytes)?,
+                    Payload::Staged(r) => {
+                        let staged = map_staged(regions, &r)?;
+                        // SAFETY: `map_staged` checked `offset + len` lies inside the
+                        // mapping; the parent leaves the bytes alone until the response.
+                        let src = unsafe {
+                            std::slice::from_raw_parts(
+                                staged.as_ptr().add(r.offset as usize),
+                                r.len as usize,
+                            )
+                        };
+                        self.worker.copy_to(dst, src)?;
+                    }
+                }
+                Ok(Response::Ok)
+            }
+            Request::CopyFrom { src, nbytes, into } => {
+                let src = DevicePtr::from_raw(src);
+                match into {
+                    None => {
+                        let mut bytes = vec![0u8; nbytes as usize];
+                        self.worker.copy_from(&mut bytes, src)?;
+                        Ok(Response::Data(bytes))
+                    }
+                    Some(r) => {
+                        let staged = map_staged(regions, &r)?;
+                        // SAFETY: as for CopyTo; the parent reads the bytes only after the
+                        // response, so this child is their only user meanwhile.
+                        let dst = unsafe {
+                            std::slice::from_raw_parts_mut(
+                                staged.as_ptr().add(r.offset as usize),
+                                r.len.min(nbytes) as usize,
+                            )
+                        };
+                        self.worker.copy_from(dst, src)?;
+                        Ok(Response::Ok)
+                    }
+                }
+            }
+            Request::Start(_) => Err(WorkerError::InvalidState(format!(
+                "chip {} is started already",
+                self.index
+            ))),
+            Request::RunSub { .. } => Err(WorkerError::InvalidState(format!(
+                "chip {} runs chip callables, not sub callables",
+                self.index
+            ))),
+            Request::Shutdown => unreachable!("served by the loop"),
+        }
+    }
+
+    fn register(
+        &mut self,
+        key: CallableKey,
+        callable: WireCallable,
+    ) -> Result<Response, WorkerError> {
+        let (name, bundle) = match callable {
+            WireCallable::Chip { name, bundle } => (name, bundle),
+            WireCallable::Sub { name, .. } => {
+                return Err(WorkerError::InvalidState(format!(
+                    "chip {} runs chip callables; `{name}` is a sub callable",
+                    self.index
+                )))
+            }
+        };
+        if self.callables.contains_key(&key) {
+            return Err(WorkerError::InvalidState(format!(
+                "chip {}: callable key {key} is registered already",
+                self.index
+            )));
+        }
+        let spec = Bundle::from_bytes(&bundle)
+            .map_err(|e| simpler_host::HostError::InvalidCallable {
+                name: name.clone(),
+                reason: format!("its code did not survive the crossing to the chip process: {e}"),
+            })?
+            .into_spec();
+        let id = self.worker.register(&spec)?;
+        self.callables.insert(key, id);
+        Ok(Response::Ok)
+    }
+
+    fn id(&self, key: CallableKey) -> Result<CallableId, WorkerError> {
+        self.callables.get(&key).copied().ok_or_else(|| {
+            WorkerError::InvalidState(format!(
+                "chip {} has no callable under key {key}",
+                self.index
+            ))
+        })
+    }
+
+    fn task_arg(
+        &self,
+        i: usize,
+        arg: ChipArg,
+        regions: &mut RegionCache,
+    ) -> Result<TaskArg, WorkerError> {
+        match arg {
+            ChipArg::Scalar(v) => Ok(TaskArg::Scalar(v)),
+            ChipArg::Host(t) => Ok(TaskArg::Tensor(
+                regions.tensor(&format!("args[{i}]"), &t)?,
+                t.tag,
+            )),
+            ChipArg::Device {
+                ptr,
+                nbytes,
+                byte_offset,
+                shape,
+                strides,
+                dtype,
+                tag,
+            } => {
+                let memory = Memory::Child(ChildAllocation {
+                    worker: self.index,
+                    ptr: DevicePtr::from_raw(ptr),
+                    nbytes,
+                });
+                let tensor = Tensor::view(memory, byte_offset, &shape, &strides, dtype).map_err(
+                    |e| match e {
+                        WorkerError::InvalidArgument { reason, .. } => {
+                            WorkerError::InvalidArgument {
+                                arg: format!("args[{i}]"),
+                                reason,
+                            }
+                        }
+                        other => other,
+                    },
+                )?;
+                Ok(TaskArg::Tensor(tensor, tag))
+            }
+        }
+    }
+}
+
+/// A temporary region the parent named in a request (not cached: it lives for one
+/// request), checked to hold the named span.
+fn map_staged(
+    regions: &RegionCache,
+    r: &crate::memory::SharedRef,
+) -> Result<SharedRegion, WorkerError> {
+    regions.map_once(r).map_err(|reason| WorkerError::InvalidArgument {
+        arg: "data".into(),
+        reason,
+    })
+}
