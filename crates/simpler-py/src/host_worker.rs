@@ -257,7 +257,8 @@ impl NativeHostWorker {
                 })
             })
         });
-        match (submitted, lock(&raised).take()) {
+        let pending = lock(&raised).take();
+        match (submitted, pending) {
             (Ok(handle), None) => Ok(NativeHostRunHandle::new(handle)),
             (Ok(handle), Some(e)) => {
                 // The run failed with the orchestration; let its dispatched tasks end first.
