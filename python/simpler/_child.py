@@ -93,8 +93,13 @@ class MappedArgs:
         return f"MappedArgs(tensors={len(self._tensors)}, scalars={len(self._scalars)})"
 
 
-def _formatted() -> str:
-    return traceback.format_exc()
+def _formatted(skip_own_frame: bool = False) -> str:
+    """The traceback of the exception being handled; without this loop's frame when it was
+    raised by the function the loop called."""
+    kind, value, tb = sys.exc_info()
+    if skip_own_frame and tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(kind, value, tb))
 
 
 def _sub_loop() -> int:
@@ -123,10 +128,12 @@ def _sub_loop() -> int:
             if fn is None:
                 error = f"callable {request.key} is not registered in this sub worker"
             else:
+                args = MappedArgs(request.args)
                 try:
-                    fn(MappedArgs(request.args))
+                    fn(args)
                 except BaseException:
-                    error = _formatted()
+                    error = _formatted(skip_own_frame=True)
+                del args  # the arrays are valid only until the reply
         else:
             error = f"unknown request {request.kind!r}"
         child.reply(error)

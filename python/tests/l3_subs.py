@@ -40,3 +40,11 @@ def divide_by_zero(args):
 def add_one(args):
     """args[0] += 1 (INOUT)."""
     args[0][...] += 1
+
+
+def slow_fill(args):
+    """Sleeps scalar 0 milliseconds, then args[0][:] = 1."""
+    import time
+
+    time.sleep(args.scalar(0) / 1000)
+    args[0][...] = 1

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import l3_subs
@@ -136,6 +137,28 @@ def test_a_killed_chip_fails_its_task_and_the_others_go_on(vadd, spin, scale):
             )
     finally:
         w.close()
+
+
+def test_a_sub_worker_ignores_sigint_and_ctrl_c_interrupts_only_the_wait(isolated):
+    slow = isolated.register(l3_subs.slow_fill)
+    x = isolated.create_buffer(64).array((4,), np.float32)
+    sub = [pid for name, pid in isolated.child_pids().items() if name.startswith("sub worker")]
+    handle = isolated.submit(
+        lambda o, _a, _c: o.submit_sub(slow, TaskArgs().add_tensor(x, OUT).add_scalar(800))
+    )
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.monotonic()
+    timer.start()
+    try:
+        time.sleep(0.1)
+        os.kill(sub[0], signal.SIGINT)  # Ctrl-C reaches the children too: they ignore it
+        with pytest.raises(KeyboardInterrupt):
+            handle.wait()
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 0.7, "the interrupt was not delivered promptly"
+    handle.wait()
+    assert (x == 1).all()
 
 
 def test_the_child_program_refuses_to_run_by_hand():

@@ -2,7 +2,10 @@
 chip -> sub -> chip pipelines, sub workers seeing shared memory in place, failures, the
 orchestrator's lifetime, runs in flight."""
 
+import os
+import signal
 import threading
+import time
 
 import l3_subs
 import numpy as np
@@ -298,11 +301,64 @@ def test_a_private_array_is_refused_for_a_sub_task(l3):
     assert (x == 0).all()
 
 
+def test_callables_registered_before_init_are_counted_and_run(vadd, rng):
+    w = Worker(level=3, device_ids=[3], num_sub_workers=1)
+    try:
+        add = w.register(vadd)
+        inc = w.register(l3_subs.add_one)
+        assert w.register(l3_subs.add_one) is inc and inc.kind == "PYTHON_SERIALIZED"
+        assert add.kind == "CHIP_CALLABLE" and inc.name == "l3_subs.add_one"
+        w.init()
+        buf = w.create_buffer(3 * 4 * 1024)
+        a = w.make_tensor_arg(buf, (1024,), "f32")
+        b, c = buf.array((2, 1024), np.float32, byte_offset=4 * 1024)
+        a.array[:] = rng.random(1024, dtype=np.float32)
+        b[:] = 1.0
+
+        def orch(o, _a, cfg):
+            o.submit_next_level(add, vadd_args(a, b, c), cfg, worker=0)
+            o.submit_sub(inc, TaskArgs().add_tensor(c, INOUT))
+
+        w.run(orch)
+        np.testing.assert_array_equal(c, a.array + 2)
+        assert bytes(buf.buf[:4]) == a.array[:1].tobytes()
+        w.unregister(inc)
+        w.run(lambda o, _a, _c: o.submit_sub(inc, TaskArgs().add_tensor(c, INOUT)))
+        w.unregister(inc)
+        with pytest.raises(simpler.UnknownCallableError):
+            w.run(lambda o, _a, _c: o.submit_sub(inc, TaskArgs().add_tensor(c, INOUT)))
+        np.testing.assert_array_equal(c, a.array + 3)
+    finally:
+        w.close()
+
+
+def test_ctrl_c_interrupts_a_wait_and_the_run_goes_on(l3, spin):
+    h = l3.register(spin)
+    x = np.zeros(4, np.float32)
+    handle = l3.submit(
+        lambda o, _a, cfg: o.submit_next_level(
+            h, TaskArgs().add_tensor(x, INOUT).add_scalar(1500), cfg, worker=0
+        )
+    )
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            handle.wait()
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 1.0, "the interrupt was not delivered promptly"
+    assert not handle.done
+    handle.wait()
+    assert x[0] == 1.0
+
+
 def test_a_python_callable_without_sub_workers_is_refused_at_init():
     w = Worker(level=3, device_ids=[0])
     try:
         w.register(l3_subs.add_one)
-        with pytest.raises(simpler.SimplerError, match="sub worker"):
+        with pytest.raises(ValueError, match=r"l3_subs\.add_one.*sub_workers"):
             w.init()
     finally:
         w.close()

@@ -184,7 +184,10 @@ impl KnownMemory {
     fn find(&self, addr: usize, span: usize) -> Option<Arc<HostView>> {
         let views = lock(&self.views);
         views.iter().rev().filter_map(Weak::upgrade).find(|v| {
-            addr >= v.start && addr.checked_add(span).is_some_and(|end| end <= v.start + v.len)
+            addr >= v.start
+                && addr
+                    .checked_add(span)
+                    .is_some_and(|end| end <= v.start + v.len)
         })
     }
 
@@ -220,7 +223,11 @@ pub(crate) struct ArrayView {
 /// `ArgumentTypeError` for an object that is not an ndarray; `InvalidArgumentError` for an
 /// array with no elements or dimensions, another element size, a foreign byte order, or
 /// negative or unaligned strides.
-pub(crate) fn array_view(obj: &Bound<'_, PyAny>, itemsize: usize, arg: &str) -> PyResult<ArrayView> {
+pub(crate) fn array_view(
+    obj: &Bound<'_, PyAny>,
+    itemsize: usize,
+    arg: &str,
+) -> PyResult<ArrayView> {
     let py = obj.py();
     let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
         Ok(py
@@ -263,7 +270,9 @@ pub(crate) fn array_view(obj: &Bound<'_, PyAny>, itemsize: usize, arg: &str) -> 
         )));
     }
     if shape.is_empty() {
-        return Err(bad("a 0-d array is not a tensor; pass a 1-element array".into()));
+        return Err(bad(
+            "a 0-d array is not a tensor; pass a 1-element array".into()
+        ));
     }
     if shape.contains(&0) || addr == 0 {
         return Err(bad(format!("the array of shape {shape:?} has no elements")));
@@ -289,7 +298,9 @@ pub(crate) fn array_view(obj: &Bound<'_, PyAny>, itemsize: usize, arg: &str) -> 
     let last = shape
         .iter()
         .zip(&strides)
-        .try_fold(0u64, |acc, (d, s)| acc.checked_add((d - 1).checked_mul(*s)?))
+        .try_fold(0u64, |acc, (d, s)| {
+            acc.checked_add((d - 1).checked_mul(*s)?)
+        })
         .and_then(|last| last.checked_add(1)?.checked_mul(itemsize as u64))
         .and_then(|span| usize::try_from(span).ok())
         .ok_or_else(|| bad("the array is too large".into()))?;

@@ -249,8 +249,8 @@ impl NativeHostWorker {
         let submitted = py.detach(|| {
             worker.submit(|orch| {
                 Python::attach(|py| {
-                    let native = Py::new(py, NativeOrchestrator::new(orch.clone(), known))
-                        .map_err(&keep)?;
+                    let native =
+                        Py::new(py, NativeOrchestrator::new(orch.clone(), known)).map_err(&keep)?;
                     let outcome = body.call1(py, (native.clone_ref(py),));
                     native.get().invalidate();
                     outcome.map(drop).map_err(&keep)
@@ -275,7 +275,10 @@ impl NativeHostWorker {
         let worker = self.live(py)?;
         let region = detached(py, || worker.create_buffer(nbytes))?;
         let memory: Arc<dyn HostMemory> = region;
-        Ok(NativeSharedMemory::new(HostView::whole(memory), &self.known))
+        Ok(NativeSharedMemory::new(
+            HostView::whole(memory),
+            &self.known,
+        ))
     }
 
     /// Persistent device memory on chip `worker`: `shape` × dtype (wire value).

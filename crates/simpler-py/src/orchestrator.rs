@@ -84,7 +84,10 @@ impl NativeOrchestrator {
         args_list
             .iter()
             .enumerate()
-            .map(|(i, a)| a.get().to_task_args(py, &self.known, &format!("args_list[{i}]")))
+            .map(|(i, a)| {
+                a.get()
+                    .to_task_args(py, &self.known, &format!("args_list[{i}]"))
+            })
             .collect()
     }
 }
@@ -244,7 +247,13 @@ impl NativeOrchestrator {
         src: &NativeHostTensor,
     ) -> PyResult<u32> {
         let orch = self.live(py)?;
-        let src = host_tensor(src.array.bind(py), src.dtype, Tag::Input, &self.known, "src")?;
+        let src = host_tensor(
+            src.array.bind(py),
+            src.dtype,
+            Tag::Input,
+            &self.known,
+            "src",
+        )?;
         let dst = &dst.tensor;
         detached(py, || orch.copy_to(dst, &src)).map(|t| t.0)
     }
@@ -257,7 +266,13 @@ impl NativeOrchestrator {
         src: &NativeChildTensor,
     ) -> PyResult<u32> {
         let orch = self.live(py)?;
-        let dst = host_tensor(dst.array.bind(py), dst.dtype, Tag::Output, &self.known, "dst")?;
+        let dst = host_tensor(
+            dst.array.bind(py),
+            dst.dtype,
+            Tag::Output,
+            &self.known,
+            "dst",
+        )?;
         let src = &src.tensor;
         detached(py, || orch.copy_from(&dst, src)).map(|t| t.0)
     }
