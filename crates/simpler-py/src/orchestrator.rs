@@ -93,7 +93,7 @@ impl NativeOrchestrator {
 }
 
 fn config(c: Option<&NativeCallConfig>) -> CallConfig {
-    c.map(|c| c.config.clone()).unwrap_or_default()
+    c.map(|c| c.config).unwrap_or_default()
 }
 
 #[pymethods]
