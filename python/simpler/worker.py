@@ -148,6 +148,16 @@ class Worker:
                 )
         if config.pop("enable_sdma", False):
             raise UnsupportedError("enable_sdma: there is no SDMA engine on the sim platform")
+        isolation = config.pop("chip_isolation", "thread")
+        if isolation == "process":
+            raise UnsupportedError(
+                "chip_isolation='process': a chip in a child process is a level-3 worker's: "
+                f"Worker(level=3, device_ids=[{self.device_id!r}], chip_isolation='process')"
+            )
+        if isolation != "thread":
+            raise InvalidConfigError(
+                f"chip_isolation must be 'thread' or 'process', got {isolation!r}"
+            )
         for key in _IGNORED_POSITIVE:
             value = config.pop(key, None)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):

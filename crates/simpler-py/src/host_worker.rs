@@ -30,7 +30,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::PyString;
 use simpler_worker::{
     Callable, CallableHandle, ChildProgram, ChipIsolation, EndpointKind, HostMemory, SubWorkers,
     Worker, WorkerError, WorkerOptions,
@@ -239,9 +238,13 @@ impl NativeHostWorker {
         let raised: Mutex<Option<PyErr>> = Mutex::new(None);
         let keep = |e: PyErr| -> WorkerError {
             let text = Python::attach(|py| {
-                e.value(py)
-                    .str()
-                    .map_or_else(|_| "the orchestration raised".into(), |s| s.to_string())
+                let kind = e.get_type(py).name().map(|n| n.to_string());
+                let message = e.value(py).str().map(|s| s.to_string());
+                format!(
+                    "the orchestration function raised {}: {}",
+                    kind.as_deref().unwrap_or("an exception"),
+                    message.as_deref().unwrap_or("?")
+                )
             });
             *lock(&raised) = Some(e);
             WorkerError::Orchestration(text)
@@ -347,17 +350,13 @@ impl NativeHostWorker {
         lock(&self.worker).is_none()
     }
 
-    fn __repr__(&self, py: Python<'_>) -> PyResult<Py<PyString>> {
-        Ok(PyString::new(
-            py,
-            &format!(
-                "HostWorker(level={}, chips={}, sub_workers={}, closed={})",
-                self.level,
-                self.chip_count,
-                self.sub_worker_count,
-                self.closed()
-            ),
+    fn __repr__(&self) -> String {
+        format!(
+            "HostWorker(level={}, chips={}, sub_workers={}, closed={})",
+            self.level,
+            self.chip_count,
+            self.sub_worker_count,
+            self.closed()
         )
-        .unbind())
     }
 }
