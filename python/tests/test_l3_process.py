@@ -161,6 +161,22 @@ def test_a_sub_worker_ignores_sigint_and_ctrl_c_interrupts_only_the_wait(isolate
     assert (x == 1).all()
 
 
+def test_a_child_that_cannot_start_fails_init_and_nothing_is_left(monkeypatch, tmp_path):
+    import simpler.host_worker as host_worker
+
+    missing = str(tmp_path / "no-such-python")
+    monkeypatch.setattr(
+        host_worker, "_child_program", lambda: {"child_program": missing, "child_args": []}
+    )
+    w = Worker(level=3, device_ids=[0], num_sub_workers=2)
+    with pytest.raises(simpler.StartupError) as info:
+        w.init()
+    assert info.value.code == 51 and "sub worker" in info.value.endpoint
+    assert missing in str(info.value)
+    assert w.child_pids() == {}, "the chip and every started child were stopped"
+    w.close()
+
+
 def test_the_child_program_refuses_to_run_by_hand():
     env = dict(os.environ)
     env.pop("SIMPLER_CHILD_ROLE", None)

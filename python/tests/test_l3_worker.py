@@ -364,6 +364,15 @@ def test_a_python_callable_without_sub_workers_is_refused_at_init():
         w.close()
 
 
+def test_a_python_callable_is_refused_at_register_after_init_without_sub_workers():
+    with Worker(level=3, device_ids=[0]) as w:
+        w.init()
+        with pytest.raises(ValueError, match="sub_workers"):
+            w.register(l3_subs.add_one)
+        with pytest.raises(TypeError, match="ChipCallable or a Python function"):
+            w.register("l3_subs.add_one")
+
+
 def test_close_is_refused_inside_the_orchestration_and_from_another_thread(vadd):
     w = Worker(level=3, device_ids=[0])
     w.init()
