@@ -30,6 +30,8 @@
 mod child_memory;
 mod chip_args;
 mod chip_local;
+#[cfg(test)]
+mod death_tests;
 pub mod endpoint;
 mod engine;
 mod error;

@@ -114,6 +114,11 @@ pub(crate) fn advance(engine: &Engine, st: &mut State) {
             return;
         }
         let run = st.runs.pop_front().expect("a head run");
+        debug_assert!(
+            run.allocs.values().all(|a| a.reclaimed),
+            "run {}: every heap allocation is reclaimed once the run is over",
+            run.id
+        );
         run.shared.finish(run.outcome());
         engine.changed.notify_all();
     }

@@ -214,6 +214,17 @@ impl Worker {
     /// callable with no sub workers); [`WorkerError::Startup`] naming the endpoint;
     /// [`WorkerError::InvalidState`] when `init` was called before; [`WorkerError::Closed`].
     pub fn init(&self) -> Result<(), WorkerError> {
+        self.init_over(None)
+    }
+
+    /// [`init`](Worker::init) over endpoints the caller made (one per chip, then one per
+    /// sub worker, in lane order) instead of the ones the options describe.
+    #[cfg(test)]
+    pub(crate) fn init_with(&self, endpoints: Vec<Box<dyn Endpoint>>) -> Result<(), WorkerError> {
+        self.init_over(Some(endpoints))
+    }
+
+    fn init_over(&self, given: Option<Vec<Box<dyn Endpoint>>>) -> Result<(), WorkerError> {
         let mut life = self.life.lock();
         match &*life {
             Life::New => {}
@@ -229,7 +240,7 @@ impl Worker {
             }
             Life::Closing | Life::Closed => return Err(WorkerError::Closed),
         }
-        match self.start() {
+        match self.start(given) {
             Ok(running) => {
                 *life = Life::Running(running);
                 Ok(())
@@ -241,7 +252,7 @@ impl Worker {
         }
     }
 
-    fn start(&self) -> Result<Running, WorkerError> {
+    fn start(&self, given: Option<Vec<Box<dyn Endpoint>>>) -> Result<Running, WorkerError> {
         let callables = self.registry.all();
         for (_, c) in &callables {
             if self.endpoints_of(c.runs_on()) == 0 {
@@ -250,24 +261,25 @@ impl Worker {
         }
         let deadline = Instant::now() + self.options.startup_timeout;
         let mut endpoints: Vec<Box<dyn Endpoint>> = Vec::new();
-        let started = self
-            .start_endpoints(deadline, &mut endpoints)
-            .and_then(|()| {
-                for ep in endpoints.iter_mut() {
-                    let kind = ep.kind();
-                    for (key, c) in callables.iter().filter(|(_, c)| c.runs_on() == kind) {
-                        ep.register(*key, c).map_err(|e| WorkerError::Startup {
-                            endpoint: ep.describe(),
-                            reason: format!(
-                                "registering `{}` failed: {}",
-                                c.name(),
-                                endpoint_text(e)
-                            ),
-                        })?;
-                    }
-                }
+        let made = match given {
+            Some(given) => {
+                endpoints = given;
                 Ok(())
-            });
+            }
+            None => self.start_endpoints(deadline, &mut endpoints),
+        };
+        let started = made.and_then(|()| {
+            for ep in endpoints.iter_mut() {
+                let kind = ep.kind();
+                for (key, c) in callables.iter().filter(|(_, c)| c.runs_on() == kind) {
+                    ep.register(*key, c).map_err(|e| WorkerError::Startup {
+                        endpoint: ep.describe(),
+                        reason: format!("registering `{}` failed: {}", c.name(), endpoint_text(e)),
+                    })?;
+                }
+            }
+            Ok(())
+        });
         if let Err(e) = started {
             for mut ep in endpoints {
                 let _ = ep.shutdown();

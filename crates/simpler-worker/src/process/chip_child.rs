@@ -75,7 +75,7 @@ pub(crate) fn unexpected(response: Response, what: &str) -> EndpointError {
     }
 }
 
-fn library<'a>(name: &str, part: &str, image: &'a CodeImage) -> Result<BundleCode, WorkerError> {
+fn library(name: &str, part: &str, image: &CodeImage) -> Result<BundleCode, WorkerError> {
     match image {
         CodeImage::Library { bytes, entry } => Ok(BundleCode {
             entry: entry.clone(),
@@ -117,10 +117,12 @@ pub(crate) fn bundle_of(spec: &CallableSpec) -> Result<Bundle, WorkerError> {
         orchestration,
         kernels,
     };
-    bundle.validate().map_err(|e| WorkerError::InvalidArgument {
-        arg: "callable".into(),
-        reason: format!("`{name}` cannot cross to a chip process: {e}"),
-    })?;
+    bundle
+        .validate()
+        .map_err(|e| WorkerError::InvalidArgument {
+            arg: "callable".into(),
+            reason: format!("`{name}` cannot cross to a chip process: {e}"),
+        })?;
     Ok(bundle)
 }
 
@@ -165,12 +167,14 @@ pub(crate) fn wire_tensor(
     tensor: &crate::Tensor,
     tag: crate::Tag,
 ) -> Result<WireTensor, WorkerError> {
-    let shared = memory.shared().ok_or_else(|| WorkerError::InvalidArgument {
-        arg: format!("args[{i}]"),
-        reason: "its host memory is private to this process, so a child process cannot see \
+    let shared = memory
+        .shared()
+        .ok_or_else(|| WorkerError::InvalidArgument {
+            arg: format!("args[{i}]"),
+            reason: "its host memory is private to this process, so a child process cannot see \
                  it; allocate it with Worker::create_buffer or orch.alloc"
-            .into(),
-    })?;
+                .into(),
+        })?;
     Ok(WireTensor {
         shared,
         byte_offset: tensor.byte_offset(),

@@ -28,11 +28,17 @@ use crate::{owned_args, CallableKey, WorkerError};
 /// on stderr). A child whose parent dies exits at once with
 /// [`EXIT_PARENT_GONE`](crate::process::EXIT_PARENT_GONE).
 pub fn serve_chip_child() -> ExitCode {
+    ExitCode::from(serve_chip_child_status())
+}
+
+/// [`serve_chip_child`] returning the exit status as a number, for a binding's child
+/// program that exits through its own runtime (Python's `sys.exit(status)`).
+pub fn serve_chip_child_status() -> u8 {
     let mut conn = match Connection::connect() {
         Ok(conn) => conn,
         Err(e) => {
             eprintln!("simpler chip child: {e}");
-            return ExitCode::from(2);
+            return 2;
         }
     };
     if conn.role() != "chip" {
@@ -40,7 +46,7 @@ pub fn serve_chip_child() -> ExitCode {
             "simpler chip child: started as a `{}` child; this program serves chips",
             conn.role()
         );
-        return ExitCode::from(2);
+        return 2;
     }
     let (index, config) = match conn.next() {
         Ok(Request::Start(Start::Chip { index, config })) => (index as usize, config),
@@ -48,11 +54,11 @@ pub fn serve_chip_child() -> ExitCode {
             let text = format!("expected a chip start request, got {other:?}");
             conn.set_state(ChildState::Failed);
             conn.respond(&Response::Err(WireError::InvalidState(text)));
-            return ExitCode::from(2);
+            return 2;
         }
         Err(e) => {
             eprintln!("simpler chip child: {e}");
-            return ExitCode::from(2);
+            return 2;
         }
     };
     let worker = config
@@ -64,7 +70,7 @@ pub fn serve_chip_child() -> ExitCode {
         Err(e) => {
             conn.set_state(ChildState::Failed);
             conn.respond(&Response::Err(e));
-            return ExitCode::from(1);
+            return 1;
         }
     };
     conn.set_state(ChildState::Ready);
@@ -82,7 +88,7 @@ pub fn serve_chip_child() -> ExitCode {
             Ok(request) => request,
             Err(e) => {
                 eprintln!("simpler chip child {index}: {e}");
-                return ExitCode::from(2);
+                return 2;
             }
         };
         if request == Request::Shutdown {
@@ -92,7 +98,7 @@ pub fn serve_chip_child() -> ExitCode {
                 Err(e) => Response::Err(WireError::Host(WireHost::from(&e))),
             };
             conn.respond(&closed);
-            return ExitCode::SUCCESS;
+            return 0;
         }
         let response = match server.serve(request, conn.regions()) {
             Ok(response) => response,
@@ -284,8 +290,10 @@ fn map_staged(
     regions: &RegionCache,
     r: &crate::memory::SharedRef,
 ) -> Result<SharedRegion, WorkerError> {
-    regions.map_once(r).map_err(|reason| WorkerError::InvalidArgument {
-        arg: "data".into(),
-        reason,
-    })
+    regions
+        .map_once(r)
+        .map_err(|reason| WorkerError::InvalidArgument {
+            arg: "data".into(),
+            reason,
+        })
 }

@@ -44,6 +44,9 @@ pub(crate) const AREA_LEN: usize = 1 << 20;
 pub(crate) const MAILBOX_LEN: u64 = (HEADER_LEN + 2 * AREA_LEN) as u64;
 /// The longest futex sleep between two checks of a waiter's condition.
 pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(20);
+/// The futex sleep of an idle child between requests (it has nothing to check: its
+/// parent's end ends it through its stdin).
+const IDLE_SLICE: Duration = Duration::from_secs(1);
 /// Polls of the word before a waiter sleeps.
 const SPINS: u32 = 200;
 
@@ -280,21 +283,21 @@ impl Mailbox {
         bad: impl FnOnce(String) -> E,
     ) -> Result<Vec<u8>, WaitEnd<E>> {
         let h = self.header();
-        wait_change(&h.response_seq, posted.seen, deadline, check)?;
+        wait_change(&h.response_seq, posted.seen, deadline, WAIT_SLICE, check)?;
         let len = h.response_len.load(Ordering::Relaxed);
         self.read(Area::Response, len)
             .map_err(|e| WaitEnd::Check(bad(e)))
     }
 
-    /// Child: waits for the request after sequence `seen` (no limit; `check` between
-    /// slices), returns its sequence and its message (unstaged).
+    /// Child: waits for the request after sequence `seen` (no limit), returns its sequence
+    /// and its message (unstaged).
     ///
     /// # Errors
-    /// A malformed envelope or a staged region that cannot be mapped, as text; or `check`'s
-    /// error.
+    /// A malformed envelope or a staged region that cannot be mapped, as text.
     pub(crate) fn wait_request(&self, seen: u32) -> Result<(u32, Vec<u8>), String> {
         let h = self.header();
-        let seq = match wait_change(&h.request_seq, seen, None, || Ok::<(), String>(())) {
+        let idle = || Ok::<(), String>(());
+        let seq = match wait_change(&h.request_seq, seen, None, IDLE_SLICE, idle) {
             Ok(seq) => seq,
             Err(WaitEnd::Check(e)) => return Err(e),
             Err(WaitEnd::Timeout) => unreachable!("a wait without a deadline"),
@@ -314,7 +317,9 @@ impl Mailbox {
         let parent = self.parent.ok_or("only a child reads requests")?;
         let region = SharedRegion::map_from_parent(parent, r.fd, r.region_len, r.region)
             .map_err(|e| format!("cannot map a staged request: {e}"))?;
-        let len = usize::try_from(r.len).unwrap_or(usize::MAX).min(region.len());
+        let len = usize::try_from(r.len)
+            .unwrap_or(usize::MAX)
+            .min(region.len());
         // SAFETY: the mapping holds `region.len() >= len` bytes; the parent keeps the region
         // unchanged until the response.
         Ok(unsafe { std::slice::from_raw_parts(region.as_ptr(), len) }.to_vec())
@@ -331,12 +336,13 @@ impl Mailbox {
     }
 }
 
-/// Waits until `word` differs from `seen`, spinning, then sleeping in slices; returns the
-/// new value.
+/// Waits until `word` differs from `seen`, spinning, then sleeping in slices of `slice`;
+/// returns the new value.
 fn wait_change<E>(
     word: &AtomicU32,
     seen: u32,
     deadline: Option<Instant>,
+    slice: Duration,
     mut check: impl FnMut() -> Result<(), E>,
 ) -> Result<u32, WaitEnd<E>> {
     for _ in 0..SPINS {
@@ -348,13 +354,13 @@ fn wait_change<E>(
     }
     loop {
         let slice = match deadline {
-            None => WAIT_SLICE,
+            None => slice,
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(WaitEnd::Timeout);
                 }
-                left.min(WAIT_SLICE)
+                left.min(slice)
             }
         };
         sys::futex_wait(word, seen, slice);
@@ -371,12 +377,7 @@ mod tests {
     use super::*;
 
     fn child_of(parent: &Mailbox) -> Mailbox {
-        Mailbox::open(
-            std::process::id(),
-            parent.region().fd(),
-            MAILBOX_LEN,
-        )
-        .unwrap()
+        Mailbox::open(std::process::id(), parent.region().fd(), MAILBOX_LEN).unwrap()
     }
 
     #[test]

@@ -28,13 +28,13 @@ mod chip_serve;
 mod link;
 mod mailbox;
 mod spawn;
-mod sub_child;
+pub mod sub_child;
 mod sys;
 mod wire;
 mod wire_error;
 
 pub use child::EXIT_PARENT_GONE;
-pub use chip_serve::serve_chip_child;
+pub use chip_serve::{serve_chip_child, serve_chip_child_status};
 pub use sub_child::{SubChild, SubRequest};
 pub use wire::{WireArg, WireTensor};
 
@@ -63,7 +63,7 @@ pub const RUST_CHILD_PROGRAM: &str = "simpler-child";
 
 /// The program a child process runs, with its leading arguments: the `simpler-child`
 /// binary for Rust users, `python -m simpler._child` for the Python package. The engine
-/// adds no arguments of its own; it passes everything in the environment ([`env`]).
+/// adds no arguments of its own; it passes everything in the environment ([`mod@env`]).
 #[derive(Clone, Debug)]
 pub struct ChildProgram {
     /// The executable.
@@ -148,7 +148,9 @@ pub fn spawn_chip(
     program: &ChildProgram,
     deadline: Instant,
 ) -> Result<Box<dyn Endpoint>, WorkerError> {
-    Ok(Box::new(chip_child::start(index, config, program, deadline)?))
+    Ok(Box::new(chip_child::start(
+        index, config, program, deadline,
+    )?))
 }
 
 /// Starts sub worker `index` in a child process running `program` (a binding's sub worker
@@ -167,6 +169,15 @@ pub fn spawn_sub(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sub_child_and_its_requests_can_leave_the_thread_that_made_them() {
+        // Bindings block in `next()` with their interpreter lock released.
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<SubChild>();
+        send_sync::<SubRequest>();
+        send_sync::<WireTensor>();
+    }
 
     #[test]
     fn the_rust_child_is_looked_for_beside_the_executable_and_one_level_up() {

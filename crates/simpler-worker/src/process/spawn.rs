@@ -179,7 +179,11 @@ impl ChildProcess {
         let tail = self.tail.text(TAIL_SETTLE);
         let tail = tail.trim_end();
         if tail.is_empty() {
-            format!("{} (pid {}) {how}; it wrote nothing to stderr", self.name, self.pid())
+            format!(
+                "{} (pid {}) {how}; it wrote nothing to stderr",
+                self.name,
+                self.pid()
+            )
         } else {
             format!(
                 "{} (pid {}) {how}; the end of its stderr:\n{tail}",
@@ -249,8 +253,16 @@ pub(crate) fn signal_name(sig: i32) -> String {
 fn forward_stderr(mut pipe: impl Read, prefix: &str, tail: &Tail) {
     let mut buf = [0u8; 4096];
     let mut line = Vec::new();
-    // The parent's stderr (through `eprint!`, so a test harness's capture holds it).
-    let forward = |line: &[u8]| eprint!("{prefix}{}", String::from_utf8_lossy(line));
+    // The parent's stderr, through `eprint!` so that a test harness's capture holds it. A
+    // stderr that fails (a closed pipe) makes `eprint!` panic: forwarding stops, the tail
+    // goes on, and the child is never left writing into a pipe nobody reads.
+    let mut forwarding = true;
+    let mut forward = |line: &[u8]| {
+        if forwarding {
+            let text = String::from_utf8_lossy(line);
+            forwarding = std::panic::catch_unwind(|| eprint!("{prefix}{text}")).is_ok();
+        }
+    };
     loop {
         match pipe.read(&mut buf) {
             Ok(0) => break,
@@ -324,7 +336,11 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         let tail = c.stderr_tail();
-        assert!(tail.len() <= TAIL_BYTES && tail.ends_with("END\n"), "{}", tail.len());
+        assert!(
+            tail.len() <= TAIL_BYTES && tail.ends_with("END\n"),
+            "{}",
+            tail.len()
+        );
         assert!(c.poll_exit().is_none());
         drop(c);
         assert!(
@@ -353,7 +369,10 @@ mod tests {
 
     #[test]
     fn statuses_are_described() {
-        assert_eq!(describe_status(ExitStatus::from_raw(3 << 8)), "exited with status 3");
+        assert_eq!(
+            describe_status(ExitStatus::from_raw(3 << 8)),
+            "exited with status 3"
+        );
         assert_eq!(
             describe_status(ExitStatus::from_raw(libc::SIGKILL)),
             "was killed by signal SIGKILL (9)"

@@ -224,7 +224,7 @@ impl std::fmt::Debug for SubChild {
 
 impl SubChild {
     /// Connects to the parent that started this process as a sub worker, from the
-    /// environment it set (`SIMPLER_CHILD_*`, [`crate::process::env`]), and reports READY.
+    /// environment it set (`SIMPLER_CHILD_*`, [`mod@crate::process::env`]), and reports READY.
     /// Call it once the child's own setup is done: the parent's startup deadline runs until
     /// then.
     ///
@@ -275,6 +275,8 @@ impl SubChild {
     /// # Errors
     /// [`WorkerError::InvalidState`] when the previous request has no reply yet;
     /// [`WorkerError::EndpointFailure`] when the mailbox broke.
+    // `next` is the bindings' name for it; a fallible blocking call is no iterator.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<SubRequest, WorkerError> {
         if let Some(what) = self.pending {
             return Err(WorkerError::InvalidState(format!(
@@ -282,10 +284,13 @@ impl SubChild {
             )));
         }
         loop {
-            let request = self.conn.next().map_err(|report| WorkerError::EndpointFailure {
-                endpoint: format!("the mailbox of sub worker {}", self.conn.index()),
-                report,
-            })?;
+            let request = self
+                .conn
+                .next()
+                .map_err(|report| WorkerError::EndpointFailure {
+                    endpoint: format!("the mailbox of sub worker {}", self.conn.index()),
+                    report,
+                })?;
             let (what, request) = match request {
                 Request::Register {
                     key,

@@ -64,7 +64,10 @@ mod tests {
 
         let t = Instant::now();
         futex_wait(&word, 5, Duration::from_millis(30));
-        assert!(t.elapsed() >= Duration::from_millis(25), "the timeout bounds the wait");
+        assert!(
+            t.elapsed() >= Duration::from_millis(25),
+            "the timeout bounds the wait"
+        );
 
         let waker = {
             let word = word.clone();

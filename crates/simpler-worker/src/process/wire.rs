@@ -465,6 +465,9 @@ mod tests {
         let back: Request = decode(&encode(&req), "request").unwrap();
         assert_eq!(back, req);
         let err = decode::<Request>(&[200, 1, 2], "request").unwrap_err();
-        assert!(err.contains("a request of 3 bytes does not decode"), "{err}");
+        assert!(
+            err.contains("a request of 3 bytes does not decode"),
+            "{err}"
+        );
     }
 }

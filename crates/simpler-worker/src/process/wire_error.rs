@@ -96,16 +96,40 @@ impl WireError {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) enum WireHost {
     InvalidConfig(String),
-    Device { context: String, source: WireDevice },
+    Device {
+        context: String,
+        source: WireDevice,
+    },
     Load(WireLoad),
-    InvalidCallable { name: String, reason: String },
+    InvalidCallable {
+        name: String,
+        reason: String,
+    },
     UnknownCallable(u32),
     RegistryFull(usize),
-    ArgumentCount { callable: String, expected: usize, got: usize },
-    InvalidArgument { arg: String, reason: String },
-    InvalidDevicePointer { arg: String, ptr: u64, bytes: u64, reason: String },
-    DeviceMemoryInUse { ptr: u64, runs: usize },
-    RunFailed { code: i32, message: String },
+    ArgumentCount {
+        callable: String,
+        expected: usize,
+        got: usize,
+    },
+    InvalidArgument {
+        arg: String,
+        reason: String,
+    },
+    InvalidDevicePointer {
+        arg: String,
+        ptr: u64,
+        bytes: u64,
+        reason: String,
+    },
+    DeviceMemoryInUse {
+        ptr: u64,
+        runs: usize,
+    },
+    RunFailed {
+        code: i32,
+        message: String,
+    },
     DeviceFault(WireDevice),
     Timeout(Duration),
     DeviceUnusable(String),
@@ -115,7 +139,10 @@ pub(crate) enum WireHost {
     WorkerClosed,
     InvalidState(String),
     ExecutionContextRefused(String),
-    RunPreparationRefused { epoch: u64, cause: Box<WireHost> },
+    RunPreparationRefused {
+        epoch: u64,
+        cause: Box<WireHost>,
+    },
     Detached(String),
     CleanupIncomplete(String),
 }
@@ -183,12 +210,10 @@ impl From<&HostError> for WireHost {
             HostError::WorkerClosed => WireHost::WorkerClosed,
             HostError::InvalidState(s) => WireHost::InvalidState(b(s)),
             HostError::ExecutionContextRefused(s) => WireHost::ExecutionContextRefused(b(s)),
-            HostError::RunPreparationRefused { epoch, cause } => {
-                WireHost::RunPreparationRefused {
-                    epoch: *epoch,
-                    cause: Box::new(cause.as_ref().into()),
-                }
-            }
+            HostError::RunPreparationRefused { epoch, cause } => WireHost::RunPreparationRefused {
+                epoch: *epoch,
+                cause: Box::new(cause.as_ref().into()),
+            },
             HostError::Detached(s) => WireHost::Detached(b(s)),
             HostError::CleanupIncomplete(s) => WireHost::CleanupIncomplete(b(s)),
         }
@@ -305,13 +330,25 @@ pub(crate) enum WireDevice {
     OutOfMemory(u64),
     UnknownPointer(u64),
     DoubleFree(u64),
-    NotAllocationBase { ptr: u64, base: u64 },
-    OutOfRange { ptr: u64, len: u64, base: u64, size: u64 },
+    NotAllocationBase {
+        ptr: u64,
+        base: u64,
+    },
+    OutOfRange {
+        ptr: u64,
+        len: u64,
+        base: u64,
+        size: u64,
+    },
     UnknownStream(u32),
     UnknownEvent(u32),
     Timeout(Duration),
     ZeroTimeout,
-    KernelFault { stream: u32, status: i32, panic: Option<String> },
+    KernelFault {
+        stream: u32,
+        status: i32,
+        panic: Option<String>,
+    },
     InvalidLaunch(String),
     ShutDown,
     Injected(String),
