@@ -10,7 +10,6 @@
 //! keeps each region mapped at least until the reply to the request that named it. A run
 //! whose memory cannot be mapped is answered with the error here and never reaches Python.
 
-use std::process::ExitCode;
 use std::sync::{Mutex, MutexGuard};
 
 use pyo3::prelude::*;
@@ -29,11 +28,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// exit status (0 after a clean stop).
 #[pyfunction]
 pub fn serve_chip_child(py: Python<'_>) -> u8 {
-    let code = py.detach(simpler_worker::process::serve_chip_child);
-    // `ExitCode` has no accessor: find the status it stands for.
-    (0..=u8::MAX)
-        .find(|&c| ExitCode::from(c) == code)
-        .unwrap_or(1)
+    py.detach(simpler_worker::process::serve_chip_child_status)
 }
 
 /// numpy's type string of `dtype` (bfloat16 as its raw 16-bit words: numpy has no bfloat16;
