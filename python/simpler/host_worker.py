@@ -291,9 +291,10 @@ class HostWorker(Worker):
             self._state = "ready"
 
     def close(self) -> None:
-        """Waits for the runs in flight, stops every chip and child process, frees shared
-        memory the worker owns. Terminal and idempotent; refused (``WorkerStateError``) from
-        inside an orchestration and from a thread other than the one that called ``init()``."""
+        """Waits for the runs in flight and stops every chip and child process (shared
+        buffers and ``orch.alloc`` arrays stay valid while Python holds them). Terminal and
+        idempotent; refused (``WorkerStateError``, the worker stays open) from inside an
+        orchestration and from a thread other than the one that called ``init()``."""
         with self._lock:
             if self._state == "closed":
                 return

@@ -337,7 +337,7 @@ def test_ctrl_c_interrupts_a_wait_and_the_run_goes_on(l3, spin):
     x = np.zeros(4, np.float32)
     handle = l3.submit(
         lambda o, _a, cfg: o.submit_next_level(
-            h, TaskArgs().add_tensor(x, INOUT).add_scalar(1500), cfg, worker=0
+            h, TaskArgs().add_tensor(x, INOUT).add_scalar(3000), cfg, worker=0
         )
     )
     timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
@@ -348,7 +348,7 @@ def test_ctrl_c_interrupts_a_wait_and_the_run_goes_on(l3, spin):
             handle.wait()
     finally:
         timer.cancel()
-    assert time.monotonic() - started < 1.0, "the interrupt was not delivered promptly"
+    assert time.monotonic() - started < 2.5, "the interrupt was not delivered promptly"
     assert not handle.done
     handle.wait()
     assert x[0] == 1.0
