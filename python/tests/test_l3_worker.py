@@ -410,7 +410,24 @@ def test_configuration_refusals():
         Worker(level=3, device_ids=[0], num_sub_workers=True)
     with pytest.raises(TypeError, match="bogus"):
         Worker(level=3, device_ids=[0], bogus=1)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="heap_ring_size"):
+            Worker(level=3, device_ids=[0], heap_ring_size=bad)
+    with pytest.raises(ValueError, match="heap_ring_size.*1 MiB"):
+        Worker(level=3, device_ids=[0], heap_ring_size=4096)
+    with pytest.raises(ValueError, match="device 1 appears twice"):
+        Worker(level=3, device_ids=[1, 1])
     with pytest.raises(ValueError):
         Worker(level=3)  # neither chips nor sub workers
     with pytest.raises(NotImplementedError, match="malloc"):
         Worker(level=3, device_ids=[0]).malloc(64)
+
+
+def test_an_allocation_larger_than_a_heap_is_ring_full():
+    with Worker(level=3, device_ids=[0], heap_ring_size=1 << 20) as w:
+        w.init()
+        with pytest.raises(simpler.RingFullError) as info:
+            w.run(lambda o, _a, _c: o.alloc((1 << 19,), "f32"))
+        err = info.value
+        assert err.code == 53 and err.nbytes >= 2 << 20 and err.code_name == "RING_FULL"
+        w.run(lambda o, _a, _c: o.alloc((1 << 10,), "f32"))  # a fitting one is served
