@@ -431,3 +431,19 @@ def test_an_allocation_larger_than_a_heap_is_ring_full():
         err = info.value
         assert err.code == 53 and err.nbytes >= 2 << 20 and err.code_name == "RING_FULL"
         w.run(lambda o, _a, _c: o.alloc((1 << 10,), "f32"))  # a fitting one is served
+
+
+def test_a_failed_chip_run_keeps_its_class_and_names_the_task(l3, failing, scale):
+    bad, mul = l3.register(failing), l3.register(scale)
+    x = np.ones(8, np.float32)
+
+    def orch(o, _a, cfg):
+        o.submit_next_level(bad, TaskArgs().add_tensor(x, INOUT).add_scalar(1.0), cfg, worker=0)
+        o.submit_next_level(mul, TaskArgs().add_tensor(x, INOUT).add_scalar(2.0), cfg, worker=1)
+
+    with pytest.raises(simpler.RunFailedError) as info:
+        l3.run(orch)
+    err = info.value
+    assert err.code < 0 and err.code_name, (err.code, err.details)
+    assert err.task.endswith("failing") and err.worker.startswith("chip 0"), err.details
+    assert (x == 1).all(), "the dependent scale never ran"
