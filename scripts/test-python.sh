@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds and installs the `simpler` Python package (`pip install .`, a maturin/PyO3 abi3
 # extension) into a private virtualenv, target/py-venv, and runs the Python tests
-# (python/tests) with pytest. Extra arguments go to pytest, e.g. `--rounds 3`.
+# (python/tests) with pytest. Extra arguments go to pytest, e.g. `--rounds 3`; when the first
+# one is a test path rather than an option, the paths given replace python/tests, so
+# `scripts/test-python.sh python/tests/test_l3_worker.py -k group` runs that file only.
 # Needs python3 (with venv and pip), the Rust toolchain and a C compiler; torch is optional
 # (its tests skip without it). mypy checks the native module's stub (python/tests/test_stub.py
 # runs `python -m mypy.stubtest simpler._native`). Any failure stops the script with a
@@ -23,13 +25,17 @@ fi
 VPY="$VENV/bin/python"
 # The build backend runs the venv's `maturin` by name.
 export PATH="$PWD/$VENV/bin:$PATH"
-echo "== installing the build and test tools (maturin, numpy, pytest, mypy)"
+echo "== installing the build and test tools (maturin, numpy, cloudpickle, pytest, mypy)"
+# cloudpickle is a dependency of the package (level-3 workers pickle Python sub callables
+# with it); `pip install --no-deps .` below does not bring it, so it is installed here.
 "$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9.4,<2" "numpy>=1.22" \
-    "pytest>=7" "mypy>=1.8"
+    "cloudpickle>=2" "pytest>=7" "mypy>=1.8"
 echo "== pip install . (builds the extension with maturin)"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
 # One test loads a bundle written by `simpler build`.
 echo "== building the simpler CLI"
 cargo build --quiet -p simpler-cli
 echo "== pytest python/tests"
-SIMPLER_CLI="${CARGO_TARGET_DIR:-$PWD/target}/debug/simpler" "$VPY" -m pytest python/tests -q -p no:cacheprovider "$@"
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then TESTS=(); else TESTS=(python/tests); fi
+SIMPLER_CLI="${CARGO_TARGET_DIR:-$PWD/target}/debug/simpler" "$VPY" -m pytest "${TESTS[@]}" -q \
+    -p no:cacheprovider "$@"

@@ -16,7 +16,9 @@ A short session::
     assert np.allclose(c, a + b)
 
 Everything public is importable from this module; see ``Worker``, ``TaskArgs``,
-``KernelCompiler``, ``ChipCallable`` and ``simpler.testing`` (scene tests).
+``KernelCompiler``, ``ChipCallable`` and ``simpler.testing`` (scene tests). ``Worker(level=3,
+...)`` drives several chips and sub workers from a Python orchestration (``HostWorker``,
+``Orchestrator``).
 """
 
 from . import _native
@@ -25,7 +27,9 @@ from .compiler import KernelCompiler, include_dir
 from .config import CallConfig, RuntimeEnv
 from .errors import *  # noqa: F401,F403 - the exception classes are part of the API
 from .errors import __all__ as _error_names
-from .tensor import Buffer, TaskArgs, Tensor, as_array
+from .host_worker import HostRunHandle, HostRunReport, HostWorker, SharedBuffer
+from .orchestrator import Orchestrator
+from .tensor import Buffer, ChildTensor, TaskArgs, Tensor, as_array
 from .types import ArgDirection, ArgSpec, DataType, TensorArgType, scalar_to_uint64
 from .worker import RunHandle, RunReport, Worker
 
@@ -35,6 +39,12 @@ __all__ = [
     "Worker",
     "RunHandle",
     "RunReport",
+    "HostWorker",
+    "HostRunHandle",
+    "HostRunReport",
+    "Orchestrator",
+    "SharedBuffer",
+    "ChildTensor",
     "ChipCallable",
     "CoreCallable",
     "CallableHandle",

@@ -52,7 +52,16 @@ code   class                     builtin           raised when
 31     BundleIOError             OSError           a bundle file cannot be read or written
 40     CompileError              RuntimeError      the C compiler rejected a source
 41     CompilerNotFoundError     FileNotFoundError the C compiler cannot be run
+50     EndpointFailureError      RuntimeError      a level-3 child process died (``ENDPOINT_FAILURE``)
+51     StartupError              RuntimeError      a level-3 child process could not be started
+52     TaskFailedError           RuntimeError      a level-3 task failed (a sub callable raised)
+53     RingFullError             RuntimeError      the level-3 heap ring could not serve ``alloc``
 =====  ========================  ================  =============================================
+
+Errors of a level-3 worker (``Worker(level=3)``) also carry ``code_name``, the engine's name of
+the error kind (``"ENDPOINT_FAILURE"``, ``"INVALID_ARGUMENT"``, ...; for a chip run's failure the
+run's own code name), and, when a task failed, ``task`` (``"#3 vector_add"``) and ``worker``
+(``"chip 1 (device 1)"``).
 """
 
 from __future__ import annotations
@@ -87,6 +96,10 @@ __all__ = [
     "BundleIOError",
     "CompileError",
     "CompilerNotFoundError",
+    "EndpointFailureError",
+    "StartupError",
+    "TaskFailedError",
+    "RingFullError",
     "StagingWarning",
 ]
 
@@ -295,6 +308,37 @@ class CompilerNotFoundError(SimplerError, FileNotFoundError):
     """The C compiler (``$CC`` or ``cc``) could not be run."""
 
     CODE = 41
+
+
+class EndpointFailureError(SimplerError, RuntimeError):
+    """A child process of a level-3 worker died (crashed, was killed, lost its mailbox):
+    ``endpoint`` names it (``"chip 0 (device 0, pid 4242)"``), ``report`` says how it ended
+    (exit status or signal, the tail of its stderr). Its in-flight task failed, the tasks
+    depending on it fail too, later tasks to it are refused; the other chips go on."""
+
+    CODE = 50
+
+
+class StartupError(SimplerError, RuntimeError):
+    """A child process of a level-3 worker could not be started (``endpoint``, ``reason``);
+    ``init()`` stopped every child it had started."""
+
+    CODE = 51
+
+
+class TaskFailedError(SimplerError, RuntimeError):
+    """A level-3 task failed for a reason no more precise class names: a sub callable raised
+    (``traceback`` holds its formatted traceback, also in the message). ``task`` and
+    ``worker`` name the task and where it ran."""
+
+    CODE = 52
+
+
+class RingFullError(SimplerError, RuntimeError):
+    """``orch.alloc`` could not be served by the level-3 heap ring (``ring``, ``nbytes``): the
+    allocation is larger than a heap, or nothing was reclaimed within the deadlock timeout."""
+
+    CODE = 53
 
 
 class StagingWarning(UserWarning):

@@ -8,6 +8,8 @@
   staged to the device and copied back by the callable's signature, or a view of a device
   :class:`Buffer` (``Buffer.tensor``).
 * :class:`Buffer` — device memory from ``Worker.malloc``.
+* :class:`ChildTensor` — device memory on one chip of a level-3 worker
+  (``alloc_child_tensor``).
 * :class:`TaskArgs` — a run's arguments: tensors with tags, then scalars.
 """
 
@@ -24,7 +26,7 @@ from .types import DataType, TensorArgType, scalar_to_uint64, shape_tuple
 if TYPE_CHECKING:  # pragma: no cover
     from .worker import Worker
 
-__all__ = ["as_array", "Tensor", "Buffer", "TaskArgs"]
+__all__ = ["as_array", "Tensor", "Buffer", "ChildTensor", "TaskArgs"]
 
 
 def _dlpack_array(obj: Any, writable: bool) -> np.ndarray:
@@ -279,6 +281,44 @@ class Tensor:
         return f"Tensor({where}, shape={self.shape}, dtype={self.dtype.name})"
 
 
+class ChildTensor:
+    """Persistent device memory on one chip of a level-3 worker, from
+    ``alloc_child_tensor(worker, shape, dtype)``: ``shape`` elements of ``dtype`` (C order) on
+    chip ``worker``. A task argument of chip tasks on that chip (passed in place); filled and
+    read back with ``orch.copy_to`` / ``orch.copy_from``."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    @property
+    def worker(self) -> int:
+        """The chip's worker id."""
+        return int(self._native.worker)
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return tuple(int(d) for d in self._native.shape)
+
+    @property
+    def dtype(self) -> DataType:
+        return DataType(self._native.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._native.nbytes)
+
+    @property
+    def address(self) -> int:
+        """The first byte, in the chip's address space."""
+        return int(self._native.address)
+
+    def __repr__(self) -> str:
+        return (
+            f"ChildTensor(worker={self.worker}, shape={self.shape}, dtype={self.dtype.name}, "
+            f"address={self.address:#x})"
+        )
+
+
 class TaskArgs:
     """A run's arguments: tensors (each with a :class:`TensorArgType` tag), then scalars.
 
@@ -287,19 +327,19 @@ class TaskArgs:
     """
 
     def __init__(self) -> None:
-        self._tensors: List[Tensor] = []
+        self._tensors: List[Any] = []
         self._tags: List[TensorArgType] = []
         self._scalars: List[Any] = []
 
     def add_tensor(self, tensor: Any, tag: Any = TensorArgType.INPUT) -> "TaskArgs":
-        """Appends a tensor: a :class:`Tensor`, or any host tensor-like object (wrapped
-        without copying, as :meth:`Worker.make_tensor_arg` does)."""
+        """Appends a tensor: a :class:`Tensor`, a :class:`ChildTensor` (level 3), or any host
+        tensor-like object (wrapped without copying, as :meth:`Worker.make_tensor_arg` does)."""
         if self._scalars:
             raise InvalidArgumentError(
                 "tensors must come before scalars: add_tensor after add_scalar is refused"
             )
         tag = _tag(tag)
-        if not isinstance(tensor, Tensor):
+        if not isinstance(tensor, (Tensor, ChildTensor)):
             tensor = Tensor.from_host(tensor, writable=tag is not TensorArgType.INPUT)
         self._tensors.append(tensor)
         self._tags.append(tag)
@@ -312,7 +352,8 @@ class TaskArgs:
         self._scalars.append(value)
         return self
 
-    def tensor(self, i: int) -> Tensor:
+    def tensor(self, i: int) -> Any:
+        """The ``i``-th tensor: a :class:`Tensor` or a :class:`ChildTensor`."""
         return self._tensors[i]
 
     def tag(self, i: int) -> TensorArgType:

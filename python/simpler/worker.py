@@ -115,11 +115,19 @@ class Worker:
     ``SIMPLER_SIM_EXECUTOR``). A bad value of either raises ``InvalidConfigError`` naming it.
     """
 
+    def __new__(cls, level: int = 2, **config: Any) -> "Worker":
+        # Level 3 and above is one engine (python/simpler/host_worker.py); level 2 is this class.
+        if cls is Worker and isinstance(level, int) and not isinstance(level, bool) and level >= 3:
+            from .host_worker import HostWorker
+
+            return super().__new__(HostWorker)
+        return super().__new__(cls)
+
     def __init__(self, level: int = 2, **config: Any) -> None:
         if level != 2:
             raise UnsupportedError(
-                f"level {level}: only level 2 (one chip) is implemented"
-                + ("" if level > 2 else "; levels start at 2")
+                f"level {level!r}: levels start at 2 (2: one chip; 3 and above: chips and sub "
+                "workers of one host)"
             )
         self.level = level
         self.platform = config.pop("platform", "sim")
@@ -134,9 +142,22 @@ class Worker:
         options = {field: config.pop(key) for key, field in _OPTIONS.items() if key in config}
         for key in ("device_ids", "num_sub_workers"):
             if config.pop(key, None):
-                raise UnsupportedError(f"{key}: several chips (level 3) are not implemented")
+                raise UnsupportedError(
+                    f"{key}: several chips and sub workers are a level-3 worker: "
+                    "Worker(level=3, ...)"
+                )
         if config.pop("enable_sdma", False):
             raise UnsupportedError("enable_sdma: there is no SDMA engine on the sim platform")
+        isolation = config.pop("chip_isolation", "thread")
+        if isolation == "process":
+            raise UnsupportedError(
+                "chip_isolation='process': a chip in a child process is a level-3 worker's: "
+                f"Worker(level=3, device_ids=[{self.device_id!r}], chip_isolation='process')"
+            )
+        if isolation != "thread":
+            raise InvalidConfigError(
+                f"chip_isolation must be 'thread' or 'process', got {isolation!r}"
+            )
         for key in _IGNORED_POSITIVE:
             value = config.pop(key, None)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):

@@ -68,8 +68,15 @@ def test_lifecycle_misuse_is_refused(vadd, rng):
 
 
 def test_unsupported_configurations():
-    with pytest.raises(NotImplementedError, match="level 3"):
-        Worker(level=3)
+    with pytest.raises(NotImplementedError, match="levels start at 2"):
+        Worker(level=1)
+    with pytest.raises(NotImplementedError, match="level=3"):
+        Worker(level=2, device_ids=[0, 1])
+    with pytest.raises(NotImplementedError, match=r"level=3, device_ids=\[0\]"):
+        Worker(level=2, chip_isolation="process")
+    with pytest.raises(ValueError, match="chip_isolation"):
+        Worker(level=2, chip_isolation="fork")
+    Worker(level=2, chip_isolation="thread").close()
     with pytest.raises(NotImplementedError, match="platform"):
         Worker(level=2, platform="a2a3")
     with pytest.raises(NotImplementedError, match="runtime"):

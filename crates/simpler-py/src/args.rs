@@ -36,8 +36,8 @@ fn dtype(py: Python<'_>, wire: u32) -> PyResult<DataType> {
 /// A host tensor argument: a numpy array and its element type.
 #[pyclass(module = "simpler._native", name = "HostTensor", frozen)]
 pub struct NativeHostTensor {
-    array: Py<PyAny>,
-    dtype: DataType,
+    pub(crate) array: Py<PyAny>,
+    pub(crate) dtype: DataType,
 }
 
 #[pymethods]

@@ -1,7 +1,8 @@
 //! The one place where Rust errors become Python exceptions.
 //!
 //! Each [`HostError`] variant (and each [`BundleError`], [`ArgError`], [`ScalarError`],
-//! [`CompileError`], and the few failures the bindings detect themselves) maps to one
+//! [`CompileError`], level-3 [`WorkerError`], and the few failures the bindings detect
+//! themselves) maps to one
 //! exception class of `simpler.errors`, where the classes are defined and documented (each
 //! derives from `SimplerError` and from the builtin upstream raises). An exception is built
 //! as `cls(message, code=..., cause=..., **details)`: `code` is the class's stable number
@@ -24,6 +25,7 @@ use simpler_host::{ArgError, ScalarError};
 use simpler_host::{BundleError, HostError};
 use simpler_toolchain::build::CompileError;
 use simpler_toolchain::error_chain;
+use simpler_worker::WorkerError;
 
 /// The `simpler.errors` module, imported on first use.
 static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
@@ -67,6 +69,12 @@ impl Raise {
     /// Sets `cause`, the text of the underlying error (`None`: none).
     pub(crate) fn cause(mut self, cause: Option<String>) -> Raise {
         self.cause = cause;
+        self
+    }
+
+    /// Replaces the message (a wrapping error's fuller text).
+    pub(crate) fn message(mut self, message: impl Into<String>) -> Raise {
+        self.message = message.into();
         self
     }
 
@@ -342,6 +350,84 @@ pub(crate) fn compile_error(py: Python<'_>, e: &CompileError) -> PyErr {
             .detail("path", c.path.display().to_string()),
     };
     raise.into_err(py)
+}
+
+/// Describes a level-3 [`WorkerError`] as the exception that stands for its kind.
+///
+/// A failed task ([`WorkerError::TaskFailed`], possibly a chain: a dependent poisoned by its
+/// producer) takes the class of its innermost cause — a chip run's `RunFailedError`, an
+/// `EndpointFailureError`, a `TaskFailedError` for a sub callable that raised — with the
+/// whole chain as its message and `task`/`worker` naming the outermost task. Every class but
+/// a host error's carries `code_name`, the engine's kind name ([`WorkerError::kind`]).
+pub(crate) fn worker_raise(e: &WorkerError) -> Raise {
+    let message = e.to_string();
+    let root = e.root_cause();
+    let raise = match root {
+        WorkerError::Host(h) => host_raise(h).message(message),
+        other => kind_raise(other, message).detail("code_name", other.kind()),
+    };
+    match e {
+        WorkerError::TaskFailed { task, worker, .. } => raise
+            .detail("task", task.as_str())
+            .detail("worker", worker.as_str()),
+        _ => raise,
+    }
+}
+
+/// The exception of a [`WorkerError`] that is not a host error, with `message`.
+fn kind_raise(e: &WorkerError, message: String) -> Raise {
+    match e {
+        WorkerError::InvalidArgument { arg, reason } => Raise::new("InvalidArgumentError", message)
+            .detail("arg", arg.as_str())
+            .detail("reason", reason.as_str()),
+        WorkerError::UnknownWorker { id, kind, count } => {
+            Raise::new("InvalidArgumentError", message)
+                .detail("arg", "worker")
+                .detail("reason", format!("no {kind} {id}"))
+                .int("worker", *id)
+                .int("count", *count as i64)
+        }
+        WorkerError::UnknownCallable(handle) => {
+            Raise::new("UnknownCallableError", message).detail("callable", handle.as_str())
+        }
+        WorkerError::InvalidConfig(_) => Raise::new("InvalidConfigError", message),
+        WorkerError::InvalidState(_) | WorkerError::Closed => {
+            Raise::new("WorkerStateError", message)
+        }
+        WorkerError::Startup { endpoint, reason } => Raise::new("StartupError", message)
+            .detail("endpoint", endpoint.as_str())
+            .detail("reason", reason.as_str()),
+        WorkerError::EndpointFailure { endpoint, report } => {
+            Raise::new("EndpointFailureError", message)
+                .detail("endpoint", endpoint.as_str())
+                .detail("report", report.as_str())
+        }
+        WorkerError::SubFailed { message: text } => {
+            Raise::new("TaskFailedError", message).detail("traceback", text.as_str())
+        }
+        WorkerError::RingFull {
+            ring,
+            nbytes,
+            reason,
+        } => Raise::new("RingFullError", message)
+            .int("ring", *ring as i64)
+            .int("nbytes", i64::try_from(*nbytes).unwrap_or(i64::MAX))
+            .detail("reason", reason.as_str()),
+        WorkerError::WaitTimeout(after) => {
+            Raise::new("WaitTimeoutError", message).float("timeout_s", after.as_secs_f64())
+        }
+        WorkerError::Host(h) => host_raise(h).message(message),
+        // An orchestration that failed in Rust (a Python one re-raises its own exception); a
+        // task chain is described by its root cause, so this arm only sees a bare one.
+        WorkerError::Orchestration(_) | WorkerError::TaskFailed { .. } => {
+            Raise::new("TaskFailedError", message)
+        }
+    }
+}
+
+/// Converts a level-3 [`WorkerError`] into its Python exception (see [`worker_raise`]).
+pub(crate) fn worker_error(py: Python<'_>, e: WorkerError) -> PyErr {
+    worker_raise(&e).into_err(py)
 }
 
 /// A `WorkerStateError`: the worker was closed.

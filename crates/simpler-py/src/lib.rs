@@ -1,7 +1,7 @@
 //! # simpler-py — the native half of the `simpler` Python package
 //!
 //! Built by maturin as `simpler._native` (an abi3 extension for CPython >= 3.9). It is a
-//! thin layer over `simpler-host`: the Python package (`python/simpler/`) owns the public
+//! thin layer over `simpler-host` and `simpler-worker`: the Python package (`python/simpler/`) owns the public
 //! API — `Worker`, `TaskArgs`, `ChipCallable`, the kernel compiler, scene tests — and calls
 //! down into these few classes:
 //!
@@ -18,6 +18,19 @@
 //! - [`toolchain`]: the kernel compiler and cache, manifests, example builds, `allclose`
 //!   and scalar parsing of `simpler-toolchain`.
 //!
+//! The level-3 engine (`simpler-worker`, `Worker(level=3, ...)`):
+//!
+//! - [`HostWorker`](host_worker::NativeHostWorker): chips and sub workers of one host —
+//!   register (`HostCallable`), init, submit a Python orchestration, shared buffers, close;
+//! - [`Orchestrator`](orchestrator::NativeOrchestrator): valid only while the orchestration
+//!   function runs — tasks, scopes, heap-ring allocations, copies;
+//! - [`HostRunHandle`](host_handle::NativeHostRunHandle) and its report;
+//! - [`HostTaskArgs`](task_args::NativeTaskArgs), [`ChildTensor`](task_args::NativeChildTensor),
+//!   [`SharedMemory`](host_memory::NativeSharedMemory): a task's arguments and the memory
+//!   they name (numpy arrays in place, shared memory children map);
+//! - [`SubChild`](sub_child::NativeSubChild) and `serve_chip_child`: the child side, for
+//!   `python -m simpler._child`.
+//!
 //! Values cross as these classes with named getters, never as positional tuples. The host
 //! (`simpler-host`) is the one validator of options and arguments; this crate only converts
 //! Python objects, and every Rust error becomes a Python exception in one module, [`error`],
@@ -33,6 +46,12 @@ mod callable;
 mod config;
 mod error;
 mod handle;
+mod host_handle;
+mod host_memory;
+mod host_worker;
+mod orchestrator;
+mod sub_child;
+mod task_args;
 mod toml_value;
 mod toolchain;
 mod worker;
@@ -53,6 +72,18 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<args::NativeHostTensor>()?;
     m.add_class::<args::NativeDeviceTensor>()?;
     m.add_class::<args::NativeRawScalar>()?;
+    m.add_class::<host_memory::NativeSharedMemory>()?;
+    m.add_class::<task_args::NativeTaskArgs>()?;
+    m.add_class::<task_args::NativeChildTensor>()?;
+    m.add_class::<host_worker::NativeHostWorker>()?;
+    m.add_class::<host_worker::NativeHostCallable>()?;
+    m.add_class::<host_handle::NativeHostRunHandle>()?;
+    m.add_class::<host_handle::NativeHostRunReport>()?;
+    m.add_class::<orchestrator::NativeOrchestrator>()?;
+    m.add_class::<sub_child::NativeSubChild>()?;
+    m.add_class::<sub_child::NativeSubRequest>()?;
+    m.add_class::<sub_child::NativeMappedTensor>()?;
+    m.add_function(wrap_pyfunction!(sub_child::serve_chip_child, m)?)?;
     m.add_function(wrap_pyfunction!(args::encode_scalar, m)?)?;
     m.add_function(wrap_pyfunction!(toml_value::parse_toml, m)?)?;
     toolchain::register(m)?;

@@ -1,0 +1,149 @@
+//! `simpler._native.HostRunHandle`: a submitted level-3 run, seen from Python.
+//!
+//! The engine's [`RunHandle`] answers every wait with the same outcome, so this wrapper keeps
+//! no state of its own. A wait detaches from the interpreter and waits in slices of at most
+//! [`SLICE`]; between slices it re-attaches and checks for signals, so Ctrl-C raises
+//! `KeyboardInterrupt` within a slice while the run goes on (as the level-2 handle does,
+//! `crate::handle`). A timeout is the caller's budget over all slices; running out of it
+//! raises `WaitTimeoutError`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use simpler_worker::{RunHandle, RunReport, WorkerError};
+
+use crate::error::{self, Raise};
+
+/// The longest a wait stays detached before checking for signals.
+const SLICE: Duration = Duration::from_millis(50);
+
+/// What a successful level-3 run reports.
+#[pyclass(module = "simpler._native", name = "HostRunReport", frozen)]
+#[derive(Clone, Copy)]
+pub struct NativeHostRunReport {
+    run: u64,
+    tasks: usize,
+    total_time_s: f64,
+}
+
+impl From<&RunReport> for NativeHostRunReport {
+    fn from(r: &RunReport) -> NativeHostRunReport {
+        NativeHostRunReport {
+            run: r.run,
+            tasks: r.tasks,
+            total_time_s: r.total_time.as_secs_f64(),
+        }
+    }
+}
+
+#[pymethods]
+impl NativeHostRunReport {
+    /// The run's id.
+    #[getter]
+    fn run(&self) -> u64 {
+        self.run
+    }
+
+    /// Tasks the run executed.
+    #[getter]
+    fn tasks(&self) -> usize {
+        self.tasks
+    }
+
+    /// Seconds from the submission to the run's end.
+    #[getter]
+    fn total_time_s(&self) -> f64 {
+        self.total_time_s
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "HostRunReport(run={}, tasks={}, total_time_s={:?})",
+            self.run, self.tasks, self.total_time_s
+        )
+    }
+}
+
+/// A submitted level-3 run.
+#[pyclass(module = "simpler._native", name = "HostRunHandle", frozen)]
+pub struct NativeHostRunHandle {
+    handle: Arc<RunHandle>,
+}
+
+impl NativeHostRunHandle {
+    pub(crate) fn new(handle: RunHandle) -> NativeHostRunHandle {
+        NativeHostRunHandle {
+            handle: Arc::new(handle),
+        }
+    }
+}
+
+/// Waits for `handle` (`timeout` seconds at most; `None`: as long as it takes) in slices,
+/// checking for signals between them (see the module docs).
+pub(crate) fn wait_sliced(
+    py: Python<'_>,
+    handle: &RunHandle,
+    timeout: Option<f64>,
+) -> PyResult<NativeHostRunReport> {
+    let deadline = match timeout {
+        None => None,
+        Some(t) if t.is_finite() && (0.0..1e9).contains(&t) => {
+            Some(Instant::now() + Duration::from_secs_f64(t))
+        }
+        Some(t) => {
+            return Err(Raise::new(
+                "InvalidConfigError",
+                format!("timeout must be a finite number of seconds >= 0, got {t}"),
+            )
+            .into_err(py))
+        }
+    };
+    loop {
+        let slice = match deadline {
+            Some(d) => SLICE.min(d.saturating_duration_since(Instant::now())),
+            None => SLICE,
+        };
+        match py.detach(|| handle.wait(Some(slice))) {
+            Ok(report) => return Ok(NativeHostRunReport::from(&report)),
+            Err(WorkerError::WaitTimeout(_)) => {}
+            Err(e) => return Err(error::worker_error(py, e)),
+        }
+        py.check_signals()?;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(Raise::new(
+                "WaitTimeoutError",
+                format!(
+                    "run {} was not finished within {} s; it is still in flight",
+                    handle.id(),
+                    timeout.unwrap_or_default()
+                ),
+            )
+            .float("timeout_s", timeout.unwrap_or_default())
+            .into_err(py));
+        }
+    }
+}
+
+#[pymethods]
+impl NativeHostRunHandle {
+    /// The run's id.
+    #[getter]
+    fn run(&self) -> u64 {
+        self.handle.id()
+    }
+
+    /// True once the run is terminal; never blocks.
+    fn poll(&self, py: Python<'_>) -> bool {
+        let handle = &self.handle;
+        py.detach(|| handle.done())
+    }
+
+    /// Waits for the run (`timeout` seconds at most; `None`: as long as it takes) and returns
+    /// its report. Raises `WaitTimeoutError` when the time is up, the run's error when it
+    /// failed, and `KeyboardInterrupt` (or any signal handler's exception) between slices.
+    #[pyo3(signature = (timeout=None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<NativeHostRunReport> {
+        wait_sliced(py, &self.handle, timeout)
+    }
+}

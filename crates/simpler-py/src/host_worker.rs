@@ -1,0 +1,362 @@
+//! `simpler._native.HostWorker`: the level-3 engine ([`simpler_worker::Worker`]) for the
+//! Python `Worker(level=3, ...)`, and `HostCallable`, the handle of a callable registered on
+//! it.
+//!
+//! # State
+//!
+//! `worker` is `Some` from construction until a successful [`close`](NativeHostWorker::close),
+//! then `None` for good; every method takes a clone of the `Arc` and releases the lock before
+//! calling the engine, detached from the interpreter, so a long call never blocks another
+//! thread's. The engine refuses `close` from inside an orchestration and from a thread other
+//! than `init`'s; the wrapper stays open then.
+//!
+//! # Runs
+//!
+//! [`submit`](NativeHostWorker::submit) takes the Python orchestration body (a function of
+//! one `Orchestrator`) and runs it on the caller's thread inside the engine's orchestration
+//! closure: detached for the engine's own waits (two runs in flight), re-attached for the
+//! body. An exception raised by the body is kept aside and re-raised as it is once the engine
+//! has failed the run (after its dispatched tasks are over), rather than its text.
+//!
+//! # Memory
+//!
+//! `create_buffer` regions and `orch.alloc` tensors are recorded in the worker's
+//! [`KnownMemory`], so numpy views of them passed as task arguments reach child processes as
+//! shared memory ([`crate::host_memory`]).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use simpler_worker::{
+    Callable, CallableHandle, ChildProgram, ChipIsolation, EndpointKind, HostMemory, SubWorkers,
+    Worker, WorkerError, WorkerOptions,
+};
+
+use crate::callable::NativeCallable;
+use crate::config::NativeWorkerConfig;
+use crate::error::{self, Raise};
+use crate::host_handle::{wait_sliced, NativeHostRunHandle};
+use crate::host_memory::{HostView, KnownMemory, NativeSharedMemory};
+use crate::orchestrator::{dtype, NativeOrchestrator};
+use crate::task_args::{worker_id, NativeChildTensor};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A callable registered on a host worker.
+#[pyclass(module = "simpler._native", name = "HostCallable", frozen)]
+pub struct NativeHostCallable {
+    pub(crate) handle: CallableHandle,
+}
+
+#[pymethods]
+impl NativeHostCallable {
+    /// The callable's name (a chip callable's, a function's qualified name).
+    #[getter]
+    fn name(&self) -> String {
+        self.handle.name().to_string()
+    }
+
+    /// `"chip"` (run by chips) or `"sub"` (run by sub workers).
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match self.handle.kind() {
+            EndpointKind::Chip => "chip",
+            EndpointKind::Sub => "sub",
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("HostCallable({}, {})", self.kind(), self.handle.name())
+    }
+}
+
+/// The level-3 engine driven from Python (see the module docs).
+#[pyclass(module = "simpler._native", name = "HostWorker", frozen)]
+pub struct NativeHostWorker {
+    worker: Mutex<Option<Arc<Worker>>>,
+    known: Arc<KnownMemory>,
+    level: u32,
+    chip_count: usize,
+    sub_worker_count: usize,
+}
+
+/// An `InvalidConfigError` with `message`.
+fn invalid_config(py: Python<'_>, message: String) -> PyErr {
+    Raise::new("InvalidConfigError", message).into_err(py)
+}
+
+impl NativeHostWorker {
+    fn live(&self, py: Python<'_>) -> PyResult<Arc<Worker>> {
+        lock(&self.worker).clone().ok_or_else(|| error::closed(py))
+    }
+}
+
+/// Runs the engine call `f` detached; its error becomes the matching exception.
+fn detached<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> Result<T, WorkerError> + Send,
+) -> PyResult<T> {
+    py.detach(f).map_err(|e| error::worker_error(py, e))
+}
+
+#[pymethods]
+impl NativeHostWorker {
+    /// A level-`level` worker of the chips `chips` (chip `i` is worker id `i`) and
+    /// `num_sub_workers` sub worker processes. Children (chips with `chip_isolation =
+    /// "process"`, sub workers) run `child_program` with `child_args` (the engine passes them
+    /// the rest in their environment). The engine checks the configuration now and starts
+    /// nothing before `init`.
+    #[new]
+    #[pyo3(signature = (level, chips, *, chip_isolation="thread", num_sub_workers=0,
+                        heap_ring_size=None, startup_timeout_s=None, child_program=None,
+                        child_args=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        level: u32,
+        chips: Vec<PyRef<'_, NativeWorkerConfig>>,
+        chip_isolation: &str,
+        num_sub_workers: usize,
+        heap_ring_size: Option<u64>,
+        startup_timeout_s: Option<f64>,
+        child_program: Option<String>,
+        child_args: Vec<String>,
+    ) -> PyResult<NativeHostWorker> {
+        let defaults = WorkerOptions::default();
+        let chip_isolation = match chip_isolation {
+            "thread" => ChipIsolation::Thread,
+            "process" => ChipIsolation::Process,
+            other => {
+                return Err(invalid_config(
+                    py,
+                    format!("chip_isolation must be \"thread\" or \"process\", got {other:?}"),
+                ))
+            }
+        };
+        let program = child_program.map(|program| ChildProgram {
+            program: program.into(),
+            args: child_args.into_iter().map(OsString::from).collect(),
+        });
+        let sub_workers = match (num_sub_workers, &program) {
+            (0, _) => SubWorkers::None,
+            (count, Some(program)) => SubWorkers::Processes {
+                count,
+                program: program.clone(),
+            },
+            (_, None) => {
+                return Err(invalid_config(
+                    py,
+                    "num_sub_workers: sub worker processes need a child program".into(),
+                ))
+            }
+        };
+        let startup_timeout = match startup_timeout_s {
+            None => defaults.startup_timeout,
+            Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
+            Some(s) => {
+                return Err(invalid_config(
+                    py,
+                    format!("startup_timeout_s must be positive and finite, got {s}"),
+                ))
+            }
+        };
+        let chip_count = chips.len();
+        let options = WorkerOptions {
+            level,
+            chips: chips.iter().map(|c| c.config.clone()).collect(),
+            device_ids: chips.iter().map(|c| c.device_id).collect(),
+            chip_isolation,
+            chip_program: program,
+            sub_workers,
+            heap_ring_size: heap_ring_size.unwrap_or(defaults.heap_ring_size),
+            startup_timeout,
+            ..defaults
+        };
+        let worker = Worker::new(options).map_err(|e| error::worker_error(py, e))?;
+        Ok(NativeHostWorker {
+            worker: Mutex::new(Some(Arc::new(worker))),
+            known: Arc::new(KnownMemory::default()),
+            level,
+            chip_count,
+            sub_worker_count: num_sub_workers,
+        })
+    }
+
+    /// Registers a chip callable (before or after `init`).
+    fn register_chip(
+        &self,
+        py: Python<'_>,
+        callable: &NativeCallable,
+    ) -> PyResult<NativeHostCallable> {
+        let worker = self.live(py)?;
+        let spec = Arc::new(callable.bundle.clone().into_spec());
+        let handle = detached(py, || worker.register(Callable::Chip(spec)))?;
+        Ok(NativeHostCallable { handle })
+    }
+
+    /// Registers a serialized sub callable: `payload` (cloudpickle bytes, loaded by the sub
+    /// worker processes), `name` its qualified name (before or after `init`).
+    fn register_sub(
+        &self,
+        py: Python<'_>,
+        name: String,
+        payload: Vec<u8>,
+    ) -> PyResult<NativeHostCallable> {
+        let worker = self.live(py)?;
+        let callable = Callable::SubSerialized {
+            name,
+            payload: payload.into(),
+        };
+        let handle = detached(py, || worker.register(callable))?;
+        Ok(NativeHostCallable { handle })
+    }
+
+    /// Removes a registered callable everywhere.
+    fn unregister(&self, py: Python<'_>, handle: &NativeHostCallable) -> PyResult<()> {
+        let worker = self.live(py)?;
+        let h = &handle.handle;
+        detached(py, || worker.unregister(h))
+    }
+
+    /// Starts the endpoints (chips, child processes), lanes and scheduler, once; rolls back
+    /// on failure.
+    fn init(&self, py: Python<'_>) -> PyResult<()> {
+        let worker = self.live(py)?;
+        detached(py, || worker.init())
+    }
+
+    /// Runs `body(orchestrator)` as a run's orchestration and returns the run's handle (see
+    /// the module docs).
+    fn submit(&self, py: Python<'_>, body: Py<PyAny>) -> PyResult<NativeHostRunHandle> {
+        let worker = self.live(py)?;
+        let known = self.known.clone();
+        let raised: Mutex<Option<PyErr>> = Mutex::new(None);
+        let keep = |e: PyErr| -> WorkerError {
+            let text = Python::attach(|py| {
+                let kind = e.get_type(py).name().map(|n| n.to_string());
+                let message = e.value(py).str().map(|s| s.to_string());
+                format!(
+                    "the orchestration function raised {}: {}",
+                    kind.as_deref().unwrap_or("an exception"),
+                    message.as_deref().unwrap_or("?")
+                )
+            });
+            *lock(&raised) = Some(e);
+            WorkerError::Orchestration(text)
+        };
+        let submitted = py.detach(|| {
+            worker.submit(|orch| {
+                Python::attach(|py| {
+                    let native =
+                        Py::new(py, NativeOrchestrator::new(orch.clone(), known)).map_err(&keep)?;
+                    let outcome = body.call1(py, (native.clone_ref(py),));
+                    native.get().invalidate();
+                    outcome.map(drop).map_err(&keep)
+                })
+            })
+        });
+        let pending = lock(&raised).take();
+        match (submitted, pending) {
+            (Ok(handle), None) => Ok(NativeHostRunHandle::new(handle)),
+            (Ok(handle), Some(e)) => {
+                // The run failed with the orchestration; let its dispatched tasks end first.
+                let _ = wait_sliced(py, &handle, None);
+                Err(e)
+            }
+            (Err(_), Some(e)) => Err(e),
+            (Err(e), None) => Err(error::worker_error(py, e)),
+        }
+    }
+
+    /// `nbytes` of zero-filled shared memory every child of the worker maps.
+    fn create_buffer(&self, py: Python<'_>, nbytes: u64) -> PyResult<NativeSharedMemory> {
+        let worker = self.live(py)?;
+        let region = detached(py, || worker.create_buffer(nbytes))?;
+        let memory: Arc<dyn HostMemory> = region;
+        Ok(NativeSharedMemory::new(
+            HostView::whole(memory),
+            &self.known,
+        ))
+    }
+
+    /// Persistent device memory on chip `worker`: `shape` × dtype (wire value).
+    fn alloc_child_tensor(
+        &self,
+        py: Python<'_>,
+        worker: &Bound<'_, PyAny>,
+        shape: Vec<u64>,
+        dtype: u32,
+    ) -> PyResult<NativeChildTensor> {
+        let w = self.live(py)?;
+        let id = worker_id(worker, "worker")?;
+        let dtype = self::dtype(py, dtype)?;
+        let tensor = detached(py, || w.alloc_child_tensor(id, &shape, dtype))?;
+        Ok(NativeChildTensor { tensor })
+    }
+
+    /// Frees memory from `alloc_child_tensor`.
+    fn free_child_tensor(&self, py: Python<'_>, tensor: &NativeChildTensor) -> PyResult<()> {
+        let worker = self.live(py)?;
+        let t = &tensor.tensor;
+        detached(py, || worker.free_child_tensor(t))
+    }
+
+    /// The worker's child processes: endpoint name to pid.
+    fn child_pids(&self, py: Python<'_>) -> PyResult<HashMap<String, u32>> {
+        let worker = self.live(py)?;
+        Ok(py.detach(|| worker.child_pids()).into_iter().collect())
+    }
+
+    /// Waits for the runs in flight, stops every endpoint and child, joins the threads.
+    /// Idempotent; refused (`WorkerStateError`) from inside an orchestration or from a thread
+    /// other than the one that called `init`, and the worker stays open then.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(worker) = lock(&self.worker).clone() else {
+            return Ok(());
+        };
+        detached(py, || worker.close())?;
+        let last = lock(&self.worker).take();
+        // The last reference joins the engine's threads: drop it detached.
+        py.detach(move || drop((worker, last)));
+        Ok(())
+    }
+
+    /// The level (a label in messages).
+    #[getter]
+    fn level(&self) -> u32 {
+        self.level
+    }
+
+    /// Chips (worker ids `0..chip_count`).
+    #[getter]
+    fn chip_count(&self) -> usize {
+        self.chip_count
+    }
+
+    /// Sub workers.
+    #[getter]
+    fn sub_worker_count(&self) -> usize {
+        self.sub_worker_count
+    }
+
+    /// True once `close` succeeded.
+    #[getter]
+    fn closed(&self) -> bool {
+        lock(&self.worker).is_none()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "HostWorker(level={}, chips={}, sub_workers={}, closed={})",
+            self.level,
+            self.chip_count,
+            self.sub_worker_count,
+            self.closed()
+        )
+    }
+}

@@ -1,0 +1,541 @@
+"""The level-3 worker: several chips of one host and a pool of sub workers, driven by a Python
+orchestration function (``Worker(level=3, ...)``; every level above 3 is the same engine).
+
+Lifecycle (upstream's)::
+
+    w = Worker(level=3, platform="sim", device_ids=[0, 1], num_sub_workers=1)
+    add = w.register(vector_add)            # a ChipCallable: runs on the chips
+    check = w.register(check_fn)            # a Python function f(args): runs in a sub worker
+    w.init()                                # starts the chips, the sub worker processes
+    def orch(o, args, cfg):                 # runs on the caller's thread
+        for i in range(2):
+            o.submit_next_level(add, parts[i], cfg, worker=i)
+        o.submit_sub(check, TaskArgs().add_tensor(c, TensorArgType.INPUT))
+    w.run(orch)                             # or w.submit(orch) -> HostRunHandle
+    w.close()
+
+**The orchestration** ``f(orch, args, cfg)`` gets an :class:`~simpler.Orchestrator` (valid
+only while ``f`` runs), the ``args`` and ``config`` given to :meth:`HostWorker.submit`. Each
+``orch.submit_*`` adds a task; the engine orders tasks by their tensors' tags (``INPUT`` waits
+for the writers of overlapping memory; ``OUTPUT``, ``OUTPUT_EXISTING``, ``INOUT`` for its
+writers and readers; ``NO_DEP`` for nothing) and runs ready ones at once. An exception raised
+by ``f`` fails the run (its tasks not yet started are cancelled) and is re-raised as it is by
+``submit``/``run``.
+
+**Memory.** With ``chip_isolation="thread"`` (the default) chips run in this process and take
+numpy arrays in place. Memory a child process must see — every sub task's tensors (sub
+workers are processes), and every chip tensor with ``chip_isolation="process"`` — must be
+shared: a :meth:`HostWorker.create_buffer` buffer (or a numpy view of one) or an
+``orch.alloc`` tensor; a plain array is refused at submit with an error naming the argument.
+``orch.alloc_child_tensor`` is device memory on one chip, filled by ``orch.copy_to``.
+
+**Threads.** Every blocking native call releases the GIL; waits run in 50 ms slices and check
+for signals, so Ctrl-C raises ``KeyboardInterrupt`` while the run goes on. ``close()`` must be
+called from the thread that called ``init()``, and never from inside an orchestration.
+
+See ``docs/python.md`` §11 and ``docs/l3-worker.md``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shutil
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import _native
+from .callable import CallableHandle, ChipCallable
+from .config import CallConfig
+from .errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    InvalidConfigError,
+    UnknownCallableError,
+    UnsupportedError,
+    WorkerStateError,
+)
+from .tensor import ChildTensor, Tensor, as_array
+from .types import DataType, shape_tuple
+from .worker import _OPTIONS, PLATFORMS, RUNTIMES, Worker
+
+__all__ = ["HostWorker", "HostRunHandle", "HostRunReport", "SharedBuffer"]
+
+# Chip options of the level-2 Worker that a level-3 worker applies to each of its chips;
+# `heap_ring_size` is the level-3 engine's own heap ring here (bytes per heap, 4 heaps).
+_CHIP_OPTIONS = {key: field for key, field in _OPTIONS.items() if key != "heap_ring_size"}
+_ISOLATIONS = ("thread", "process")
+
+
+def _child_program() -> Dict[str, Any]:
+    """How the engine starts a child: this interpreter running ``simpler._child``, with this
+    process's ``sys.path`` as ``PYTHONPATH`` so functions pickled by reference import there
+    (set through ``env``, since the engine passes a child only its own variables on top of
+    this process's environment)."""
+    path = [p for p in sys.path if p]
+    old = os.environ.get("PYTHONPATH")
+    if old:
+        path.extend(p for p in old.split(os.pathsep) if p and p not in path)
+    return {
+        "child_program": shutil.which("env") or "/usr/bin/env",
+        "child_args": [
+            "PYTHONPATH=" + os.pathsep.join(path),
+            sys.executable,
+            "-m",
+            "simpler._child",
+        ],
+    }
+
+
+def _index_list(value: Any, what: str) -> List[int]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, range)):
+        raise InvalidConfigError(f"{what} must be a list of ints, got {value!r}")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise InvalidConfigError(f"{what} must hold ints >= 0, got {v!r}")
+        out.append(int(v))
+    return out
+
+
+@dataclass(frozen=True)
+class HostRunReport:
+    """What a successful level-3 run reports."""
+
+    run: int
+    """The run's id (per worker, from 1)."""
+    tasks: int
+    """Tasks the run executed."""
+    total_time_s: float
+    """From ``submit`` to the run's end."""
+
+
+class HostRunHandle:
+    """A submitted level-3 run. ``done`` says whether it finished; ``wait(timeout)`` blocks
+    (``WaitTimeoutError`` after ``timeout`` seconds, or the run's own error); ``result()``
+    waits and returns the :class:`HostRunReport`. Waiting is idempotent."""
+
+    def __init__(self, native: "_native.HostRunHandle") -> None:
+        self._native = native
+
+    @property
+    def run(self) -> int:
+        """The run's id."""
+        return int(self._native.run)
+
+    @property
+    def done(self) -> bool:
+        """True once the run finished (successfully or not); never blocks."""
+        return bool(self._native.poll())
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Waits for the run; raises ``WaitTimeoutError`` (a ``TimeoutError``) if it is still
+        running after ``timeout`` seconds, or the run's error if it failed."""
+        self.result(timeout)
+
+    def result(self, timeout: Optional[float] = None) -> HostRunReport:
+        """Waits (see :meth:`wait`) and returns the run's report."""
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+        ):
+            raise ArgumentTypeError(f"timeout must be a number of seconds, got {timeout!r}")
+        report = self._native.wait(None if timeout is None else float(timeout))
+        return HostRunReport(int(report.run), int(report.tasks), float(report.total_time_s))
+
+    def __repr__(self) -> str:
+        return f"HostRunHandle(run={self.run}, done={self.done})"
+
+
+class SharedBuffer:
+    """Shared memory from :meth:`HostWorker.create_buffer`: ``nbytes`` zero-filled bytes that
+    this process and every child process of the worker map (anonymous memory, nothing in the
+    file system). :meth:`array` views it as a numpy array without copying; a view (or a slice
+    of one) passed as a task argument reaches a child process in place. The memory lives as
+    long as this object or any view of it."""
+
+    backend_kind = "SHARED_MEMFD"
+
+    def __init__(self, native: "_native.SharedMemory") -> None:
+        self._native = native
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._native.nbytes)
+
+    @property
+    def identity(self) -> int:
+        """The shared region's id, the same in every process that maps it."""
+        region = self._native.region
+        return -1 if region is None else int(region)
+
+    @property
+    def __array_interface__(self) -> Dict[str, Any]:
+        return self._native.__array_interface__
+
+    def array(self, shape: Any = None, dtype: Any = np.uint8, byte_offset: int = 0) -> np.ndarray:
+        """A writable numpy view of the buffer: ``shape`` elements of ``dtype`` (a simpler
+        or numpy dtype) from ``byte_offset``; the whole buffer as bytes by default."""
+        try:
+            dt = np.dtype(DataType.of(dtype).to_numpy())
+        except (ArgumentTypeError, InvalidArgumentError):
+            dt = np.dtype(dtype)  # any numpy dtype views the bytes; tasks take simpler's
+        raw = np.asarray(self._native)
+        if isinstance(byte_offset, bool) or not isinstance(byte_offset, int) or byte_offset < 0:
+            raise InvalidArgumentError(f"byte_offset must be an int >= 0, got {byte_offset!r}")
+        if shape is None:
+            count = (self.nbytes - byte_offset) // dt.itemsize
+            shape = (count,)
+        dims = shape_tuple(shape, "shape")
+        need = math.prod(dims) * dt.itemsize
+        if byte_offset + need > self.nbytes:
+            raise InvalidArgumentError(
+                f"a {dt} view of shape {dims} at byte {byte_offset} needs "
+                f"{byte_offset + need} bytes; the buffer has {self.nbytes}"
+            )
+        return raw[byte_offset : byte_offset + need].view(dt).reshape(dims)
+
+    @property
+    def buf(self) -> memoryview:
+        """The whole buffer as a writable memoryview (upstream's ``buffer.shm.buf``)."""
+        return memoryview(np.asarray(self._native))
+
+    def __repr__(self) -> str:
+        return f"SharedBuffer(nbytes={self.nbytes}, identity={self.identity})"
+
+
+class HostWorker(Worker):
+    """A worker of level 3 or above (``Worker(level=3, ...)`` makes one); see the module docs.
+
+    Options: ``platform`` (``"sim"``), ``runtime``, ``device_ids`` (one chip per entry; chip
+    ``i`` is worker id ``i``), ``num_sub_workers`` (sub worker processes, default 0),
+    ``chip_isolation`` (``"thread"``: chips in this process, the default; ``"process"``: each
+    chip in a child process), ``heap_ring_size`` (bytes per heap of ``orch.alloc``'s 4 heaps,
+    default 64 MiB), ``startup_timeout_s`` (the whole tree's start, default 300), and the
+    level-2 chip options (``clusters``, ``aicpu_threads``, timeouts, ``sim_executor`` ...),
+    applied to every chip. The engine checks the configuration here, before anything starts.
+    """
+
+    def __init__(self, level: int = 3, **config: Any) -> None:
+        if isinstance(level, bool) or not isinstance(level, int) or level < 3:
+            raise InvalidConfigError(f"a host worker has level >= 3, got {level!r}")
+        self.level = level
+        self.platform = config.pop("platform", "sim")
+        self.runtime = config.pop("runtime", "tensormap_and_ringbuffer")
+        if self.platform not in PLATFORMS:
+            raise UnsupportedError(f"platform {self.platform!r}: only 'sim' exists in this build")
+        if self.runtime not in RUNTIMES:
+            raise UnsupportedError(
+                f"runtime {self.runtime!r}: only 'tensormap_and_ringbuffer' exists in this build"
+            )
+        if "device_id" in config and "device_ids" in config:
+            raise InvalidConfigError("give device_ids (level 3) or device_id, not both")
+        if "device_id" in config:
+            device_ids = _index_list([config.pop("device_id")], "device_id")
+        else:
+            device_ids = _index_list(config.pop("device_ids", []), "device_ids")
+        subs = config.pop("num_sub_workers", 0)
+        if isinstance(subs, bool) or not isinstance(subs, (int, np.integer)) or subs < 0:
+            raise InvalidConfigError(f"num_sub_workers must be an int >= 0, got {subs!r}")
+        isolation = config.pop("chip_isolation", "thread")
+        if isolation not in _ISOLATIONS:
+            raise InvalidConfigError(
+                f"chip_isolation must be 'thread' or 'process', got {isolation!r}"
+            )
+        heap_ring_size = config.pop("heap_ring_size", None)
+        if heap_ring_size is not None and (
+            isinstance(heap_ring_size, bool)
+            or not isinstance(heap_ring_size, (int, np.integer))
+            or heap_ring_size <= 0
+        ):
+            raise InvalidConfigError(
+                f"heap_ring_size must be a positive int (bytes per heap), got {heap_ring_size!r}"
+            )
+        startup = config.pop("startup_timeout_s", None)
+        control = config.pop("py_control_timeout_s", None)
+        for key, value in (("startup_timeout_s", startup), ("py_control_timeout_s", control)):
+            if value is not None and not (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+            ):
+                raise InvalidConfigError(f"{key} must be positive and finite, got {value!r}")
+        if config.pop("enable_sdma", False):
+            raise UnsupportedError("enable_sdma: there is no SDMA engine on the sim platform")
+        options = {field: config.pop(key) for key, field in _CHIP_OPTIONS.items() if key in config}
+        if config:
+            raise ArgumentTypeError(f"Worker() got unknown option(s): {', '.join(sorted(config))}")
+        self.device_ids = tuple(device_ids)
+        self.chip_isolation = isolation
+        self.num_sub_workers = int(subs)
+        # The chips' own configuration (the host's WorkerConfig); checked by the engine.
+        self._config = _native.WorkerConfig(device_id=device_ids[0] if device_ids else 0, **options)
+        chips = [_native.WorkerConfig(device_id=d, **options) for d in device_ids]
+        self._host = _native.HostWorker(
+            level,
+            chips,
+            chip_isolation=isolation,
+            num_sub_workers=self.num_sub_workers,
+            heap_ring_size=None if heap_ring_size is None else int(heap_ring_size),
+            startup_timeout_s=startup,
+            **_child_program(),
+        )
+        self._native = None  # the level-2 chip handle: none here
+        self._state = "created"
+        self._handles: Dict[str, CallableHandle] = {}
+        self._lock = threading.RLock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def init(self, prewarm_config: Optional[CallConfig] = None) -> None:
+        """Starts the chips, the sub worker processes, the lanes and the scheduler, once; a
+        failure stops everything it started. A Python callable with no sub worker to run it
+        is refused here."""
+        del prewarm_config  # nothing to pre-warm: callables load at registration
+        with self._lock:
+            if self._state == "closed":
+                raise WorkerStateError("the worker is closed")
+            self._host.init()
+            self._state = "ready"
+
+    def close(self) -> None:
+        """Waits for the runs in flight and stops every chip and child process (shared
+        buffers and ``orch.alloc`` arrays stay valid while Python holds them). Terminal and
+        idempotent; refused (``WorkerStateError``, the worker stays open) from inside an
+        orchestration and from a thread other than the one that called ``init()``."""
+        with self._lock:
+            if self._state == "closed":
+                return
+            self._host.close()
+            self._state = "closed"
+            self._handles.clear()
+
+    def _live(self) -> Any:
+        if self._state == "closed":
+            raise WorkerStateError("the worker is closed")
+        return self._host
+
+    def _worker_config(self) -> "_native.WorkerConfig":
+        """The chips' configuration (what a ``CallConfig`` is checked against)."""
+        return self._config
+
+    @property
+    def chip_count(self) -> int:
+        return int(self._host.chip_count)
+
+    @property
+    def sub_worker_count(self) -> int:
+        return int(self._host.sub_worker_count)
+
+    def child_pids(self) -> Dict[str, int]:
+        """The worker's child processes: endpoint name (``"chip 0 (device 0, pid 42)"``,
+        ``"sub worker 1"``) to pid."""
+        return dict(self._host.child_pids())
+
+    # -- callables ---------------------------------------------------------------------------
+
+    def register(self, target: Any, *, workers: Any = None) -> CallableHandle:
+        """Registers a :class:`ChipCallable` (run by the chips) or a Python function
+        ``f(args)`` (run by sub workers; pickled with cloudpickle, so a function of an
+        importable module crosses by reference and a lambda or closure by value), before or
+        after :meth:`init`. Equal content returns the same handle, counted: each
+        ``register`` needs one ``unregister``."""
+        if workers is not None:
+            raise UnsupportedError(
+                "workers=: a level-3 callable is registered on every endpoint of its kind"
+            )
+        if isinstance(target, CallableHandle):
+            raise ArgumentTypeError("register takes a ChipCallable or a function, not a handle")
+        if isinstance(target, ChipCallable):
+            hashid, name, kind, payload = target.hashid, target.name, "CHIP_CALLABLE", None
+            signature = target.signature
+        elif callable(target):
+            import cloudpickle  # a dependency of the package; imported when first needed
+
+            payload = cloudpickle.dumps(target)
+            hashid = "sha256:" + hashlib.sha256(payload).hexdigest()
+            module = getattr(target, "__module__", None) or "?"
+            qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+            name, kind, signature = f"{module}.{qualname}", "PYTHON_SERIALIZED", ()
+        else:
+            raise ArgumentTypeError(
+                "a level-3 worker registers a ChipCallable or a Python function, got "
+                f"{type(target).__name__}"
+            )
+        with self._lock:
+            host = self._live()
+            existing = self._handles.get(hashid)
+            if existing is not None:
+                existing._refs += 1
+                return existing
+            if payload is None:
+                native = host.register_chip(target._native)
+            else:
+                native = host.register_sub(name, payload)
+            handle = CallableHandle(
+                hashid=hashid,
+                name=name,
+                signature=signature,
+                kind=kind,
+                target_namespace="LOCAL_CHIP" if payload is None else "LOCAL_PYTHON",
+                _owner=self,
+                _callable=target,
+                _native_id=native,
+            )
+            self._handles[hashid] = handle
+            return handle
+
+    def unregister(self, handle: CallableHandle) -> None:
+        """Releases one registration of ``handle``; the last one removes it everywhere."""
+        with self._lock:
+            self._own_handle(handle)
+            handle._refs -= 1
+            if handle._refs > 0:
+                return
+            del self._handles[handle.hashid]
+            self._host.unregister(handle._native_id)
+
+    def _own_handle(self, handle: Any) -> CallableHandle:
+        if isinstance(handle, ChipCallable) or (
+            callable(handle) and not isinstance(handle, CallableHandle)
+        ):
+            raise ArgumentTypeError(
+                "pass the handle that register() returned, not the callable itself"
+            )
+        if not isinstance(handle, CallableHandle):
+            raise ArgumentTypeError(f"expected a CallableHandle, got {type(handle).__name__}")
+        if handle._owner is not self or self._handles.get(handle.hashid) is not handle:
+            raise UnknownCallableError(
+                f"callable `{handle.name}` ({handle.hashid[:19]}...) is not registered on this "
+                "worker",
+                callable=handle.name,
+            )
+        return handle
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def submit(  # type: ignore[override]
+        self,
+        orch_fn: Callable[..., Any],
+        args: Any = None,
+        config: Optional[CallConfig] = None,
+    ) -> HostRunHandle:
+        """Runs the orchestration ``orch_fn(orch, args, config)`` on this thread and returns
+        the run's handle once it has returned (the run's tasks go on). Blocks while two runs
+        are in flight. An exception raised by ``orch_fn`` fails the run and is re-raised
+        here as it is."""
+        from .orchestrator import Orchestrator
+
+        if isinstance(orch_fn, (CallableHandle, ChipCallable)) or not callable(orch_fn):
+            raise ArgumentTypeError(
+                "a level-3 run is an orchestration function f(orch, args, config), got "
+                f"{type(orch_fn).__name__}; submit the callable from it with "
+                "orch.submit_next_level(handle, args, config, worker=i)"
+            )
+        if config is None:
+            config = CallConfig()
+        elif not isinstance(config, CallConfig):
+            raise ArgumentTypeError(f"config must be a CallConfig, got {type(config).__name__}")
+        host = self._live()
+
+        def body(native_orch: "_native.Orchestrator") -> None:
+            orch_fn(Orchestrator(native_orch, self), args, config)
+
+        return HostRunHandle(host.submit(body))
+
+    def run(  # type: ignore[override]
+        self,
+        orch_fn: Callable[..., Any],
+        args: Any = None,
+        config: Optional[CallConfig] = None,
+    ) -> HostRunReport:
+        """``submit(orch_fn, args, config).result()``."""
+        return self.submit(orch_fn, args, config).result()
+
+    # -- memory --------------------------------------------------------------------------------
+
+    def create_buffer(self, nbytes: int) -> SharedBuffer:
+        """``nbytes`` of zero-filled shared memory that every child process of this worker can
+        read and write in place (see :class:`SharedBuffer`)."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes <= 0:
+            raise InvalidArgumentError(f"create_buffer size must be a positive int, got {nbytes!r}")
+        return SharedBuffer(self._live().create_buffer(int(nbytes)))
+
+    def make_tensor_arg(
+        self,
+        tensor: Any,
+        shapes: Any = None,
+        dtype: Any = None,
+        *,
+        strides: Optional[Sequence[int]] = None,
+    ) -> Tensor:
+        """A task argument over ``tensor`` without copying: a :class:`SharedBuffer` viewed as
+        ``shapes`` elements of ``dtype``, or a host array (numpy, buffer-protocol or
+        ``__dlpack__`` object), re-viewed by ``shapes`` when given."""
+        if isinstance(tensor, SharedBuffer):
+            if dtype is None or shapes is None:
+                raise InvalidArgumentError("a SharedBuffer needs the shapes and dtype to view")
+            return Tensor.from_host(tensor.array(shapes, dtype), strides=strides)
+        return Tensor.from_host(tensor, shapes, dtype, strides=strides, writable=True)
+
+    def alloc_child_tensor(self, worker: int, shapes: Any, dtype: Any) -> ChildTensor:
+        """Persistent device memory on chip ``worker`` (zeroed): ``shapes`` elements of
+        ``dtype``. Freed by :meth:`free` or at close."""
+        dims = shape_tuple(shapes, "shapes")
+        return ChildTensor(
+            self._live().alloc_child_tensor(worker, list(dims), int(DataType.of(dtype)))
+        )
+
+    def free(self, tensor: Any) -> None:  # type: ignore[override]
+        """Frees device memory from :meth:`alloc_child_tensor`."""
+        if not isinstance(tensor, ChildTensor):
+            raise ArgumentTypeError(
+                f"free takes a ChildTensor from alloc_child_tensor, got {type(tensor).__name__}"
+            )
+        self._live().free_child_tensor(tensor._native)
+
+    def copy_to(self, dst: Any, src: Any) -> None:
+        """Copies host memory ``src`` into the chip memory ``dst`` (a :class:`ChildTensor`),
+        as one run."""
+        self.run(lambda orch, _args, _cfg: orch.copy_to(dst, src))
+
+    def copy_from(self, dst: Any, src: Any) -> None:
+        """Copies the chip memory ``src`` (a :class:`ChildTensor`) into host memory ``dst``, as
+        one run."""
+        self.run(lambda orch, _args, _cfg: orch.copy_from(dst, src))
+
+    def malloc(self, size: int) -> Any:
+        raise UnsupportedError(
+            "malloc is level-2 device memory; a level-3 worker allocates on one chip with "
+            "alloc_child_tensor(worker, shapes, dtype)"
+        )
+
+    # Level-2 properties that describe one chip's run options.
+    @property
+    def pipeline_depth(self) -> int:
+        """Runs in flight at once (the engine's pipeline depth)."""
+        return 2
+
+    def __repr__(self) -> str:
+        return (
+            f"Worker(level={self.level}, device_ids={list(self.device_ids)}, "
+            f"num_sub_workers={self.num_sub_workers}, chip_isolation={self.chip_isolation!r}, "
+            f"state={self._state})"
+        )
+
+
+def _host_array(value: Any, what: str, writable: bool = False) -> np.ndarray:
+    """The numpy array behind a host tensor argument (no copy)."""
+    if isinstance(value, Tensor):
+        if value.is_device:
+            raise ArgumentTypeError(
+                f"{what}: a level-2 device Buffer cannot be used at level 3; allocate chip "
+                "memory with orch.alloc_child_tensor(worker, shape, dtype)"
+            )
+        assert value.array is not None
+        return value.array
+    if isinstance(value, SharedBuffer):
+        return value.array()
+    return as_array(value, writable=writable, what=what)
