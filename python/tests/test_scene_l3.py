@@ -22,7 +22,9 @@ def gemm_by_row_halves(orch, callables, args, config):
         rows = slice(bounds[i], bounds[i + 1])
         orch.submit_next_level(
             callables.gemm,
-            TaskArgs().add_tensor(args.A[rows], IN).add_tensor(args.B, IN)
+            TaskArgs()
+            .add_tensor(args.A[rows], IN)
+            .add_tensor(args.B, IN)
             .add_tensor(args.C[rows], OUT),
             config,
             worker=i,

@@ -238,7 +238,9 @@ def test_level3_options_are_refused_at_level2_and_checked_at_level3(pytester):
         ),
     )
     result = pytester.runpytest()
-    result.stdout.fnmatch_lines(["*TestBad.CASES*unknown config key(s)*(device_count: level-3 options)"])
+    result.stdout.fnmatch_lines(
+        ["*TestBad.CASES*unknown config key(s)*(device_count: level-3 options)"]
+    )
     result.stdout.fnmatch_lines(["*device_count must be an int >= 1, got 0*"])
     result.stdout.fnmatch_lines(["*TestBad4.CALLABLE: a level-3 scene test's CALLABLE is a dict*"])
     assert result.ret != 0

@@ -81,12 +81,16 @@ def run(isolation: str = "thread", seed: int = 0) -> bool:
             x = o.alloc((HALF, HALF), np.float32)
             o.submit_next_level(
                 add,
-                TaskArgs().add_tensor(a, T.INPUT).add_tensor(b, T.INPUT)
+                TaskArgs()
+                .add_tensor(a, T.INPUT)
+                .add_tensor(b, T.INPUT)
                 .add_tensor(c, T.OUTPUT_EXISTING),
                 cfg,
                 worker=0,
             )
-            o.submit_sub(mean2x2, TaskArgs().add_tensor(c, T.INPUT).add_tensor(x, T.OUTPUT_EXISTING))
+            o.submit_sub(
+                mean2x2, TaskArgs().add_tensor(c, T.INPUT).add_tensor(x, T.OUTPUT_EXISTING)
+            )
             o.submit_next_level(
                 axpy,
                 TaskArgs().add_tensor(x, T.INPUT).add_tensor(y, T.INOUT).add_scalar(alpha),

@@ -64,7 +64,7 @@ from ..config import CallConfig, RuntimeEnv
 from ..errors import InvalidConfigError
 from ..tensor import TaskArgs, as_array
 from ..types import ArgSpec, TensorArgType
-from .scene_l3 import L3_CONFIG_KEYS, build_level3, level3_options, run_case_level3
+from .scene_l3 import L3_CONFIG_KEYS, build_level3, level3_options, run_level3, shared_copies
 
 __all__ = [
     "SceneTestCase",
@@ -154,6 +154,15 @@ class TaskArgsBuilder:
     def __len__(self) -> int:
         return len(self.items)
 
+    def with_tensors(self, values: Sequence[Any]) -> "TaskArgsBuilder":
+        """The same arguments with the tensors' values replaced, in order, by ``values``."""
+        if len(values) != len(self.tensors):
+            raise ValueError(f"{len(values)} tensor values for {len(self.tensors)} tensors")
+        it = iter(values)
+        return TaskArgsBuilder(
+            *(TensorArg(i.name, next(it)) if isinstance(i, TensorArg) else i for i in self.items)
+        )
+
     def clone(self) -> "TaskArgsBuilder":
         """A deep copy: tensors copied, scalars shared."""
         return TaskArgsBuilder(
@@ -217,9 +226,7 @@ def case_config(case: Dict[str, Any]) -> CallConfig:
     return CallConfig(runtime_env=env, **config)
 
 
-def build_chip_callable(
-    cls: type, spec: Dict[str, Any], compiler: KernelCompiler
-) -> ChipCallable:
+def build_chip_callable(cls: type, spec: Dict[str, Any], compiler: KernelCompiler) -> ChipCallable:
     """A chip callable from ``{"orchestration": {source, signature, [function_name],
     [extra_include_dirs]}, "incores": [{func_id, source, core_type, ...}], [name]}``, its
     source paths relative to the file defining ``cls``."""
@@ -344,7 +351,7 @@ class SceneTestCase:
         process)."""
         cached = SceneTestCase._level3_callables.get(cls)
         if cached is None:
-            cached = build_level3(cls, compiler or KernelCompiler())
+            cached = build_level3(cls, compiler or KernelCompiler(), build_chip_callable)
             SceneTestCase._level3_callables[cls] = cached
         return cached
 
@@ -392,13 +399,10 @@ class SceneTestCase:
 
     def run_case(self, worker: Any, case: Dict[str, Any], rounds: int = 1) -> None:
         """Runs one case on ``worker`` ``rounds`` times and checks each round (a level-3 case
-        on a level-3 worker: ``scene_l3.run_case_level3``)."""
-        if self.LEVEL == 3:
-            run_case_level3(self, worker, case, rounds)
-            return
+        on a level-3 worker, see ``scene_l3.py``)."""
         params = case.get("params", {})
-        callable = self.build_callable()
-        sig = callable.signature
+        level3 = self.build_callables() if self.LEVEL == 3 else None
+        callable = self.build_callable() if level3 is None else None
         args = self.generate_args(params)
         if not isinstance(args, TaskArgsBuilder):
             raise TypeError(f"{type(self).__name__}.generate_args must return a TaskArgsBuilder")
@@ -406,13 +410,26 @@ class SceneTestCase:
         if not case.get("skip_golden", False):
             golden = args.clone()
             self.compute_golden(golden, params)
+        config = case_config(case)
+        if level3 is not None:
+            shared = args.with_tensors(shared_copies(worker, [t.value for t in args.tensors]))
+
+            def check() -> None:
+                if golden is not None:
+                    self.compare_tensors(shared, golden, case)
+
+            run_level3(
+                worker, self.CALLABLE["orchestration"], level3, shared, config, rounds, check
+            )
+            return
+        assert callable is not None
+        sig = callable.signature
         tensor_specs = [s for s in sig if s.direction.is_tensor]
         written = [
             (t, _clone(t.value))
             for spec, t in zip(tensor_specs, args.tensors)
             if spec.direction.copies_back
         ]
-        config = case_config(case)
         handle = worker.register(callable)
         try:
             for round_index in range(rounds):

@@ -27,14 +27,15 @@ chips with process isolation) see them in place. There is no one signature to sa
 tensors are written, so every tensor is compared with the golden one after each round (the
 inputs must come back unchanged), and ``--rounds`` restores every tensor before each round.
 
-This module owns only the level-3 path of the framework; the case format, the comparison
-rule and the pytest options are ``scene.py``'s and ``plugin.py``'s.
+This module owns only the level-3 path of the framework and imports nothing from
+``scene.py``; the case format, the comparison rule and the pytest options are ``scene.py``'s
+and ``plugin.py``'s.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
@@ -43,10 +44,15 @@ from ..compiler import KernelCompiler
 from ..errors import InvalidConfigError
 from ..tensor import as_array
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .scene import SceneTestCase, TaskArgsBuilder
-
-__all__ = ["SceneCallables", "Level3Options", "level3_options", "run_case_level3"]
+__all__ = [
+    "SceneCallables",
+    "Level3Options",
+    "level3_options",
+    "build_level3",
+    "shared_copies",
+    "run_level3",
+    "device_ids",
+]
 
 L3_CONFIG_KEYS = {"device_count", "num_sub_workers", "chip_isolation"}
 ISOLATIONS = ("thread", "process")
@@ -152,66 +158,56 @@ def level3_options(cls: type, case: Dict[str, Any]) -> Level3Options:
     return count, subs, isolation
 
 
-def build_level3(cls: type, compiler: KernelCompiler) -> Dict[str, Any]:
-    """Each named callable of ``CALLABLE['callables']``: a compiled :class:`ChipCallable`, or
-    the sub callable's function as it is."""
-    from .scene import build_chip_callable
-
+def build_level3(
+    cls: type, compiler: KernelCompiler, build_chip: Callable[..., ChipCallable]
+) -> Dict[str, Any]:
+    """Each named callable of ``CALLABLE['callables']``: a compiled :class:`ChipCallable`
+    (``build_chip(cls, entry, compiler)`` for the ``orchestration``/``incores`` form), or the
+    sub callable's function as it is."""
+    base = Path(cls.source_dir())  # type: ignore[attr-defined]
     built: Dict[str, Any] = {}
     for entry in _entries(cls):
         name = entry["name"]
         if "callable" in entry:
             built[name] = entry["callable"]
         elif "example" in entry:
-            built[name] = ChipCallable.from_example(
-                Path(cls.source_dir()) / entry["example"], compiler  # type: ignore[attr-defined]
-            )
+            built[name] = ChipCallable.from_example(base / entry["example"], compiler)
         else:
-            built[name] = build_chip_callable(cls, {"name": name, **entry}, compiler)
+            built[name] = build_chip(cls, entry, compiler)
     return built
 
 
-def _to_shared(worker: Any, args: "TaskArgsBuilder") -> "TaskArgsBuilder":
-    """The case's arguments with every tensor copied into one ``create_buffer`` region (the
-    views keep it alive); scalars as they are."""
-    from .scene import Scalar, TaskArgsBuilder, TensorArg
-
-    arrays = [np.ascontiguousarray(as_array(t.value)) for t in args.tensors]
+def shared_copies(worker: Any, values: Sequence[Any]) -> List[np.ndarray]:
+    """Copies of the host tensors ``values`` in one ``create_buffer`` region of ``worker``
+    (each array keeps the region alive), with their shapes and dtypes."""
+    arrays = [np.ascontiguousarray(as_array(v)) for v in values]
     offsets, total = [], 0
     for a in arrays:
         offsets.append(total)
         total += -(-max(a.nbytes, 1) // _ALIGN) * _ALIGN
     buf = worker.create_buffer(max(total, _ALIGN))
-    items: List[Any] = []
-    for t, a, off in zip(args.tensors, arrays, offsets):
+    copies = []
+    for a, off in zip(arrays, offsets):
         view = buf.array(a.shape, a.dtype, off)
         view[...] = a
-        items.append(TensorArg(t.name, view))
-    items.extend(Scalar(s.name, s.value) for s in args.scalars)
-    return TaskArgsBuilder(*items)
+        copies.append(view)
+    return copies
 
 
-def run_case_level3(
-    test: "SceneTestCase", worker: Any, case: Dict[str, Any], rounds: int = 1
+def run_level3(
+    worker: Any,
+    orchestration: Callable[..., Any],
+    built: Dict[str, Any],
+    args: Any,
+    config: Any,
+    rounds: int,
+    check: Callable[[], None],
 ) -> None:
-    """Runs one level-3 case on ``worker`` ``rounds`` times, comparing every tensor with the
-    golden one after each round (see the module docs)."""
-    from .scene import TaskArgsBuilder, case_config
-
-    cls = type(test)
-    params = case.get("params", {})
-    orchestration: Callable[..., Any] = cls.CALLABLE["orchestration"]  # type: ignore[attr-defined]
-    built = cls.build_callables()  # type: ignore[attr-defined]
-    args = test.generate_args(params)
-    if not isinstance(args, TaskArgsBuilder):
-        raise TypeError(f"{cls.__name__}.generate_args must return a TaskArgsBuilder")
-    golden = None
-    if not case.get("skip_golden", False):
-        golden = args.clone()
-        test.compute_golden(golden, params)
-    shared = _to_shared(worker, args)
-    initial = [np.array(t.value, copy=True) for t in shared.tensors]
-    config = case_config(case)
+    """Registers ``built`` on ``worker``, then ``rounds`` times: restores every tensor of
+    ``args`` (a ``TaskArgsBuilder`` over shared memory) to its first value, runs
+    ``orchestration(orch, callables, args, config)`` and calls ``check()``; unregisters
+    everything at the end."""
+    initial = [np.array(t.value, copy=True) for t in args.tensors]
     handles: Dict[str, CallableHandle] = {}
     try:
         for name, target in built.items():
@@ -219,13 +215,12 @@ def run_case_level3(
         callables = SceneCallables(handles)
         for round_index in range(rounds):
             if round_index:
-                for t, first in zip(shared.tensors, initial):
+                for t, first in zip(args.tensors, initial):
                     t.value[...] = first
             worker.run(
-                lambda orch, _args, cfg: orchestration(orch, callables, shared, cfg), None, config
+                lambda orch, _args, cfg: orchestration(orch, callables, args, cfg), None, config
             )
-            if golden is not None:
-                test.compare_tensors(shared, golden, case)
+            check()
     finally:
         for handle in handles.values():
             worker.unregister(handle)
