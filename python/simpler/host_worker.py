@@ -178,10 +178,12 @@ class SharedBuffer:
         return self._native.__array_interface__
 
     def array(self, shape: Any = None, dtype: Any = np.uint8, byte_offset: int = 0) -> np.ndarray:
-        """A writable numpy view of the buffer: ``shape`` elements of ``dtype`` (a numpy or
-        simpler dtype) from ``byte_offset``; the whole buffer as bytes by default."""
-        dt = DataType.of(dtype).to_numpy() if not isinstance(dtype, np.dtype) else dtype
-        dt = np.dtype(dt)
+        """A writable numpy view of the buffer: ``shape`` elements of ``dtype`` (a simpler
+        or numpy dtype) from ``byte_offset``; the whole buffer as bytes by default."""
+        try:
+            dt = np.dtype(DataType.of(dtype).to_numpy())
+        except (ArgumentTypeError, InvalidArgumentError):
+            dt = np.dtype(dtype)  # any numpy dtype views the bytes; tasks take simpler's
         raw = np.asarray(self._native)
         if isinstance(byte_offset, bool) or not isinstance(byte_offset, int) or byte_offset < 0:
             raise InvalidArgumentError(f"byte_offset must be an int >= 0, got {byte_offset!r}")
@@ -245,6 +247,14 @@ class HostWorker(Worker):
                 f"chip_isolation must be 'thread' or 'process', got {isolation!r}"
             )
         heap_ring_size = config.pop("heap_ring_size", None)
+        if heap_ring_size is not None and (
+            isinstance(heap_ring_size, bool)
+            or not isinstance(heap_ring_size, (int, np.integer))
+            or heap_ring_size <= 0
+        ):
+            raise InvalidConfigError(
+                f"heap_ring_size must be a positive int (bytes per heap), got {heap_ring_size!r}"
+            )
         startup = config.pop("startup_timeout_s", None)
         control = config.pop("py_control_timeout_s", None)
         for key, value in (("startup_timeout_s", startup), ("py_control_timeout_s", control)):
@@ -268,7 +278,7 @@ class HostWorker(Worker):
             chips,
             chip_isolation=isolation,
             num_sub_workers=self.num_sub_workers,
-            heap_ring_size=heap_ring_size,
+            heap_ring_size=None if heap_ring_size is None else int(heap_ring_size),
             startup_timeout_s=startup,
             **_child_program(),
         )
@@ -291,9 +301,10 @@ class HostWorker(Worker):
             self._state = "ready"
 
     def close(self) -> None:
-        """Waits for the runs in flight, stops every chip and child process, frees shared
-        memory the worker owns. Terminal and idempotent; refused (``WorkerStateError``) from
-        inside an orchestration and from a thread other than the one that called ``init()``."""
+        """Waits for the runs in flight and stops every chip and child process (shared
+        buffers and ``orch.alloc`` arrays stay valid while Python holds them). Terminal and
+        idempotent; refused (``WorkerStateError``, the worker stays open) from inside an
+        orchestration and from a thread other than the one that called ``init()``."""
         with self._lock:
             if self._state == "closed":
                 return

@@ -144,7 +144,7 @@ def test_a_sub_worker_ignores_sigint_and_ctrl_c_interrupts_only_the_wait(isolate
     x = isolated.create_buffer(64).array((4,), np.float32)
     sub = [pid for name, pid in isolated.child_pids().items() if name.startswith("sub worker")]
     handle = isolated.submit(
-        lambda o, _a, _c: o.submit_sub(slow, TaskArgs().add_tensor(x, OUT).add_scalar(800))
+        lambda o, _a, _c: o.submit_sub(slow, TaskArgs().add_tensor(x, OUT).add_scalar(2000))
     )
     timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
     started = time.monotonic()
@@ -156,9 +156,10 @@ def test_a_sub_worker_ignores_sigint_and_ctrl_c_interrupts_only_the_wait(isolate
             handle.wait()
     finally:
         timer.cancel()
-    assert time.monotonic() - started < 0.7, "the interrupt was not delivered promptly"
+    assert time.monotonic() - started < 1.5, "the interrupt was not delivered promptly"
+    assert not handle.done
     handle.wait()
-    assert (x == 1).all()
+    assert (x == 1).all(), "the sub worker went on through its SIGINT"
 
 
 def test_a_child_that_cannot_start_fails_init_and_nothing_is_left(monkeypatch, tmp_path):
