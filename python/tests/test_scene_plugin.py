@@ -236,6 +236,15 @@ def test_level3_options_are_refused_at_level2_and_checked_at_level3(pytester):
                 CASES = [{"name": "x"}]
             """
         ),
+        test_bad5=textwrap.dedent(
+            """
+            from simpler.testing import SceneTestCase, scene_test
+
+            @scene_test(level=4)
+            class TestBad5(SceneTestCase):
+                CASES = []
+            """
+        ),
     )
     result = pytester.runpytest()
     result.stdout.fnmatch_lines(
@@ -243,4 +252,5 @@ def test_level3_options_are_refused_at_level2_and_checked_at_level3(pytester):
     )
     result.stdout.fnmatch_lines(["*device_count must be an int >= 1, got 0*"])
     result.stdout.fnmatch_lines(["*TestBad4.CALLABLE: a level-3 scene test's CALLABLE is a dict*"])
+    result.stdout.fnmatch_lines(["*TestBad5: scene tests are of level 2 or 3, got level=4*"])
     assert result.ret != 0
