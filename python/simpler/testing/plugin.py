@@ -10,10 +10,12 @@ Options:
     Run only selected cases (repeatable): ``NAME`` (a case of any class), ``Class::NAME``, or
     ``Class::`` (every case of a class). Selecting a ``manual`` case runs it.
 ``--device ID``
-    Device id of the pooled worker (default 0).
+    Device id of the pooled worker (default 0); a level-3 case's chips are the device ids
+    from it on.
 
-Every ``SceneTestCase`` subclass gets one test per selected case. Workers are pooled: one
-level-2 worker per (platform, runtime, device) for the whole session.
+Every ``SceneTestCase`` subclass gets one test per selected case. Workers are pooled for the
+whole session: one level-2 worker per (platform, runtime, device), and one level-3 worker per
+(platform, runtime, device, chip count, sub worker count, chip isolation).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pytest
 
 from ..worker import PLATFORMS, Worker
 from .scene import SceneTestCase, _validate_cases, normalize_platform
+from .scene_l3 import device_ids, level3_options
 
 
 def pytest_addoption(parser: Any) -> None:
@@ -97,23 +100,38 @@ def pytest_generate_tests(metafunc: Any) -> None:
 
 @pytest.fixture(scope="session")
 def _simpler_worker_pool():
-    pool: Dict[Tuple[str, str, int], Worker] = {}
+    pool: Dict[Tuple[Any, ...], Worker] = {}
     yield pool
     for worker in pool.values():
         worker.close()
 
 
 @pytest.fixture
-def st_worker(request: Any, _simpler_worker_pool: Dict[Tuple[str, str, int], Worker]) -> Worker:
-    """The pooled level-2 worker for this test's platform, runtime and device."""
+def st_worker(request: Any, _simpler_worker_pool: Dict[Tuple[Any, ...], Worker]) -> Worker:
+    """The pooled worker for this test's platform, runtime and device: level 2, or for a
+    level-3 case the level-3 worker of its chip count, sub workers and chip isolation."""
     cls = request.cls
     runtime = getattr(cls, "RUNTIME", "tensormap_and_ringbuffer")
     platform = normalize_platform(request.config.getoption("platform"))
     device = request.config.getoption("device")
-    key = (platform, runtime, device)
+    if getattr(cls, "LEVEL", 2) == 3:
+        count, subs, isolation = level3_options(cls, request.node.callspec.params["scene_case"])
+        key: Tuple[Any, ...] = (platform, runtime, device, count, subs, isolation)
+    else:
+        key = (platform, runtime, device)
     worker = _simpler_worker_pool.get(key)
     if worker is None or worker.closed:
-        worker = Worker(level=2, platform=platform, runtime=runtime, device_id=device)
+        if len(key) == 3:
+            worker = Worker(level=2, platform=platform, runtime=runtime, device_id=device)
+        else:
+            worker = Worker(
+                level=3,
+                platform=platform,
+                runtime=runtime,
+                device_ids=device_ids(device, count),
+                num_sub_workers=subs,
+                chip_isolation=isolation,
+            )
         worker.init()
         _simpler_worker_pool[key] = worker
     return worker

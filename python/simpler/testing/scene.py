@@ -41,6 +41,10 @@ checking every round.
 A case is a dict: ``name`` (required), ``params`` (passed to ``generate_args`` and
 ``compute_golden``), ``platforms`` (default all), ``config`` (``CallConfig`` fields),
 ``rtol``/``atol``, ``skip_golden``, ``manual`` (run only when selected by ``--case``).
+
+**Level 3.** ``@scene_test(level=3)`` (or ``LEVEL = 3``) runs a case on a level-3 worker of
+``DEVICE_COUNT`` chips with a Python orchestration; ``CALLABLE`` then names it and the
+callables it submits, and every tensor is compared. ``scene_l3.py`` describes that form.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from ..config import CallConfig, RuntimeEnv
 from ..errors import InvalidConfigError
 from ..tensor import TaskArgs, as_array
 from ..types import ArgSpec, TensorArgType
+from .scene_l3 import L3_CONFIG_KEYS, build_level3, level3_options, run_level3, shared_copies
 
 __all__ = [
     "SceneTestCase",
@@ -72,6 +77,7 @@ __all__ = [
 
 CASE_KEYS = {"name", "params", "platforms", "config", "rtol", "atol", "skip_golden", "manual"}
 CONFIG_KEYS = {"aicpu_thread_num", "runtime_env"}
+LEVELS = (2, 3)
 RUNTIME_ENV_KEYS = {"ring_task_window", "ring_heap", "ring_dep_pool"}
 PLATFORM_ALIASES = {"a2a3sim": "sim"}
 
@@ -148,6 +154,15 @@ class TaskArgsBuilder:
     def __len__(self) -> int:
         return len(self.items)
 
+    def with_tensors(self, values: Sequence[Any]) -> "TaskArgsBuilder":
+        """The same arguments with the tensors' values replaced, in order, by ``values``."""
+        if len(values) != len(self.tensors):
+            raise ValueError(f"{len(values)} tensor values for {len(self.tensors)} tensors")
+        it = iter(values)
+        return TaskArgsBuilder(
+            *(TensorArg(i.name, next(it)) if isinstance(i, TensorArg) else i for i in self.items)
+        )
+
     def clone(self) -> "TaskArgsBuilder":
         """A deep copy: tensors copied, scalars shared."""
         return TaskArgsBuilder(
@@ -161,6 +176,12 @@ class TaskArgsBuilder:
 
 
 def _validate_cases(cls: type) -> None:
+    level = getattr(cls, "LEVEL", 2)
+    if level not in LEVELS:
+        raise InvalidConfigError(
+            f"{cls.__name__}: LEVEL must be 2 (one chip) or 3 (several chips), got {level!r}"
+        )
+    config_keys = CONFIG_KEYS | (L3_CONFIG_KEYS if level == 3 else set())
     cases = getattr(cls, "CASES", None)
     if not isinstance(cases, (list, tuple)):
         raise InvalidConfigError(f"{cls.__name__}.CASES must be a list of dicts")
@@ -181,32 +202,80 @@ def _validate_cases(cls: type) -> None:
         config = case.get("config", {})
         if not isinstance(config, dict):
             raise InvalidConfigError(f"{where}: config must be a dict, got {config!r}")
-        if set(config) - CONFIG_KEYS:
-            raise InvalidConfigError(
-                f"{where}: unknown config key(s) {sorted(set(config) - CONFIG_KEYS)}"
+        if set(config) - config_keys:
+            extra = sorted(set(config) - config_keys)
+            hint = (
+                f" ({', '.join(sorted(set(extra) & L3_CONFIG_KEYS))}: level-3 options)"
+                if set(extra) & L3_CONFIG_KEYS
+                else ""
             )
+            raise InvalidConfigError(f"{where}: unknown config key(s) {extra}{hint}")
         env = config.get("runtime_env", {})
         if not isinstance(env, dict) or set(env) - RUNTIME_ENV_KEYS:
             raise InvalidConfigError(f"{where}: runtime_env takes {sorted(RUNTIME_ENV_KEYS)}")
         case_config(case).validate()
+        if level == 3:
+            level3_options(cls, case)
 
 
 def case_config(case: Dict[str, Any]) -> CallConfig:
-    """The :class:`CallConfig` of a case's ``config`` dict."""
-    config = dict(case.get("config", {}))
+    """The :class:`CallConfig` of a case's ``config`` dict (the level-3 worker options,
+    ``device_count``, ``num_sub_workers`` and ``chip_isolation``, are not part of it)."""
+    config = {k: v for k, v in case.get("config", {}).items() if k not in L3_CONFIG_KEYS}
     env = RuntimeEnv(**config.pop("runtime_env", {}))
     return CallConfig(runtime_env=env, **config)
 
 
+def build_chip_callable(cls: type, spec: Dict[str, Any], compiler: KernelCompiler) -> ChipCallable:
+    """A chip callable from ``{"orchestration": {source, signature, [function_name],
+    [extra_include_dirs]}, "incores": [{func_id, source, core_type, ...}], [name]}``, its
+    source paths relative to the file defining ``cls``."""
+    base = cls.source_dir()  # type: ignore[attr-defined]
+    orch = spec["orchestration"]
+    children = []
+    for k in spec.get("incores", []):
+        includes = [base / d for d in k.get("extra_include_dirs", [])]
+        image = compiler.compile_incore(
+            base / k["source"], core_type=k.get("core_type", "aiv"), extra_include_dirs=includes
+        )
+        children.append(
+            (
+                k["func_id"],
+                CoreCallable(
+                    image,
+                    core_type=k.get("core_type", "aiv"),
+                    signature=k.get("signature", ()),
+                    entry=k.get("entry", "kernel_entry"),
+                ),
+            )
+        )
+    includes = [base / d for d in orch.get("extra_include_dirs", [])]
+    image = compiler.compile_orchestration(
+        getattr(cls, "RUNTIME", "tensormap_and_ringbuffer"),
+        base / orch["source"],
+        extra_include_dirs=includes,
+    )
+    return ChipCallable.build(
+        orch["signature"],
+        orch.get("function_name", "aicpu_orchestration_entry"),
+        image,
+        children,
+        name=spec.get("name", cls.__name__),
+    )
+
+
 def scene_test(level: int = 2, runtime: str = "tensormap_and_ringbuffer"):
-    """Class decorator: records the level and runtime and validates ``CASES`` at once
-    (unknown keys raise ``ValueError`` when the module is imported)."""
+    """Class decorator: records the level (2: one chip; 3: several chips and sub workers, a
+    Python orchestration) and runtime and validates ``CASES`` at once (unknown keys raise
+    ``ValueError`` when the module is imported)."""
 
     def wrap(cls: type) -> type:
         if not (isinstance(cls, type) and issubclass(cls, SceneTestCase)):
             raise TypeError("@scene_test decorates SceneTestCase subclasses")
-        if level != 2:
-            raise InvalidConfigError(f"{cls.__name__}: only level-2 scene tests are supported")
+        if level not in LEVELS:
+            raise InvalidConfigError(
+                f"{cls.__name__}: scene tests are of level 2 or 3, got level={level!r}"
+            )
         cls.LEVEL = level
         cls.RUNTIME = runtime
         _validate_cases(cls)
@@ -224,8 +293,15 @@ class SceneTestCase:
     ATOL = 1e-5
     LEVEL = 2
     RUNTIME = "tensormap_and_ringbuffer"
+    DEVICE_COUNT = 1
+    """Level 3: the worker's chips (device ids from ``--device`` on)."""
+    NUM_SUB_WORKERS: Optional[int] = None
+    """Level 3: sub worker processes; None: 1 when ``CALLABLE`` names a sub callable, else 0."""
+    CHIP_ISOLATION = "thread"
+    """Level 3: ``"thread"`` (chips in this process) or ``"process"`` (a child each)."""
 
     _callables: Dict[type, ChipCallable] = {}
+    _level3_callables: Dict[type, Dict[str, Any]] = {}
 
     # -- what a test defines -------------------------------------------------------------------
 
@@ -243,56 +319,41 @@ class SceneTestCase:
 
     @classmethod
     def build_callable(cls, compiler: Optional[KernelCompiler] = None) -> ChipCallable:
-        """Compiles ``CALLABLE`` (once per class and process)."""
+        """Compiles ``CALLABLE`` (once per class and process); level 2."""
         cached = SceneTestCase._callables.get(cls)
         if cached is not None:
             return cached
+        if cls.LEVEL != 2:
+            raise InvalidConfigError(
+                f"{cls.__name__} is a level-{cls.LEVEL} scene test: its callables are "
+                "build_callables()"
+            )
         spec = cls.CALLABLE
         kc = compiler or KernelCompiler()
-        base = cls.source_dir()
         if isinstance(spec, ChipCallable):
             built = spec
         elif isinstance(spec, (str, os.PathLike)) or (isinstance(spec, dict) and "example" in spec):
             path = spec["example"] if isinstance(spec, dict) else spec
-            built = ChipCallable.from_example(base / path, kc)
+            built = ChipCallable.from_example(cls.source_dir() / path, kc)
         elif isinstance(spec, dict):
-            orch = spec["orchestration"]
-            children = []
-            for k in spec.get("incores", []):
-                includes = [base / d for d in k.get("extra_include_dirs", [])]
-                image = kc.compile_incore(
-                    base / k["source"],
-                    core_type=k.get("core_type", "aiv"),
-                    extra_include_dirs=includes,
-                )
-                children.append(
-                    (
-                        k["func_id"],
-                        CoreCallable(
-                            image,
-                            core_type=k.get("core_type", "aiv"),
-                            signature=k.get("signature", ()),
-                            entry=k.get("entry", "kernel_entry"),
-                        ),
-                    )
-                )
-            includes = [base / d for d in orch.get("extra_include_dirs", [])]
-            image = kc.compile_orchestration(
-                cls.RUNTIME, base / orch["source"], extra_include_dirs=includes
-            )
-            built = ChipCallable.build(
-                orch["signature"],
-                orch.get("function_name", "aicpu_orchestration_entry"),
-                image,
-                children,
-                name=spec.get("name", cls.__name__),
-            )
+            built = build_chip_callable(cls, spec, kc)
         else:
             raise InvalidConfigError(
                 f"{cls.__name__}.CALLABLE must be a dict, an example folder or a ChipCallable"
             )
         SceneTestCase._callables[cls] = built
         return built
+
+    @classmethod
+    def build_callables(cls, compiler: Optional[KernelCompiler] = None) -> Dict[str, Any]:
+        """Level 3: each callable of ``CALLABLE['callables']`` by name — a compiled
+        :class:`ChipCallable` or a sub callable's function (compiled once per class and
+        process)."""
+        cached = SceneTestCase._level3_callables.get(cls)
+        if cached is None:
+            cached = build_level3(cls, compiler or KernelCompiler(), build_chip_callable)
+            SceneTestCase._level3_callables[cls] = cached
+        return cached
 
     def signature(self) -> Tuple[ArgSpec, ...]:
         return self.build_callable().signature
@@ -303,34 +364,45 @@ class SceneTestCase:
         """Compares every OUT/INOUT tensor with the golden one by the native ``allclose``
         (NumPy's semantics, ``equal_nan=True``, in float64); raises ``AssertionError`` naming
         the tensor, the mismatch count and the worst element."""
-        rtol = case.get("rtol", self.RTOL)
-        atol = case.get("atol", self.ATOL)
         tensor_specs = [s for s in self.signature() if s.direction.is_tensor]
         for spec, got_arg, want_arg in zip(tensor_specs, actual.tensors, golden.tensors):
-            if not spec.direction.copies_back:
-                continue
-            got = np.ascontiguousarray(as_array(got_arg.value), dtype=np.float64)
-            want = np.ascontiguousarray(as_array(want_arg.value), dtype=np.float64)
-            if got.shape != want.shape:
-                raise AssertionError(f"{got_arg.name}: shape {got.shape} != golden {want.shape}")
-            _, bad, _, _, worst = _native.allclose(
-                got.tobytes(), want.tobytes(), "f64", float(rtol), float(atol), True
-            )
-            if bad == 0:
-                continue
-            index, got_value, want_value = worst
-            at = tuple(int(i) for i in np.unravel_index(index, got.shape))
-            raise AssertionError(
-                f"{got_arg.name}: {bad} of {got.size} elements differ from the golden result "
-                f"(rtol={rtol}, atol={atol}); worst at {at}: "
-                f"got {got_value!r}, expected {want_value!r}"
-            )
+            if spec.direction.copies_back:
+                self._assert_close(got_arg, want_arg, case)
+
+    def compare_tensors(
+        self, actual: TaskArgsBuilder, golden: TaskArgsBuilder, case: Dict[str, Any]
+    ) -> None:
+        """Level 3: compares every tensor with the golden one (no signature says which are
+        written, so the inputs are compared too), as :meth:`compare_outputs` does."""
+        for got_arg, want_arg in zip(actual.tensors, golden.tensors):
+            self._assert_close(got_arg, want_arg, case)
+
+    def _assert_close(self, got_arg: TensorArg, want_arg: TensorArg, case: Dict[str, Any]) -> None:
+        rtol = case.get("rtol", self.RTOL)
+        atol = case.get("atol", self.ATOL)
+        got = np.ascontiguousarray(as_array(got_arg.value), dtype=np.float64)
+        want = np.ascontiguousarray(as_array(want_arg.value), dtype=np.float64)
+        if got.shape != want.shape:
+            raise AssertionError(f"{got_arg.name}: shape {got.shape} != golden {want.shape}")
+        _, bad, _, _, worst = _native.allclose(
+            got.tobytes(), want.tobytes(), "f64", float(rtol), float(atol), True
+        )
+        if bad == 0:
+            return
+        index, got_value, want_value = worst
+        at = tuple(int(i) for i in np.unravel_index(index, got.shape))
+        raise AssertionError(
+            f"{got_arg.name}: {bad} of {got.size} elements differ from the golden result "
+            f"(rtol={rtol}, atol={atol}); worst at {at}: "
+            f"got {got_value!r}, expected {want_value!r}"
+        )
 
     def run_case(self, worker: Any, case: Dict[str, Any], rounds: int = 1) -> None:
-        """Runs one case on ``worker`` ``rounds`` times and checks each round."""
+        """Runs one case on ``worker`` ``rounds`` times and checks each round (a level-3 case
+        on a level-3 worker, see ``scene_l3.py``)."""
         params = case.get("params", {})
-        callable = self.build_callable()
-        sig = callable.signature
+        level3 = self.build_callables() if self.LEVEL == 3 else None
+        callable = self.build_callable() if level3 is None else None
         args = self.generate_args(params)
         if not isinstance(args, TaskArgsBuilder):
             raise TypeError(f"{type(self).__name__}.generate_args must return a TaskArgsBuilder")
@@ -338,13 +410,26 @@ class SceneTestCase:
         if not case.get("skip_golden", False):
             golden = args.clone()
             self.compute_golden(golden, params)
+        config = case_config(case)
+        if level3 is not None:
+            shared = args.with_tensors(shared_copies(worker, [t.value for t in args.tensors]))
+
+            def check() -> None:
+                if golden is not None:
+                    self.compare_tensors(shared, golden, case)
+
+            run_level3(
+                worker, self.CALLABLE["orchestration"], level3, shared, config, rounds, check
+            )
+            return
+        assert callable is not None
+        sig = callable.signature
         tensor_specs = [s for s in sig if s.direction.is_tensor]
         written = [
             (t, _clone(t.value))
             for spec, t in zip(tensor_specs, args.tensors)
             if spec.direction.copies_back
         ]
-        config = case_config(case)
         handle = worker.register(callable)
         try:
             for round_index in range(rounds):
