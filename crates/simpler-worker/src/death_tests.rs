@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use simpler_abi::{DataType, OrchArgs, OrchOps};
 use simpler_device::DevicePtr;
-use simpler_host::{CallConfig, CallableSpec, CodeImage, Signature, WorkerConfig};
+use simpler_host::{
+    ArgDirection, ArgSpec, CallConfig, CallableSpec, CodeImage, Signature, WorkerConfig,
+};
 
 use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind};
 use crate::sub_thread::SubThread;
@@ -78,10 +80,20 @@ unsafe extern "C" fn no_orchestration(_ops: *const OrchOps, _args: *const OrchAr
     0
 }
 
-fn fake_spec() -> Callable {
+/// A fake chip callable named `name` whose signature is `args`: `(name, direction, dtype)`.
+fn fake_spec(name: &str, args: &[(&str, ArgDirection, DataType)]) -> Callable {
+    let args = args
+        .iter()
+        .map(|(name, direction, dtype)| ArgSpec {
+            name: name.to_string(),
+            direction: *direction,
+            dtype: *dtype,
+            shape: None,
+        })
+        .collect();
     Callable::Chip(Arc::new(CallableSpec {
-        name: "fake".into(),
-        signature: Signature::new(vec![]).unwrap(),
+        name: name.into(),
+        signature: Signature::new(args).unwrap(),
         orchestration: CodeImage::Orchestration(no_orchestration),
         kernels: vec![],
     }))
@@ -96,7 +108,22 @@ fn a_dead_endpoint_fails_its_task_poisons_dependents_and_is_refused_after() {
         ..WorkerOptions::default()
     })
     .unwrap();
-    let chip = w.register(fake_spec()).unwrap();
+    let chip = w
+        .register(fake_spec(
+            "fake",
+            &[
+                ("out", ArgDirection::Out, DataType::Float32),
+                ("flag", ArgDirection::Scalar, DataType::Uint64),
+            ],
+        ))
+        .unwrap();
+    let tick = w
+        .register(fake_spec(
+            "tick",
+            &[("flag", ArgDirection::Scalar, DataType::Uint64)],
+        ))
+        .unwrap();
+    let empty = w.register(fake_spec("empty", &[])).unwrap();
     let consumer_ran = Arc::new(AtomicBool::new(false));
     let c2 = consumer_ran.clone();
     let consumer = w
@@ -127,9 +154,9 @@ fn a_dead_endpoint_fails_its_task_poisons_dependents_and_is_refused_after() {
             let dies = TaskArgs::new().tensor(out.clone(), Tag::Output).scalar(1);
             o.submit_next_level(&chip, dies, &cfg, 0)?;
             // Queued behind the dying task on chip 0: fails when its turn comes.
-            o.submit_next_level(&chip, TaskArgs::new().scalar(0), &cfg, 0)?;
+            o.submit_next_level(&tick, TaskArgs::new().scalar(0), &cfg, 0)?;
             o.submit_sub(&consumer, TaskArgs::new().tensor(out.clone(), Tag::Input))?;
-            o.submit_next_level(&chip, TaskArgs::new().scalar(0), &cfg, 1)?;
+            o.submit_next_level(&tick, TaskArgs::new().scalar(0), &cfg, 1)?;
             Ok(())
         })
         .unwrap_err();
@@ -162,11 +189,11 @@ fn a_dead_endpoint_fails_its_task_poisons_dependents_and_is_refused_after() {
     let refused = w
         .run(|o| {
             let e = o
-                .submit_next_level(&chip, TaskArgs::new(), &cfg, 0)
+                .submit_next_level(&empty, TaskArgs::new(), &cfg, 0)
                 .unwrap_err();
             assert_eq!(e.kind(), "ENDPOINT_FAILURE");
             assert!(e.to_string().contains("chip 0 (fake)") && e.to_string().contains("refused"));
-            o.submit_next_level(&chip, TaskArgs::new(), &cfg, 1)?;
+            o.submit_next_level(&empty, TaskArgs::new(), &cfg, 1)?;
             o.submit_sub(&consumer, TaskArgs::new())?;
             Ok(())
         })

@@ -187,6 +187,9 @@ impl Orchestrator {
             process: engine.chip_processes,
         };
         validate::task_args("args", &args, dest)?;
+        if let Some(spec) = engine.registry.chip_spec(handle) {
+            validate::chip_signature("args", &spec, &args)?;
+        }
         let accesses = accesses("args", &args).collect();
         admit(
             engine,
@@ -223,6 +226,7 @@ impl Orchestrator {
         let engine = self.engine("submit_next_level_group")?;
         self.check_handle(engine, handle, EndpointKind::Chip)?;
         validate::chip_group(workers, args_list.len(), engine.chips)?;
+        let spec = engine.registry.chip_spec(handle);
         let mut all = Vec::new();
         for (k, (args, w)) in args_list.iter().zip(workers).enumerate() {
             let prefix = format!("args_list[{k}]");
@@ -231,6 +235,9 @@ impl Orchestrator {
                 process: engine.chip_processes,
             };
             validate::task_args(&prefix, args, dest)?;
+            if let Some(spec) = &spec {
+                validate::chip_signature(&prefix, spec, args)?;
+            }
             all.extend(accesses(&prefix, args));
         }
         admit(

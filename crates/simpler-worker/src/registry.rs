@@ -116,6 +116,18 @@ impl Registry {
         Ok(())
     }
 
+    /// The code and signature of the chip callable `handle` names, if it is one registered
+    /// here.
+    pub(crate) fn chip_spec(
+        &self,
+        handle: &CallableHandle,
+    ) -> Option<std::sync::Arc<simpler_host::CallableSpec>> {
+        match self.inner.lock().callables.get(&handle.key) {
+            Some(Callable::Chip(spec)) if handle.worker == self.worker => Some(spec.clone()),
+            _ => None,
+        }
+    }
+
     /// Every registered callable, by key order.
     pub(crate) fn all(&self) -> Vec<(CallableKey, Callable)> {
         let inner = self.inner.lock();

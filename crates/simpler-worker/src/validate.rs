@@ -167,6 +167,64 @@ pub(crate) fn task_args(prefix: &str, args: &TaskArgs, dest: Dest) -> Result<(),
     Ok(())
 }
 
+/// Checks a chip task's `args` (named `prefix`) against its callable's signature before
+/// anything runs: the count, each argument's kind, dtype, rank, shape and byte length, a
+/// scalar's encoding, written arguments sharing memory with another (the chip's own check,
+/// [`simpler_host::Signature::check_offers`]), and each tensor's tag against the signature's
+/// direction: a tensor the chip writes (`out`, `inout`) must be tagged as written, or the
+/// engine would let other tasks touch it meanwhile.
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] naming `prefix` and the signature's argument.
+pub(crate) fn chip_signature(
+    prefix: &str,
+    spec: &simpler_host::CallableSpec,
+    args: &TaskArgs,
+) -> Result<(), WorkerError> {
+    use simpler_host::{ArgOffer, HostMemory as Offered, ScalarValue};
+    let offers: Vec<ArgOffer> = args
+        .args
+        .iter()
+        .map(|a| match a {
+            TaskArg::Scalar(v) => ArgOffer::Scalar(ScalarValue::Bits(*v)),
+            TaskArg::Tensor(t, _) => match t.memory() {
+                Memory::Child(_) => ArgOffer::Device {
+                    shape: t.shape().to_vec(),
+                    dtype: t.dtype(),
+                },
+                Memory::Host(m) => ArgOffer::Host(Offered {
+                    addr: (m.as_ptr() as usize).wrapping_add(t.byte_offset() as usize),
+                    len: t.nbytes() as usize,
+                    writable: !m.read_only(),
+                    shape: t.shape().to_vec(),
+                    dtype: t.dtype(),
+                }),
+            },
+        })
+        .collect();
+    spec.signature
+        .check_offers(&spec.name, &offers)
+        .map_err(|e| bad(prefix, e.to_string()))?;
+    for (a, declared) in args.args.iter().zip(&spec.signature.args) {
+        if let TaskArg::Tensor(_, tag) = a {
+            if declared.direction.copies_back() && !tag.writes() {
+                return Err(bad(
+                    prefix,
+                    format!(
+                        "argument `{}`: the signature of `{}` declares it {}, so the chip \
+                         writes it, but it is tagged {}; tag it OUTPUT, OUTPUT_EXISTING or INOUT",
+                        declared.name,
+                        spec.name,
+                        declared.direction.name(),
+                        tag.name()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

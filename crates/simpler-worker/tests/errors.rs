@@ -513,3 +513,59 @@ fn callables_register_after_init_and_unregister_between_runs() {
     assert!(err.to_string().contains("unregistered"), "{err}");
     w.close().unwrap();
 }
+
+#[test]
+fn a_chip_task_is_checked_against_its_signature_at_submit() {
+    let (w, h) = worker(1, 0);
+    let h = h.unwrap();
+    let (_, x) = f32_buffer(&w, &[1.0; N as usize]);
+    let (_, y) = f32_buffer(&w, &[0.0; N as usize]);
+    let (_, short) = f32_buffer(&w, &[0.0; 4]);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let cases: Vec<(TaskArgs, &str)> = vec![
+        (TaskArgs::new().tensor(x.clone(), Tag::Input), "takes 3 arguments"),
+        (
+            TaskArgs::new()
+                .tensor(x.clone(), Tag::Input)
+                .scalar(0)
+                .scalar(0),
+            "argument `y`",
+        ),
+        (
+            TaskArgs::new()
+                .tensor(x.clone(), Tag::Input)
+                .tensor(y.clone(), Tag::Input)
+                .scalar(0),
+            "tagged INPUT",
+        ),
+        (
+            TaskArgs::new()
+                .tensor(x.clone(), Tag::Input)
+                .tensor(x.clone(), Tag::InOut)
+                .scalar(0),
+            "shares memory",
+        ),
+    ];
+    for (args, says) in cases {
+        let ran = ran.clone();
+        let r = w.run(|o| {
+            let e = o.submit_next_level(&h, args, &cfg(), 0).unwrap_err();
+            assert_eq!(e.kind(), "INVALID_ARGUMENT", "{e}");
+            assert!(e.to_string().contains(says), "{says}: {e}");
+            ran.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        });
+        assert_eq!(r.unwrap().tasks, 0, "nothing was admitted");
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 4);
+    // A dtype the signature does not declare is named too.
+    let bytes = Tensor::new(short.memory().clone(), &[16], DataType::Uint8).unwrap();
+    w.run(|o| {
+        let e = o
+            .submit_next_level(&h, add_args(&x, &bytes, 0), &cfg(), 0)
+            .unwrap_err();
+        assert!(e.to_string().contains("argument `y`: dtype is"), "{e}");
+        Ok(())
+    })
+    .unwrap();
+}
