@@ -8,21 +8,49 @@
 //! tasks to endpoints (`docs/l3-worker.md`).
 //!
 //! Modules, by responsibility:
+//! - **The worker and its runs**: `worker` ([`Worker`]: life, registration, submit,
+//!   close), `options` ([`WorkerOptions`]), `registry` ([`CallableHandle`]), `run`
+//!   ([`RunHandle`], [`RunReport`], a run's engine state), `orchestrator`
+//!   ([`Orchestrator`]: admission, scopes, allocation, copies), `validate` (the submit-time
+//!   argument checks), `child_memory` (child tensors).
+//! - **The engine**: `engine` (the state behind the one lock), `graph` (task slots),
+//!   `tensormap` (footprints, live accesses), `ring` (the heap ring), `scheduler` (the
+//!   scheduler thread: completions, dispatch), `lane` (one thread per endpoint).
 //! - **Arguments and memory**: [`tensor`] (views, tags, task arguments), [`memory`] (the
-//!   host memory contract, shared regions children map).
-//! - **Endpoints**: [`endpoint`] (the one trait), `chip_args` (a chip task's arguments as a
-//!   chip run takes them), [`process`] (endpoints in child processes and the child side).
+//!   host memory contract, shared regions children map), `host_view` (host tensors as
+//!   bytes, [`SubArgs`] accessors).
+//! - **Endpoints**: [`endpoint`] (the one trait), `chip_local` (a chip in this process),
+//!   `sub_thread` (a sub worker thread), `chip_args` (a chip task's arguments as a chip run
+//!   takes them), [`process`] (endpoints in child processes and the child side).
 //! - **Errors**: `error` ([`WorkerError`]).
 //!
 //! It drives chips only through [`simpler_host::ChipWorker`] (in this process or in a child
 //! process) and never reaches into the host's run lane or the chip runtime.
 
+mod child_memory;
 mod chip_args;
+mod chip_local;
+#[cfg(test)]
+mod death_tests;
 pub mod endpoint;
+mod engine;
 mod error;
+mod graph;
+mod host_view;
+mod lane;
 pub mod memory;
+mod options;
+mod orchestrator;
 pub mod process;
+mod registry;
+mod ring;
+mod run;
+mod scheduler;
+mod sub_thread;
 pub mod tensor;
+mod tensormap;
+mod validate;
+mod worker;
 
 pub use chip_args::owned_args;
 pub use endpoint::{
@@ -30,5 +58,11 @@ pub use endpoint::{
 };
 pub use error::WorkerError;
 pub use memory::{HostMemory, SharedMemoryError, SharedRef, SharedRegion, VecMemory};
+pub use options::{ChipIsolation, SubWorkers, WorkerOptions, MIN_HEAP_RING_SIZE};
+pub use orchestrator::Orchestrator;
 pub use process::ChildProgram;
+pub use registry::CallableHandle;
+pub use run::{RunHandle, RunReport};
 pub use tensor::{c_strides, ChildAllocation, Memory, Tag, TaskArg, TaskArgs, Tensor};
+pub use tensormap::TaskId;
+pub use worker::Worker;

@@ -1,0 +1,116 @@
+//! A chip in this process (`chip_isolation = thread`, `docs/l3-worker.md` §4): an
+//! [`Endpoint`] over one [`ChipWorker`]. A task's host tensors are lent to the chip run in
+//! place (no copy by the engine: `owned_args`), device tensors pass as device memory. It
+//! owns the map from the worker's callable keys to the chip's own callable ids; it never
+//! reaches into the chip's lane.
+
+use std::collections::HashMap;
+
+use simpler_device::DevicePtr;
+use simpler_host::{CallConfig, CallableId, ChipWorker, WorkerConfig};
+
+use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind};
+use crate::tensor::TaskArg;
+use crate::WorkerError;
+
+/// Chip `index` on a [`ChipWorker`] of this process.
+pub(crate) struct ChipLocal {
+    index: usize,
+    device: u32,
+    chip: ChipWorker,
+    ids: HashMap<CallableKey, CallableId>,
+}
+
+impl ChipLocal {
+    /// Starts chip `index` (labelled `device` in messages) with `config`.
+    ///
+    /// # Errors
+    /// [`WorkerError::Startup`] naming the chip and the host's error.
+    pub(crate) fn start(
+        index: usize,
+        device: u32,
+        config: WorkerConfig,
+    ) -> Result<ChipLocal, WorkerError> {
+        let chip = ChipWorker::new(config).map_err(|e| WorkerError::Startup {
+            endpoint: format!("chip {index} (device {device})"),
+            reason: e.to_string(),
+        })?;
+        Ok(ChipLocal {
+            index,
+            device,
+            chip,
+            ids: HashMap::new(),
+        })
+    }
+
+    fn id(&self, key: CallableKey) -> Result<CallableId, EndpointError> {
+        self.ids.get(&key).copied().ok_or_else(|| {
+            EndpointError::Failed(WorkerError::UnknownCallable(format!(
+                "key {key} is not registered on {}",
+                self.describe()
+            )))
+        })
+    }
+}
+
+impl Endpoint for ChipLocal {
+    fn kind(&self) -> EndpointKind {
+        EndpointKind::Chip
+    }
+
+    fn describe(&self) -> String {
+        format!("chip {} (device {})", self.index, self.device)
+    }
+
+    fn register(&mut self, key: CallableKey, callable: &Callable) -> Result<(), EndpointError> {
+        let Callable::Chip(spec) = callable else {
+            return Err(EndpointError::Failed(WorkerError::InvalidArgument {
+                arg: "callable".into(),
+                reason: format!("{callable:?} is not a chip callable"),
+            }));
+        };
+        let id = self.chip.register(spec)?;
+        self.ids.insert(key, id);
+        Ok(())
+    }
+
+    fn unregister(&mut self, key: CallableKey) -> Result<(), EndpointError> {
+        let id = self.id(key)?;
+        self.chip.unregister(id)?;
+        self.ids.remove(&key);
+        Ok(())
+    }
+
+    fn run(
+        &mut self,
+        key: CallableKey,
+        args: &[TaskArg],
+        config: &CallConfig,
+    ) -> Result<(), EndpointError> {
+        let id = self.id(key)?;
+        let owned = crate::owned_args(self.index, args)?;
+        let handle = self.chip.submit_with(id, owned, config)?;
+        handle.wait(None)?;
+        Ok(())
+    }
+
+    fn malloc(&mut self, nbytes: u64) -> Result<DevicePtr, EndpointError> {
+        Ok(self.chip.malloc(nbytes)?)
+    }
+
+    fn free(&mut self, ptr: DevicePtr) -> Result<(), EndpointError> {
+        Ok(self.chip.free(ptr)?)
+    }
+
+    fn copy_to(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), EndpointError> {
+        Ok(self.chip.copy_to(dst, src)?)
+    }
+
+    fn copy_from(&mut self, dst: &mut [u8], src: DevicePtr) -> Result<(), EndpointError> {
+        Ok(self.chip.copy_from(dst, src)?)
+    }
+
+    fn shutdown(&mut self) -> Result<(), EndpointError> {
+        Ok(self.chip.close()?)
+    }
+}

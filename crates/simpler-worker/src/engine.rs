@@ -1,0 +1,187 @@
+//! The engine's shared state behind its one lock: the runs in flight, what each lane is
+//! doing, the live child allocations — and the bookkeeping every path shares when a task is
+//! over (tensor-map retirement, release of the memory it named) (`docs/l3-worker.md` §1,
+//! §6).
+//!
+//! The orchestrator (adding tasks), the scheduler thread (completions, dispatch) and the
+//! worker (control calls, close) all change this state under [`Engine::state`]; the heap
+//! ring and the registry have their own locks, taken after it or alone. Nothing here
+//! blocks while holding the lock.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex};
+
+use crate::graph::{TaskState, Use};
+use crate::lane::{ControlOp, ControlReply, Event, WorkItem};
+use crate::registry::Registry;
+use crate::ring::HeapRing;
+use crate::run::Run;
+use crate::tensormap::TaskId;
+use crate::WorkerError;
+
+/// What the engine knows of one lane (chip `w` is lane `w`, sub worker `j` is lane
+/// `chips + j`).
+pub(crate) struct LaneSlot {
+    /// The endpoint's `describe()`.
+    pub(crate) describe: String,
+    /// A task member is dispatched to it.
+    pub(crate) busy: bool,
+    /// Held for the chip group at the head of the group queue.
+    pub(crate) reserved: bool,
+    /// The death report, once the endpoint died.
+    pub(crate) dead: Option<String>,
+}
+
+/// A live child allocation (persistent device memory of one chip).
+pub(crate) struct ChildRec {
+    /// Its length, in bytes.
+    pub(crate) nbytes: u64,
+    /// Tasks naming it that are not over.
+    pub(crate) users: usize,
+    /// `orch.free` released it: freed once `users` is 0.
+    pub(crate) released: bool,
+}
+
+/// Everything under the engine lock.
+pub(crate) struct State {
+    /// Runs in flight, the head (dispatching) run first.
+    pub(crate) runs: VecDeque<Run>,
+    /// One per lane.
+    pub(crate) lanes: Vec<LaneSlot>,
+    /// Live child allocations by (chip, device address).
+    pub(crate) children: HashMap<(usize, u64), ChildRec>,
+    /// The next run's id.
+    pub(crate) next_run: u64,
+    /// `close()` has begun: no new runs.
+    pub(crate) closing: bool,
+}
+
+impl State {
+    /// The run `id`, if it is in flight.
+    pub(crate) fn run_mut(&mut self, id: u64) -> Option<&mut Run> {
+        self.runs.iter_mut().find(|r| r.id == id)
+    }
+
+    /// True when run `id` is the head run.
+    pub(crate) fn is_head(&self, id: u64) -> bool {
+        self.runs.front().is_some_and(|r| r.id == id)
+    }
+}
+
+/// What a running worker shares between the caller's threads, the scheduler and the
+/// orchestrators.
+pub(crate) struct Engine {
+    /// The one engine lock.
+    pub(crate) state: Mutex<State>,
+    /// Notified when a run ends or `close` begins (pipeline places, close).
+    pub(crate) changed: Condvar,
+    /// Held while an orchestration function runs: orchestrations are serialized.
+    pub(crate) orchestrating: Mutex<()>,
+    /// The scheduler's channel.
+    pub(crate) events: Sender<Event>,
+    /// The lanes' channels.
+    pub(crate) lanes: Vec<Sender<WorkItem>>,
+    /// The heaps of `orch.alloc`.
+    pub(crate) ring: HeapRing,
+    /// The callables.
+    pub(crate) registry: Arc<Registry>,
+    /// Chips (lanes `0..chips`).
+    pub(crate) chips: usize,
+    /// Sub workers (lanes `chips..`).
+    pub(crate) subs: usize,
+    /// Chips run in child processes.
+    pub(crate) chip_processes: bool,
+    /// Sub workers run in child processes.
+    pub(crate) sub_processes: bool,
+}
+
+impl Engine {
+    /// Wakes the scheduler.
+    pub(crate) fn kick(&self) {
+        let _ = self.events.send(Event::Kick);
+    }
+
+    /// Runs a control call on `lane` and waits for its answer.
+    ///
+    /// # Errors
+    /// [`WorkerError::EndpointFailure`] when the endpoint is dead, the endpoint's own error,
+    /// [`WorkerError::Closed`] when the lane has stopped.
+    pub(crate) fn control(&self, lane: usize, op: ControlOp) -> Result<ControlReply, WorkerError> {
+        {
+            let st = self.state.lock();
+            let slot = &st.lanes[lane];
+            if let Some(report) = &slot.dead {
+                return Err(WorkerError::EndpointFailure {
+                    endpoint: slot.describe.clone(),
+                    report: report.clone(),
+                });
+            }
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.lanes[lane]
+            .send(WorkItem::Control { op, reply: tx })
+            .map_err(|_| WorkerError::Closed)?;
+        rx.recv().map_err(|_| WorkerError::Closed)?
+    }
+
+    /// Sends a control call to `lane` without waiting (its answer is dropped).
+    pub(crate) fn control_detached(&self, lane: usize, op: ControlOp) {
+        let (tx, _rx) = crossbeam_channel::bounded(1);
+        let _ = self.lanes[lane].send(WorkItem::Control { op, reply: tx });
+    }
+
+    /// The bookkeeping of tasks `ids` of `run` that are over (COMPLETED or FAILED): a
+    /// completed task's accesses leave the tensor map, a failed one keeps its writes there
+    /// (later consumers are poisoned by them); the memory each named is released, and
+    /// reclaimed when nothing else holds it.
+    pub(crate) fn tasks_over(
+        &self,
+        run: &mut Run,
+        children: &mut HashMap<(usize, u64), ChildRec>,
+        ids: &[TaskId],
+    ) {
+        for &id in ids {
+            let task = run.graph.task_mut(id);
+            let completed = task.state == TaskState::Completed;
+            let spaces = std::mem::take(&mut task.spaces);
+            let uses = std::mem::take(&mut task.uses);
+            run.map.retire(id, &spaces, !completed);
+            for u in uses {
+                match u {
+                    Use::Heap(key) => {
+                        let alloc = run.allocs.get_mut(&key).expect("a named allocation");
+                        alloc.users -= 1;
+                        self.maybe_reclaim_heap(alloc);
+                    }
+                    Use::Child(w, addr) => {
+                        let rec = children.get_mut(&(w, addr)).expect("a named allocation");
+                        rec.users -= 1;
+                        if rec.released && rec.users == 0 {
+                            children.remove(&(w, addr));
+                            self.free_child(w, addr);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives a heap allocation back to its heap once released and unused.
+    pub(crate) fn maybe_reclaim_heap(&self, alloc: &mut crate::run::HeapAlloc) {
+        if alloc.released && alloc.users == 0 && !alloc.reclaimed {
+            alloc.reclaimed = true;
+            self.ring.free(alloc.block.heap(), alloc.block.offset());
+        }
+    }
+
+    /// Frees child allocation `addr` of chip `w` through its lane, not waiting.
+    pub(crate) fn free_child(&self, w: usize, addr: u64) {
+        self.control_detached(
+            w,
+            ControlOp::Free(simpler_device::DevicePtr::from_raw(addr)),
+        );
+    }
+}

@@ -1,0 +1,796 @@
+//! The [`Orchestrator`] a user's orchestration function is given: it submits tasks to
+//! chips and sub workers, opens and closes scopes, allocates heap-ring and child memory and
+//! adds copy tasks — valid only while that function runs (`docs/l3-worker.md` §2, §3, §6).
+//!
+//! Every submit is checked first (handle, worker ids, each tensor against where it goes:
+//! `crate::validate`, and whether the memory it names is live), then admitted into the
+//! run's graph under the engine lock: the tensor map gives its producers, it becomes READY
+//! or PENDING (or is poisoned at once by a failed producer), and the scheduler is woken.
+//! This module owns admission and scopes; dispatch is the scheduler's.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use simpler_abi::DataType;
+use simpler_host::CallConfig;
+
+use crate::endpoint::EndpointKind;
+use crate::engine::{Engine, State};
+use crate::graph::{Admitted, Target, Task, Use, Work};
+use crate::memory::HostMemory;
+use crate::registry::CallableHandle;
+use crate::run::HeapAlloc;
+use crate::tensor::{Memory, Tag, TaskArg, TaskArgs, Tensor};
+use crate::tensormap::{Footprint, TaskId};
+use crate::validate::{self, Dest};
+use crate::WorkerError;
+
+/// Open scopes at most, the run's own not counted.
+pub(crate) const MAX_SCOPE_DEPTH: usize = 64;
+
+thread_local! {
+    /// The workers (by uid) whose orchestration function this thread is running.
+    static ORCHESTRATING: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// True when this thread is inside an orchestration function of worker `uid`.
+pub(crate) fn in_orchestration(uid: u64) -> bool {
+    ORCHESTRATING.with(|o| o.borrow().contains(&uid))
+}
+
+/// Marks this thread as running an orchestration of worker `uid` until dropped.
+pub(crate) struct OrchestratingGuard(u64);
+
+impl OrchestratingGuard {
+    pub(crate) fn enter(uid: u64) -> OrchestratingGuard {
+        ORCHESTRATING.with(|o| o.borrow_mut().push(uid));
+        OrchestratingGuard(uid)
+    }
+}
+
+impl Drop for OrchestratingGuard {
+    fn drop(&mut self) {
+        ORCHESTRATING.with(|o| {
+            let mut o = o.borrow_mut();
+            if let Some(i) = o.iter().rposition(|u| *u == self.0) {
+                o.remove(i);
+            }
+        });
+    }
+}
+
+struct OrchCtx {
+    engine: Arc<Engine>,
+    run: u64,
+    open: AtomicBool,
+}
+
+/// What an orchestration function builds its run with. `Clone + Send + Sync`; every method
+/// takes `&self`. Valid only while the orchestration function runs: afterwards every call
+/// fails with [`WorkerError::InvalidState`].
+#[derive(Clone)]
+pub struct Orchestrator {
+    ctx: Arc<OrchCtx>,
+}
+
+impl std::fmt::Debug for Orchestrator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Orchestrator")
+            .field("run", &self.ctx.run)
+            .field("open", &self.ctx.open.load(Ordering::Acquire))
+            .finish()
+    }
+}
+
+/// A task about to be admitted.
+struct Submission {
+    /// Names the task after its id (`#3 <what>`).
+    what: String,
+    target: Target,
+    work: Work,
+    /// Every tensor the task names: (argument name, tensor, tag).
+    accesses: Vec<(String, Tensor, Tag)>,
+}
+
+fn bad(arg: &str, reason: String) -> WorkerError {
+    WorkerError::InvalidArgument {
+        arg: arg.into(),
+        reason,
+    }
+}
+
+/// The identity of a host memory object (its `Arc`'s address).
+pub(crate) fn memory_key(m: &Arc<dyn HostMemory>) -> usize {
+    Arc::as_ptr(m).cast::<u8>() as usize
+}
+
+fn accesses<'a>(
+    prefix: &str,
+    args: &'a TaskArgs,
+) -> impl Iterator<Item = (String, Tensor, Tag)> + 'a {
+    let prefix = prefix.to_string();
+    args.args
+        .iter()
+        .enumerate()
+        .filter_map(move |(i, a)| match a {
+            TaskArg::Tensor(t, tag) => Some((format!("{prefix}[{i}]"), t.clone(), *tag)),
+            TaskArg::Scalar(_) => None,
+        })
+}
+
+/// Bytes of `shape` × `dtype`.
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] (`shape`) for no dimensions, a zero extent or overflow.
+pub(crate) fn nbytes(shape: &[u64], dtype: DataType) -> Result<u64, WorkerError> {
+    let n = shape
+        .iter()
+        .try_fold(dtype.size_bytes() as u64, |acc, e| acc.checked_mul(*e));
+    match n {
+        Some(n) if n > 0 && !shape.is_empty() => Ok(n),
+        _ => Err(bad(
+            "shape",
+            format!("{shape:?} of {dtype} has no elements or too many bytes"),
+        )),
+    }
+}
+
+impl Orchestrator {
+    /// The orchestrator of run `run`, open.
+    pub(crate) fn new(engine: Arc<Engine>, run: u64) -> Orchestrator {
+        Orchestrator {
+            ctx: Arc::new(OrchCtx {
+                engine,
+                run,
+                open: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    fn engine(&self, method: &str) -> Result<&Engine, WorkerError> {
+        if !self.ctx.open.load(Ordering::Acquire) {
+            return Err(WorkerError::InvalidState(format!(
+                "orch.{method}() is valid only inside its orchestration function; this run's \
+                 orchestration has returned"
+            )));
+        }
+        Ok(&self.ctx.engine)
+    }
+
+    /// Submits `handle` (a chip callable) on chip `worker` with `args`.
+    ///
+    /// # Errors
+    /// [`WorkerError::UnknownCallable`]; [`WorkerError::InvalidArgument`] naming `handle` (a
+    /// sub callable) or `args[i]` (see `docs/l3-worker.md` §8); [`WorkerError::UnknownWorker`];
+    /// [`WorkerError::EndpointFailure`] when the chip's endpoint died;
+    /// [`WorkerError::InvalidState`] outside the orchestration function.
+    pub fn submit_next_level(
+        &self,
+        handle: &CallableHandle,
+        args: TaskArgs,
+        config: &CallConfig,
+        worker: usize,
+    ) -> Result<TaskId, WorkerError> {
+        let engine = self.engine("submit_next_level")?;
+        self.check_handle(engine, handle, EndpointKind::Chip)?;
+        validate::chip_id(worker, engine.chips)?;
+        let dest = Dest::Chip {
+            w: worker,
+            process: engine.chip_processes,
+        };
+        validate::task_args("args", &args, dest)?;
+        let accesses = accesses("args", &args).collect();
+        self.admit(
+            engine,
+            Submission {
+                what: handle.name().to_string(),
+                target: Target::Chip(worker),
+                work: Work::Call {
+                    key: handle.key(),
+                    config: *config,
+                    args: vec![args],
+                },
+                accesses,
+            },
+        )
+    }
+
+    /// Submits `handle` on every chip of `workers` at once (one graph node; member `i` runs
+    /// on `workers[i]` with `args_list[i]`; all members start together, once every target
+    /// is idle).
+    ///
+    /// # Errors
+    /// As [`submit_next_level`](Orchestrator::submit_next_level), and
+    /// [`WorkerError::InvalidArgument`] naming `workers` (empty, repeated ids) or
+    /// `args_list` (another length).
+    pub fn submit_next_level_group(
+        &self,
+        handle: &CallableHandle,
+        args_list: Vec<TaskArgs>,
+        config: &CallConfig,
+        workers: &[usize],
+    ) -> Result<TaskId, WorkerError> {
+        let engine = self.engine("submit_next_level_group")?;
+        self.check_handle(engine, handle, EndpointKind::Chip)?;
+        validate::chip_group(workers, args_list.len(), engine.chips)?;
+        let mut all = Vec::new();
+        for (k, (args, w)) in args_list.iter().zip(workers).enumerate() {
+            let prefix = format!("args_list[{k}]");
+            let dest = Dest::Chip {
+                w: *w,
+                process: engine.chip_processes,
+            };
+            validate::task_args(&prefix, args, dest)?;
+            all.extend(accesses(&prefix, args));
+        }
+        self.admit(
+            engine,
+            Submission {
+                what: handle.name().to_string(),
+                target: Target::ChipGroup(workers.to_vec()),
+                work: Work::Call {
+                    key: handle.key(),
+                    config: *config,
+                    args: args_list,
+                },
+                accesses: all,
+            },
+        )
+    }
+
+    /// Submits `handle` (a sub callable) on any idle sub worker.
+    ///
+    /// # Errors
+    /// [`WorkerError::UnknownCallable`]; [`WorkerError::InvalidArgument`] naming `handle` (a
+    /// chip callable) or `args[i]` (device memory, or host memory a sub process cannot see);
+    /// [`WorkerError::InvalidState`] outside the orchestration function.
+    pub fn submit_sub(
+        &self,
+        handle: &CallableHandle,
+        args: TaskArgs,
+    ) -> Result<TaskId, WorkerError> {
+        self.sub(handle, vec![args], false)
+    }
+
+    /// Submits `handle` on `args_list.len()` distinct sub workers at once (one graph node).
+    ///
+    /// # Errors
+    /// As [`submit_sub`](Orchestrator::submit_sub), and [`WorkerError::InvalidArgument`]
+    /// naming `args_list` when it is empty or longer than the sub workers there are.
+    pub fn submit_sub_group(
+        &self,
+        handle: &CallableHandle,
+        args_list: Vec<TaskArgs>,
+    ) -> Result<TaskId, WorkerError> {
+        self.sub(handle, args_list, true)
+    }
+
+    fn sub(
+        &self,
+        handle: &CallableHandle,
+        args_list: Vec<TaskArgs>,
+        group: bool,
+    ) -> Result<TaskId, WorkerError> {
+        let method = if group {
+            "submit_sub_group"
+        } else {
+            "submit_sub"
+        };
+        let engine = self.engine(method)?;
+        self.check_handle(engine, handle, EndpointKind::Sub)?;
+        if group {
+            validate::sub_group(args_list.len(), engine.subs)?;
+        }
+        let dest = Dest::Sub {
+            process: engine.sub_processes,
+        };
+        let mut all = Vec::new();
+        for (k, args) in args_list.iter().enumerate() {
+            let prefix = if group {
+                format!("args_list[{k}]")
+            } else {
+                "args".to_string()
+            };
+            validate::task_args(&prefix, args, dest)?;
+            all.extend(accesses(&prefix, args));
+        }
+        let target = if group {
+            Target::SubGroup(args_list.len())
+        } else {
+            Target::Sub
+        };
+        self.admit(
+            engine,
+            Submission {
+                what: handle.name().to_string(),
+                target,
+                work: Work::Call {
+                    key: handle.key(),
+                    config: CallConfig::default(),
+                    args: args_list,
+                },
+                accesses: all,
+            },
+        )
+    }
+
+    fn check_handle(
+        &self,
+        engine: &Engine,
+        handle: &CallableHandle,
+        kind: EndpointKind,
+    ) -> Result<(), WorkerError> {
+        engine.registry.check(handle)?;
+        if handle.kind() != kind {
+            let (is, use_) = match handle.kind() {
+                EndpointKind::Chip => ("a chip callable", "submit_next_level"),
+                EndpointKind::Sub => ("a sub callable", "submit_sub"),
+            };
+            return Err(bad(
+                "handle",
+                format!("`{}` is {is}; submit it with {use_}", handle.name()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Opens a scope: allocations made until its [`scope_end`](Orchestrator::scope_end)
+    /// come from heap `min(depth, 3)` and are released when it ends.
+    ///
+    /// # Errors
+    /// [`WorkerError::InvalidState`] past 64 open scopes, or outside the orchestration.
+    pub fn scope_begin(&self) -> Result<(), WorkerError> {
+        let engine = self.engine("scope_begin")?;
+        let mut st = engine.state.lock();
+        let run = st.run_mut(self.ctx.run).expect("an open run is in flight");
+        if run.scopes.len() > MAX_SCOPE_DEPTH {
+            return Err(WorkerError::InvalidState(format!(
+                "scopes nest at most {MAX_SCOPE_DEPTH} deep; close one with scope_end first"
+            )));
+        }
+        run.scopes.push(Vec::new());
+        Ok(())
+    }
+
+    /// Closes the innermost scope, releasing its allocations (each is reclaimed once every
+    /// task naming it is over).
+    ///
+    /// # Errors
+    /// [`WorkerError::InvalidState`] without an open scope, or outside the orchestration.
+    pub fn scope_end(&self) -> Result<(), WorkerError> {
+        let engine = self.engine("scope_end")?;
+        let mut st = engine.state.lock();
+        let run = st.run_mut(self.ctx.run).expect("an open run is in flight");
+        if run.scopes.len() == 1 {
+            return Err(WorkerError::InvalidState(
+                "scope_end() without a matching scope_begin()".into(),
+            ));
+        }
+        let keys = run.scopes.pop().expect("an open scope");
+        for key in keys {
+            release(
+                engine,
+                run.allocs.get_mut(&key).expect("a scope's allocation"),
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs `f` inside a scope (closed even when `f` fails).
+    ///
+    /// # Errors
+    /// `f`'s error, or [`scope_begin`](Orchestrator::scope_begin)'s /
+    /// [`scope_end`](Orchestrator::scope_end)'s.
+    pub fn scope<R>(
+        &self,
+        f: impl FnOnce(&Orchestrator) -> Result<R, WorkerError>,
+    ) -> Result<R, WorkerError> {
+        self.scope_begin()?;
+        let result = f(self);
+        let ended = self.scope_end();
+        let value = result?;
+        ended.map(|_| value)
+    }
+
+    /// A C-order tensor of `shape` × `dtype` from the heap ring (heap `min(scope depth,
+    /// 3)`): shared memory a child process sees too, not zeroed, reclaimed once its scope
+    /// has ended (or [`free`](Orchestrator::free)) and every task naming it is over.
+    ///
+    /// # Errors
+    /// [`WorkerError::RingFull`] (bigger than a heap, or nothing reclaimed within the
+    /// deadlock timeout), [`WorkerError::InvalidArgument`] (`shape`),
+    /// [`WorkerError::InvalidState`] outside the orchestration.
+    pub fn alloc(&self, shape: &[u64], dtype: DataType) -> Result<Tensor, WorkerError> {
+        let engine = self.engine("alloc")?;
+        let n = nbytes(shape, dtype)?;
+        let depth = {
+            let mut st = engine.state.lock();
+            st.run_mut(self.ctx.run)
+                .expect("an open run is in flight")
+                .scopes
+                .len()
+                - 1
+        };
+        let heap = depth.min(crate::ring::HEAPS - 1);
+        let block = engine.ring.alloc(heap, n)?;
+        let memory: Arc<dyn HostMemory> = block.clone();
+        let key = memory_key(&memory);
+        let tensor = match Tensor::new(Memory::Host(memory), shape, dtype) {
+            Ok(t) => t,
+            Err(e) => {
+                engine.ring.free(heap, block.offset());
+                return Err(e);
+            }
+        };
+        let mut st = engine.state.lock();
+        let run = st.run_mut(self.ctx.run).expect("an open run is in flight");
+        run.allocs.insert(
+            key,
+            HeapAlloc {
+                block,
+                users: 0,
+                released: false,
+                reclaimed: false,
+            },
+        );
+        run.scopes.last_mut().expect("the run's scope").push(key);
+        Ok(tensor)
+    }
+
+    /// Releases `t` early: a heap-ring tensor of this run (reclaimed once the tasks naming
+    /// it are over) or a child tensor (freed on its chip once the tasks naming it are over).
+    ///
+    /// # Errors
+    /// [`WorkerError::InvalidArgument`] (`tensor`) for other memory, memory of another run,
+    /// or memory already released; [`WorkerError::InvalidState`] outside the orchestration.
+    pub fn free(&self, t: &Tensor) -> Result<(), WorkerError> {
+        let engine = self.engine("free")?;
+        let mut st = engine.state.lock();
+        let State { runs, children, .. } = &mut *st;
+        let run = runs
+            .iter_mut()
+            .find(|r| r.id == self.ctx.run)
+            .expect("an open run is in flight");
+        match t.memory() {
+            Memory::Host(m) if engine.ring.contains(m.as_ptr() as usize) => {
+                let key = memory_key(m);
+                match run.allocs.get_mut(&key) {
+                    Some(a) if !a.released => {
+                        for scope in &mut run.scopes {
+                            scope.retain(|k| *k != key);
+                        }
+                        release(engine, a);
+                        Ok(())
+                    }
+                    Some(_) => Err(bad("tensor", "was released already".into())),
+                    None => Err(bad(
+                        "tensor",
+                        "is heap-ring memory of another run; it was released with that run".into(),
+                    )),
+                }
+            }
+            Memory::Host(_) => Err(bad(
+                "tensor",
+                "is not memory from orch.alloc or alloc_child_tensor; its owner frees it".into(),
+            )),
+            Memory::Child(c) => {
+                let id = (c.worker, c.ptr.addr());
+                match children.get_mut(&id) {
+                    Some(rec) if !rec.released => {
+                        rec.released = true;
+                        if rec.users == 0 {
+                            children.remove(&id);
+                            engine.free_child(id.0, id.1);
+                        }
+                        Ok(())
+                    }
+                    _ => Err(bad(
+                        "tensor",
+                        format!(
+                            "device memory at {:#x} of chip {} is not a live allocation",
+                            c.ptr.addr(),
+                            c.worker
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Persistent device memory (zeroed) of `shape` × `dtype` on chip `worker`: never
+    /// reclaimed by the engine; freed by [`free`](Orchestrator::free),
+    /// `Worker::free_child_tensor` or at close.
+    ///
+    /// # Errors
+    /// [`WorkerError::UnknownWorker`], [`WorkerError::InvalidArgument`] (`shape`), the
+    /// chip's allocation error, [`WorkerError::InvalidState`] outside the orchestration.
+    pub fn alloc_child_tensor(
+        &self,
+        worker: usize,
+        shape: &[u64],
+        dtype: DataType,
+    ) -> Result<Tensor, WorkerError> {
+        let engine = self.engine("alloc_child_tensor")?;
+        crate::child_memory::alloc(engine, worker, shape, dtype)
+    }
+
+    /// A task on `dst`'s chip copying host tensor `src` into child tensor `dst` (same byte
+    /// size, both contiguous); ordered like any task (`dst` written, `src` read).
+    ///
+    /// # Errors
+    /// [`WorkerError::InvalidArgument`] naming `dst` or `src`; as
+    /// [`submit_next_level`](Orchestrator::submit_next_level) otherwise.
+    pub fn copy_to(&self, dst: &Tensor, src: &Tensor) -> Result<TaskId, WorkerError> {
+        let engine = self.engine("copy_to")?;
+        let (w, ptr) = copy_operands(("dst", dst), ("src", src))?;
+        self.admit(
+            engine,
+            Submission {
+                what: "copy_to".into(),
+                target: Target::Chip(w),
+                work: Work::CopyTo {
+                    dst: ptr,
+                    src: src.clone(),
+                },
+                accesses: vec![
+                    ("dst".into(), dst.clone(), Tag::Output),
+                    ("src".into(), src.clone(), Tag::Input),
+                ],
+            },
+        )
+    }
+
+    /// A task on `src`'s chip copying child tensor `src` into host tensor `dst`.
+    ///
+    /// # Errors
+    /// As [`copy_to`](Orchestrator::copy_to).
+    pub fn copy_from(&self, dst: &Tensor, src: &Tensor) -> Result<TaskId, WorkerError> {
+        let engine = self.engine("copy_from")?;
+        let (w, ptr) = copy_operands(("src", src), ("dst", dst))?;
+        if let Memory::Host(m) = dst.memory() {
+            if m.read_only() {
+                return Err(bad("dst", "its host memory is read-only".into()));
+            }
+        }
+        self.admit(
+            engine,
+            Submission {
+                what: "copy_from".into(),
+                target: Target::Chip(w),
+                work: Work::CopyFrom {
+                    dst: dst.clone(),
+                    src: ptr,
+                },
+                accesses: vec![
+                    ("dst".into(), dst.clone(), Tag::Output),
+                    ("src".into(), src.clone(), Tag::Input),
+                ],
+            },
+        )
+    }
+
+    /// Admits a checked submission into the run's graph.
+    fn admit(&self, engine: &Engine, s: Submission) -> Result<TaskId, WorkerError> {
+        let mut st = engine.state.lock();
+        refuse_dead_targets(engine, &st, &s.target)?;
+        let head = st.is_head(self.ctx.run);
+        let State { runs, children, .. } = &mut *st;
+        let run = runs
+            .iter_mut()
+            .find(|r| r.id == self.ctx.run)
+            .expect("an open run is in flight");
+
+        // The memory it names must be live; its release waits for the task.
+        let mut uses = Vec::new();
+        for (arg, t, _) in &s.accesses {
+            match t.memory() {
+                Memory::Host(m) if engine.ring.contains(m.as_ptr() as usize) => {
+                    let key = memory_key(m);
+                    match run.allocs.get(&key) {
+                        Some(a) if !a.released => uses.push(Use::Heap(key)),
+                        Some(_) => {
+                            return Err(bad(
+                                arg,
+                                "is heap-ring memory whose scope has ended (or that orch.free \
+                                 released); allocate it in a scope that is still open"
+                                    .into(),
+                            ))
+                        }
+                        None => {
+                            return Err(bad(
+                                arg,
+                                "is heap-ring memory of another run (released with that run); \
+                                 allocate it with orch.alloc in this run"
+                                    .into(),
+                            ))
+                        }
+                    }
+                }
+                Memory::Host(_) => {}
+                Memory::Child(c) => {
+                    let id = (c.worker, c.ptr.addr());
+                    let live = children.get(&id).filter(|r| !r.released);
+                    let Some(rec) = live else {
+                        return Err(bad(
+                            arg,
+                            format!(
+                                "device memory at {:#x} of chip {} is not a live allocation \
+                                 (alloc_child_tensor, not yet freed)",
+                                c.ptr.addr(),
+                                c.worker
+                            ),
+                        ));
+                    };
+                    let end = t.byte_span().map_or(u64::MAX, |(_, e)| e);
+                    if end > rec.nbytes {
+                        return Err(bad(
+                            arg,
+                            format!(
+                                "a view reaching byte {end} exceeds the {} bytes of its \
+                                 allocation on chip {}",
+                                rec.nbytes, c.worker
+                            ),
+                        ));
+                    }
+                    uses.push(Use::Child(id.0, id.1));
+                }
+            }
+        }
+        uses.sort_unstable_by_key(|u| match u {
+            Use::Heap(k) => (0, *k as u64, 0),
+            Use::Child(w, a) => (1, *w as u64, *a),
+        });
+        uses.dedup();
+
+        // Producers from the tensor map.
+        let mut producers = Vec::new();
+        let mut footprints = Vec::new();
+        for (arg, t, tag) in &s.accesses {
+            if *tag == Tag::NoDep {
+                continue;
+            }
+            let fp = Footprint::of(t).ok_or_else(|| bad(arg, "its addresses overflow".into()))?;
+            run.map.conflicts(&fp, *tag, &mut producers);
+            footprints.push((fp, *tag));
+        }
+        let mut spaces = Vec::new();
+        for (fp, _) in &footprints {
+            if !spaces.contains(&fp.space) {
+                spaces.push(fp.space);
+            }
+        }
+
+        let id = run.graph.next_id();
+        let task = Task::new(
+            format!("{id} {}", s.what),
+            s.target,
+            s.work,
+            spaces,
+            uses.clone(),
+        );
+        let (id, admitted) = run.graph.add(task, &mut producers);
+        for (fp, tag) in footprints {
+            run.map.record(fp, tag, id);
+        }
+        for u in &uses {
+            match u {
+                Use::Heap(k) => run.allocs.get_mut(k).expect("checked above").users += 1,
+                Use::Child(w, a) => children.get_mut(&(*w, *a)).expect("checked above").users += 1,
+            }
+        }
+        match admitted {
+            Admitted::Ready => {
+                run.enqueue(id);
+                if head {
+                    engine.kick();
+                }
+            }
+            Admitted::Pending => {}
+            Admitted::Poisoned => engine.tasks_over(run, children, &[id]),
+        }
+        Ok(id)
+    }
+
+    /// Ends the orchestration: the orchestrator closes, every open scope (and the run's
+    /// own) ends, and the run's submission closes. `outcome` is the orchestration
+    /// function's; an error fails the run and cancels its undispatched tasks.
+    pub(crate) fn finish(&self, outcome: Result<(), String>) {
+        self.ctx.open.store(false, Ordering::Release);
+        let engine = &self.ctx.engine;
+        let mut st = engine.state.lock();
+        let State { runs, children, .. } = &mut *st;
+        let run = runs
+            .iter_mut()
+            .find(|r| r.id == self.ctx.run)
+            .expect("an open run is in flight");
+        for key in std::mem::take(&mut run.scopes).into_iter().flatten() {
+            release(
+                engine,
+                run.allocs.get_mut(&key).expect("a scope's allocation"),
+            );
+        }
+        if let Err(e) = outcome {
+            run.record_error(&WorkerError::Orchestration(e));
+            let cancelled = run.graph.cancel_undispatched("the orchestration failed");
+            engine.tasks_over(run, children, &cancelled);
+        }
+        run.closed = true;
+        engine.kick();
+    }
+}
+
+/// Marks a heap allocation released and reclaims it if no task holds it.
+fn release(engine: &Engine, alloc: &mut HeapAlloc) {
+    alloc.released = true;
+    engine.maybe_reclaim_heap(alloc);
+}
+
+/// Checks a copy's operands: `device` must be a child tensor, `host` a host tensor, both
+/// contiguous and of one size. Returns the chip and the device address.
+fn copy_operands(
+    (dev_arg, device): (&str, &Tensor),
+    (host_arg, host): (&str, &Tensor),
+) -> Result<(usize, simpler_device::DevicePtr), WorkerError> {
+    let Memory::Child(c) = device.memory() else {
+        return Err(bad(
+            dev_arg,
+            "must be a child tensor (alloc_child_tensor); this one is host memory".into(),
+        ));
+    };
+    if !matches!(host.memory(), Memory::Host(_)) {
+        return Err(bad(
+            host_arg,
+            "must be a host tensor; this one is device memory".into(),
+        ));
+    }
+    for (arg, t) in [(dev_arg, device), (host_arg, host)] {
+        if !t.is_contiguous() {
+            return Err(bad(
+                arg,
+                format!(
+                    "a copy takes contiguous tensors; this view of shape {:?} has strides {:?}",
+                    t.shape(),
+                    t.strides()
+                ),
+            ));
+        }
+    }
+    if device.nbytes() != host.nbytes() {
+        return Err(bad(
+            host_arg,
+            format!(
+                "holds {} bytes and `{dev_arg}` {}; a copy moves whole tensors of one size",
+                host.nbytes(),
+                device.nbytes()
+            ),
+        ));
+    }
+    Ok((c.worker, c.ptr.offset(device.byte_offset())))
+}
+
+/// Refuses a task whose target endpoint is dead (or, for sub tasks, too few are alive).
+fn refuse_dead_targets(engine: &Engine, st: &State, target: &Target) -> Result<(), WorkerError> {
+    let dead = |lane: usize| {
+        st.lanes[lane]
+            .dead
+            .as_ref()
+            .map(|report| WorkerError::EndpointFailure {
+                endpoint: st.lanes[lane].describe.clone(),
+                report: format!("{report} (tasks to it are refused)"),
+            })
+    };
+    match target {
+        Target::Chip(w) => dead(*w).map_or(Ok(()), Err),
+        Target::ChipGroup(ws) => ws.iter().find_map(|w| dead(*w)).map_or(Ok(()), Err),
+        Target::Sub | Target::SubGroup(_) => {
+            let subs = engine.chips..engine.chips + engine.subs;
+            let alive = subs.clone().filter(|l| st.lanes[*l].dead.is_none()).count();
+            let n = target.members();
+            match subs.clone().find_map(dead) {
+                Some(e) if alive < n => Err(e),
+                _ => Ok(()),
+            }
+        }
+    }
+}

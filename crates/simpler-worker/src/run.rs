@@ -1,0 +1,223 @@
+//! Runs: what a caller holds ([`RunHandle`], answered with a [`RunReport`] or the run's
+//! first error) and what the engine keeps per run in flight ([`Run`]: its graph, tensor
+//! map, ready queues, scopes and heap allocations) (`docs/l3-worker.md` §2, §6).
+//!
+//! A run is in flight from the moment `Worker::submit` reserves its pipeline place until it
+//! is terminal: its submission is closed and every task is over. Only the run at the head
+//! of the queue dispatches. This module holds the data; the orchestrator fills it and the
+//! scheduler drives it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::graph::{Graph, Target};
+use crate::ring::HeapBlock;
+use crate::tensormap::{TaskId, TensorMap};
+use crate::WorkerError;
+
+/// Runs in flight at once (the pipeline places).
+pub(crate) const PIPELINE_DEPTH: usize = 2;
+
+/// What a successful run reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunReport {
+    /// The run's id (per worker, from 1, in submission order).
+    pub run: u64,
+    /// Tasks the orchestration submitted.
+    pub tasks: usize,
+    /// Dependency edges the tensor map inferred (one per distinct live producer of each
+    /// task).
+    pub edges: usize,
+    /// From `Worker::submit` to the run's end.
+    pub total_time: Duration,
+}
+
+/// The outcome of one run, shared by the engine and every handle.
+pub(crate) struct RunShared {
+    id: u64,
+    outcome: Mutex<Option<Result<RunReport, WorkerError>>>,
+    over: Condvar,
+}
+
+impl RunShared {
+    /// A run not yet over.
+    pub(crate) fn new(id: u64) -> Arc<RunShared> {
+        Arc::new(RunShared {
+            id,
+            outcome: Mutex::new(None),
+            over: Condvar::new(),
+        })
+    }
+
+    /// Sets the outcome (once) and wakes every waiter.
+    pub(crate) fn finish(&self, outcome: Result<RunReport, WorkerError>) {
+        let mut slot = self.outcome.lock();
+        assert!(slot.is_none(), "run {} finished twice", self.id);
+        *slot = Some(outcome);
+        self.over.notify_all();
+    }
+}
+
+/// A submitted run. `Send + Sync`; any thread may wait on it, any number of times.
+#[derive(Clone)]
+pub struct RunHandle {
+    shared: Arc<RunShared>,
+}
+
+impl std::fmt::Debug for RunHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandle")
+            .field("id", &self.shared.id)
+            .field("done", &self.done())
+            .finish()
+    }
+}
+
+impl RunHandle {
+    pub(crate) fn new(shared: Arc<RunShared>) -> RunHandle {
+        RunHandle { shared }
+    }
+
+    /// Waits until the run is over, at most `timeout` (`None`: as long as it takes), and
+    /// returns its outcome. Waiting again answers the same.
+    ///
+    /// # Errors
+    /// [`WorkerError::WaitTimeout`] when the run is not over in time (it goes on), or the
+    /// run's first error: [`WorkerError::TaskFailed`] naming the task (`#3 <callable>`), the
+    /// worker and the cause, or [`WorkerError::Orchestration`].
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<RunReport, WorkerError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut slot = self.shared.outcome.lock();
+        loop {
+            if let Some(outcome) = slot.as_ref() {
+                return outcome.clone();
+            }
+            match deadline {
+                None => self.shared.over.wait(&mut slot),
+                Some(d) => {
+                    if self.shared.over.wait_until(&mut slot, d).timed_out() && slot.is_none() {
+                        return Err(WorkerError::WaitTimeout(timeout.unwrap_or_default()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// True once the run is over (never blocks).
+    pub fn done(&self) -> bool {
+        self.shared.outcome.lock().is_some()
+    }
+
+    /// Waits for the run and returns its outcome.
+    ///
+    /// # Errors
+    /// As [`wait`](RunHandle::wait) without a timeout.
+    pub fn result(self) -> Result<RunReport, WorkerError> {
+        self.wait(None)
+    }
+
+    /// The run's id.
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+}
+
+/// A heap-ring allocation of a run.
+pub(crate) struct HeapAlloc {
+    /// The memory (kept alive while the run is).
+    pub(crate) block: Arc<HeapBlock>,
+    /// Tasks naming it that are not over.
+    pub(crate) users: usize,
+    /// Its scope ended, or `orch.free` released it.
+    pub(crate) released: bool,
+    /// Given back to the ring.
+    pub(crate) reclaimed: bool,
+}
+
+/// The engine's state of one run in flight.
+pub(crate) struct Run {
+    /// The run's id.
+    pub(crate) id: u64,
+    /// What handles wait on.
+    pub(crate) shared: Arc<RunShared>,
+    /// When `Worker::submit` was called.
+    pub(crate) started: Instant,
+    /// Its tasks.
+    pub(crate) graph: Graph,
+    /// Its live accesses.
+    pub(crate) map: TensorMap,
+    /// READY single-chip tasks, one FIFO per chip.
+    pub(crate) ready_chip: Vec<VecDeque<TaskId>>,
+    /// READY chip groups, one FIFO.
+    pub(crate) ready_groups: VecDeque<TaskId>,
+    /// READY sub tasks and sub groups, one FIFO.
+    pub(crate) ready_sub: VecDeque<TaskId>,
+    /// Tasks dispatched and not yet over.
+    pub(crate) running: usize,
+    /// The orchestration has returned: no more tasks.
+    pub(crate) closed: bool,
+    /// The first error.
+    pub(crate) error: Option<WorkerError>,
+    /// Open scopes' allocations (by memory identity); `[0]` is the run's own scope.
+    pub(crate) scopes: Vec<Vec<usize>>,
+    /// Heap allocations, by memory identity.
+    pub(crate) allocs: HashMap<usize, HeapAlloc>,
+}
+
+impl Run {
+    /// A run with no tasks, for a worker of `chips` chips.
+    pub(crate) fn new(id: u64, chips: usize) -> Run {
+        Run {
+            id,
+            shared: RunShared::new(id),
+            started: Instant::now(),
+            graph: Graph::default(),
+            map: TensorMap::default(),
+            ready_chip: (0..chips).map(|_| VecDeque::new()).collect(),
+            ready_groups: VecDeque::new(),
+            ready_sub: VecDeque::new(),
+            running: 0,
+            closed: false,
+            error: None,
+            scopes: vec![Vec::new()],
+            allocs: HashMap::new(),
+        }
+    }
+
+    /// Puts READY task `id` in its target's queue.
+    pub(crate) fn enqueue(&mut self, id: TaskId) {
+        match &self.graph.task(id).target {
+            Target::Chip(w) => self.ready_chip[*w].push_back(id),
+            Target::ChipGroup(_) => self.ready_groups.push_back(id),
+            Target::Sub | Target::SubGroup(_) => self.ready_sub.push_back(id),
+        }
+    }
+
+    /// Records `error` as the run's error unless one came first.
+    pub(crate) fn record_error(&mut self, error: &WorkerError) {
+        if self.error.is_none() {
+            self.error = Some(error.clone());
+        }
+    }
+
+    /// True when the run is over: closed, and every task is.
+    pub(crate) fn terminal(&self) -> bool {
+        self.closed && self.running == 0 && self.graph.all_terminal()
+    }
+
+    /// The outcome of a terminal run.
+    pub(crate) fn outcome(&self) -> Result<RunReport, WorkerError> {
+        match &self.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(RunReport {
+                run: self.id,
+                tasks: self.graph.len(),
+                edges: self.graph.edges(),
+                total_time: self.started.elapsed(),
+            }),
+        }
+    }
+}

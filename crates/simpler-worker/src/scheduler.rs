@@ -1,0 +1,286 @@
+//! The scheduler thread: takes lane events from its channel, resolves what a task
+//! member's end means (completion, failure, poisoning), dispatches the head run's READY
+//! tasks to idle lanes and ends runs that are over (`docs/l3-worker.md` §2, §4).
+//!
+//! Dispatch, in this order each pass: the chip-group FIFO's head once every target lane is
+//! idle (until then its targets are reserved: no single task starts on them), then each
+//! idle chip lane's own FIFO head (no stealing), then the sub FIFO's head on any idle sub
+//! lanes (a group on distinct ones). A task aimed at a dead endpoint fails with
+//! [`WorkerError::EndpointFailure`]. Only the head run dispatches; when it is over its
+//! handle is answered and the next run becomes the head.
+
+use std::thread::JoinHandle;
+
+use crossbeam_channel::Receiver;
+
+use crate::engine::{Engine, State};
+use crate::graph::{Target, TaskState, Work};
+use crate::lane::{Event, TaskOp, WorkItem};
+use crate::run::Run;
+use crate::tensormap::TaskId;
+use crate::WorkerError;
+
+/// Starts the scheduler thread of `engine`.
+///
+/// # Errors
+/// The thread could not be started.
+pub(crate) fn spawn(
+    engine: std::sync::Arc<Engine>,
+    events: Receiver<Event>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("simpler-scheduler".into())
+        .spawn(move || {
+            while let Ok(first) = events.recv() {
+                let mut st = engine.state.lock();
+                let mut stop = handle(&engine, &mut st, first);
+                while let Ok(more) = events.try_recv() {
+                    stop |= handle(&engine, &mut st, more);
+                }
+                advance(&engine, &mut st);
+                if stop {
+                    return;
+                }
+            }
+        })
+}
+
+/// Applies one event; true for [`Event::Stop`].
+fn handle(engine: &Engine, st: &mut State, event: Event) -> bool {
+    match event {
+        Event::Done {
+            lane,
+            run,
+            task,
+            result,
+        } => member_done(engine, st, lane, run, task, result),
+        Event::Died { lane, report } => {
+            st.lanes[lane].dead.get_or_insert(report);
+        }
+        Event::Kick => {}
+        Event::Stop => return true,
+    }
+    false
+}
+
+fn member_done(
+    engine: &Engine,
+    st: &mut State,
+    lane: usize,
+    run: u64,
+    task: TaskId,
+    result: Result<(), WorkerError>,
+) {
+    st.lanes[lane].busy = false;
+    let describe = st.lanes[lane].describe.clone();
+    let State { runs, children, .. } = st;
+    let Some(r) = runs.iter_mut().find(|r| r.id == run) else {
+        panic!("a member of task {task} ended for run {run}, which is not in flight");
+    };
+    let t = r.graph.task_mut(task);
+    if let Err(cause) = result {
+        t.error.get_or_insert_with(|| WorkerError::TaskFailed {
+            task: t.name.clone(),
+            worker: describe,
+            cause: Box::new(cause),
+        });
+    }
+    t.members_left -= 1;
+    if t.members_left > 0 {
+        return;
+    }
+    r.running -= 1;
+    let over = match t.error.take() {
+        Some(error) => {
+            r.record_error(&error);
+            r.graph.fail(task, error)
+        }
+        None => {
+            let ready = r.graph.complete(task);
+            for id in &ready {
+                r.enqueue(*id);
+            }
+            vec![task]
+        }
+    };
+    engine.tasks_over(r, children, &over);
+}
+
+/// Dispatches what can run and ends the head run while it is over.
+pub(crate) fn advance(engine: &Engine, st: &mut State) {
+    loop {
+        dispatch(engine, st);
+        if !st.runs.front().is_some_and(Run::terminal) {
+            return;
+        }
+        let run = st.runs.pop_front().expect("a head run");
+        debug_assert!(
+            run.allocs.values().all(|a| a.reclaimed),
+            "run {}: every heap allocation is reclaimed once the run is over",
+            run.id
+        );
+        run.shared.finish(run.outcome());
+        engine.changed.notify_all();
+    }
+}
+
+fn dispatch(engine: &Engine, st: &mut State) {
+    let State {
+        runs,
+        lanes,
+        children,
+        ..
+    } = st;
+    let Some(run) = runs.front_mut() else {
+        return;
+    };
+    for l in lanes.iter_mut() {
+        l.reserved = false;
+    }
+    let mut failed: Vec<(TaskId, WorkerError)> = Vec::new();
+
+    // Chip groups: the head waits for all its targets, holding them.
+    while let Some(&id) = run.ready_groups.front() {
+        if run.graph.task(id).state != TaskState::Ready {
+            run.ready_groups.pop_front();
+            continue;
+        }
+        let Target::ChipGroup(ws) = run.graph.task(id).target.clone() else {
+            unreachable!("only chip groups are queued here")
+        };
+        if let Some(w) = ws.iter().find(|w| lanes[**w].dead.is_some()) {
+            run.ready_groups.pop_front();
+            failed.push((id, dead(&lanes[*w])));
+            continue;
+        }
+        if ws.iter().all(|w| !lanes[*w].busy) {
+            run.ready_groups.pop_front();
+            start(engine, run, lanes, id, &ws);
+        } else {
+            for w in &ws {
+                lanes[*w].reserved = true;
+            }
+            break;
+        }
+    }
+
+    // Single chip tasks: each lane's own FIFO.
+    for w in 0..engine.chips {
+        while !lanes[w].busy && !lanes[w].reserved {
+            let Some(id) = run.ready_chip[w].pop_front() else {
+                break;
+            };
+            if run.graph.task(id).state != TaskState::Ready {
+                continue;
+            }
+            if lanes[w].dead.is_some() {
+                failed.push((id, dead(&lanes[w])));
+                continue;
+            }
+            start(engine, run, lanes, id, &[w]);
+        }
+    }
+
+    // Sub tasks: any idle sub lanes, a group on distinct ones.
+    let subs = engine.chips..engine.chips + engine.subs;
+    while let Some(&id) = run.ready_sub.front() {
+        if run.graph.task(id).state != TaskState::Ready {
+            run.ready_sub.pop_front();
+            continue;
+        }
+        let n = run.graph.task(id).target.members();
+        let alive: Vec<usize> = subs.clone().filter(|l| lanes[*l].dead.is_none()).collect();
+        if alive.len() < n {
+            run.ready_sub.pop_front();
+            let report = format!(
+                "{n} sub worker(s) needed, {} alive: {}",
+                alive.len(),
+                subs.clone()
+                    .filter_map(|l| lanes[l]
+                        .dead
+                        .as_ref()
+                        .map(|d| format!("{}: {d}", lanes[l].describe)))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            failed.push((
+                id,
+                WorkerError::EndpointFailure {
+                    endpoint: "the sub workers".into(),
+                    report,
+                },
+            ));
+            continue;
+        }
+        let idle: Vec<usize> = alive
+            .into_iter()
+            .filter(|l| !lanes[*l].busy)
+            .take(n)
+            .collect();
+        if idle.len() < n {
+            break;
+        }
+        run.ready_sub.pop_front();
+        start(engine, run, lanes, id, &idle);
+    }
+
+    for (id, cause) in failed {
+        let t = run.graph.task(id);
+        let error = WorkerError::TaskFailed {
+            task: t.name.clone(),
+            worker: match &cause {
+                WorkerError::EndpointFailure { endpoint, .. } => endpoint.clone(),
+                _ => String::new(),
+            },
+            cause: Box::new(cause),
+        };
+        run.record_error(&error);
+        let over = run.graph.fail(id, error);
+        engine.tasks_over(run, children, &over);
+    }
+}
+
+fn dead(lane: &crate::engine::LaneSlot) -> WorkerError {
+    WorkerError::EndpointFailure {
+        endpoint: lane.describe.clone(),
+        report: lane.dead.clone().unwrap_or_default(),
+    }
+}
+
+/// Starts READY task `id` on `targets` (one lane per member, in member order).
+fn start(
+    engine: &Engine,
+    run: &mut Run,
+    lanes: &mut [crate::engine::LaneSlot],
+    id: TaskId,
+    targets: &[usize],
+) {
+    run.graph.start(id);
+    run.running += 1;
+    let work = run
+        .graph
+        .task_mut(id)
+        .work
+        .take()
+        .expect("work of a ready task");
+    let ops: Vec<TaskOp> = match work {
+        Work::Call { key, config, args } => args
+            .into_iter()
+            .map(|args| TaskOp::Run { key, args, config })
+            .collect(),
+        Work::CopyTo { dst, src } => vec![TaskOp::CopyTo { dst, src }],
+        Work::CopyFrom { dst, src } => vec![TaskOp::CopyFrom { dst, src }],
+    };
+    assert_eq!(ops.len(), targets.len(), "one member per target lane");
+    for (op, &lane) in ops.into_iter().zip(targets) {
+        lanes[lane].busy = true;
+        let item = WorkItem::Task {
+            run: run.id,
+            task: id,
+            op,
+        };
+        if engine.lanes[lane].send(item).is_err() {
+            panic!("lane {lane} stopped while its worker is running");
+        }
+    }
+}

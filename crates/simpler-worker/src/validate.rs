@@ -1,0 +1,266 @@
+//! The argument checks made when a task is submitted, before anything runs
+//! (`docs/l3-worker.md` §8): worker ids, group members, and each tensor against where the
+//! task will run. Pure functions of the arguments and the worker's shape; the checks that
+//! need the engine's state (is this allocation live?) are the orchestrator's.
+
+use crate::tensor::{Memory, TaskArg, TaskArgs, Tensor};
+use crate::WorkerError;
+
+/// Where a task's tensors go, for the checks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Dest {
+    /// A chip task on chip `w`; `process` when the chip runs in a child process.
+    Chip { w: usize, process: bool },
+    /// A sub task; `process` when sub workers are child processes.
+    Sub { process: bool },
+}
+
+fn bad(arg: &str, reason: String) -> WorkerError {
+    WorkerError::InvalidArgument {
+        arg: arg.into(),
+        reason,
+    }
+}
+
+/// Checks chip worker id `w` against `chips`.
+///
+/// # Errors
+/// [`WorkerError::UnknownWorker`].
+pub(crate) fn chip_id(w: usize, chips: usize) -> Result<(), WorkerError> {
+    if w >= chips {
+        return Err(WorkerError::UnknownWorker {
+            id: i64::try_from(w).unwrap_or(i64::MAX),
+            kind: "chip",
+            count: chips,
+        });
+    }
+    Ok(())
+}
+
+/// Checks a chip group's members and argument lists.
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] naming `workers` (empty, a repeated id) or `args_list`
+/// (another length), [`WorkerError::UnknownWorker`].
+pub(crate) fn chip_group(workers: &[usize], args: usize, chips: usize) -> Result<(), WorkerError> {
+    if workers.is_empty() {
+        return Err(bad("workers", "a group needs at least one worker".into()));
+    }
+    for (i, w) in workers.iter().enumerate() {
+        chip_id(*w, chips)?;
+        if workers[..i].contains(w) {
+            return Err(bad(
+                "workers",
+                format!("worker {w} appears twice in {workers:?}; group members must be distinct"),
+            ));
+        }
+    }
+    if args != workers.len() {
+        return Err(bad(
+            "args_list",
+            format!(
+                "has {args} argument lists for {} workers; give one per worker",
+                workers.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a sub group's size against the sub workers there are.
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] naming `args_list`.
+pub(crate) fn sub_group(members: usize, subs: usize) -> Result<(), WorkerError> {
+    if members == 0 || members > subs {
+        return Err(bad(
+            "args_list",
+            format!(
+                "has {members} argument lists; a sub group runs each on its own sub worker, and \
+                 this worker has {subs}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks one tensor `t` named `arg` of a task going to `dest`.
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] naming `arg`: a view past its memory, device memory of
+/// another chip (or in a sub task), host memory a child process cannot see (the fix:
+/// `Worker::create_buffer` or `orch.alloc`), a written tensor over read-only memory.
+pub(crate) fn tensor(arg: &str, t: &Tensor, writes: bool, dest: Dest) -> Result<(), WorkerError> {
+    match t.byte_span() {
+        Some((_, end)) if end <= t.memory_len() => {}
+        _ => {
+            return Err(bad(
+                arg,
+                format!(
+                    "a view of shape {:?}, strides {:?} at byte {} exceeds its {} bytes of memory",
+                    t.shape(),
+                    t.strides(),
+                    t.byte_offset(),
+                    t.memory_len()
+                ),
+            ))
+        }
+    }
+    match (t.memory(), dest) {
+        (Memory::Child(c), Dest::Sub { .. }) => Err(bad(
+            arg,
+            format!(
+                "device memory of chip {} cannot go to a sub task; copy it to the host first \
+                 (orch.copy_from)",
+                c.worker
+            ),
+        )),
+        (Memory::Child(c), Dest::Chip { w, .. }) if c.worker != w => Err(bad(
+            arg,
+            format!(
+                "device memory of chip {} cannot be passed to a task on chip {w}; copy it \
+                 through the host (orch.copy_from, then orch.copy_to)",
+                c.worker
+            ),
+        )),
+        (Memory::Child(_), _) => Ok(()),
+        (Memory::Host(m), dest) => {
+            let process = match dest {
+                Dest::Chip { process, .. } | Dest::Sub { process } => process,
+            };
+            if process && m.shared().is_none() {
+                let who = match dest {
+                    Dest::Chip { w, .. } => format!("chip {w} runs"),
+                    Dest::Sub { .. } => "sub workers run".into(),
+                };
+                return Err(bad(
+                    arg,
+                    format!(
+                        "this host memory is private to this process and {who} in a child \
+                         process that cannot see it; allocate it with Worker::create_buffer or \
+                         orch.alloc"
+                    ),
+                ));
+            }
+            if writes && m.read_only() {
+                return Err(bad(
+                    arg,
+                    "is written by the task but its memory is read-only".into(),
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Checks every tensor of `args` going to `dest`; `prefix` names the list (`args`,
+/// `args_list[1]`).
+///
+/// # Errors
+/// As [`tensor`], naming `prefix[i]`.
+pub(crate) fn task_args(prefix: &str, args: &TaskArgs, dest: Dest) -> Result<(), WorkerError> {
+    for (i, a) in args.args.iter().enumerate() {
+        if let TaskArg::Tensor(t, tag) = a {
+            tensor(&format!("{prefix}[{i}]"), t, tag.writes(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::{HostMemory, SharedRegion, VecMemory};
+    use crate::tensor::ChildAllocation;
+    use crate::Tag;
+    use simpler_abi::DataType;
+    use simpler_device::DevicePtr;
+    use std::sync::Arc;
+
+    fn private() -> Tensor {
+        let m: Arc<dyn HostMemory> = Arc::new(VecMemory::new(vec![0; 64]));
+        Tensor::new(Memory::Host(m), &[16], DataType::Float32).unwrap()
+    }
+
+    #[test]
+    fn private_host_memory_is_refused_for_child_processes_with_the_fix() {
+        let args = TaskArgs::new().scalar(1).tensor(private(), Tag::Input);
+        let chip = Dest::Chip {
+            w: 0,
+            process: true,
+        };
+        let err = task_args("args", &args, chip).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("`args[1]`"), "{text}");
+        assert!(
+            text.contains("Worker::create_buffer") && text.contains("orch.alloc"),
+            "{text}"
+        );
+        let err = task_args("args_list[2]", &args, Dest::Sub { process: true }).unwrap_err();
+        assert!(err.to_string().contains("`args_list[2][1]`"), "{err}");
+        // In threads, or over shared memory, it is fine.
+        assert!(task_args(
+            "args",
+            &args,
+            Dest::Chip {
+                w: 0,
+                process: false
+            }
+        )
+        .is_ok());
+        let shared: Arc<dyn HostMemory> = Arc::new(SharedRegion::new(64, "t").unwrap());
+        let t = Tensor::new(Memory::Host(shared), &[16], DataType::Float32).unwrap();
+        assert!(task_args("args", &TaskArgs::new().tensor(t, Tag::Output), chip).is_ok());
+    }
+
+    #[test]
+    fn device_memory_goes_only_to_its_own_chip() {
+        let c = ChildAllocation {
+            worker: 1,
+            ptr: DevicePtr::from_raw(1 << 20),
+            nbytes: 64,
+        };
+        let t = Tensor::new(Memory::Child(c), &[16], DataType::Float32).unwrap();
+        let err = tensor(
+            "args[0]",
+            &t,
+            false,
+            Dest::Chip {
+                w: 0,
+                process: false,
+            },
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("chip 1") && err.to_string().contains("chip 0"));
+        let err = tensor("args[0]", &t, false, Dest::Sub { process: false }).unwrap_err();
+        assert!(err.to_string().contains("sub task"), "{err}");
+        assert!(tensor(
+            "args[0]",
+            &t,
+            true,
+            Dest::Chip {
+                w: 1,
+                process: true
+            }
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn groups_name_workers_and_args_list() {
+        let err = chip_group(&[0, 1, 0], 3, 4).unwrap_err();
+        assert!(err.to_string().contains("`workers`") && err.to_string().contains("twice"));
+        let err = chip_group(&[0, 1], 3, 4).unwrap_err();
+        assert!(err.to_string().contains("`args_list`"), "{err}");
+        assert_eq!(
+            chip_group(&[0, 9], 2, 4).unwrap_err().kind(),
+            "UNKNOWN_WORKER"
+        );
+        assert!(chip_group(&[], 0, 4).is_err());
+        assert!(sub_group(3, 2)
+            .unwrap_err()
+            .to_string()
+            .contains("`args_list`"));
+        assert!(sub_group(2, 2).is_ok());
+    }
+}

@@ -1,0 +1,86 @@
+//! A thousand consecutive runs in one process — each a chip task into a heap-ring
+//! intermediate, read by a sub task — leave the thread count and the open descriptors
+//! where they were, and the resident memory within 16 MiB. Its own test binary, so that
+//! no other test's threads or memory are counted.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use common::*;
+use simpler_abi::DataType;
+use simpler_host::CallConfig;
+use simpler_worker::*;
+
+const N: u64 = 256;
+const RUNS: usize = 1000;
+
+fn entries(dir: &str) -> usize {
+    std::fs::read_dir(dir).unwrap().count()
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
+}
+
+#[test]
+fn a_thousand_runs_keep_threads_descriptors_and_memory_flat() {
+    let w = Worker::new(options(2, 2)).unwrap();
+    let chip = w.register(add_one_callable("add_one")).unwrap();
+    let checked = Arc::new(AtomicUsize::new(0));
+    let c2 = checked.clone();
+    let check = w
+        .register(closure(move |a| {
+            let want = a.scalar(1).unwrap() as f32 + 1.0;
+            if a.read_f32(0)?.iter().any(|v| *v != want) {
+                return Err(format!("expected {want} everywhere"));
+            }
+            c2.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }))
+        .unwrap();
+    w.init().unwrap();
+    let (xr, x) = f32_buffer(&w, &[0.0; N as usize]);
+    let run = |i: usize| {
+        write_f32(&*xr, 0, &[i as f32; N as usize]);
+        w.run(|o| {
+            let mid = o.alloc(&[N], DataType::Float32)?;
+            o.submit_next_level(&chip, add_args(&x, &mid, 0), &CallConfig::default(), i % 2)?;
+            o.submit_sub(
+                &check,
+                TaskArgs::new().tensor(mid, Tag::Input).scalar(i as u64),
+            )?;
+            Ok(())
+        })
+        .unwrap()
+    };
+    for i in 0..20 {
+        run(i);
+    }
+    let (threads, fds, rss) = (
+        entries("/proc/self/task"),
+        entries("/proc/self/fd"),
+        rss_bytes(),
+    );
+    let t0 = Instant::now();
+    for i in 0..RUNS {
+        let report = run(i);
+        assert_eq!((report.tasks, report.edges), (2, 1));
+    }
+    let elapsed = t0.elapsed();
+    assert_eq!(checked.load(Ordering::SeqCst), RUNS + 20);
+    assert_eq!(entries("/proc/self/task"), threads, "thread count is flat");
+    assert_eq!(entries("/proc/self/fd"), fds, "descriptors are flat");
+    let grown = rss_bytes().saturating_sub(rss);
+    assert!(
+        grown < 16 << 20,
+        "resident memory grew {grown} bytes over {RUNS} runs"
+    );
+    eprintln!("{RUNS} runs in {elapsed:?}; resident memory grew {grown} bytes");
+    w.close().unwrap();
+}
