@@ -98,7 +98,7 @@ enum Command {
         )]
         tasks: Option<u64>,
         /// Measured runs per configuration, at least 1 (the median is reported) [default: 5;
-        /// with --l3, 200]; with --executor, the base sample count of every figure; with
+        /// with --l3, 300]; with --executor, the base sample count of every figure; with
         /// --l3, the runs per k up to 16 (fewer for larger k, at least 20).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         runs: Option<u32>,

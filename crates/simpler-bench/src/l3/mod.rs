@@ -52,7 +52,7 @@ pub use self::fit::{fit_line, Fit, Spread};
 pub const K_SWEEP: [u64; 7] = [1, 2, 4, 8, 16, 64, 256];
 
 /// Default [`L3Params::runs`].
-pub const DEFAULT_RUNS: u32 = 200;
+pub const DEFAULT_RUNS: u32 = 300;
 
 /// Runs at every k, however large, when [`L3Params::runs`] is at least this.
 pub const MIN_RUNS: u32 = 20;
@@ -306,7 +306,8 @@ pub struct L3Report {
 
 /// Measures the floor (when a chip row is asked for), then each row of `params` in turn,
 /// with `spec` (normally [`callable::noop_chip_callable`]) as the no-op chip callable.
-/// Takes about `params.runs / 200 × 10` seconds on 2 CPUs with every row.
+/// With the defaults and every row it takes 15–30 s on 2 CPUs (more on a loaded machine),
+/// most of it in the k = 64 and k = 256 points of the chip rows.
 ///
 /// # Errors
 /// [`L3BenchError::InvalidParam`] naming a bad field; else the first error of a worker, a

@@ -205,7 +205,7 @@ mod tests {
         let p = L3Params::default();
         assert_eq!(
             runs_line(&p),
-            "200 (k = 1, 2, 4, 8, 16); 50 (k = 64); 20 (k = 256)"
+            "300 (k = 1, 2, 4, 8, 16); 75 (k = 64); 20 (k = 256)"
         );
     }
 
