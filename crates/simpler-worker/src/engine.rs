@@ -60,11 +60,6 @@ pub(crate) struct State {
 }
 
 impl State {
-    /// The run `id`, if it is in flight.
-    pub(crate) fn run_mut(&mut self, id: u64) -> Option<&mut Run> {
-        self.runs.iter_mut().find(|r| r.id == id)
-    }
-
     /// True when run `id` is the head run.
     pub(crate) fn is_head(&self, id: u64) -> bool {
         self.runs.front().is_some_and(|r| r.id == id)

@@ -11,8 +11,9 @@
 //! - **The worker and its runs**: `worker` ([`Worker`]: life, registration, submit,
 //!   close), `options` ([`WorkerOptions`]), `registry` ([`CallableHandle`]), `run`
 //!   ([`RunHandle`], [`RunReport`], a run's engine state), `orchestrator`
-//!   ([`Orchestrator`]: admission, scopes, allocation, copies), `validate` (the submit-time
-//!   argument checks), `child_memory` (child tensors).
+//!   ([`Orchestrator`]: submits, scopes, allocation, copies), `validate` (the submit-time
+//!   argument checks), `admission` (a checked task into its run's graph), `child_memory`
+//!   (child tensors).
 //! - **The engine**: `engine` (the state behind the one lock), `graph` (task slots),
 //!   `tensormap` (footprints, live accesses), `ring` (the heap ring), `scheduler` (the
 //!   scheduler thread: completions, dispatch), `lane` (one thread per endpoint).
@@ -27,6 +28,7 @@
 //! It drives chips only through [`simpler_host::ChipWorker`] (in this process or in a child
 //! process) and never reaches into the host's run lane or the chip runtime.
 
+mod admission;
 mod child_memory;
 mod chip_args;
 mod chip_local;

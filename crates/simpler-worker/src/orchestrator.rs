@@ -3,26 +3,27 @@
 //! adds copy tasks — valid only while that function runs (`docs/l3-worker.md` §2, §3, §6).
 //!
 //! Every submit is checked first (handle, worker ids, each tensor against where it goes:
-//! `crate::validate`, and whether the memory it names is live), then admitted into the
-//! run's graph under the engine lock: the tensor map gives its producers, it becomes READY
-//! or PENDING (or is poisoned at once by a failed producer), and the scheduler is woken.
-//! This module owns admission and scopes; dispatch is the scheduler's.
+//! `crate::validate`), then admitted into the run's graph (`crate::admission`). This module
+//! owns the orchestrator's validity, scopes and the run's allocations; dispatch is the
+//! scheduler's.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
 
+use crate::admission::{admit, memory_key, Submission};
 use crate::endpoint::EndpointKind;
 use crate::engine::{Engine, State};
-use crate::graph::{Admitted, Target, Task, Use, Work};
+use crate::graph::{Target, Work};
 use crate::memory::HostMemory;
 use crate::registry::CallableHandle;
-use crate::run::HeapAlloc;
+use crate::run::{HeapAlloc, Run};
 use crate::tensor::{Memory, Tag, TaskArg, TaskArgs, Tensor};
-use crate::tensormap::{Footprint, TaskId};
+use crate::tensormap::TaskId;
 use crate::validate::{self, Dest};
 use crate::WorkerError;
 
@@ -83,26 +84,11 @@ impl std::fmt::Debug for Orchestrator {
     }
 }
 
-/// A task about to be admitted.
-struct Submission {
-    /// Names the task after its id (`#3 <what>`).
-    what: String,
-    target: Target,
-    work: Work,
-    /// Every tensor the task names: (argument name, tensor, tag).
-    accesses: Vec<(String, Tensor, Tag)>,
-}
-
 fn bad(arg: &str, reason: String) -> WorkerError {
     WorkerError::InvalidArgument {
         arg: arg.into(),
         reason,
     }
-}
-
-/// The identity of a host memory object (its `Arc`'s address).
-pub(crate) fn memory_key(m: &Arc<dyn HostMemory>) -> usize {
-    Arc::as_ptr(m).cast::<u8>() as usize
 }
 
 fn accesses<'a>(
@@ -117,6 +103,30 @@ fn accesses<'a>(
             TaskArg::Tensor(t, tag) => Some((format!("{prefix}[{i}]"), t.clone(), *tag)),
             TaskArg::Scalar(_) => None,
         })
+}
+
+/// The refusal of `orch.<method>()` once the orchestration function has returned.
+fn returned(method: &str) -> WorkerError {
+    WorkerError::InvalidState(format!(
+        "orch.{method}() is valid only inside its orchestration function; this run's \
+         orchestration has returned"
+    ))
+}
+
+/// Run `id` among `runs` while its orchestration is open (checked under the engine lock,
+/// so a clone of the orchestrator racing with the function's return is refused, not
+/// admitted into a closed run).
+///
+/// # Errors
+/// [`WorkerError::InvalidState`] naming `orch.<method>()` once the run is closed.
+pub(crate) fn open_run<'a>(
+    runs: &'a mut VecDeque<Run>,
+    id: u64,
+    method: &str,
+) -> Result<&'a mut Run, WorkerError> {
+    runs.iter_mut()
+        .find(|r| r.id == id && !r.closed)
+        .ok_or_else(|| returned(method))
 }
 
 /// Bytes of `shape` × `dtype`.
@@ -150,10 +160,7 @@ impl Orchestrator {
 
     fn engine(&self, method: &str) -> Result<&Engine, WorkerError> {
         if !self.ctx.open.load(Ordering::Acquire) {
-            return Err(WorkerError::InvalidState(format!(
-                "orch.{method}() is valid only inside its orchestration function; this run's \
-                 orchestration has returned"
-            )));
+            return Err(returned(method));
         }
         Ok(&self.ctx.engine)
     }
@@ -181,8 +188,10 @@ impl Orchestrator {
         };
         validate::task_args("args", &args, dest)?;
         let accesses = accesses("args", &args).collect();
-        self.admit(
+        admit(
             engine,
+            self.ctx.run,
+            "submit_next_level",
             Submission {
                 what: handle.name().to_string(),
                 target: Target::Chip(worker),
@@ -224,8 +233,10 @@ impl Orchestrator {
             validate::task_args(&prefix, args, dest)?;
             all.extend(accesses(&prefix, args));
         }
-        self.admit(
+        admit(
             engine,
+            self.ctx.run,
+            "submit_next_level_group",
             Submission {
                 what: handle.name().to_string(),
                 target: Target::ChipGroup(workers.to_vec()),
@@ -300,8 +311,10 @@ impl Orchestrator {
         } else {
             Target::Sub
         };
-        self.admit(
+        admit(
             engine,
+            self.ctx.run,
+            method,
             Submission {
                 what: handle.name().to_string(),
                 target,
@@ -343,7 +356,7 @@ impl Orchestrator {
     pub fn scope_begin(&self) -> Result<(), WorkerError> {
         let engine = self.engine("scope_begin")?;
         let mut st = engine.state.lock();
-        let run = st.run_mut(self.ctx.run).expect("an open run is in flight");
+        let run = open_run(&mut st.runs, self.ctx.run, "scope_begin")?;
         if run.scopes.len() > MAX_SCOPE_DEPTH {
             return Err(WorkerError::InvalidState(format!(
                 "scopes nest at most {MAX_SCOPE_DEPTH} deep; close one with scope_end first"
@@ -361,7 +374,7 @@ impl Orchestrator {
     pub fn scope_end(&self) -> Result<(), WorkerError> {
         let engine = self.engine("scope_end")?;
         let mut st = engine.state.lock();
-        let run = st.run_mut(self.ctx.run).expect("an open run is in flight");
+        let run = open_run(&mut st.runs, self.ctx.run, "scope_end")?;
         if run.scopes.len() == 1 {
             return Err(WorkerError::InvalidState(
                 "scope_end() without a matching scope_begin()".into(),
@@ -406,11 +419,7 @@ impl Orchestrator {
         let n = nbytes(shape, dtype)?;
         let depth = {
             let mut st = engine.state.lock();
-            st.run_mut(self.ctx.run)
-                .expect("an open run is in flight")
-                .scopes
-                .len()
-                - 1
+            open_run(&mut st.runs, self.ctx.run, "alloc")?.scopes.len() - 1
         };
         let heap = depth.min(crate::ring::HEAPS - 1);
         let block = engine.ring.alloc(heap, n)?;
@@ -424,7 +433,13 @@ impl Orchestrator {
             }
         };
         let mut st = engine.state.lock();
-        let run = st.run_mut(self.ctx.run).expect("an open run is in flight");
+        let run = match open_run(&mut st.runs, self.ctx.run, "alloc") {
+            Ok(run) => run,
+            Err(e) => {
+                engine.ring.free(heap, block.offset());
+                return Err(e);
+            }
+        };
         run.allocs.insert(
             key,
             HeapAlloc {
@@ -448,10 +463,7 @@ impl Orchestrator {
         let engine = self.engine("free")?;
         let mut st = engine.state.lock();
         let State { runs, children, .. } = &mut *st;
-        let run = runs
-            .iter_mut()
-            .find(|r| r.id == self.ctx.run)
-            .expect("an open run is in flight");
+        let run = open_run(runs, self.ctx.run, "free")?;
         match t.memory() {
             Memory::Host(m) if engine.ring.contains(m.as_ptr() as usize) => {
                 let key = memory_key(m);
@@ -524,8 +536,10 @@ impl Orchestrator {
     pub fn copy_to(&self, dst: &Tensor, src: &Tensor) -> Result<TaskId, WorkerError> {
         let engine = self.engine("copy_to")?;
         let (w, ptr) = copy_operands(("dst", dst), ("src", src))?;
-        self.admit(
+        admit(
             engine,
+            self.ctx.run,
+            "copy_to",
             Submission {
                 what: "copy_to".into(),
                 target: Target::Chip(w),
@@ -553,8 +567,10 @@ impl Orchestrator {
                 return Err(bad("dst", "its host memory is read-only".into()));
             }
         }
-        self.admit(
+        admit(
             engine,
+            self.ctx.run,
+            "copy_from",
             Submission {
                 what: "copy_from".into(),
                 target: Target::Chip(w),
@@ -568,128 +584,6 @@ impl Orchestrator {
                 ],
             },
         )
-    }
-
-    /// Admits a checked submission into the run's graph.
-    fn admit(&self, engine: &Engine, s: Submission) -> Result<TaskId, WorkerError> {
-        let mut st = engine.state.lock();
-        refuse_dead_targets(engine, &st, &s.target)?;
-        let head = st.is_head(self.ctx.run);
-        let State { runs, children, .. } = &mut *st;
-        let run = runs
-            .iter_mut()
-            .find(|r| r.id == self.ctx.run)
-            .expect("an open run is in flight");
-
-        // The memory it names must be live; its release waits for the task.
-        let mut uses = Vec::new();
-        for (arg, t, _) in &s.accesses {
-            match t.memory() {
-                Memory::Host(m) if engine.ring.contains(m.as_ptr() as usize) => {
-                    let key = memory_key(m);
-                    match run.allocs.get(&key) {
-                        Some(a) if !a.released => uses.push(Use::Heap(key)),
-                        Some(_) => {
-                            return Err(bad(
-                                arg,
-                                "is heap-ring memory whose scope has ended (or that orch.free \
-                                 released); allocate it in a scope that is still open"
-                                    .into(),
-                            ))
-                        }
-                        None => {
-                            return Err(bad(
-                                arg,
-                                "is heap-ring memory of another run (released with that run); \
-                                 allocate it with orch.alloc in this run"
-                                    .into(),
-                            ))
-                        }
-                    }
-                }
-                Memory::Host(_) => {}
-                Memory::Child(c) => {
-                    let id = (c.worker, c.ptr.addr());
-                    let live = children.get(&id).filter(|r| !r.released);
-                    let Some(rec) = live else {
-                        return Err(bad(
-                            arg,
-                            format!(
-                                "device memory at {:#x} of chip {} is not a live allocation \
-                                 (alloc_child_tensor, not yet freed)",
-                                c.ptr.addr(),
-                                c.worker
-                            ),
-                        ));
-                    };
-                    let end = t.byte_span().map_or(u64::MAX, |(_, e)| e);
-                    if end > rec.nbytes {
-                        return Err(bad(
-                            arg,
-                            format!(
-                                "a view reaching byte {end} exceeds the {} bytes of its \
-                                 allocation on chip {}",
-                                rec.nbytes, c.worker
-                            ),
-                        ));
-                    }
-                    uses.push(Use::Child(id.0, id.1));
-                }
-            }
-        }
-        uses.sort_unstable_by_key(|u| match u {
-            Use::Heap(k) => (0, *k as u64, 0),
-            Use::Child(w, a) => (1, *w as u64, *a),
-        });
-        uses.dedup();
-
-        // Producers from the tensor map.
-        let mut producers = Vec::new();
-        let mut footprints = Vec::new();
-        for (arg, t, tag) in &s.accesses {
-            if *tag == Tag::NoDep {
-                continue;
-            }
-            let fp = Footprint::of(t).ok_or_else(|| bad(arg, "its addresses overflow".into()))?;
-            run.map.conflicts(&fp, *tag, &mut producers);
-            footprints.push((fp, *tag));
-        }
-        let mut spaces = Vec::new();
-        for (fp, _) in &footprints {
-            if !spaces.contains(&fp.space) {
-                spaces.push(fp.space);
-            }
-        }
-
-        let id = run.graph.next_id();
-        let task = Task::new(
-            format!("{id} {}", s.what),
-            s.target,
-            s.work,
-            spaces,
-            uses.clone(),
-        );
-        let (id, admitted) = run.graph.add(task, &mut producers);
-        for (fp, tag) in footprints {
-            run.map.record(fp, tag, id);
-        }
-        for u in &uses {
-            match u {
-                Use::Heap(k) => run.allocs.get_mut(k).expect("checked above").users += 1,
-                Use::Child(w, a) => children.get_mut(&(*w, *a)).expect("checked above").users += 1,
-            }
-        }
-        match admitted {
-            Admitted::Ready => {
-                run.enqueue(id);
-                if head {
-                    engine.kick();
-                }
-            }
-            Admitted::Pending => {}
-            Admitted::Poisoned => engine.tasks_over(run, children, &[id]),
-        }
-        Ok(id)
     }
 
     /// Ends the orchestration: the orchestrator closes, every open scope (and the run's
@@ -767,30 +661,4 @@ fn copy_operands(
         ));
     }
     Ok((c.worker, c.ptr.offset(device.byte_offset())))
-}
-
-/// Refuses a task whose target endpoint is dead (or, for sub tasks, too few are alive).
-fn refuse_dead_targets(engine: &Engine, st: &State, target: &Target) -> Result<(), WorkerError> {
-    let dead = |lane: usize| {
-        st.lanes[lane]
-            .dead
-            .as_ref()
-            .map(|report| WorkerError::EndpointFailure {
-                endpoint: st.lanes[lane].describe.clone(),
-                report: format!("{report} (tasks to it are refused)"),
-            })
-    };
-    match target {
-        Target::Chip(w) => dead(*w).map_or(Ok(()), Err),
-        Target::ChipGroup(ws) => ws.iter().find_map(|w| dead(*w)).map_or(Ok(()), Err),
-        Target::Sub | Target::SubGroup(_) => {
-            let subs = engine.chips..engine.chips + engine.subs;
-            let alive = subs.clone().filter(|l| st.lanes[*l].dead.is_none()).count();
-            let n = target.members();
-            match subs.clone().find_map(dead) {
-                Some(e) if alive < n => Err(e),
-                _ => Ok(()),
-            }
-        }
-    }
 }

@@ -89,7 +89,8 @@ impl RunHandle {
     /// run's first error: [`WorkerError::TaskFailed`] naming the task (`#3 <callable>`), the
     /// worker and the cause, or [`WorkerError::Orchestration`].
     pub fn wait(&self, timeout: Option<Duration>) -> Result<RunReport, WorkerError> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to be an instant waits as long as it takes.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut slot = self.shared.outcome.lock();
         loop {
             if let Some(outcome) = slot.as_ref() {

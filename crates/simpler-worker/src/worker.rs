@@ -559,6 +559,16 @@ impl Worker {
     }
 }
 
+/// The handles users share between threads.
+#[allow(dead_code)]
+fn assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Worker>();
+    is::<crate::Orchestrator>();
+    is::<RunHandle>();
+    is::<CallableHandle>();
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         if let Err(e) = self.close_from(None) {

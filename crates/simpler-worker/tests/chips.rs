@@ -30,16 +30,20 @@ fn four_chips_compute_blocks_and_a_sub_task_checks_the_whole() {
     let x_values: Vec<f32> = (0..4 * B).map(|i| i as f32 * 0.5).collect();
     let (_xr, x) = f32_buffer(&w, &x_values);
     let (yr, y) = f32_buffer(&w, &vec![0.0; 4 * B as usize]);
-    let report = w
-        .run(|o| {
+    // The blocks wait for a gate until the whole graph is built, so every edge is live.
+    let gate = Gate::close(1);
+    let handle = w
+        .submit(|o| {
             for c in 0..4 {
-                let args = add_args(&block(&x, c * B, B), &block(&y, c * B, B), 0);
+                let args = add_args(&block(&x, c * B, B), &block(&y, c * B, B), 2);
                 o.submit_next_level(&chip, args, &CallConfig::default(), c as usize)?;
             }
             o.submit_sub(&check, TaskArgs::new().tensor(y.clone(), Tag::Input))?;
             Ok(())
         })
         .unwrap();
+    gate.open();
+    let report = handle.result().unwrap();
     assert_eq!(report.tasks, 5);
     assert_eq!(
         report.edges, 4,

@@ -69,8 +69,7 @@ fn a_thousand_runs_keep_threads_descriptors_and_memory_flat() {
     );
     let t0 = Instant::now();
     for i in 0..RUNS {
-        let report = run(i);
-        assert_eq!((report.tasks, report.edges), (2, 1));
+        assert_eq!(run(i).tasks, 2);
     }
     let elapsed = t0.elapsed();
     assert_eq!(checked.load(Ordering::SeqCst), RUNS + 20);

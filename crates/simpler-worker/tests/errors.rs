@@ -362,6 +362,10 @@ fn the_orchestrator_and_the_worker_refuse_calls_out_of_their_place() {
     let kept: Mutex<Option<Orchestrator>> = Mutex::new(None);
     let inner = Mutex::new(None);
     w.run(|o| {
+        // A clone works from another thread while the function runs.
+        let o2 = o.clone();
+        let t = std::thread::scope(|s| s.spawn(move || o2.alloc(&[4], DataType::Float32)).join());
+        assert!(t.unwrap().is_ok());
         *kept.lock().unwrap() = Some(o.clone());
         let nested = w.submit(|_| Ok(()));
         *inner.lock().unwrap() = Some((nested.map(|_| ()), w.close(), w.unregister(&chip)));

@@ -187,6 +187,9 @@ fn column_blocks_of_one_matrix_run_at_once_and_a_reader_of_the_whole_waits_for_b
     let w = Worker::new(options(0, 2)).unwrap();
     let arrived = Arc::new(AtomicUsize::new(0));
     let a2 = arrived.clone();
+    // Once both met, the blocks' tasks also wait for the graph to be built (live edges).
+    let built = Arc::new(AtomicBool::new(true));
+    let b2 = built.clone();
     // Both blocks' tasks must be running at once to pass this rendezvous.
     let rendezvous = w
         .register(closure(move |a| {
@@ -197,6 +200,9 @@ fn column_blocks_of_one_matrix_run_at_once_and_a_reader_of_the_whole_waits_for_b
                 if Instant::now() > deadline {
                     return Err("the other column block never ran alongside".into());
                 }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            while !b2.load(Ordering::SeqCst) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));
             }
             Ok(())
@@ -218,8 +224,9 @@ fn column_blocks_of_one_matrix_run_at_once_and_a_reader_of_the_whole_waits_for_b
         .unwrap()
     };
     let whole = Tensor::new(Memory::Host(m.clone()), &[4, 8], DataType::Float32).unwrap();
-    let report = w
-        .run(|o| {
+    built.store(false, Ordering::SeqCst);
+    let handle = w
+        .submit(|o| {
             for col in [0, 4] {
                 let args = TaskArgs::new().tensor(view(col), Tag::Output).scalar(5000);
                 o.submit_sub(&rendezvous, args)?;
@@ -228,6 +235,8 @@ fn column_blocks_of_one_matrix_run_at_once_and_a_reader_of_the_whole_waits_for_b
             Ok(())
         })
         .unwrap();
+    built.store(true, Ordering::SeqCst);
+    let report = handle.result().unwrap();
     assert_eq!(arrived.load(Ordering::SeqCst), 2);
     assert_eq!(
         report.edges, 2,
