@@ -118,7 +118,12 @@ enum Command {
         #[arg(long, value_enum, value_name = "EXECUTOR", conflicts_with = "balance")]
         executor: Option<bench::ExecutorChoice>,
         /// With --executor: the idle worker's window, seconds (0 leaves the figure out).
-        #[arg(long, default_value_t = 10, requires = "executor", conflicts_with = "l3")]
+        #[arg(
+            long,
+            default_value_t = 10,
+            requires = "executor",
+            conflicts_with = "l3"
+        )]
         idle_secs: u64,
         /// Print one JSON object instead of a table.
         #[arg(long)]
