@@ -209,6 +209,8 @@ fn l3_reports_every_row_at_every_k_with_its_fit_and_target() {
     assert!(rows[2]["target"].is_null() && rows[2]["met"].is_null());
     assert!(rows[1]["engine_one_task_us"].as_f64().is_some(), "{report}");
     assert!(rows[2]["engine_one_task_us"].is_null());
+    assert!(rows[0]["engine_k1_us"].as_f64().is_some(), "{report}");
+    assert!(rows[2]["engine_k1_us"].is_null());
 }
 
 #[test]
@@ -229,6 +231,8 @@ fn l3_table_prints_each_k_the_fits_their_targets_and_the_floor() {
         "<= 30.0 us + 5.00 us/task",
         "upstream",
         "43.3",
+        "fit(1) - floor",
+        "k=1 - floor",
     ] {
         assert!(out.contains(line), "{line:?} missing:\n{out}");
     }

@@ -21,7 +21,8 @@
 //!   under it. No target; reported beside the chip rows.
 //! - **L2 floor** ([`L3Report::floor_us`]): `ChipWorker::run` of the same no-op callable
 //!   on one chip of the same shape, without the engine; the fit at k = 1 minus this floor
-//!   is the engine's share of a one-task run ([`RowFigures::engine_one_task_us`]).
+//!   is the engine's share of a one-task run ([`RowFigures::engine_one_task_us`]), and so
+//!   is the measured k = 1 median minus it ([`RowFigures::engine_k1_us`]).
 //! - **upstream** ([`UPSTREAM`]): the upstream project's figure on its aarch64 hosts with
 //!   no-op Python callables, for reference; not measured here.
 //!
@@ -281,8 +282,11 @@ pub struct RowFigures {
     /// Which parts of the target the fit meets.
     pub met: Option<Met>,
     /// Chip rows: the fit at k = 1 minus the floor's median, µs — what the engine adds to
-    /// one chip run.
+    /// one chip run, by the line.
     pub engine_one_task_us: Option<f64>,
+    /// Chip rows with k = 1 in the sweep: the measured median at k = 1 minus the floor's
+    /// median, µs — the same share read off the point itself (robust where the line bends).
+    pub engine_k1_us: Option<f64>,
 }
 
 /// The whole sweep.
@@ -331,13 +335,17 @@ pub fn measure_l3(params: &L3Params, spec: CallableSpec) -> Result<L3Report, L3B
         let target = row.target();
         figures.push(RowFigures {
             row,
-            points,
             fit,
             target,
             met: target.map(|t| t.met_by(&fit)),
             engine_one_task_us: floor_us
                 .filter(|_| row.runs_chips())
                 .map(|f| fit.at(1.0) - f.median),
+            engine_k1_us: floor_us.filter(|_| row.runs_chips()).and_then(|f| {
+                let one = points.iter().find(|p| p.k == 1)?;
+                Some(one.run_us.median - f.median)
+            }),
+            points,
         });
     }
     Ok(L3Report {

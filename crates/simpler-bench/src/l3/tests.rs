@@ -157,6 +157,10 @@ fn a_tiny_sweep_reports_every_point_of_every_row() {
         assert_eq!(r.target, r.row.target());
         assert_eq!(r.met.is_some(), r.target.is_some());
         assert_eq!(r.engine_one_task_us.is_some(), r.row == RowKind::ChipThread);
+        if let Some(e) = r.engine_k1_us {
+            assert_eq!(e, r.points[0].run_us.median - floor.median);
+        }
+        assert_eq!(r.engine_k1_us.is_some(), r.row == RowKind::ChipThread);
     }
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["rows"][0]["row"], "chip_thread");
@@ -177,4 +181,5 @@ fn a_sweep_without_chip_rows_has_no_floor() {
     assert!(report.floor_us.is_none());
     assert_eq!(report.rows.len(), 1);
     assert_eq!(report.rows[0].engine_one_task_us, None);
+    assert_eq!(report.rows[0].engine_k1_us, None);
 }

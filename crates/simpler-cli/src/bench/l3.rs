@@ -130,19 +130,26 @@ fn print_table(r: &L3Report) {
     }
     println!("fit: run_us = fixed + per_task x k, least squares through the medians");
     println!(
-        "{:<14} {:>10} {:>14}  {:<26} {:<17} {:>15}",
-        "row", "fixed (us)", "per task (us)", "target", "met (fixed, task)", "fit(1) - floor"
+        "{:<14} {:>10} {:>14}  {:<26} {:<17} {:>15} {:>15}",
+        "row",
+        "fixed (us)",
+        "per task (us)",
+        "target",
+        "met (fixed, task)",
+        "fit(1) - floor",
+        "k=1 - floor"
     );
+    let us = |v: Option<f64>| v.map_or(String::new(), |e| format!("{} us", num(e)));
     for row in &r.rows {
         let line = format!(
-            "{:<14} {:>10} {:>14}  {:<26} {:<17} {:>15}",
+            "{:<14} {:>10} {:>14}  {:<26} {:<17} {:>15} {:>15}",
             row_label(row.row),
             num(row.fit.fixed_us),
             num(row.fit.per_task_us),
             row.target.as_ref().map_or("-".into(), target_text),
             row.met.as_ref().map_or(String::new(), met_text),
-            row.engine_one_task_us
-                .map_or(String::new(), |e| format!("{} us", num(e)))
+            us(row.engine_one_task_us),
+            us(row.engine_k1_us)
         );
         println!("{}", line.trim_end());
     }
