@@ -121,7 +121,9 @@ pub struct LineTarget {
 /// Which parts of a [`LineTarget`] a fit meets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Met {
-    /// The fixed cost is at most the target's.
+    /// The fixed cost is at most the target's and not negative (a negative intercept means
+    /// the medians grow faster than linearly in k: the line does not describe them, and
+    /// meets nothing).
     pub fixed: bool,
     /// The per-task cost is at most the target's.
     pub per_task: bool,
@@ -131,7 +133,7 @@ impl LineTarget {
     /// Which parts `fit` meets.
     pub fn met_by(&self, fit: &Fit) -> Met {
         Met {
-            fixed: fit.fixed_us <= self.fixed_us,
+            fixed: (0.0..=self.fixed_us).contains(&fit.fixed_us),
             per_task: fit.per_task_us <= self.per_task_us,
         }
     }

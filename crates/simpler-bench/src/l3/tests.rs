@@ -115,6 +115,17 @@ fn the_targets_read_each_part_on_its_own() {
             per_task: true
         }
     );
+    let bent = Fit {
+        fixed_us: -50.0,
+        per_task_us: 1.0,
+    };
+    assert_eq!(
+        t.met_by(&bent),
+        Met {
+            fixed: false,
+            per_task: true
+        }
+    );
     assert_eq!(RowKind::SubThread.target(), None);
 }
 

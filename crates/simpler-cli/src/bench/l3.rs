@@ -160,6 +160,12 @@ fn print_table(r: &L3Report) {
         num(r.upstream.fit.per_task_us),
         r.upstream.what
     );
+    if r.rows.iter().any(|row| row.fit.fixed_us < 0.0) {
+        println!(
+            "a negative fixed cost: those medians grow faster than linearly in k, the line \
+             does not describe them (read the points above and k=1 - floor)"
+        );
+    }
 }
 
 /// Compiles the no-op callable, runs the sweep (`runs` per k up to 16, ks of the sweep up
