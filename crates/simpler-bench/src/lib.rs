@@ -16,11 +16,16 @@
 //! throughput, many chips in one process, an idle worker's cost, the record read with a
 //! successor in flight, and the park/unpark floor) for `simpler bench --executor`.
 //!
+//! [`l3`] is the level-3 overhead sweep: `Worker::run` of k independent no-op tasks on a
+//! level-3 worker (chips in this process or in child processes, sub worker threads), with a
+//! least-squares line through the medians (`simpler bench --l3`).
+//!
 //! [`balance`] is the scheduler-balance workload: as many independent sleeping tasks as the
 //! chip has cores, over a grid of scheduler and cluster counts (`simpler bench --balance`).
 
 pub mod balance;
 pub mod executor;
+pub mod l3;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

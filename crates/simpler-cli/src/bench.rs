@@ -2,9 +2,10 @@
 //! and 72 simulated cores) and prints their medians as a table or as JSON; with `--balance`,
 //! the scheduler-balance sweep (makespan ÷ task time per scheduler and cluster count). It
 //! reports numbers; it never judges them. With `--executor`, [`executor`] measures the sim
-//! executors instead.
+//! executors instead; with `--l3`, [`l3`] the level-3 engine's overhead sweep.
 
 pub(crate) mod executor;
+pub(crate) mod l3;
 
 pub(crate) use executor::ExecutorChoice;
 

@@ -3,7 +3,8 @@
 //! This file owns the command line (clap), dispatch to the subcommands, error printing and
 //! exit codes. The work lives in the modules: [`build`] (compiling an example into a
 //! bundle), [`run`] (matching a run's files against the callable's signature, executing,
-//! checking) and [`bench`] (runtime overhead, sim executor and scheduler balance figures); manifests, compiling, the kernel
+//! checking) and [`bench`] (runtime overhead, sim executor, scheduler balance and level-3 engine
+//! figures); manifests, compiling, the kernel
 //! cache, `.npy` files, scalars and comparison are [`simpler_toolchain`]'s.
 //!
 //! Exit codes: `0` success, `1` the run, an output write (the bundle of `build`, an
@@ -30,6 +31,8 @@ use clap::{Parser, Subcommand};
 const EXIT_FAILURE: u8 = 1;
 /// Exit code of a usage or input error.
 const EXIT_USAGE: u8 = 2;
+/// `simpler bench --runs` when not given (but with --l3).
+const DEFAULT_BENCH_RUNS: u32 = 5;
 
 /// The environment variables, shown after `simpler --help` (kept in step with README.md).
 const ENVIRONMENT: &str = "\
@@ -87,17 +90,18 @@ enum Command {
     /// Measure runtime overhead with no-op task graphs and print the figures.
     Bench {
         /// Tasks per run, at least 1 [default: 16384; with --executor, 4096 per throughput
-        /// run].
+        /// run; with --l3, the largest k of the sweep, at least 2, default 256].
         #[arg(
             long,
             value_parser = clap::value_parser!(u64).range(1..),
             conflicts_with = "balance"
         )]
         tasks: Option<u64>,
-        /// Measured runs per configuration, at least 1 (the median is reported); with
-        /// --executor, the base sample count of every figure.
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
-        runs: u32,
+        /// Measured runs per configuration, at least 1 (the median is reported) [default: 5;
+        /// with --l3, 300]; with --executor, the base sample count of every figure; with
+        /// --l3, the runs per k up to 16 (fewer for larger k, at least 20).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        runs: Option<u32>,
         /// Measure the sim executors instead (fibers on a shared pool, or one OS thread per
         /// core; `both`: one after the other in this process, side by side with the pool's
         /// gain), each figure as median / p99 beside its target.
@@ -114,11 +118,29 @@ enum Command {
         #[arg(long, value_enum, value_name = "EXECUTOR", conflicts_with = "balance")]
         executor: Option<bench::ExecutorChoice>,
         /// With --executor: the idle worker's window, seconds (0 leaves the figure out).
-        #[arg(long, default_value_t = 10, requires = "executor")]
+        #[arg(
+            long,
+            default_value_t = 10,
+            requires = "executor",
+            conflicts_with = "l3"
+        )]
         idle_secs: u64,
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
+        /// Measure the level-3 engine instead: `Worker::run` of k independent no-op tasks
+        /// for k = 1, 2, 4, 8, 16, 64, 256, per k the median / p90 us per run, then the
+        /// least-squares line fixed + per_task x k beside its target.
+        ///
+        /// Rows: no-op chip tasks (a chip run whose orchestration submits nothing) on 4 sim
+        /// chips in this process, round-robin (target <= 10 us + 2 us/task); the same with
+        /// each chip in a child process (target <= 30 us + 5 us/task); no-op Rust closures
+        /// on 2 sub worker threads (no target). Printed beside them: the L2 empty-run floor
+        /// (ChipWorker::run of the same callable, without the engine), the fit at k = 1
+        /// minus that floor, and upstream's figure (43.3 us + 8.08 us/task). Needs a C
+        /// compiler ($CC or cc) for the no-op orchestration.
+        #[arg(long, conflicts_with_all = ["balance", "executor"])]
+        l3: bool,
         /// Measure scheduler balance instead: one sleeping task per core, makespan ÷ task
         /// time for 1, 3, 6 schedulers × 1, 5, 8, 24 clusters.
         #[arg(long)]
@@ -131,6 +153,10 @@ enum Command {
               value_parser = clap::value_parser!(u64).range(1..))]
         task_ms: u64,
     },
+    /// Serve one chip of a level-3 worker's parent process (`simpler bench --l3` starts its
+    /// chip children so); not for use by hand.
+    #[command(name = "chip-child", hide = true)]
+    ChipChild,
 }
 
 #[derive(clap::Args, Debug)]
@@ -205,6 +231,7 @@ fn main() -> ExitCode {
         } => build::command(&example_dir, output.as_deref())
             .map(|_| ())
             .map_err(|e| (e.exit_code(), e.into())),
+        Command::ChipChild => return simpler_worker::process::serve_chip_child(),
         Command::Bench {
             balance: true,
             runs,
@@ -212,9 +239,20 @@ fn main() -> ExitCode {
             full,
             task_ms,
             ..
-        } => {
-            bench::balance(full, task_ms, runs, json).map_err(|e| (bench_exit_code(e.as_ref()), e))
-        }
+        } => bench::balance(full, task_ms, runs.unwrap_or(DEFAULT_BENCH_RUNS), json)
+            .map_err(|e| (bench_exit_code(e.as_ref()), e)),
+        Command::Bench {
+            l3: true,
+            tasks,
+            runs,
+            json,
+            ..
+        } => bench::l3::command(
+            runs.unwrap_or(simpler_bench::l3::DEFAULT_RUNS),
+            tasks.unwrap_or(256),
+            json,
+        )
+        .map_err(|e| (bench_exit_code(e.as_ref()), e)),
         Command::Bench {
             executor: Some(choice),
             tasks,
@@ -224,7 +262,7 @@ fn main() -> ExitCode {
             ..
         } => bench::executor::command(
             choice,
-            runs,
+            runs.unwrap_or(DEFAULT_BENCH_RUNS),
             tasks.unwrap_or(simpler_bench::executor::ExecutorParams::default().tasks),
             idle_secs,
             json,
@@ -232,8 +270,12 @@ fn main() -> ExitCode {
         .map_err(|e| (bench_exit_code(e.as_ref()), e)),
         Command::Bench {
             tasks, runs, json, ..
-        } => bench::command(tasks.unwrap_or(16_384), runs, json)
-            .map_err(|e| (bench_exit_code(e.as_ref()), e)),
+        } => bench::command(
+            tasks.unwrap_or(16_384),
+            runs.unwrap_or(DEFAULT_BENCH_RUNS),
+            json,
+        )
+        .map_err(|e| (bench_exit_code(e.as_ref()), e)),
         Command::Run(a) => {
             let req = run::RunRequest {
                 target: a.target,
@@ -309,6 +351,8 @@ mod tests {
             "threads",
             "both",
             "floor",
+            "--l3",
+            "L2 empty-run floor",
         ] {
             assert!(
                 help.contains(text),

@@ -1,4 +1,4 @@
-//! Command-line tests of `simpler bench --balance` and `simpler bench --executor`: the flags
+//! Command-line tests of `simpler bench --balance`, `--executor` and `--l3`: the flags
 //! they take and refuse, and the shape of their reports. The figures themselves are never
 //! judged here (the tests run with 1 ms tasks, or one sample per figure, on a loaded
 //! machine); `docs/chip-runtime.md` and `docs/sim-device.md` say what they mean.
@@ -170,4 +170,94 @@ fn executor_flags_are_refused_where_they_do_not_apply() {
         let o = simpler(args, dir.path());
         assert_eq!(o.status.code(), Some(2), "{args:?}: {:?}", text(&o));
     }
+}
+
+#[test]
+fn l3_reports_every_row_at_every_k_with_its_fit_and_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = simpler(
+        &["bench", "--l3", "--json", "--runs", "1", "--tasks", "2"],
+        dir.path(),
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    assert_eq!(report["params"]["ks"], serde_json::json!([1, 2]));
+    assert_eq!(report["params"]["runs"], 1);
+    assert_eq!(report["params"]["chips"], 4);
+    assert!(
+        report["floor_us"]["median"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert_eq!(report["upstream"]["fit"]["fixed_us"], 43.3);
+    let rows = report["rows"].as_array().expect("rows");
+    let names: Vec<&str> = rows.iter().map(|r| r["row"].as_str().unwrap()).collect();
+    assert_eq!(names, ["chip_thread", "chip_process", "sub_thread"]);
+    for r in rows {
+        let points = r["points"].as_array().unwrap();
+        let ks: Vec<u64> = points.iter().map(|p| p["k"].as_u64().unwrap()).collect();
+        assert_eq!(ks, [1, 2], "{r}");
+        for p in points {
+            let median = p["run_us"]["median"].as_f64().unwrap();
+            assert!(median.is_finite() && median > 0.0, "{r}");
+            assert_eq!(p["runs"], 1, "{r}");
+        }
+        assert!(r["fit"]["per_task_us"].as_f64().unwrap().is_finite(), "{r}");
+    }
+    assert_eq!(rows[0]["target"]["fixed_us"], 10.0);
+    assert_eq!(rows[1]["target"]["per_task_us"], 5.0);
+    assert!(rows[2]["target"].is_null() && rows[2]["met"].is_null());
+    assert!(rows[1]["engine_one_task_us"].as_f64().is_some(), "{report}");
+    assert!(rows[2]["engine_one_task_us"].is_null());
+    assert!(rows[0]["engine_k1_us"].as_f64().is_some(), "{report}");
+    assert!(rows[2]["engine_k1_us"].is_null());
+}
+
+#[test]
+fn l3_table_prints_each_k_the_fits_their_targets_and_the_floor() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = simpler(
+        &["bench", "--l3", "--runs", "1", "--tasks", "4"],
+        dir.path(),
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {err}");
+    for line in [
+        "L2 empty-run floor",
+        "chip, thread",
+        "chip, process",
+        "sub, thread",
+        "<= 10.0 us + 2.00 us/task",
+        "<= 30.0 us + 5.00 us/task",
+        "upstream",
+        "43.3",
+        "fit(1) - floor",
+        "k=1 - floor",
+    ] {
+        assert!(out.contains(line), "{line:?} missing:\n{out}");
+    }
+    for k in ["    1  ", "    2  ", "    4  "] {
+        assert!(
+            out.lines().any(|l| l.starts_with(k)),
+            "k row {k:?} missing:\n{out}"
+        );
+    }
+    assert!(!out.lines().any(|l| l.starts_with("    8  ")), "{out}");
+}
+
+#[test]
+fn l3_flags_are_refused_where_they_do_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["bench", "--l3", "--balance"][..],
+        &["bench", "--l3", "--executor", "pool"],
+        &["bench", "--l3", "--runs", "0"],
+        &["bench", "--l3", "--idle-secs", "1"],
+    ] {
+        let o = simpler(args, dir.path());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {:?}", text(&o));
+    }
+    let o = simpler(&["bench", "--l3", "--tasks", "1"], dir.path());
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert!(text(&o).1.contains("at least 2"), "{:?}", text(&o));
 }

@@ -17,7 +17,7 @@ pub mod chips;
 pub mod floor;
 pub mod lane;
 pub mod process;
-mod stats;
+pub(crate) mod stats;
 mod targets;
 
 use std::collections::BTreeMap;

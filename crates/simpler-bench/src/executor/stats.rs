@@ -19,7 +19,7 @@ pub struct Stats {
 }
 
 /// The sample at nearest rank `ceil(q × n)` (1-based) of sorted `v`; `v` is not empty.
-fn rank(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn rank(sorted: &[f64], q: f64) -> f64 {
     let n = sorted.len();
     let r = ((q * n as f64).ceil() as usize).clamp(1, n);
     sorted[r - 1]

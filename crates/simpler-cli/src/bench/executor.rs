@@ -252,7 +252,7 @@ fn rows(chips: u32) -> Vec<Row> {
 }
 
 /// A figure in 3–4 significant digits, with k/M for large ones; `-` for none.
-fn num(v: f64) -> String {
+pub(crate) fn num(v: f64) -> String {
     let a = v.abs();
     match () {
         _ if !v.is_finite() => "-".into(),
