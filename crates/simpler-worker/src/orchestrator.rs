@@ -535,7 +535,7 @@ impl Orchestrator {
     /// [`submit_next_level`](Orchestrator::submit_next_level) otherwise.
     pub fn copy_to(&self, dst: &Tensor, src: &Tensor) -> Result<TaskId, WorkerError> {
         let engine = self.engine("copy_to")?;
-        let (w, ptr) = copy_operands(("dst", dst), ("src", src))?;
+        let (w, ptr) = copy_operands(engine.chips, ("dst", dst), ("src", src))?;
         admit(
             engine,
             self.ctx.run,
@@ -561,7 +561,7 @@ impl Orchestrator {
     /// As [`copy_to`](Orchestrator::copy_to).
     pub fn copy_from(&self, dst: &Tensor, src: &Tensor) -> Result<TaskId, WorkerError> {
         let engine = self.engine("copy_from")?;
-        let (w, ptr) = copy_operands(("src", src), ("dst", dst))?;
+        let (w, ptr) = copy_operands(engine.chips, ("src", src), ("dst", dst))?;
         if let Memory::Host(m) = dst.memory() {
             if m.read_only() {
                 return Err(bad("dst", "its host memory is read-only".into()));
@@ -620,9 +620,11 @@ fn release(engine: &Engine, alloc: &mut HeapAlloc) {
     engine.maybe_reclaim_heap(alloc);
 }
 
-/// Checks a copy's operands: `device` must be a child tensor, `host` a host tensor, both
-/// contiguous and of one size. Returns the chip and the device address.
+/// Checks a copy's operands: `device` must be a child tensor of one of the `chips`,
+/// `host` a host tensor, both contiguous and of one size. Returns the chip and the device
+/// address.
 fn copy_operands(
+    chips: usize,
     (dev_arg, device): (&str, &Tensor),
     (host_arg, host): (&str, &Tensor),
 ) -> Result<(usize, simpler_device::DevicePtr), WorkerError> {
@@ -632,6 +634,15 @@ fn copy_operands(
             "must be a child tensor (alloc_child_tensor); this one is host memory".into(),
         ));
     };
+    if c.worker >= chips {
+        return Err(bad(
+            dev_arg,
+            format!(
+                "is device memory of chip {}, and this worker has {chips} chip(s)",
+                c.worker
+            ),
+        ));
+    }
     if !matches!(host.memory(), Memory::Host(_)) {
         return Err(bad(
             host_arg,

@@ -87,8 +87,9 @@ pub(crate) fn sub_group(members: usize, subs: usize) -> Result<(), WorkerError> 
 /// Checks one tensor `t` named `arg` of a task going to `dest`.
 ///
 /// # Errors
-/// [`WorkerError::InvalidArgument`] naming `arg`: a view past its memory, device memory of
-/// another chip (or in a sub task), host memory a child process cannot see (the fix:
+/// [`WorkerError::InvalidArgument`] naming `arg`: a view past its memory, a view that is
+/// not C-order contiguous going to a chip, device memory of another chip (or in a sub
+/// task), host memory a child process cannot see (the fix:
 /// `Worker::create_buffer` or `orch.alloc`), a written tensor over read-only memory.
 pub(crate) fn tensor(arg: &str, t: &Tensor, writes: bool, dest: Dest) -> Result<(), WorkerError> {
     match t.byte_span() {
@@ -105,6 +106,17 @@ pub(crate) fn tensor(arg: &str, t: &Tensor, writes: bool, dest: Dest) -> Result<
                 ),
             ))
         }
+    }
+    if matches!(dest, Dest::Chip { .. }) && !t.is_contiguous() {
+        return Err(bad(
+            arg,
+            format!(
+                "a chip task takes C-order contiguous tensors; this view of shape {:?} has \
+                 strides {:?} (elements); give the chip a contiguous copy",
+                t.shape(),
+                t.strides()
+            ),
+        ));
     }
     match (t.memory(), dest) {
         (Memory::Child(c), Dest::Sub { .. }) => Err(bad(

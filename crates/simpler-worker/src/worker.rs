@@ -10,13 +10,13 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use simpler_abi::DataType;
 
 use crate::chip_local::ChipLocal;
-use crate::endpoint::{Callable, Endpoint, EndpointKind};
+use crate::endpoint::{Callable, Endpoint, EndpointKind, KillSwitch};
 use crate::engine::{Engine, LaneSlot, State};
 use crate::lane::{ControlOp, Event, WorkItem};
 use crate::memory::SharedRegion;
@@ -38,6 +38,10 @@ struct Running {
     lanes: Vec<JoinHandle<()>>,
     scheduler: JoinHandle<()>,
     pids: Vec<(String, u32)>,
+    /// Each lane's endpoint's kill switch (child processes have one).
+    kill: Vec<Option<KillSwitch>>,
+    /// `close()` waits this long for the runs in flight before it trips `kill`.
+    close_timeout: Duration,
 }
 
 enum Life {
@@ -291,6 +295,7 @@ impl Worker {
             .iter()
             .filter_map(|ep| ep.pid().map(|p| (ep.describe(), p)))
             .collect();
+        let kill = endpoints.iter().map(|ep| ep.kill_switch()).collect();
         let slots = endpoints
             .iter()
             .map(|ep| LaneSlot {
@@ -359,6 +364,8 @@ impl Worker {
             lanes,
             scheduler,
             pids,
+            kill,
+            close_timeout: self.options.close_timeout,
         })
     }
 
@@ -518,7 +525,11 @@ impl Worker {
     }
 
     /// Closes the worker: waits for the runs in flight, frees the child tensors left,
-    /// shuts every endpoint down and joins every thread. Closing again does nothing.
+    /// shuts every endpoint down and joins every thread. Closing again does nothing. When
+    /// runs are still in flight after the `close_timeout` option, the child processes
+    /// still running their tasks are killed (those tasks fail with
+    /// [`WorkerError::EndpointFailure`], and their runs with them); endpoints in this
+    /// process are waited for.
     ///
     /// # Errors
     /// [`WorkerError::InvalidState`] inside an orchestration function, or from another
@@ -577,15 +588,39 @@ impl Drop for Worker {
     }
 }
 
-/// Waits for the runs in flight, frees child tensors, stops lanes and the scheduler.
+/// How often `close()` trips again the kill switches of lanes still busy once its
+/// `close_timeout` has passed (a task dispatched just as the switch was tripped is killed
+/// by the next trip).
+const KILL_AGAIN: Duration = Duration::from_millis(500);
+
+/// Waits for the runs in flight (killing the child processes still busy after the close
+/// timeout), frees child tensors, stops lanes and the scheduler.
 fn shut_down(r: Running) -> Result<(), WorkerError> {
     let engine = r.engine;
     {
         let mut st = engine.state.lock();
         st.closing = true;
         engine.changed.notify_all();
+        let mut deadline = Instant::now().checked_add(r.close_timeout);
         while !st.runs.is_empty() {
-            engine.changed.wait(&mut st);
+            let Some(d) = deadline else {
+                engine.changed.wait(&mut st);
+                continue;
+            };
+            if !engine.changed.wait_until(&mut st, d).timed_out() || st.runs.is_empty() {
+                continue;
+            }
+            let reason = format!(
+                "close() found its task still running after close_timeout ({:?})",
+                r.close_timeout
+            );
+            for (lane, slot) in st.lanes.iter().enumerate() {
+                if let (true, None, Some(kill)) = (slot.busy, &slot.dead, &r.kill[lane]) {
+                    tracing::warn!(endpoint = %slot.describe, "close() kills a busy child process");
+                    kill.trip(&reason);
+                }
+            }
+            deadline = Instant::now().checked_add(KILL_AGAIN);
         }
     }
     let mut first = crate::child_memory::free_all(&engine);
