@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use simpler_abi::{DataType, OrchArgs, OrchOps};
 use simpler_device::DevicePtr;
-use simpler_host::{CallConfig, CallableSpec, CodeImage, Signature, WorkerConfig};
+use simpler_host::{
+    ArgDirection, ArgSpec, CallConfig, CallableSpec, CodeImage, Signature, WorkerConfig,
+};
 
 use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind};
 use crate::sub_thread::SubThread;
@@ -81,7 +83,21 @@ unsafe extern "C" fn no_orchestration(_ops: *const OrchOps, _args: *const OrchAr
 fn fake_spec() -> Callable {
     Callable::Chip(Arc::new(CallableSpec {
         name: "fake".into(),
-        signature: Signature::new(vec![]).unwrap(),
+        signature: Signature::new(vec![
+            ArgSpec {
+                name: "out".into(),
+                direction: ArgDirection::Out,
+                dtype: DataType::Float32,
+                shape: None,
+            },
+            ArgSpec {
+                name: "mode".into(),
+                direction: ArgDirection::Scalar,
+                dtype: DataType::Uint64,
+                shape: None,
+            },
+        ])
+        .unwrap(),
         orchestration: CodeImage::Orchestration(no_orchestration),
         kernels: vec![],
     }))
@@ -121,15 +137,21 @@ fn a_dead_endpoint_fails_its_task_poisons_dependents_and_is_refused_after() {
     let out = w.create_buffer(64).unwrap();
     let out = Tensor::new(Memory::Host(out), &[16], DataType::Float32).unwrap();
     let cfg = CallConfig::default();
+    // A task of the fake callable on memory of its own (no dependency on another task).
+    let alone = |mode: u64| {
+        let m = w.create_buffer(64).unwrap();
+        let t = Tensor::new(Memory::Host(m), &[16], DataType::Float32).unwrap();
+        TaskArgs::new().tensor(t, Tag::Output).scalar(mode)
+    };
 
     let err = w
         .run(|o| {
             let dies = TaskArgs::new().tensor(out.clone(), Tag::Output).scalar(1);
             o.submit_next_level(&chip, dies, &cfg, 0)?;
             // Queued behind the dying task on chip 0: fails when its turn comes.
-            o.submit_next_level(&chip, TaskArgs::new().scalar(0), &cfg, 0)?;
+            o.submit_next_level(&chip, alone(0), &cfg, 0)?;
             o.submit_sub(&consumer, TaskArgs::new().tensor(out.clone(), Tag::Input))?;
-            o.submit_next_level(&chip, TaskArgs::new().scalar(0), &cfg, 1)?;
+            o.submit_next_level(&chip, alone(0), &cfg, 1)?;
             Ok(())
         })
         .unwrap_err();
@@ -161,12 +183,10 @@ fn a_dead_endpoint_fails_its_task_poisons_dependents_and_is_refused_after() {
     // Later: chip 0 is refused at submit, chip 1 and the sub worker work.
     let refused = w
         .run(|o| {
-            let e = o
-                .submit_next_level(&chip, TaskArgs::new(), &cfg, 0)
-                .unwrap_err();
+            let e = o.submit_next_level(&chip, alone(0), &cfg, 0).unwrap_err();
             assert_eq!(e.kind(), "ENDPOINT_FAILURE");
             assert!(e.to_string().contains("chip 0 (fake)") && e.to_string().contains("refused"));
-            o.submit_next_level(&chip, TaskArgs::new(), &cfg, 1)?;
+            o.submit_next_level(&chip, alone(0), &cfg, 1)?;
             o.submit_sub(&consumer, TaskArgs::new())?;
             Ok(())
         })

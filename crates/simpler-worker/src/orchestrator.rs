@@ -186,6 +186,7 @@ impl Orchestrator {
             w: worker,
             process: engine.chip_processes,
         };
+        chip_signature(engine, handle, "args", &args)?;
         validate::task_args("args", &args, dest)?;
         let accesses = accesses("args", &args).collect();
         admit(
@@ -230,6 +231,7 @@ impl Orchestrator {
                 w: *w,
                 process: engine.chip_processes,
             };
+            chip_signature(engine, handle, &prefix, args)?;
             validate::task_args(&prefix, args, dest)?;
             all.extend(accesses(&prefix, args));
         }
@@ -611,6 +613,27 @@ impl Orchestrator {
         }
         run.closed = true;
         engine.kick();
+    }
+}
+
+/// Checks `args` (named `prefix`) against the signature of the chip callable `handle`
+/// names (see `validate::signature`).
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] naming the argument;
+/// [`WorkerError::UnknownCallable`] when it was unregistered meanwhile.
+fn chip_signature(
+    engine: &Engine,
+    handle: &CallableHandle,
+    prefix: &str,
+    args: &TaskArgs,
+) -> Result<(), WorkerError> {
+    match engine.registry.get(handle) {
+        Some(crate::Callable::Chip(spec)) => {
+            validate::signature(prefix, args, &spec.name, &spec.signature)
+        }
+        Some(_) => Ok(()),
+        None => engine.registry.check(handle),
     }
 }
 

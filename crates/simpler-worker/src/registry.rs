@@ -116,6 +116,14 @@ impl Registry {
         Ok(())
     }
 
+    /// The callable `handle` names now, if it is registered here.
+    pub(crate) fn get(&self, handle: &CallableHandle) -> Option<Callable> {
+        if handle.worker != self.worker {
+            return None;
+        }
+        self.inner.lock().callables.get(&handle.key).cloned()
+    }
+
     /// Every registered callable, by key order.
     pub(crate) fn all(&self) -> Vec<(CallableKey, Callable)> {
         let inner = self.inner.lock();

@@ -3,7 +3,9 @@
 //! task will run. Pure functions of the arguments and the worker's shape; the checks that
 //! need the engine's state (is this allocation live?) are the orchestrator's.
 
-use crate::tensor::{Memory, TaskArg, TaskArgs, Tensor};
+use simpler_host::{ArgDirection, Signature};
+
+use crate::tensor::{Memory, Tag, TaskArg, TaskArgs, Tensor};
 use crate::WorkerError;
 
 /// Where a task's tensors go, for the checks.
@@ -174,6 +176,95 @@ pub(crate) fn task_args(prefix: &str, args: &TaskArgs, dest: Dest) -> Result<(),
     for (i, a) in args.args.iter().enumerate() {
         if let TaskArg::Tensor(t, tag) = a {
             tensor(&format!("{prefix}[{i}]"), t, tag.writes(), dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// True when a tensor tagged `tag` may stand for a signature argument of `direction`
+/// (`NO_DEP` stands for any: the caller orders it).
+fn tag_agrees(tag: Tag, direction: ArgDirection) -> bool {
+    match (tag, direction) {
+        (Tag::NoDep, _) => true,
+        (Tag::Input, ArgDirection::In) => true,
+        (Tag::Output | Tag::OutputExisting, ArgDirection::Out) => true,
+        (Tag::InOut, ArgDirection::InOut) => true,
+        _ => false,
+    }
+}
+
+/// Checks a chip task's `args` (named `prefix`) against the signature of the chip callable
+/// `callable`: the count, each argument's kind (tensor or scalar), a tensor's tag against
+/// the declared direction (a tag that says less than the chip does would leave the
+/// tensor map unaware of a write), its dtype and a declared shape. The chip checks the
+/// same when it runs; this refuses the task before it enters the graph.
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] naming `prefix` (the count) or `prefix[i]` with the
+/// signature's name for it.
+pub(crate) fn signature(
+    prefix: &str,
+    args: &TaskArgs,
+    callable: &str,
+    sig: &Signature,
+) -> Result<(), WorkerError> {
+    if args.len() != sig.args.len() {
+        let names: Vec<&str> = sig.args.iter().map(|a| a.name.as_str()).collect();
+        return Err(bad(
+            prefix,
+            format!(
+                "`{callable}` takes {} arguments ({}), got {}",
+                sig.args.len(),
+                names.join(", "),
+                args.len()
+            ),
+        ));
+    }
+    for (i, (spec, arg)) in sig.args.iter().zip(&args.args).enumerate() {
+        let arg_name = format!("{prefix}[{i}]");
+        let wrong = |what: String| {
+            bad(
+                &arg_name,
+                format!("(`{}` of `{callable}`) {what}", spec.name),
+            )
+        };
+        match arg {
+            TaskArg::Scalar(_) if spec.direction.is_tensor() => {
+                return Err(wrong(format!(
+                    "the signature declares an {} tensor, got a scalar",
+                    spec.direction.name()
+                )))
+            }
+            TaskArg::Scalar(_) => {}
+            TaskArg::Tensor(..) if !spec.direction.is_tensor() => {
+                return Err(wrong(
+                    "the signature declares a scalar, got a tensor".into(),
+                ))
+            }
+            TaskArg::Tensor(t, tag) => {
+                if !tag_agrees(*tag, spec.direction) {
+                    return Err(wrong(format!(
+                        "tag {} does not agree with the signature's direction {}",
+                        tag.name(),
+                        spec.direction.name()
+                    )));
+                }
+                if t.dtype() != spec.dtype {
+                    return Err(wrong(format!(
+                        "dtype is {}, the signature declares {}",
+                        t.dtype(),
+                        spec.dtype
+                    )));
+                }
+                if let Some(declared) = &spec.shape {
+                    if declared.as_slice() != t.shape() {
+                        return Err(wrong(format!(
+                            "shape is {:?}, the signature declares {declared:?}",
+                            t.shape()
+                        )));
+                    }
+                }
+            }
         }
     }
     Ok(())

@@ -186,6 +186,82 @@ fn a_view_a_chip_cannot_take_is_refused_at_submit_and_the_run_goes_on() {
 }
 
 #[test]
+fn a_task_that_disagrees_with_the_chip_signature_is_refused_naming_the_argument() {
+    let _serial = serial();
+    let (w, chip) = worker(1, 0);
+    let chip = chip.unwrap();
+    let (_xr, x) = f32_buffer(&w, &[1.0; 16]);
+    let (yr, y) = f32_buffer(&w, &[0.0; 16]);
+    let half = Tensor::new(x.memory().clone(), &[16], DataType::Float16).unwrap();
+    let refusals = Mutex::new(Vec::new());
+    let report = w
+        .run(|o| {
+            let mut refuse = |args: TaskArgs| {
+                let e = o.submit_next_level(&chip, args, &cfg(), 0).unwrap_err();
+                refusals.lock().unwrap().push(e);
+            };
+            // y is written by the chip: tagged INPUT, the tensor map would miss the write.
+            refuse(
+                TaskArgs::new()
+                    .tensor(x.clone(), Tag::Input)
+                    .tensor(y.clone(), Tag::Input)
+                    .scalar(0),
+            );
+            refuse(
+                TaskArgs::new()
+                    .tensor(half.clone(), Tag::Input)
+                    .tensor(y.clone(), Tag::Output)
+                    .scalar(0),
+            );
+            refuse(
+                TaskArgs::new()
+                    .tensor(x.clone(), Tag::Input)
+                    .tensor(y.clone(), Tag::Output),
+            );
+            refuse(
+                TaskArgs::new()
+                    .tensor(x.clone(), Tag::Input)
+                    .scalar(1)
+                    .scalar(0),
+            );
+            refuse(add_args(&x, &y, 0).tensor(y.clone(), Tag::NoDep));
+            // NO_DEP stands for any direction: the caller orders it.
+            o.submit_next_level(
+                &chip,
+                TaskArgs::new()
+                    .tensor(x.clone(), Tag::NoDep)
+                    .tensor(y.clone(), Tag::Output)
+                    .scalar(0),
+                &cfg(),
+                0,
+            )?;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(report.tasks, 1);
+    assert_eq!(read_f32(&*yr), vec![2.0; 16]);
+    let refusals = refusals.into_inner().unwrap();
+    let expect: [&[&str]; 5] = [
+        &["`args[1]`", "`y` of `add_one`", "tag INPUT", "out"],
+        &[
+            "`args[0]`",
+            "`x`",
+            "dtype is f16, the signature declares f32",
+        ],
+        &["`args`", "takes 3 arguments (x, y, func), got 2"],
+        &["`args[1]`", "`y`", "declares an out tensor, got a scalar"],
+        &["`args`", "got 4"],
+    ];
+    for (e, words) in refusals.iter().zip(expect) {
+        assert_eq!(e.kind(), "INVALID_ARGUMENT", "{e}");
+        for word in words {
+            assert!(e.to_string().contains(word), "`{word}` not in: {e}");
+        }
+    }
+    w.close().unwrap();
+}
+
+#[test]
 fn threads_submitting_at_once_each_get_their_own_run() {
     let _serial = serial();
     let w = Arc::new(Worker::new(options(2, 2)).unwrap());
