@@ -184,13 +184,13 @@ pub(crate) fn task_args(prefix: &str, args: &TaskArgs, dest: Dest) -> Result<(),
 /// True when a tensor tagged `tag` may stand for a signature argument of `direction`
 /// (`NO_DEP` stands for any: the caller orders it).
 fn tag_agrees(tag: Tag, direction: ArgDirection) -> bool {
-    match (tag, direction) {
-        (Tag::NoDep, _) => true,
-        (Tag::Input, ArgDirection::In) => true,
-        (Tag::Output | Tag::OutputExisting, ArgDirection::Out) => true,
-        (Tag::InOut, ArgDirection::InOut) => true,
-        _ => false,
-    }
+    matches!(
+        (tag, direction),
+        (Tag::NoDep, _)
+            | (Tag::Input, ArgDirection::In)
+            | (Tag::Output | Tag::OutputExisting, ArgDirection::Out)
+            | (Tag::InOut, ArgDirection::InOut)
+    )
 }
 
 /// Checks a chip task's `args` (named `prefix`) against the signature of the chip callable

@@ -17,7 +17,7 @@ use simpler_abi::DataType;
 
 use crate::chip_local::ChipLocal;
 use crate::endpoint::{Callable, Endpoint, EndpointKind, KillSwitch};
-use crate::engine::{Engine, LaneSlot, State};
+use crate::engine::{Engine, LaneSlot, State, CHECK_SLICE};
 use crate::lane::{ControlOp, Event, WorkItem};
 use crate::memory::SharedRegion;
 use crate::options::{ChipIsolation, SubWorkers, WorkerOptions};
@@ -140,6 +140,23 @@ impl Worker {
     /// (a sub callable with no sub workers), an endpoint's refusal (nothing stays
     /// registered then). [`WorkerError::Closed`].
     pub fn register(&self, callable: Callable) -> Result<CallableHandle, WorkerError> {
+        self.register_interruptible(callable, || Ok(()))
+    }
+
+    /// [`register`](Worker::register), calling `check` every 50 ms while it waits for an
+    /// endpoint busy with a task; an `Err` from `check` ends the wait with it and nothing
+    /// stays registered (how a binding lets Ctrl-C through).
+    ///
+    /// # Errors
+    /// As [`register`](Worker::register), and `check`'s.
+    pub fn register_interruptible<C>(
+        &self,
+        callable: Callable,
+        mut check: C,
+    ) -> Result<CallableHandle, WorkerError>
+    where
+        C: FnMut() -> Result<(), WorkerError>,
+    {
         let engine = match &*self.life.lock() {
             Life::New => {
                 let handle = self.registry.reserve(&callable);
@@ -162,9 +179,11 @@ impl Worker {
         let lanes = lanes_of(&engine, kind);
         for (i, &lane) in lanes.iter().enumerate() {
             let op = ControlOp::Register(handle.key(), callable.clone());
-            if let Err(e) = engine.control(lane, op) {
-                for &done in &lanes[..i] {
-                    let _ = engine.control(done, ControlOp::Unregister(handle.key()));
+            if let Err(e) = engine.control_checked(lane, op, &mut check) {
+                // Behind what each lane does (this one's registration included, when the
+                // wait was cut short): nothing stays registered.
+                for &sent in &lanes[..=i] {
+                    engine.control_detached(sent, ControlOp::Unregister(handle.key()));
                 }
                 return Err(e);
             }
@@ -419,13 +438,37 @@ impl Worker {
     where
         F: FnOnce(&Orchestrator) -> Result<(), WorkerError>,
     {
+        self.submit_interruptible(orch, || Ok(()))
+    }
+
+    /// [`submit`](Worker::submit), calling `check` every 50 ms while it waits for another
+    /// thread's orchestration or for a pipeline place; an `Err` from `check` ends the wait
+    /// with it, before anything is submitted (`orch` is not called). This is how a binding
+    /// lets Ctrl-C through a submit blocked behind two runs in flight.
+    ///
+    /// # Errors
+    /// As [`submit`](Worker::submit), and `check`'s.
+    pub fn submit_interruptible<F, C>(
+        &self,
+        orch: F,
+        mut check: C,
+    ) -> Result<RunHandle, WorkerError>
+    where
+        F: FnOnce(&Orchestrator) -> Result<(), WorkerError>,
+        C: FnMut() -> Result<(), WorkerError>,
+    {
         let engine = self.engine()?;
         if in_orchestration(self.uid) {
             return Err(WorkerError::InvalidState(
                 "Worker::submit cannot be called inside an orchestration function".into(),
             ));
         }
-        let _serial = engine.orchestrating.lock();
+        let _serial = loop {
+            if let Some(serial) = engine.orchestrating.try_lock_for(CHECK_SLICE) {
+                break serial;
+            }
+            check()?;
+        };
         let (id, shared) = {
             let mut st = engine.state.lock();
             loop {
@@ -435,7 +478,9 @@ impl Worker {
                 if st.runs.len() < PIPELINE_DEPTH {
                     break;
                 }
-                engine.changed.wait(&mut st);
+                if engine.changed.wait_for(&mut st, CHECK_SLICE).timed_out() {
+                    parking_lot::MutexGuard::unlocked(&mut st, &mut check)?;
+                }
             }
             let id = st.next_run;
             st.next_run += 1;
@@ -514,6 +559,12 @@ impl Worker {
     pub fn free_child_tensor(&self, t: &Tensor) -> Result<(), WorkerError> {
         let engine = self.engine()?;
         crate::child_memory::free_now(&engine, t)
+    }
+
+    /// True once `close` has run (whether or not its shutdown reported an error: a close
+    /// that was refused leaves the worker open).
+    pub fn is_closed(&self) -> bool {
+        matches!(*self.life.lock(), Life::Closed)
     }
 
     /// The child processes of an initialized worker: (endpoint, pid).

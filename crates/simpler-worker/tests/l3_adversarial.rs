@@ -196,7 +196,7 @@ fn a_task_that_disagrees_with_the_chip_signature_is_refused_naming_the_argument(
     let refusals = Mutex::new(Vec::new());
     let report = w
         .run(|o| {
-            let mut refuse = |args: TaskArgs| {
+            let refuse = |args: TaskArgs| {
                 let e = o.submit_next_level(&chip, args, &cfg(), 0).unwrap_err();
                 refusals.lock().unwrap().push(e);
             };
@@ -352,6 +352,67 @@ fn an_orchestration_may_wait_for_the_run_before_it() {
     assert_eq!(second.tasks, 1);
     assert_eq!(read_f32(&*yr), vec![2.0; 16]);
     assert_eq!(read_f32(&*zr), vec![3.0; 16]);
+    w.close().unwrap();
+}
+
+#[test]
+fn a_submit_or_register_blocked_behind_busy_runs_ends_when_its_check_says_so() {
+    let _serial = serial();
+    let w = Worker::new(options(0, 1)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = Mutex::new(rx);
+    let hold = w
+        .register(common::closure(move |_| {
+            let rx = rx.lock().unwrap();
+            rx.recv_timeout(Duration::from_secs(20))
+                .map_err(|e| e.to_string())
+        }))
+        .unwrap();
+    w.init().unwrap();
+    let runs: Vec<RunHandle> = (0..2)
+        .map(|_| {
+            w.submit(|o| o.submit_sub(&hold, TaskArgs::new()).map(|_| ()))
+                .unwrap()
+        })
+        .collect();
+    let give_up_after = |ms: u64| {
+        let t0 = Instant::now();
+        move || {
+            if t0.elapsed() > Duration::from_millis(ms) {
+                Err(WorkerError::WaitTimeout(Duration::from_millis(ms)))
+            } else {
+                Ok(())
+            }
+        }
+    };
+    // Two runs in flight: the third submit waits for a place until its check gives up.
+    let called = AtomicBool::new(false);
+    let t0 = Instant::now();
+    let e = w
+        .submit_interruptible(
+            |_| {
+                called.store(true, Ordering::SeqCst);
+                Ok(())
+            },
+            give_up_after(100),
+        )
+        .unwrap_err();
+    assert_eq!(e.kind(), "WAIT_TIMEOUT", "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(2));
+    assert!(!called.load(Ordering::SeqCst), "nothing was submitted");
+    // The sub worker is busy: a registration waits behind its task until the check gives up.
+    let e = w
+        .register_interruptible(common::closure(|_| Ok(())), give_up_after(100))
+        .unwrap_err();
+    assert_eq!(e.kind(), "WAIT_TIMEOUT", "{e}");
+    tx.send(()).unwrap();
+    tx.send(()).unwrap();
+    for run in runs {
+        run.result().unwrap();
+    }
+    let late = w.register(common::closure(|_| Ok(()))).unwrap();
+    w.run(|o| o.submit_sub(&late, TaskArgs::new()).map(|_| ()))
+        .unwrap();
     w.close().unwrap();
 }
 
