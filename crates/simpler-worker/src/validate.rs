@@ -1,7 +1,8 @@
 //! The argument checks made when a task is submitted, before anything runs
-//! (`docs/l3-worker.md` §8): worker ids, group members, and each tensor against where the
-//! task will run. Pure functions of the arguments and the worker's shape; the checks that
-//! need the engine's state (is this allocation live?) are the orchestrator's.
+//! (`docs/l3-worker.md` §8): worker ids, group members, a chip task against its callable's
+//! signature, and each tensor against where the task will run. Pure functions of the
+//! arguments, the signature and the worker's shape; the checks that need the engine's state
+//! (is this allocation live?) are the orchestrator's.
 
 use simpler_host::{ArgDirection, Signature};
 
