@@ -73,6 +73,8 @@ impl State {
 /// What a running worker shares between the caller's threads, the scheduler and the
 /// orchestrators.
 pub(crate) struct Engine {
+    /// The worker's process-unique id.
+    pub(crate) uid: u64,
     /// The one engine lock.
     pub(crate) state: Mutex<State>,
     /// Notified when a run ends or `close` begins (pipeline places, close).
@@ -117,13 +119,23 @@ impl Engine {
     /// ends the wait with it (the call stays queued on the lane).
     ///
     /// # Errors
-    /// As [`control`](Engine::control), and `check`'s.
+    /// As [`control`](Engine::control), and `check`'s; [`WorkerError::InvalidState`] from a
+    /// task of this worker (the call would wait behind that task).
     pub(crate) fn control_checked(
         &self,
         lane: usize,
         op: ControlOp,
         check: &mut dyn FnMut() -> Result<(), WorkerError>,
     ) -> Result<ControlReply, WorkerError> {
+        if crate::lane::in_lane_of(self.uid) {
+            let what = match op {
+                ControlOp::Register(..) => "Worker::register",
+                ControlOp::Unregister(_) => "Worker::unregister",
+                ControlOp::Malloc(_) => "alloc_child_tensor",
+                ControlOp::Free(_) => "free_child_tensor",
+            };
+            return Err(crate::lane::from_a_task(what));
+        }
         {
             let st = self.state.lock();
             let slot = &st.lanes[lane];

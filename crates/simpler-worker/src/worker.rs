@@ -330,7 +330,7 @@ impl Worker {
         let mut endpoints = endpoints.into_iter().enumerate();
         while let Some((i, ep)) = endpoints.next() {
             let (tx, rx) = crossbeam_channel::unbounded();
-            match crate::lane::spawn(i, ep, rx, events_tx.clone()) {
+            match crate::lane::spawn(self.uid, i, ep, rx, events_tx.clone()) {
                 Ok(h) => {
                     senders.push(tx);
                     lanes.push(h);
@@ -349,6 +349,7 @@ impl Worker {
             }
         }
         let engine = Arc::new(Engine {
+            uid: self.uid,
             state: Mutex::new(State {
                 runs: Default::default(),
                 lanes: slots,
@@ -463,6 +464,9 @@ impl Worker {
                 "Worker::submit cannot be called inside an orchestration function".into(),
             ));
         }
+        if crate::lane::in_lane_of(self.uid) {
+            return Err(crate::lane::from_a_task("Worker::submit"));
+        }
         let _serial = loop {
             if let Some(serial) = engine.orchestrating.try_lock_for(CHECK_SLICE) {
                 break serial;
@@ -484,7 +488,7 @@ impl Worker {
             }
             let id = st.next_run;
             st.next_run += 1;
-            let run = Run::new(id, engine.chips);
+            let run = Run::new(id, engine.chips, self.uid);
             let shared = run.shared.clone();
             st.runs.push_back(run);
             (id, shared)

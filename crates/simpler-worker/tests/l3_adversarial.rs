@@ -417,6 +417,61 @@ fn a_submit_or_register_blocked_behind_busy_runs_ends_when_its_check_says_so() {
 }
 
 #[test]
+fn a_task_calling_back_into_its_worker_is_refused_instead_of_waiting_for_itself() {
+    let _serial = serial();
+    let w = Arc::new(Worker::new(options(1, 1)).unwrap());
+    let me: Arc<std::sync::OnceLock<std::sync::Weak<Worker>>> = Arc::default();
+    let (go, started) = std::sync::mpsc::channel::<RunHandle>();
+    let started = Mutex::new(started);
+    let seen: Arc<Mutex<Vec<Result<(), WorkerError>>>> = Arc::default();
+    let (me2, seen2) = (me.clone(), seen.clone());
+    let reentrant = w
+        .register(common::closure(move |_| {
+            let w = me2
+                .get()
+                .and_then(std::sync::Weak::upgrade)
+                .ok_or("no worker")?;
+            // The handle of a run to wait on: this task's own (in flight), or one over.
+            let run = started.lock().unwrap().recv().map_err(|e| e.to_string())?;
+            let mut seen = seen2.lock().unwrap();
+            seen.push(w.run(|_| Ok(())).map(drop));
+            seen.push(w.register(common::closure(|_| Ok(()))).map(drop));
+            seen.push(w.alloc_child_tensor(0, &[4], DataType::Float32).map(drop));
+            seen.push(run.wait(None).map(drop));
+            Ok(())
+        }))
+        .unwrap();
+    me.set(Arc::downgrade(&w)).unwrap();
+    w.init().unwrap();
+    let t0 = Instant::now();
+    let task = |o: &Orchestrator| o.submit_sub(&reentrant, TaskArgs::new()).map(drop);
+    let own = w.submit(task).unwrap();
+    go.send(own.clone()).unwrap();
+    own.wait(None).unwrap();
+    let again = w.submit(task).unwrap();
+    go.send(own).unwrap();
+    again.result().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(5), "no deadlock");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 8);
+    for (i, outcome) in seen.iter().enumerate() {
+        if i == 7 {
+            assert!(
+                outcome.is_ok(),
+                "waiting on a run that is over is fine: {outcome:?}"
+            );
+            continue;
+        }
+        let e = outcome.as_ref().unwrap_err();
+        assert_eq!(e.kind(), "INVALID_STATE", "{e}");
+        assert!(e.to_string().contains("from a task of this worker"), "{e}");
+    }
+    // Outside its tasks the worker takes the same calls.
+    w.register(common::closure(|_| Ok(()))).unwrap();
+    w.close().unwrap();
+}
+
+#[test]
 fn close_kills_a_sub_process_whose_task_never_returns() {
     let _serial = serial();
     let w = Worker::new(sub_processes(2, Duration::from_millis(300))).unwrap();
