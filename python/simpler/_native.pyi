@@ -329,6 +329,7 @@ class HostWorker:
         num_sub_workers: int = 0,
         heap_ring_size: Optional[int] = None,
         startup_timeout_s: Optional[float] = None,
+        close_timeout_s: Optional[float] = None,
         child_program: Optional[str] = None,
         child_args: Sequence[str] = ...,
     ) -> HostWorker: ...

@@ -215,7 +215,9 @@ class HostWorker(Worker):
     ``i`` is worker id ``i``), ``num_sub_workers`` (sub worker processes, default 0),
     ``chip_isolation`` (``"thread"``: chips in this process, the default; ``"process"``: each
     chip in a child process), ``heap_ring_size`` (bytes per heap of ``orch.alloc``'s 4 heaps,
-    default 64 MiB), ``startup_timeout_s`` (the whole tree's start, default 300), and the
+    default 64 MiB), ``startup_timeout_s`` (the whole tree's start, default 300),
+    ``close_timeout_s`` (how long ``close()`` waits for the runs in flight before it kills
+    the child processes still running tasks, default 30), and the
     level-2 chip options (``clusters``, ``aicpu_threads``, timeouts, ``sim_executor`` ...),
     applied to every chip. The engine checks the configuration here, before anything starts.
     """
@@ -256,8 +258,13 @@ class HostWorker(Worker):
                 f"heap_ring_size must be a positive int (bytes per heap), got {heap_ring_size!r}"
             )
         startup = config.pop("startup_timeout_s", None)
+        close_timeout = config.pop("close_timeout_s", None)
         control = config.pop("py_control_timeout_s", None)
-        for key, value in (("startup_timeout_s", startup), ("py_control_timeout_s", control)):
+        for key, value in (
+            ("startup_timeout_s", startup),
+            ("close_timeout_s", close_timeout),
+            ("py_control_timeout_s", control),
+        ):
             if value is not None and not (
                 isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
             ):
@@ -280,6 +287,7 @@ class HostWorker(Worker):
             num_sub_workers=self.num_sub_workers,
             heap_ring_size=None if heap_ring_size is None else int(heap_ring_size),
             startup_timeout_s=startup,
+            close_timeout_s=close_timeout,
             **_child_program(),
         )
         self._native = None  # the level-2 chip handle: none here
@@ -302,15 +310,24 @@ class HostWorker(Worker):
 
     def close(self) -> None:
         """Waits for the runs in flight and stops every chip and child process (shared
-        buffers and ``orch.alloc`` arrays stay valid while Python holds them). Terminal and
-        idempotent; refused (``WorkerStateError``, the worker stays open) from inside an
-        orchestration and from a thread other than the one that called ``init()``."""
+        buffers and ``orch.alloc`` arrays stay valid while Python holds them). A child process
+        still running a task after ``close_timeout_s`` (default 30) is killed: that task fails
+        with ``EndpointFailureError``. Terminal and idempotent; refused
+        (``WorkerStateError``, the worker stays open) from inside an orchestration and from a
+        thread other than the one that called ``init()``. An error of the shutdown itself (a
+        child that had died) is raised once the worker is closed."""
         with self._lock:
             if self._state == "closed":
                 return
+        # Not under the lock: an orchestration in flight may still register or unregister
+        # (taking it) before its run ends, which close waits for.
+        try:
             self._host.close()
-            self._state = "closed"
-            self._handles.clear()
+        finally:
+            if self._host.closed:
+                with self._lock:
+                    self._state = "closed"
+                    self._handles.clear()
 
     def _live(self) -> Any:
         if self._state == "closed":
@@ -391,11 +408,14 @@ class HostWorker(Worker):
         """Releases one registration of ``handle``; the last one removes it everywhere."""
         with self._lock:
             self._own_handle(handle)
-            handle._refs -= 1
-            if handle._refs > 0:
+            if handle._refs > 1:
+                handle._refs -= 1
                 return
-            del self._handles[handle.hashid]
+            # The engine may refuse (inside an orchestration, runs in flight): the handle
+            # stays registered then.
             self._host.unregister(handle._native_id)
+            handle._refs -= 1
+            del self._handles[handle.hashid]
 
     def _own_handle(self, handle: Any) -> CallableHandle:
         if isinstance(handle, ChipCallable) or (

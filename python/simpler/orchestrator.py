@@ -215,10 +215,15 @@ class Orchestrator:
             else:
                 tensors.append(_host_item(tensor, name, tag is not TensorArgType.INPUT))
             tags.append(int(tag))
-        scalars = [
-            scalar_to_uint64(args.scalar(i), None if spec is None else spec.dtype)
-            for i, spec in enumerate(scalar_specs)
-        ]
+        scalars = []
+        for i, spec in enumerate(scalar_specs):
+            name = f"{what} scalar {i}" if spec is None else f"{what} scalar {i} (`{spec.name}`)"
+            try:
+                scalars.append(
+                    scalar_to_uint64(args.scalar(i), None if spec is None else spec.dtype)
+                )
+            except (InvalidArgumentError, ArgumentTypeError) as e:
+                raise type(e)(f"argument {name}: {e}", arg=name, reason=str(e)) from None
         return _native.HostTaskArgs(tensors, tags, scalars)
 
 

@@ -369,7 +369,7 @@ def scalar_to_uint64(value: Any, dtype: Union[DataType, str, None] = None) -> in
 
 
 def shape_tuple(shape: Any, what: str = "shape") -> Tuple[int, ...]:
-    """A tuple of non-negative ints from an int or a sequence of ints."""
+    """A tuple of non-negative ints (each below 2**64) from an int or a sequence of ints."""
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     if not isinstance(shape, Sequence) and not isinstance(shape, np.ndarray):
@@ -380,4 +380,6 @@ def shape_tuple(shape: Any, what: str = "shape") -> Tuple[int, ...]:
         raise ArgumentTypeError(f"{what} must be a sequence of ints, got {shape!r}") from None
     if any(d < 0 for d in dims):
         raise InvalidArgumentError(f"{what} has a negative dimension: {dims}")
+    if any(d >= 1 << 64 for d in dims):
+        raise InvalidArgumentError(f"{what} has a dimension of 2**64 or more: {dims}")
     return dims

@@ -48,3 +48,36 @@ def slow_fill(args):
 
     time.sleep(args.scalar(0) / 1000)
     args[0][...] = 1
+
+
+def hang(args):
+    """Never returns."""
+    import time
+
+    while True:
+        time.sleep(1)
+
+
+def exit_now(args):
+    """Ends the sub worker process with status 5, mid-task."""
+    os._exit(5)
+
+
+def raise_system_exit(args):
+    """Raises SystemExit(3)."""
+    raise SystemExit(3)
+
+
+def raise_keyboard_interrupt(args):
+    """Raises KeyboardInterrupt."""
+    raise KeyboardInterrupt
+
+
+def return_garbage(args):
+    """Returns an object that means nothing (the return value is ignored)."""
+    return object()
+
+
+def write_input(args):
+    """Writes its INPUT tensor (read-only in the sub worker)."""
+    args[0][0] = 1

@@ -14,8 +14,10 @@
 //!
 //! [`submit`](NativeHostWorker::submit) takes the Python orchestration body (a function of
 //! one `Orchestrator`) and runs it on the caller's thread inside the engine's orchestration
-//! closure: detached for the engine's own waits (two runs in flight), re-attached for the
-//! body. An exception raised by the body is kept aside and re-raised as it is once the engine
+//! closure: detached for the engine's own waits (another thread's orchestration, two runs in
+//! flight), re-attached for the body. Those waits, and a registration waiting behind a busy
+//! endpoint, run the signal handlers every 50 ms: Ctrl-C raises `KeyboardInterrupt` and
+//! nothing is submitted or registered. An exception raised by the body is kept aside and re-raised as it is once the engine
 //! has failed the run (after its dispatched tasks are over), rather than its text.
 //!
 //! # Memory
@@ -96,12 +98,38 @@ impl NativeHostWorker {
     }
 }
 
+/// A wait check for the engine's interruptible calls: it attaches, runs the signal
+/// handlers, and on an exception (Ctrl-C's `KeyboardInterrupt`) keeps it in `raised` and
+/// ends the engine's wait.
+fn signals_check(raised: &Mutex<Option<PyErr>>) -> impl FnMut() -> Result<(), WorkerError> + '_ {
+    move || {
+        Python::attach(|py| py.check_signals()).map_err(|e| {
+            *lock(raised) = Some(e);
+            WorkerError::InvalidState("interrupted by a signal".into())
+        })
+    }
+}
+
 /// Runs the engine call `f` detached; its error becomes the matching exception.
 fn detached<T: Send>(
     py: Python<'_>,
     f: impl FnOnce() -> Result<T, WorkerError> + Send,
 ) -> PyResult<T> {
     py.detach(f).map_err(|e| error::worker_error(py, e))
+}
+
+/// Registers `callable` on `worker`, detached; Ctrl-C (any signal handler's exception) ends
+/// a registration waiting behind a busy endpoint, and nothing stays registered then.
+fn register(py: Python<'_>, worker: &Worker, callable: Callable) -> PyResult<NativeHostCallable> {
+    let interrupted: Mutex<Option<PyErr>> = Mutex::new(None);
+    let registered =
+        py.detach(|| worker.register_interruptible(callable, signals_check(&interrupted)));
+    if let Some(e) = lock(&interrupted).take() {
+        return Err(e);
+    }
+    registered
+        .map(|handle| NativeHostCallable { handle })
+        .map_err(|e| error::worker_error(py, e))
 }
 
 #[pymethods]
@@ -113,8 +141,8 @@ impl NativeHostWorker {
     /// nothing before `init`.
     #[new]
     #[pyo3(signature = (level, chips, *, chip_isolation="thread", num_sub_workers=0,
-                        heap_ring_size=None, startup_timeout_s=None, child_program=None,
-                        child_args=Vec::new()))]
+                        heap_ring_size=None, startup_timeout_s=None, close_timeout_s=None,
+                        child_program=None, child_args=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -124,6 +152,7 @@ impl NativeHostWorker {
         num_sub_workers: usize,
         heap_ring_size: Option<u64>,
         startup_timeout_s: Option<f64>,
+        close_timeout_s: Option<f64>,
         child_program: Option<String>,
         child_args: Vec<String>,
     ) -> PyResult<NativeHostWorker> {
@@ -155,16 +184,20 @@ impl NativeHostWorker {
                 ))
             }
         };
-        let startup_timeout = match startup_timeout_s {
-            None => defaults.startup_timeout,
-            Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Duration::from_secs_f64(s),
-            Some(s) => {
-                return Err(invalid_config(
-                    py,
-                    format!("startup_timeout_s must be positive and finite, got {s}"),
-                ))
-            }
+        let seconds = |name: &str, value: Option<f64>, default: Duration| match value {
+            None => Ok(default),
+            Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Ok(Duration::from_secs_f64(s)),
+            Some(s) => Err(invalid_config(
+                py,
+                format!("{name} must be positive and finite, got {s}"),
+            )),
         };
+        let startup_timeout = seconds(
+            "startup_timeout_s",
+            startup_timeout_s,
+            defaults.startup_timeout,
+        )?;
+        let close_timeout = seconds("close_timeout_s", close_timeout_s, defaults.close_timeout)?;
         let chip_count = chips.len();
         let options = WorkerOptions {
             level,
@@ -175,6 +208,7 @@ impl NativeHostWorker {
             sub_workers,
             heap_ring_size: heap_ring_size.unwrap_or(defaults.heap_ring_size),
             startup_timeout,
+            close_timeout,
             ..defaults
         };
         let worker = Worker::new(options).map_err(|e| error::worker_error(py, e))?;
@@ -195,8 +229,7 @@ impl NativeHostWorker {
     ) -> PyResult<NativeHostCallable> {
         let worker = self.live(py)?;
         let spec = Arc::new(callable.bundle.clone().into_spec());
-        let handle = detached(py, || worker.register(Callable::Chip(spec)))?;
-        Ok(NativeHostCallable { handle })
+        register(py, &worker, Callable::Chip(spec))
     }
 
     /// Registers a serialized sub callable: `payload` (cloudpickle bytes, loaded by the sub
@@ -212,8 +245,7 @@ impl NativeHostWorker {
             name,
             payload: payload.into(),
         };
-        let handle = detached(py, || worker.register(callable))?;
-        Ok(NativeHostCallable { handle })
+        register(py, &worker, callable)
     }
 
     /// Removes a registered callable everywhere.
@@ -249,8 +281,9 @@ impl NativeHostWorker {
             *lock(&raised) = Some(e);
             WorkerError::Orchestration(text)
         };
+        let interrupted: Mutex<Option<PyErr>> = Mutex::new(None);
         let submitted = py.detach(|| {
-            worker.submit(|orch| {
+            let orchestration = |orch: &simpler_worker::Orchestrator| {
                 Python::attach(|py| {
                     let native =
                         Py::new(py, NativeOrchestrator::new(orch.clone(), known)).map_err(&keep)?;
@@ -258,8 +291,12 @@ impl NativeHostWorker {
                     native.get().invalidate();
                     outcome.map(drop).map_err(&keep)
                 })
-            })
+            };
+            worker.submit_interruptible(orchestration, signals_check(&interrupted))
         });
+        if let Some(e) = lock(&interrupted).take() {
+            return Err(e); // nothing was submitted
+        }
         let pending = lock(&raised).take();
         match (submitted, pending) {
             (Ok(handle), None) => Ok(NativeHostRunHandle::new(handle)),
@@ -312,18 +349,23 @@ impl NativeHostWorker {
         Ok(py.detach(|| worker.child_pids()).into_iter().collect())
     }
 
-    /// Waits for the runs in flight, stops every endpoint and child, joins the threads.
-    /// Idempotent; refused (`WorkerStateError`) from inside an orchestration or from a thread
-    /// other than the one that called `init`, and the worker stays open then.
+    /// Waits for the runs in flight (killing the child processes still busy after
+    /// `close_timeout_s`), stops every endpoint and child, joins the threads. Idempotent;
+    /// refused (`WorkerStateError`) from inside an orchestration or from a thread other than
+    /// the one that called `init`, and the worker stays open then. An error of the shutdown
+    /// itself (a child that had died) is raised once the worker is closed.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let Some(worker) = lock(&self.worker).clone() else {
             return Ok(());
         };
-        detached(py, || worker.close())?;
+        let outcome = py.detach(|| worker.close());
+        if !worker.is_closed() {
+            return outcome.map_err(|e| error::worker_error(py, e));
+        }
         let last = lock(&self.worker).take();
         // The last reference joins the engine's threads: drop it detached.
         py.detach(move || drop((worker, last)));
-        Ok(())
+        outcome.map_err(|e| error::worker_error(py, e))
     }
 
     /// The level (a label in messages).

@@ -46,7 +46,7 @@ fn tag(py: Python<'_>, wire: u32) -> PyResult<Tag> {
 ///
 /// # Errors
 /// `ArgumentTypeError` for a bool, float, str or other non-integer; `InvalidArgumentError`
-/// for a negative id.
+/// for a negative id, or one too large for any worker (named as given).
 pub(crate) fn worker_id(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
     let py = obj.py();
     let type_error = || -> PyResult<PyErr> {
@@ -75,8 +75,17 @@ pub(crate) fn worker_id(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
             format!("worker id {id} is negative; ids count from 0"),
         ));
     }
-    // An id too large for this machine names no worker either: the engine says so.
-    Ok(usize::try_from(id).unwrap_or(usize::MAX))
+    // An id the engine cannot even count to names no worker: say so with the id given.
+    i64::try_from(id)
+        .ok()
+        .and_then(|id| usize::try_from(id).ok())
+        .ok_or_else(|| {
+            error::invalid_argument(
+                py,
+                what,
+                format!("worker id {id} names no worker (ids count from 0)"),
+            )
+        })
 }
 
 /// `simpler._native.ChildTensor`: device memory on one chip of a level-3 worker.

@@ -3,7 +3,8 @@
 //! [`HostMemory`], each child tensor passed as device memory, each scalar as its bits. The
 //! same conversion serves a chip in this process and one in a child process (over the
 //! child's mappings of shared memory). The chip's own argument check (signature, dtype,
-//! shape) runs afterwards, in the chip.
+//! shape) runs afterwards, in the chip; the engine made the same checks at submit
+//! (`crate::validate`), and the ones here stay as the chip side's guard.
 
 use std::sync::Arc;
 

@@ -80,20 +80,24 @@ unsafe extern "C" fn no_orchestration(_ops: *const OrchOps, _args: *const OrchAr
     0
 }
 
-/// A fake chip callable named `name` whose signature is `args`: `(name, direction, dtype)`.
-fn fake_spec(name: &str, args: &[(&str, ArgDirection, DataType)]) -> Callable {
-    let args = args
-        .iter()
-        .map(|(name, direction, dtype)| ArgSpec {
-            name: name.to_string(),
-            direction: *direction,
-            dtype: *dtype,
-            shape: None,
-        })
-        .collect();
+fn fake_spec() -> Callable {
     Callable::Chip(Arc::new(CallableSpec {
-        name: name.into(),
-        signature: Signature::new(args).unwrap(),
+        name: "fake".into(),
+        signature: Signature::new(vec![
+            ArgSpec {
+                name: "out".into(),
+                direction: ArgDirection::Out,
+                dtype: DataType::Float32,
+                shape: None,
+            },
+            ArgSpec {
+                name: "mode".into(),
+                direction: ArgDirection::Scalar,
+                dtype: DataType::Uint64,
+                shape: None,
+            },
+        ])
+        .unwrap(),
         orchestration: CodeImage::Orchestration(no_orchestration),
         kernels: vec![],
     }))
@@ -108,22 +112,7 @@ fn a_dead_endpoint_fails_its_task_poisons_dependents_and_is_refused_after() {
         ..WorkerOptions::default()
     })
     .unwrap();
-    let chip = w
-        .register(fake_spec(
-            "fake",
-            &[
-                ("out", ArgDirection::Out, DataType::Float32),
-                ("flag", ArgDirection::Scalar, DataType::Uint64),
-            ],
-        ))
-        .unwrap();
-    let tick = w
-        .register(fake_spec(
-            "tick",
-            &[("flag", ArgDirection::Scalar, DataType::Uint64)],
-        ))
-        .unwrap();
-    let empty = w.register(fake_spec("empty", &[])).unwrap();
+    let chip = w.register(fake_spec()).unwrap();
     let consumer_ran = Arc::new(AtomicBool::new(false));
     let c2 = consumer_ran.clone();
     let consumer = w
@@ -148,15 +137,21 @@ fn a_dead_endpoint_fails_its_task_poisons_dependents_and_is_refused_after() {
     let out = w.create_buffer(64).unwrap();
     let out = Tensor::new(Memory::Host(out), &[16], DataType::Float32).unwrap();
     let cfg = CallConfig::default();
+    // A task of the fake callable on memory of its own (no dependency on another task).
+    let alone = |mode: u64| {
+        let m = w.create_buffer(64).unwrap();
+        let t = Tensor::new(Memory::Host(m), &[16], DataType::Float32).unwrap();
+        TaskArgs::new().tensor(t, Tag::Output).scalar(mode)
+    };
 
     let err = w
         .run(|o| {
             let dies = TaskArgs::new().tensor(out.clone(), Tag::Output).scalar(1);
             o.submit_next_level(&chip, dies, &cfg, 0)?;
             // Queued behind the dying task on chip 0: fails when its turn comes.
-            o.submit_next_level(&tick, TaskArgs::new().scalar(0), &cfg, 0)?;
+            o.submit_next_level(&chip, alone(0), &cfg, 0)?;
             o.submit_sub(&consumer, TaskArgs::new().tensor(out.clone(), Tag::Input))?;
-            o.submit_next_level(&tick, TaskArgs::new().scalar(0), &cfg, 1)?;
+            o.submit_next_level(&chip, alone(0), &cfg, 1)?;
             Ok(())
         })
         .unwrap_err();
@@ -188,12 +183,10 @@ fn a_dead_endpoint_fails_its_task_poisons_dependents_and_is_refused_after() {
     // Later: chip 0 is refused at submit, chip 1 and the sub worker work.
     let refused = w
         .run(|o| {
-            let e = o
-                .submit_next_level(&empty, TaskArgs::new(), &cfg, 0)
-                .unwrap_err();
+            let e = o.submit_next_level(&chip, alone(0), &cfg, 0).unwrap_err();
             assert_eq!(e.kind(), "ENDPOINT_FAILURE");
             assert!(e.to_string().contains("chip 0 (fake)") && e.to_string().contains("refused"));
-            o.submit_next_level(&empty, TaskArgs::new(), &cfg, 1)?;
+            o.submit_next_level(&chip, alone(0), &cfg, 1)?;
             o.submit_sub(&consumer, TaskArgs::new())?;
             Ok(())
         })

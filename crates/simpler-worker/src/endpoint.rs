@@ -9,8 +9,10 @@
 //! [`EndpointError::Died`]. This module defines the contract only; the kinds live in
 //! their own modules.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use parking_lot::Mutex;
 use simpler_device::DevicePtr;
 use simpler_host::{CallConfig, CallableSpec};
 
@@ -107,6 +109,46 @@ impl From<simpler_host::HostError> for EndpointError {
     }
 }
 
+/// A way for another thread to end an endpoint's call in flight: tripping it makes the call
+/// under way (and only that one) end with [`EndpointError::Died`], the endpoint killed. A
+/// child process endpoint has one (its call kills the child within a wait slice, about
+/// 20 ms); an endpoint in this process has none. `close()` trips the switches of the lanes
+/// still busy when its `close_timeout` has passed (`docs/l3-worker.md` §1).
+#[derive(Clone, Debug, Default)]
+pub struct KillSwitch {
+    inner: Arc<KillInner>,
+}
+
+#[derive(Debug, Default)]
+struct KillInner {
+    trips: AtomicU64,
+    reason: Mutex<String>,
+}
+
+impl KillSwitch {
+    /// A switch not yet tripped.
+    pub fn new() -> KillSwitch {
+        KillSwitch::default()
+    }
+
+    /// Ends the call in flight now (if any), saying `reason` in its death report.
+    pub fn trip(&self, reason: &str) {
+        *self.inner.reason.lock() = reason.to_string();
+        self.inner.trips.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times it was tripped: a call records it when it starts and is killed once
+    /// the count moves (so a trip while no call is under way kills nothing later).
+    pub fn trips(&self) -> u64 {
+        self.inner.trips.load(Ordering::Acquire)
+    }
+
+    /// The reason of the last trip.
+    pub fn reason(&self) -> String {
+        self.inner.reason.lock().clone()
+    }
+}
+
 /// A next-level or sub worker, driven by one lane thread (see the module docs).
 pub trait Endpoint: Send + 'static {
     /// Which kind it is.
@@ -118,6 +160,12 @@ pub trait Endpoint: Send + 'static {
 
     /// The child process's id, for endpoints that are one.
     fn pid(&self) -> Option<u32> {
+        None
+    }
+
+    /// The switch that ends this endpoint's call in flight from another thread; `None`
+    /// for endpoints whose calls cannot be cut short (in this process).
+    fn kill_switch(&self) -> Option<KillSwitch> {
         None
     }
 

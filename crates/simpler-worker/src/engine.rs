@@ -22,6 +22,10 @@ use crate::run::Run;
 use crate::tensormap::TaskId;
 use crate::WorkerError;
 
+/// How often a caller blocked in the engine (for a pipeline place, the orchestration, a
+/// control call's answer) runs its wait check (`Worker::submit_interruptible`).
+pub(crate) const CHECK_SLICE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// What the engine knows of one lane (chip `w` is lane `w`, sub worker `j` is lane
 /// `chips + j`).
 pub(crate) struct LaneSlot {
@@ -69,6 +73,8 @@ impl State {
 /// What a running worker shares between the caller's threads, the scheduler and the
 /// orchestrators.
 pub(crate) struct Engine {
+    /// The worker's process-unique id.
+    pub(crate) uid: u64,
     /// The one engine lock.
     pub(crate) state: Mutex<State>,
     /// Notified when a run ends or `close` begins (pipeline places, close).
@@ -105,6 +111,31 @@ impl Engine {
     /// [`WorkerError::EndpointFailure`] when the endpoint is dead, the endpoint's own error,
     /// [`WorkerError::Closed`] when the lane has stopped.
     pub(crate) fn control(&self, lane: usize, op: ControlOp) -> Result<ControlReply, WorkerError> {
+        self.control_checked(lane, op, &mut || Ok(()))
+    }
+
+    /// [`control`](Engine::control), calling `check` every [`CHECK_SLICE`] while the answer
+    /// is awaited (the call may wait behind a long task of the lane); an `Err` from `check`
+    /// ends the wait with it (the call stays queued on the lane).
+    ///
+    /// # Errors
+    /// As [`control`](Engine::control), and `check`'s; [`WorkerError::InvalidState`] from a
+    /// task of this worker (the call would wait behind that task).
+    pub(crate) fn control_checked(
+        &self,
+        lane: usize,
+        op: ControlOp,
+        check: &mut dyn FnMut() -> Result<(), WorkerError>,
+    ) -> Result<ControlReply, WorkerError> {
+        if crate::lane::in_lane_of(self.uid) {
+            let what = match op {
+                ControlOp::Register(..) => "Worker::register",
+                ControlOp::Unregister(_) => "Worker::unregister",
+                ControlOp::Malloc(_) => "alloc_child_tensor",
+                ControlOp::Free(_) => "free_child_tensor",
+            };
+            return Err(crate::lane::from_a_task(what));
+        }
         {
             let st = self.state.lock();
             let slot = &st.lanes[lane];
@@ -119,7 +150,15 @@ impl Engine {
         self.lanes[lane]
             .send(WorkItem::Control { op, reply: tx })
             .map_err(|_| WorkerError::Closed)?;
-        rx.recv().map_err(|_| WorkerError::Closed)?
+        loop {
+            match rx.recv_timeout(CHECK_SLICE) {
+                Ok(answer) => return answer,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => check()?,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Err(WorkerError::Closed)
+                }
+            }
+        }
     }
 
     /// Sends a control call to `lane` without waiting (its answer is dropped).

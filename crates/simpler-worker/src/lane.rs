@@ -81,11 +81,31 @@ pub(crate) enum Event {
     Stop,
 }
 
-/// Starts lane `index` over `endpoint`.
+thread_local! {
+    /// The worker (by uid) whose lane this thread is; 0 on every other thread.
+    static LANE_OF: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// True on the lane threads of worker `uid` — inside its tasks (a sub closure), where a call
+/// that waits for the worker's runs or lanes would wait for the task making it.
+pub(crate) fn in_lane_of(uid: u64) -> bool {
+    LANE_OF.with(|l| l.get() == uid)
+}
+
+/// The refusal of `what` called from a task of the worker.
+pub(crate) fn from_a_task(what: &str) -> WorkerError {
+    WorkerError::InvalidState(format!(
+        "{what} cannot be called from a task of this worker: it would wait for that task's \
+         own lane or run, which cannot end before the task does"
+    ))
+}
+
+/// Starts lane `index` of worker `uid` over `endpoint`.
 ///
 /// # Errors
 /// The thread could not be started.
 pub(crate) fn spawn(
+    uid: u64,
     index: usize,
     endpoint: Box<dyn Endpoint>,
     items: Receiver<WorkItem>,
@@ -93,6 +113,7 @@ pub(crate) fn spawn(
 ) -> std::io::Result<JoinHandle<()>> {
     let name = format!("simpler-lane-{index}");
     std::thread::Builder::new().name(name).spawn(move || {
+        LANE_OF.with(|l| l.set(uid));
         Lane {
             index,
             describe: endpoint.describe(),

@@ -56,7 +56,7 @@ mod worker;
 
 pub use chip_args::owned_args;
 pub use endpoint::{
-    Callable, CallableKey, Endpoint, EndpointError, EndpointKind, SubArgs, SubClosure,
+    Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch, SubArgs, SubClosure,
 };
 pub use error::WorkerError;
 pub use memory::{HostMemory, SharedMemoryError, SharedRef, SharedRegion, VecMemory};

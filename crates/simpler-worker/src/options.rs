@@ -74,6 +74,11 @@ pub struct WorkerOptions {
     /// How long an `orch.alloc` waits for the ring to reclaim room before RING_FULL
     /// (default 10 s).
     pub deadlock_timeout: Duration,
+    /// How long `close()` waits for the runs in flight before it kills the child processes
+    /// still running their tasks (which then fail with ENDPOINT_FAILURE); default 30 s.
+    /// Endpoints in this process cannot be killed: close waits for them (a chip's own run
+    /// timeout bounds its tasks).
+    pub close_timeout: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -88,6 +93,7 @@ impl Default for WorkerOptions {
             heap_ring_size: 64 << 20,
             startup_timeout: Duration::from_secs(300),
             deadlock_timeout: Duration::from_secs(10),
+            close_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -146,6 +152,7 @@ impl WorkerOptions {
         for (name, t) in [
             ("startup_timeout", self.startup_timeout),
             ("deadlock_timeout", self.deadlock_timeout),
+            ("close_timeout", self.close_timeout),
         ] {
             if t.is_zero() {
                 return bad(format!("{name} must be positive"));
@@ -207,6 +214,11 @@ mod tests {
             ..one_chip()
         })
         .contains("deadlock_timeout"));
+        assert!(refused(WorkerOptions {
+            close_timeout: Duration::ZERO,
+            ..one_chip()
+        })
+        .contains("close_timeout"));
         let subs_only = WorkerOptions {
             sub_workers: SubWorkers::Threads(2),
             ..WorkerOptions::default()

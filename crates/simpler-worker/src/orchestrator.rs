@@ -186,10 +186,8 @@ impl Orchestrator {
             w: worker,
             process: engine.chip_processes,
         };
+        chip_signature(engine, handle, "args", &args)?;
         validate::task_args("args", &args, dest)?;
-        if let Some(spec) = engine.registry.chip_spec(handle) {
-            validate::chip_signature("args", &spec, &args)?;
-        }
         let accesses = accesses("args", &args).collect();
         admit(
             engine,
@@ -226,7 +224,6 @@ impl Orchestrator {
         let engine = self.engine("submit_next_level_group")?;
         self.check_handle(engine, handle, EndpointKind::Chip)?;
         validate::chip_group(workers, args_list.len(), engine.chips)?;
-        let spec = engine.registry.chip_spec(handle);
         let mut all = Vec::new();
         for (k, (args, w)) in args_list.iter().zip(workers).enumerate() {
             let prefix = format!("args_list[{k}]");
@@ -234,10 +231,8 @@ impl Orchestrator {
                 w: *w,
                 process: engine.chip_processes,
             };
+            chip_signature(engine, handle, &prefix, args)?;
             validate::task_args(&prefix, args, dest)?;
-            if let Some(spec) = &spec {
-                validate::chip_signature(&prefix, spec, args)?;
-            }
             all.extend(accesses(&prefix, args));
         }
         admit(
@@ -542,7 +537,7 @@ impl Orchestrator {
     /// [`submit_next_level`](Orchestrator::submit_next_level) otherwise.
     pub fn copy_to(&self, dst: &Tensor, src: &Tensor) -> Result<TaskId, WorkerError> {
         let engine = self.engine("copy_to")?;
-        let (w, ptr) = copy_operands(("dst", dst), ("src", src))?;
+        let (w, ptr) = copy_operands(engine.chips, ("dst", dst), ("src", src))?;
         admit(
             engine,
             self.ctx.run,
@@ -568,7 +563,7 @@ impl Orchestrator {
     /// As [`copy_to`](Orchestrator::copy_to).
     pub fn copy_from(&self, dst: &Tensor, src: &Tensor) -> Result<TaskId, WorkerError> {
         let engine = self.engine("copy_from")?;
-        let (w, ptr) = copy_operands(("src", src), ("dst", dst))?;
+        let (w, ptr) = copy_operands(engine.chips, ("src", src), ("dst", dst))?;
         if let Memory::Host(m) = dst.memory() {
             if m.read_only() {
                 return Err(bad("dst", "its host memory is read-only".into()));
@@ -621,15 +616,38 @@ impl Orchestrator {
     }
 }
 
+/// Checks `args` (named `prefix`) against the signature of the chip callable `handle`
+/// names (see `validate::signature`).
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] naming the argument;
+/// [`WorkerError::UnknownCallable`] when it was unregistered meanwhile.
+fn chip_signature(
+    engine: &Engine,
+    handle: &CallableHandle,
+    prefix: &str,
+    args: &TaskArgs,
+) -> Result<(), WorkerError> {
+    match engine.registry.get(handle) {
+        Some(crate::Callable::Chip(spec)) => {
+            validate::signature(prefix, args, &spec.name, &spec.signature)
+        }
+        Some(_) => Ok(()),
+        None => engine.registry.check(handle),
+    }
+}
+
 /// Marks a heap allocation released and reclaims it if no task holds it.
 fn release(engine: &Engine, alloc: &mut HeapAlloc) {
     alloc.released = true;
     engine.maybe_reclaim_heap(alloc);
 }
 
-/// Checks a copy's operands: `device` must be a child tensor, `host` a host tensor, both
-/// contiguous and of one size. Returns the chip and the device address.
+/// Checks a copy's operands: `device` must be a child tensor of one of the `chips`,
+/// `host` a host tensor, both contiguous and of one size. Returns the chip and the device
+/// address.
 fn copy_operands(
+    chips: usize,
     (dev_arg, device): (&str, &Tensor),
     (host_arg, host): (&str, &Tensor),
 ) -> Result<(usize, simpler_device::DevicePtr), WorkerError> {
@@ -639,6 +657,15 @@ fn copy_operands(
             "must be a child tensor (alloc_child_tensor); this one is host memory".into(),
         ));
     };
+    if c.worker >= chips {
+        return Err(bad(
+            dev_arg,
+            format!(
+                "is device memory of chip {}, and this worker has {chips} chip(s)",
+                c.worker
+            ),
+        ));
+    }
     if !matches!(host.memory(), Memory::Host(_)) {
         return Err(bad(
             host_arg,

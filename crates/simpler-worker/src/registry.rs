@@ -116,16 +116,12 @@ impl Registry {
         Ok(())
     }
 
-    /// The code and signature of the chip callable `handle` names, if it is one registered
-    /// here.
-    pub(crate) fn chip_spec(
-        &self,
-        handle: &CallableHandle,
-    ) -> Option<std::sync::Arc<simpler_host::CallableSpec>> {
-        match self.inner.lock().callables.get(&handle.key) {
-            Some(Callable::Chip(spec)) if handle.worker == self.worker => Some(spec.clone()),
-            _ => None,
+    /// The callable `handle` names now, if it is registered here.
+    pub(crate) fn get(&self, handle: &CallableHandle) -> Option<Callable> {
+        if handle.worker != self.worker {
+            return None;
         }
+        self.inner.lock().callables.get(&handle.key).cloned()
     }
 
     /// Every registered callable, by key order.

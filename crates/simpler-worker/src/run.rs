@@ -38,15 +38,18 @@ pub struct RunReport {
 /// The outcome of one run, shared by the engine and every handle.
 pub(crate) struct RunShared {
     id: u64,
+    /// The worker's uid (a wait from one of its tasks would never end).
+    worker: u64,
     outcome: Mutex<Option<Result<RunReport, WorkerError>>>,
     over: Condvar,
 }
 
 impl RunShared {
     /// A run not yet over.
-    pub(crate) fn new(id: u64) -> Arc<RunShared> {
+    pub(crate) fn new(id: u64, worker: u64) -> Arc<RunShared> {
         Arc::new(RunShared {
             id,
+            worker,
             outcome: Mutex::new(None),
             over: Condvar::new(),
         })
@@ -87,7 +90,9 @@ impl RunHandle {
     /// # Errors
     /// [`WorkerError::WaitTimeout`] when the run is not over in time (it goes on), or the
     /// run's first error: [`WorkerError::TaskFailed`] naming the task (`#3 <callable>`), the
-    /// worker and the cause, or [`WorkerError::Orchestration`].
+    /// worker and the cause, or [`WorkerError::Orchestration`]. [`WorkerError::InvalidState`]
+    /// for a wait on a run not over from a task of its worker (every run in flight ends
+    /// after that task).
     pub fn wait(&self, timeout: Option<Duration>) -> Result<RunReport, WorkerError> {
         // A timeout too long to be an instant waits as long as it takes.
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
@@ -95,6 +100,9 @@ impl RunHandle {
         loop {
             if let Some(outcome) = slot.as_ref() {
                 return outcome.clone();
+            }
+            if crate::lane::in_lane_of(self.shared.worker) {
+                return Err(crate::lane::from_a_task("RunHandle::wait"));
             }
             match deadline {
                 None => self.shared.over.wait(&mut slot),
@@ -169,11 +177,11 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    /// A run with no tasks, for a worker of `chips` chips.
-    pub(crate) fn new(id: u64, chips: usize) -> Run {
+    /// A run with no tasks, for worker `worker` (its uid) of `chips` chips.
+    pub(crate) fn new(id: u64, chips: usize, worker: u64) -> Run {
         Run {
             id,
-            shared: RunShared::new(id),
+            shared: RunShared::new(id, worker),
             started: Instant::now(),
             graph: Graph::default(),
             map: TensorMap::default(),

@@ -1,9 +1,14 @@
 //! The argument checks made when a task is submitted, before anything runs
-//! (`docs/l3-worker.md` §8): worker ids, group members, and each tensor against where the
-//! task will run. Pure functions of the arguments and the worker's shape; the checks that
-//! need the engine's state (is this allocation live?) are the orchestrator's.
+//! (`docs/l3-worker.md` §8): worker ids, group members, a chip task against its callable's
+//! signature, and each tensor against where the task will run. Pure functions of the
+//! arguments, the signature and the worker's shape; the checks that need the engine's state
+//! (is this allocation live?) are the orchestrator's.
 
-use crate::tensor::{Memory, TaskArg, TaskArgs, Tensor};
+use simpler_host::{
+    ArgDirection, ArgError, ArgOffer, HostMemory as OfferedMemory, ScalarValue, Signature,
+};
+
+use crate::tensor::{Memory, Tag, TaskArg, TaskArgs, Tensor};
 use crate::WorkerError;
 
 /// Where a task's tensors go, for the checks.
@@ -87,8 +92,9 @@ pub(crate) fn sub_group(members: usize, subs: usize) -> Result<(), WorkerError> 
 /// Checks one tensor `t` named `arg` of a task going to `dest`.
 ///
 /// # Errors
-/// [`WorkerError::InvalidArgument`] naming `arg`: a view past its memory, device memory of
-/// another chip (or in a sub task), host memory a child process cannot see (the fix:
+/// [`WorkerError::InvalidArgument`] naming `arg`: a view past its memory, a view that is
+/// not C-order contiguous going to a chip, device memory of another chip (or in a sub
+/// task), host memory a child process cannot see (the fix:
 /// `Worker::create_buffer` or `orch.alloc`), a written tensor over read-only memory.
 pub(crate) fn tensor(arg: &str, t: &Tensor, writes: bool, dest: Dest) -> Result<(), WorkerError> {
     match t.byte_span() {
@@ -105,6 +111,17 @@ pub(crate) fn tensor(arg: &str, t: &Tensor, writes: bool, dest: Dest) -> Result<
                 ),
             ))
         }
+    }
+    if matches!(dest, Dest::Chip { .. }) && !t.is_contiguous() {
+        return Err(bad(
+            arg,
+            format!(
+                "a chip task takes C-order contiguous tensors; this view of shape {:?} has \
+                 strides {:?} (elements); give the chip a contiguous copy",
+                t.shape(),
+                t.strides()
+            ),
+        ));
     }
     match (t.memory(), dest) {
         (Memory::Child(c), Dest::Sub { .. }) => Err(bad(
@@ -167,61 +184,114 @@ pub(crate) fn task_args(prefix: &str, args: &TaskArgs, dest: Dest) -> Result<(),
     Ok(())
 }
 
-/// Checks a chip task's `args` (named `prefix`) against its callable's signature before
-/// anything runs: the count, each argument's kind, dtype, rank, shape and byte length, a
-/// scalar's encoding, written arguments sharing memory with another (the chip's own check,
-/// [`simpler_host::Signature::check_offers`]), and each tensor's tag against the signature's
-/// direction: a tensor the chip writes (`out`, `inout`) must be tagged as written, or the
-/// engine would let other tasks touch it meanwhile.
+/// True when a tensor tagged `tag` may stand for a signature argument of `direction`
+/// (`NO_DEP` stands for any: the caller orders it).
+fn tag_agrees(tag: Tag, direction: ArgDirection) -> bool {
+    matches!(
+        (tag, direction),
+        (Tag::NoDep, _)
+            | (Tag::Input, ArgDirection::In)
+            | (Tag::Output | Tag::OutputExisting, ArgDirection::Out)
+            | (Tag::InOut, ArgDirection::InOut)
+    )
+}
+
+/// How the chip's own argument check sees `arg`: host memory by address, device memory by
+/// shape, a scalar as its raw bits.
+fn offer(arg: &TaskArg) -> ArgOffer {
+    match arg {
+        TaskArg::Scalar(v) => ArgOffer::Scalar(ScalarValue::Bits(*v)),
+        TaskArg::Tensor(t, _) => match t.memory() {
+            Memory::Child(_) => ArgOffer::Device {
+                shape: t.shape().to_vec(),
+                dtype: t.dtype(),
+            },
+            Memory::Host(m) => ArgOffer::Host(OfferedMemory {
+                addr: (m.as_ptr() as usize).wrapping_add(t.byte_offset() as usize),
+                len: t.nbytes() as usize,
+                writable: !m.read_only(),
+                shape: t.shape().to_vec(),
+                dtype: t.dtype(),
+            }),
+        },
+    }
+}
+
+/// Checks a chip task's `args` (named `prefix`) against the signature of the chip callable
+/// `callable`: the count, each argument's kind (tensor or scalar), a tensor's tag against
+/// the declared direction (a tag that says less than the chip does would leave the
+/// tensor map unaware of a write), then the chip's own check
+/// ([`Signature::check_offers`]): dtype, a declared shape, byte length, written arguments
+/// sharing memory with another. The chip checks the same when it runs; this refuses the
+/// task before it enters the graph.
 ///
 /// # Errors
-/// [`WorkerError::InvalidArgument`] naming `prefix` and the signature's argument.
-pub(crate) fn chip_signature(
+/// [`WorkerError::InvalidArgument`] naming `prefix` (the count) or `prefix[i]` with the
+/// signature's name for it.
+pub(crate) fn signature(
     prefix: &str,
-    spec: &simpler_host::CallableSpec,
     args: &TaskArgs,
+    callable: &str,
+    sig: &Signature,
 ) -> Result<(), WorkerError> {
-    use simpler_host::{ArgOffer, HostMemory as Offered, ScalarValue};
-    let offers: Vec<ArgOffer> = args
-        .args
-        .iter()
-        .map(|a| match a {
-            TaskArg::Scalar(v) => ArgOffer::Scalar(ScalarValue::Bits(*v)),
-            TaskArg::Tensor(t, _) => match t.memory() {
-                Memory::Child(_) => ArgOffer::Device {
-                    shape: t.shape().to_vec(),
-                    dtype: t.dtype(),
-                },
-                Memory::Host(m) => ArgOffer::Host(Offered {
-                    addr: (m.as_ptr() as usize).wrapping_add(t.byte_offset() as usize),
-                    len: t.nbytes() as usize,
-                    writable: !m.read_only(),
-                    shape: t.shape().to_vec(),
-                    dtype: t.dtype(),
-                }),
-            },
-        })
-        .collect();
-    spec.signature
-        .check_offers(&spec.name, &offers)
-        .map_err(|e| bad(prefix, e.to_string()))?;
-    for (a, declared) in args.args.iter().zip(&spec.signature.args) {
-        if let TaskArg::Tensor(_, tag) = a {
-            if declared.direction.copies_back() && !tag.writes() {
-                return Err(bad(
-                    prefix,
-                    format!(
-                        "argument `{}`: the signature of `{}` declares it {}, so the chip \
-                         writes it, but it is tagged {}; tag it OUTPUT, OUTPUT_EXISTING or INOUT",
-                        declared.name,
-                        spec.name,
-                        declared.direction.name(),
-                        tag.name()
-                    ),
-                ));
+    if args.len() != sig.args.len() {
+        let names: Vec<&str> = sig.args.iter().map(|a| a.name.as_str()).collect();
+        return Err(bad(
+            prefix,
+            format!(
+                "`{callable}` takes {} arguments ({}), got {}",
+                sig.args.len(),
+                names.join(", "),
+                args.len()
+            ),
+        ));
+    }
+    for (i, (spec, arg)) in sig.args.iter().zip(&args.args).enumerate() {
+        let arg_name = format!("{prefix}[{i}]");
+        let wrong = |what: String| {
+            bad(
+                &arg_name,
+                format!("(`{}` of `{callable}`) {what}", spec.name),
+            )
+        };
+        match arg {
+            TaskArg::Scalar(_) if spec.direction.is_tensor() => {
+                return Err(wrong(format!(
+                    "the signature declares an {} tensor, got a scalar",
+                    spec.direction.name()
+                )))
+            }
+            TaskArg::Scalar(_) => {}
+            TaskArg::Tensor(..) if !spec.direction.is_tensor() => {
+                return Err(wrong(
+                    "the signature declares a scalar, got a tensor".into(),
+                ))
+            }
+            TaskArg::Tensor(_, tag) => {
+                if !tag_agrees(*tag, spec.direction) {
+                    return Err(wrong(format!(
+                        "tag {} does not agree with the signature's direction {}",
+                        tag.name(),
+                        spec.direction.name()
+                    )));
+                }
             }
         }
     }
+    // The rest is the chip's own check, on descriptions of the memory: dtype, rank, a
+    // declared shape, byte length, a scalar's encoding, and written arguments sharing
+    // memory with another.
+    let offers: Vec<ArgOffer> = args.args.iter().map(offer).collect();
+    sig.check_offers(callable, &offers).map_err(|e| match e {
+        ArgError::Invalid { arg, problem } => {
+            let i = sig.args.iter().position(|a| a.name == arg).unwrap_or(0);
+            bad(
+                &format!("{prefix}[{i}]"),
+                format!("(`{arg}` of `{callable}`) {problem}"),
+            )
+        }
+        other => bad(prefix, other.to_string()),
+    })?;
     Ok(())
 }
 

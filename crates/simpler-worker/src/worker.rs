@@ -10,14 +10,14 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use simpler_abi::DataType;
 
 use crate::chip_local::ChipLocal;
-use crate::endpoint::{Callable, Endpoint, EndpointKind};
-use crate::engine::{Engine, LaneSlot, State};
+use crate::endpoint::{Callable, Endpoint, EndpointKind, KillSwitch};
+use crate::engine::{Engine, LaneSlot, State, CHECK_SLICE};
 use crate::lane::{ControlOp, Event, WorkItem};
 use crate::memory::SharedRegion;
 use crate::options::{ChipIsolation, SubWorkers, WorkerOptions};
@@ -38,6 +38,10 @@ struct Running {
     lanes: Vec<JoinHandle<()>>,
     scheduler: JoinHandle<()>,
     pids: Vec<(String, u32)>,
+    /// Each lane's endpoint's kill switch (child processes have one).
+    kill: Vec<Option<KillSwitch>>,
+    /// `close()` waits this long for the runs in flight before it trips `kill`.
+    close_timeout: Duration,
 }
 
 enum Life {
@@ -136,6 +140,23 @@ impl Worker {
     /// (a sub callable with no sub workers), an endpoint's refusal (nothing stays
     /// registered then). [`WorkerError::Closed`].
     pub fn register(&self, callable: Callable) -> Result<CallableHandle, WorkerError> {
+        self.register_interruptible(callable, || Ok(()))
+    }
+
+    /// [`register`](Worker::register), calling `check` every 50 ms while it waits for an
+    /// endpoint busy with a task; an `Err` from `check` ends the wait with it and nothing
+    /// stays registered (how a binding lets Ctrl-C through).
+    ///
+    /// # Errors
+    /// As [`register`](Worker::register), and `check`'s.
+    pub fn register_interruptible<C>(
+        &self,
+        callable: Callable,
+        mut check: C,
+    ) -> Result<CallableHandle, WorkerError>
+    where
+        C: FnMut() -> Result<(), WorkerError>,
+    {
         let engine = match &*self.life.lock() {
             Life::New => {
                 let handle = self.registry.reserve(&callable);
@@ -158,9 +179,11 @@ impl Worker {
         let lanes = lanes_of(&engine, kind);
         for (i, &lane) in lanes.iter().enumerate() {
             let op = ControlOp::Register(handle.key(), callable.clone());
-            if let Err(e) = engine.control(lane, op) {
-                for &done in &lanes[..i] {
-                    let _ = engine.control(done, ControlOp::Unregister(handle.key()));
+            if let Err(e) = engine.control_checked(lane, op, &mut check) {
+                // Behind what each lane does (this one's registration included, when the
+                // wait was cut short): nothing stays registered.
+                for &sent in &lanes[..=i] {
+                    engine.control_detached(sent, ControlOp::Unregister(handle.key()));
                 }
                 return Err(e);
             }
@@ -291,6 +314,7 @@ impl Worker {
             .iter()
             .filter_map(|ep| ep.pid().map(|p| (ep.describe(), p)))
             .collect();
+        let kill = endpoints.iter().map(|ep| ep.kill_switch()).collect();
         let slots = endpoints
             .iter()
             .map(|ep| LaneSlot {
@@ -306,7 +330,7 @@ impl Worker {
         let mut endpoints = endpoints.into_iter().enumerate();
         while let Some((i, ep)) = endpoints.next() {
             let (tx, rx) = crossbeam_channel::unbounded();
-            match crate::lane::spawn(i, ep, rx, events_tx.clone()) {
+            match crate::lane::spawn(self.uid, i, ep, rx, events_tx.clone()) {
                 Ok(h) => {
                     senders.push(tx);
                     lanes.push(h);
@@ -325,6 +349,7 @@ impl Worker {
             }
         }
         let engine = Arc::new(Engine {
+            uid: self.uid,
             state: Mutex::new(State {
                 runs: Default::default(),
                 lanes: slots,
@@ -359,6 +384,8 @@ impl Worker {
             lanes,
             scheduler,
             pids,
+            kill,
+            close_timeout: self.options.close_timeout,
         })
     }
 
@@ -412,13 +439,40 @@ impl Worker {
     where
         F: FnOnce(&Orchestrator) -> Result<(), WorkerError>,
     {
+        self.submit_interruptible(orch, || Ok(()))
+    }
+
+    /// [`submit`](Worker::submit), calling `check` every 50 ms while it waits for another
+    /// thread's orchestration or for a pipeline place; an `Err` from `check` ends the wait
+    /// with it, before anything is submitted (`orch` is not called). This is how a binding
+    /// lets Ctrl-C through a submit blocked behind two runs in flight.
+    ///
+    /// # Errors
+    /// As [`submit`](Worker::submit), and `check`'s.
+    pub fn submit_interruptible<F, C>(
+        &self,
+        orch: F,
+        mut check: C,
+    ) -> Result<RunHandle, WorkerError>
+    where
+        F: FnOnce(&Orchestrator) -> Result<(), WorkerError>,
+        C: FnMut() -> Result<(), WorkerError>,
+    {
         let engine = self.engine()?;
         if in_orchestration(self.uid) {
             return Err(WorkerError::InvalidState(
                 "Worker::submit cannot be called inside an orchestration function".into(),
             ));
         }
-        let _serial = engine.orchestrating.lock();
+        if crate::lane::in_lane_of(self.uid) {
+            return Err(crate::lane::from_a_task("Worker::submit"));
+        }
+        let _serial = loop {
+            if let Some(serial) = engine.orchestrating.try_lock_for(CHECK_SLICE) {
+                break serial;
+            }
+            check()?;
+        };
         let (id, shared) = {
             let mut st = engine.state.lock();
             loop {
@@ -428,11 +482,13 @@ impl Worker {
                 if st.runs.len() < PIPELINE_DEPTH {
                     break;
                 }
-                engine.changed.wait(&mut st);
+                if engine.changed.wait_for(&mut st, CHECK_SLICE).timed_out() {
+                    parking_lot::MutexGuard::unlocked(&mut st, &mut check)?;
+                }
             }
             let id = st.next_run;
             st.next_run += 1;
-            let run = Run::new(id, engine.chips);
+            let run = Run::new(id, engine.chips, self.uid);
             let shared = run.shared.clone();
             st.runs.push_back(run);
             (id, shared)
@@ -509,6 +565,12 @@ impl Worker {
         crate::child_memory::free_now(&engine, t)
     }
 
+    /// True once `close` has run (whether or not its shutdown reported an error: a close
+    /// that was refused leaves the worker open).
+    pub fn is_closed(&self) -> bool {
+        matches!(*self.life.lock(), Life::Closed)
+    }
+
     /// The child processes of an initialized worker: (endpoint, pid).
     pub fn child_pids(&self) -> Vec<(String, u32)> {
         match &*self.life.lock() {
@@ -518,7 +580,11 @@ impl Worker {
     }
 
     /// Closes the worker: waits for the runs in flight, frees the child tensors left,
-    /// shuts every endpoint down and joins every thread. Closing again does nothing.
+    /// shuts every endpoint down and joins every thread. Closing again does nothing. When
+    /// runs are still in flight after the `close_timeout` option, the child processes
+    /// still running their tasks are killed (those tasks fail with
+    /// [`WorkerError::EndpointFailure`], and their runs with them); endpoints in this
+    /// process are waited for.
     ///
     /// # Errors
     /// [`WorkerError::InvalidState`] inside an orchestration function, or from another
@@ -577,15 +643,39 @@ impl Drop for Worker {
     }
 }
 
-/// Waits for the runs in flight, frees child tensors, stops lanes and the scheduler.
+/// How often `close()` trips again the kill switches of lanes still busy once its
+/// `close_timeout` has passed (a task dispatched just as the switch was tripped is killed
+/// by the next trip).
+const KILL_AGAIN: Duration = Duration::from_millis(500);
+
+/// Waits for the runs in flight (killing the child processes still busy after the close
+/// timeout), frees child tensors, stops lanes and the scheduler.
 fn shut_down(r: Running) -> Result<(), WorkerError> {
     let engine = r.engine;
     {
         let mut st = engine.state.lock();
         st.closing = true;
         engine.changed.notify_all();
+        let mut deadline = Instant::now().checked_add(r.close_timeout);
         while !st.runs.is_empty() {
-            engine.changed.wait(&mut st);
+            let Some(d) = deadline else {
+                engine.changed.wait(&mut st);
+                continue;
+            };
+            if !engine.changed.wait_until(&mut st, d).timed_out() || st.runs.is_empty() {
+                continue;
+            }
+            let reason = format!(
+                "close() found its task still running after close_timeout ({:?})",
+                r.close_timeout
+            );
+            for (lane, slot) in st.lanes.iter().enumerate() {
+                if let (true, None, Some(kill)) = (slot.busy, &slot.dead, &r.kill[lane]) {
+                    tracing::warn!(endpoint = %slot.describe, "close() kills a busy child process");
+                    kill.trip(&reason);
+                }
+            }
+            deadline = Instant::now().checked_add(KILL_AGAIN);
         }
     }
     let mut first = crate::child_memory::free_all(&engine);

@@ -523,25 +523,28 @@ fn a_chip_task_is_checked_against_its_signature_at_submit() {
     let (_, short) = f32_buffer(&w, &[0.0; 4]);
     let ran = Arc::new(AtomicUsize::new(0));
     let cases: Vec<(TaskArgs, &str)> = vec![
-        (TaskArgs::new().tensor(x.clone(), Tag::Input), "takes 3 arguments"),
+        (
+            TaskArgs::new().tensor(x.clone(), Tag::Input),
+            "takes 3 arguments",
+        ),
         (
             TaskArgs::new()
                 .tensor(x.clone(), Tag::Input)
                 .scalar(0)
                 .scalar(0),
-            "argument `y`",
+            "`y` of `add_one`",
         ),
         (
             TaskArgs::new()
                 .tensor(x.clone(), Tag::Input)
                 .tensor(y.clone(), Tag::Input)
                 .scalar(0),
-            "tagged INPUT",
+            "tag INPUT does not agree",
         ),
         (
             TaskArgs::new()
                 .tensor(x.clone(), Tag::Input)
-                .tensor(x.clone(), Tag::InOut)
+                .tensor(x.clone(), Tag::Output)
                 .scalar(0),
             "shares memory",
         ),
@@ -564,7 +567,7 @@ fn a_chip_task_is_checked_against_its_signature_at_submit() {
         let e = o
             .submit_next_level(&h, add_args(&x, &bytes, 0), &cfg(), 0)
             .unwrap_err();
-        assert!(e.to_string().contains("argument `y`: dtype is"), "{e}");
+        assert!(e.to_string().contains("(`y` of `add_one`) dtype is u8"), "{e}");
         Ok(())
     })
     .unwrap();

@@ -12,7 +12,7 @@ use std::time::Instant;
 use simpler_device::DevicePtr;
 use simpler_host::{Bundle, BundleCode, BundleKernel, CallConfig, CallableSpec, CodeImage};
 
-use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind};
+use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch};
 use crate::memory::{HostMemory, SharedRegion};
 use crate::process::link::Link;
 use crate::process::wire::{
@@ -209,6 +209,10 @@ impl Endpoint for ChipProcess {
 
     fn pid(&self) -> Option<u32> {
         Some(self.link.pid())
+    }
+
+    fn kill_switch(&self) -> Option<KillSwitch> {
+        Some(self.link.kill_switch())
     }
 
     fn register(&mut self, key: CallableKey, callable: &Callable) -> Result<(), EndpointError> {

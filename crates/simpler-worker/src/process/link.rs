@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::endpoint::EndpointError;
+use crate::endpoint::{EndpointError, KillSwitch};
 use crate::process::mailbox::{Mailbox, WaitEnd, MAILBOX_LEN};
 use crate::process::spawn::{describe_status, ChildProcess};
 use crate::process::wire::{decode, encode, Request, Response, Start};
@@ -15,12 +15,23 @@ use crate::WorkerError;
 /// How long a child has to exit after it is asked to, before it is killed.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-/// A started child: its process, its mailbox, and its death once seen.
+/// A started child: its process, its mailbox, its kill switch, and its death once seen.
 pub(crate) struct Link {
     name: String,
     mailbox: Mailbox,
     process: ChildProcess,
+    kill: KillSwitch,
     dead: Option<String>,
+}
+
+/// Why a wait for a response ended without one.
+enum Ended {
+    /// The child exited.
+    Exited,
+    /// The mailbox holds something malformed.
+    Broke(String),
+    /// The kill switch was tripped during the call.
+    Killed,
 }
 
 impl Link {
@@ -89,6 +100,7 @@ impl Link {
                     name: name.to_string(),
                     mailbox,
                     process,
+                    kill: KillSwitch::new(),
                     dead: None,
                 },
                 ready,
@@ -121,13 +133,18 @@ impl Link {
         self.process.pid()
     }
 
+    /// The switch that ends a call in flight by killing the child.
+    pub(crate) fn kill_switch(&self) -> KillSwitch {
+        self.kill.clone()
+    }
+
     /// Sends `request` and waits for its response, however long the child works, as long
-    /// as it lives.
+    /// as it lives and the kill switch is not tripped meanwhile.
     ///
     /// # Errors
     /// [`EndpointError::Died`] with the crash report when the child has died (now or
-    /// before) or its mailbox broke; [`EndpointError::Failed`] when the request could not be
-    /// staged.
+    /// before), its mailbox broke or the kill switch was tripped (the child is killed);
+    /// [`EndpointError::Failed`] when the request could not be staged.
     pub(crate) fn call(&mut self, request: &Request) -> Result<Response, EndpointError> {
         if let Some(report) = &self.dead {
             return Err(EndpointError::Died {
@@ -141,33 +158,46 @@ impl Link {
             )))
         })?;
         let process = &mut self.process;
+        let kill = &self.kill;
+        let armed = kill.trips();
         let waited = self.mailbox.wait_response(
             &posted,
             None,
-            || match process.poll_exit() {
-                Some(_) => Err(None),
-                None => Ok(()),
+            || {
+                if process.poll_exit().is_some() {
+                    Err(Ended::Exited)
+                } else if kill.trips() != armed {
+                    Err(Ended::Killed)
+                } else {
+                    Ok(())
+                }
             },
-            Some,
+            Ended::Broke,
         );
-        let broke = match waited {
+        let ended = match waited {
             Ok(bytes) => match decode::<Response>(&bytes, "response") {
                 Ok(response) => return Ok(response),
-                Err(text) => text,
+                Err(text) => Ended::Broke(text),
             },
-            Err(WaitEnd::Check(Some(text))) => text,
-            Err(WaitEnd::Check(None)) => return Err(self.died(None)),
+            Err(WaitEnd::Check(ended)) => ended,
             Err(WaitEnd::Timeout) => unreachable!("a wait without a deadline"),
         };
-        self.process.kill_and_reap();
-        Err(self.died(Some(broke)))
+        if !matches!(ended, Ended::Exited) {
+            self.process.kill_and_reap();
+        }
+        Err(self.died(ended))
     }
 
-    fn died(&mut self, broke: Option<String>) -> EndpointError {
-        let report = match broke {
-            None => self.process.report(),
-            Some(why) => format!(
+    fn died(&mut self, ended: Ended) -> EndpointError {
+        let report = match ended {
+            Ended::Exited => self.process.report(),
+            Ended::Broke(why) => format!(
                 "its mailbox broke ({why}), so it was killed: {}",
+                self.process.report()
+            ),
+            Ended::Killed => format!(
+                "it was killed during its call ({}): {}",
+                self.kill.reason(),
                 self.process.report()
             ),
         };
@@ -217,7 +247,7 @@ impl Link {
             return Err(EndpointError::Died { report });
         };
         if !status.success() {
-            return Err(self.died(None));
+            return Err(self.died(Ended::Exited));
         }
         match answer {
             Some(Response::Err(e)) => Err(EndpointError::Failed(e.into_worker())),

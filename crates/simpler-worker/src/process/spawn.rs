@@ -159,9 +159,11 @@ impl ChildProcess {
         if let Some(status) = self.poll_exit() {
             return status;
         }
-        // The stdin pipe's end alone would end a healthy child; SIGKILL ends any.
-        self.stdin = None;
+        // SIGKILL ends any child, and first: closing the stdin pipe would make a healthy
+        // one end itself (status 3) before the signal lands, and its report would not say
+        // it was killed.
         let _ = self.child.kill();
+        self.stdin = None;
         let status = self
             .child
             .wait()

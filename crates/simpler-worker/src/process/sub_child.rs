@@ -12,7 +12,7 @@ use std::time::Instant;
 use simpler_device::DevicePtr;
 use simpler_host::CallConfig;
 
-use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind};
+use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch};
 use crate::process::child::Connection;
 use crate::process::chip_child::{expect_ok, wire_tensor};
 use crate::process::link::Link;
@@ -88,6 +88,10 @@ impl Endpoint for SubProcess {
 
     fn pid(&self) -> Option<u32> {
         Some(self.link.pid())
+    }
+
+    fn kill_switch(&self) -> Option<KillSwitch> {
+        Some(self.link.kill_switch())
     }
 
     fn register(&mut self, key: CallableKey, callable: &Callable) -> Result<(), EndpointError> {
