@@ -517,6 +517,20 @@ impl Worker {
         }
     }
 
+    /// The endpoints of an initialized worker that died, in lane order (chips, then sub
+    /// workers): (endpoint, what is known of the death — for a child process its crash
+    /// report). Empty when every endpoint is alive, and before `init` or after `close`.
+    pub fn endpoint_failures(&self) -> Vec<(String, String)> {
+        let Ok(engine) = self.engine() else {
+            return Vec::new();
+        };
+        let st = engine.state.lock();
+        st.lanes
+            .iter()
+            .filter_map(|l| l.dead.as_ref().map(|d| (l.describe.clone(), d.clone())))
+            .collect()
+    }
+
     /// Closes the worker: waits for the runs in flight, frees the child tensors left,
     /// shuts every endpoint down and joins every thread. Closing again does nothing.
     ///
@@ -531,6 +545,15 @@ impl Worker {
             ));
         }
         self.close_from(Some(std::thread::current().id()))
+    }
+
+    /// [`close`](Worker::close) from any thread (a wrapper that starts no orchestration
+    /// and owns the worker alone, such as `crate::isolated::IsolatedChip`).
+    ///
+    /// # Errors
+    /// The first error of a shutdown (the worker is closed anyway).
+    pub(crate) fn close_any_thread(&self) -> Result<(), WorkerError> {
+        self.close_from(None)
     }
 
     /// Closes; `caller` is checked against the init thread unless `None` (drop).

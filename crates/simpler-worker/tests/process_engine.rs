@@ -35,17 +35,41 @@ fn chips_in_child_processes_run_fail_alone_and_leave_nothing() {
     let xm: Arc<dyn HostMemory> = xr.clone();
     let ym: Arc<dyn HostMemory> = yr.clone();
     let x = Tensor::new(Memory::Host(xm), &[N as u64], DataType::Float32).unwrap();
-    let y = |c: u64| Tensor::view(Memory::Host(ym.clone()), c * N as u64 * 4, &[N as u64], &[1], DataType::Float32).unwrap();
-    let args = |y: Tensor, mode: u64| TaskArgs::new().tensor(x.clone(), Tag::Input).tensor(y, Tag::Output).scalar(mode);
+    let y = |c: u64| {
+        Tensor::view(
+            Memory::Host(ym.clone()),
+            c * N as u64 * 4,
+            &[N as u64],
+            &[1],
+            DataType::Float32,
+        )
+        .unwrap()
+    };
+    let args = |y: Tensor, mode: u64| {
+        TaskArgs::new()
+            .tensor(x.clone(), Tag::Input)
+            .tensor(y, Tag::Output)
+            .scalar(mode)
+    };
     let cfg = CallConfig::default();
-    let report = w.run(|o| {
-        o.submit_next_level(&chip, args(y(0), AFFINE), &cfg, 0)?;
-        o.submit_next_level(&chip, args(y(1), AFFINE), &cfg, 1)?;
-        // An intermediate from the heap ring crosses to a child as well.
-        let mid = o.alloc(&[N as u64], DataType::Float32)?;
-        o.submit_next_level(&chip, TaskArgs::new().tensor(y(0), Tag::Input).tensor(mid, Tag::Output).scalar(AFFINE), &cfg, 1)?;
-        Ok(())
-    }).unwrap();
+    let report = w
+        .run(|o| {
+            o.submit_next_level(&chip, args(y(0), AFFINE), &cfg, 0)?;
+            o.submit_next_level(&chip, args(y(1), AFFINE), &cfg, 1)?;
+            // An intermediate from the heap ring crosses to a child as well.
+            let mid = o.alloc(&[N as u64], DataType::Float32)?;
+            o.submit_next_level(
+                &chip,
+                TaskArgs::new()
+                    .tensor(y(0), Tag::Input)
+                    .tensor(mid, Tag::Output)
+                    .scalar(AFFINE),
+                &cfg,
+                1,
+            )?;
+            Ok(())
+        })
+        .unwrap();
     assert_eq!((report.tasks, report.edges), (3, 1));
     let out = read_f32(&yr, 0, 2 * N);
     for i in 0..N {
@@ -56,26 +80,53 @@ fn chips_in_child_processes_run_fail_alone_and_leave_nothing() {
     let private: Arc<dyn HostMemory> = Arc::new(VecMemory::new(vec![0; N * 4]));
     let p = Tensor::new(Memory::Host(private), &[N as u64], DataType::Float32).unwrap();
     let err = w.run(|o| {
-        let e = o.submit_next_level(&chip, TaskArgs::new().tensor(p.clone(), Tag::Input).tensor(y(0), Tag::Output).scalar(0), &cfg, 0).unwrap_err();
-        assert!(e.to_string().contains("`args[0]`") && e.to_string().contains("create_buffer"), "{e}");
+        let e = o
+            .submit_next_level(
+                &chip,
+                TaskArgs::new()
+                    .tensor(p.clone(), Tag::Input)
+                    .tensor(y(0), Tag::Output)
+                    .scalar(0),
+                &cfg,
+                0,
+            )
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("`args[0]`") && e.to_string().contains("create_buffer"),
+            "{e}"
+        );
         Ok(())
     });
     err.unwrap();
     // Chip 0's child crashes.
-    let err = w.run(|o| {
-        o.submit_next_level(&chip, args(y(0), SEGV), &cfg, 0)?;
-        o.submit_next_level(&chip, args(y(1), AFFINE), &cfg, 1)?;
-        Ok(())
-    }).unwrap_err();
+    let err = w
+        .run(|o| {
+            o.submit_next_level(&chip, args(y(0), SEGV), &cfg, 0)?;
+            o.submit_next_level(&chip, args(y(1), AFFINE), &cfg, 1)?;
+            Ok(())
+        })
+        .unwrap_err();
     eprintln!("crash: {err}");
     assert_eq!(err.root_cause().kind(), "ENDPOINT_FAILURE");
     assert!(err.to_string().contains("chip 0"), "{err}");
-    let e = w.run(|o| o.submit_next_level(&chip, args(y(0), AFFINE), &cfg, 0).map(|_| ())).unwrap_err();
+    let e = w
+        .run(|o| {
+            o.submit_next_level(&chip, args(y(0), AFFINE), &cfg, 0)
+                .map(|_| ())
+        })
+        .unwrap_err();
     assert!(e.to_string().contains("refused"), "{e}");
-    w.run(|o| o.submit_next_level(&chip, args(y(1), AFFINE), &cfg, 1).map(|_| ())).unwrap();
+    w.run(|o| {
+        o.submit_next_level(&chip, args(y(1), AFFINE), &cfg, 1)
+            .map(|_| ())
+    })
+    .unwrap();
     w.close().unwrap();
     for (_, pid) in pids {
-        assert!(gone_within(pid, Duration::from_secs(5)), "child {pid} is gone");
+        assert!(
+            gone_within(pid, Duration::from_secs(5)),
+            "child {pid} is gone"
+        );
     }
     assert_eq!(children(), before);
 }
