@@ -380,7 +380,7 @@ impl Worker {
                         Some(p) => p.clone(),
                         None => crate::process::ChildProgram::for_rust()?,
                     };
-                    crate::process::spawn_chip(i, config, &program, deadline)?
+                    crate::process::spawn_chip(i, o.device_id(i), config, &program, deadline)?
                 }
             };
             out.push(ep);
