@@ -415,7 +415,7 @@ impl Worker {
         let engine = self.engine()?;
         if in_orchestration(self.uid) {
             return Err(WorkerError::InvalidState(
-                "Worker::submit cannot be called inside an orchestration function".into(),
+                "submit() cannot be called inside an orchestration function".into(),
             ));
         }
         let _serial = engine.orchestrating.lock();

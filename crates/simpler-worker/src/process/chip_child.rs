@@ -178,7 +178,8 @@ pub(crate) fn wire_tensor(
         .ok_or_else(|| WorkerError::InvalidArgument {
             arg: format!("args[{i}]"),
             reason: "its host memory is private to this process, so a child process cannot see \
-                 it; allocate it with Worker::create_buffer or orch.alloc"
+                 it; use shared memory: a create_buffer buffer or an orch.alloc tensor (or a \
+                 view of one)"
                 .into(),
         })?;
     Ok(WireTensor {
