@@ -113,6 +113,9 @@ class Worker:
     ``sim_executor`` (``"pool"``: the sim's cores and AICPU threads are fibers on the process's
     shared pool of worker threads; ``"threads"``: one OS thread each; default ``"pool"``, or
     ``SIMPLER_SIM_EXECUTOR``). A bad value of either raises ``InvalidConfigError`` naming it.
+    ``chip_isolation``: ``"thread"`` (the default: the chip runs in this process) or
+    ``"process"``: the chip runs in a child process, and ``Worker(...)`` makes a
+    :class:`~simpler.IsolatedWorker` (``python/simpler/isolated_worker.py``).
     """
 
     def __new__(cls, level: int = 2, **config: Any) -> "Worker":
