@@ -637,6 +637,25 @@ fn assert_send_sync() {
 
 impl Drop for Worker {
     fn drop(&mut self) {
+        if crate::lane::in_lane_of(self.uid) {
+            // Dropped by one of its own tasks (a sub closure held the last reference):
+            // closing here would wait for that very task, so another thread closes.
+            let running = match std::mem::replace(&mut *self.life.lock(), Life::Closed) {
+                Life::Running(r) => r,
+                _ => return,
+            };
+            let closing = std::thread::Builder::new()
+                .name("simpler-close".into())
+                .spawn(move || {
+                    if let Err(e) = shut_down(running) {
+                        tracing::warn!(error = %e, "closing a worker dropped by its task");
+                    }
+                });
+            if let Err(e) = closing {
+                tracing::error!(error = %e, "a worker dropped by its task cannot be closed");
+            }
+            return;
+        }
         if let Err(e) = self.close_from(None) {
             tracing::warn!(error = %e, "closing a dropped worker");
         }
