@@ -1,10 +1,11 @@
 """Attacks on the level-3 worker from Python: ids and shapes past what the engine can count,
-scalars out of their declared range, tensors a chip cannot take, unregister refused while a
-run is built or in flight, sub functions that never return, exit, raise BaseExceptions or
-write their inputs, children killed while idle, a child that crashes at start, many
-threads at once, the parent SIGKILLed, and 200 runs over four chip processes that must not
-grow this process's descriptors, threads or children (docs/python.md §11,
-docs/l3-worker.md §5, §8)."""
+tensors and scalars that disagree with the chip signature, unregister refused while a run is
+built or in flight, sub functions that never return, exit, raise BaseExceptions or write
+their inputs, Ctrl-C through a submit or registration blocked behind hung tasks, close racing
+with another thread's orchestration or registration, children killed while idle, a child
+that crashes at start, many threads at once, the parent SIGKILLed, and 200 runs over four chip
+processes that must not grow this process's descriptors, threads or children (docs/python.md
+§11, docs/l3-worker.md §5, §8)."""
 
 import gc
 import os

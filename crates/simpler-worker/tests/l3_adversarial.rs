@@ -1,9 +1,11 @@
 //! Attacks on the level-3 engine from outside: operands naming chips that do not exist,
-//! views a chip cannot take, many threads submitting at once, an orchestration waiting on
-//! the run before it, sub worker processes that never return, exit mid-task or are killed
-//! while idle, a start that fails half-way, and 200 runs over four chip processes that must
-//! not grow this process's descriptors, threads or children (`docs/l3-worker.md` §1, §2,
-//! §5, §8).
+//! views a chip cannot take, tasks that disagree with their chip callable's signature, many
+//! threads submitting at once, an orchestration waiting on the run before it, a submit or a
+//! registration blocked behind busy runs and given up by its check, a task calling back into
+//! its worker (and dropping it), sub worker processes that never return, exit mid-task or
+//! are killed while idle, a start that fails half-way, and 200 runs over four chip processes
+//! that must not grow this process's descriptors, threads or children (`docs/l3-worker.md`
+//! §1, §2, §5, §8).
 
 mod common;
 mod process_common;
