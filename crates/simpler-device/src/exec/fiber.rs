@@ -67,10 +67,11 @@ pub(crate) struct Task {
     /// Address of the coroutine's `Yielder`, set when the body starts (0 before).
     yielder: AtomicUsize,
     /// Deadline of the fiber's current timed park, nanoseconds on the pool's clock (0:
-    /// none), and whether the pool's timer heap holds an entry for the fiber: one entry at
-    /// most, re-armed when it comes due early (`pool::Pool::arm_timer`).
+    /// none), and the due time of the fiber's live entry in the pool's timer heap (0:
+    /// none; other entries of the fiber there are stale), re-armed when it comes due
+    /// early and replaced when a park ends earlier (`pool::Pool::arm_timer`).
     pub(crate) deadline_ns: AtomicU64,
-    pub(crate) in_heap: std::sync::atomic::AtomicBool,
+    pub(crate) timer_at: AtomicU64,
     /// Set while the fiber runs a blocking section: its waits block the worker thread
     /// it runs on instead of suspending the fiber.
     pub(crate) blocking: std::sync::atomic::AtomicBool,
@@ -108,7 +109,7 @@ impl Task {
             body: Mutex::new(None),
             yielder: AtomicUsize::new(0),
             deadline_ns: AtomicU64::new(0),
-            in_heap: std::sync::atomic::AtomicBool::new(false),
+            timer_at: AtomicU64::new(0),
             blocking: std::sync::atomic::AtomicBool::new(false),
             urgent,
             name,

@@ -314,23 +314,42 @@ impl Pool {
         None
     }
 
-    /// Records that `task` parks until `at` (None: untimed), keeping at most one heap entry
-    /// per fiber: an entry due before the park's deadline is re-armed when it comes due.
+    /// Records that `task` parks until `at` (None: untimed). The fiber's live heap entry
+    /// (`Task::timer_at`) is kept when it is due by the new deadline (it re-arms itself
+    /// when it comes due early); a new entry is pushed when there is none or it is due
+    /// later than the new deadline, and the later one goes stale (dropped when it comes
+    /// due). Keeping a later entry would sleep the park past its deadline: a 50 µs sleep
+    /// after a 20 ms doorbell park that was rung early would last until the 20 ms entry.
     fn arm_timer(&self, at: Option<Instant>, task: &Arc<Task>) {
         let Some(at) = at else {
-            task.deadline_ns.store(0, Ordering::Release);
+            task.deadline_ns.store(0, Ordering::SeqCst);
             return;
         };
         let ns = self.nanos(at);
-        task.deadline_ns.store(ns, Ordering::Release);
-        if task.in_heap.swap(true, Ordering::AcqRel) {
+        // SeqCst with `fire_timers`' clear of `timer_at` and read of the deadline: either
+        // this read sees the clear (and arms below) or that read sees this deadline.
+        task.deadline_ns.store(ns, Ordering::SeqCst);
+        let live = task.timer_at.load(Ordering::SeqCst);
+        if live != 0 && live <= ns {
             return;
         }
-        self.push_timer(ns, task.clone());
+        self.push_timer_if_later(ns, task);
     }
 
-    fn push_timer(&self, ns: u64, task: Arc<Task>) {
-        self.timers.lock().push(Timer { at: ns, task });
+    /// Pushes an entry for `task` at `ns` unless its live entry is due by then.
+    fn push_timer_if_later(&self, ns: u64, task: &Arc<Task>) {
+        {
+            let mut heap = self.timers.lock();
+            let live = task.timer_at.load(Ordering::SeqCst);
+            if live != 0 && live <= ns {
+                return;
+            }
+            task.timer_at.store(ns, Ordering::SeqCst);
+            heap.push(Timer {
+                at: ns,
+                task: task.clone(),
+            });
+        }
         if ns < self.next_timer.fetch_min(ns, Ordering::AcqRel) {
             // Sleeping workers may sleep past it.
             self.queue.wake_all();
@@ -351,19 +370,23 @@ impl Pool {
         {
             let mut heap = self.timers.lock();
             while heap.peek().is_some_and(|t| t.at <= now) {
-                due.extend(heap.pop());
+                let Some(t) = heap.pop() else { break };
+                // Only the fiber's live entry counts; one replaced by an earlier is stale.
+                if t.task.timer_at.load(Ordering::SeqCst) == t.at {
+                    t.task.timer_at.store(0, Ordering::SeqCst);
+                    due.push(t);
+                }
             }
             let n = heap.peek().map_or(u64::MAX, |t| t.at);
             self.next_timer.store(n, Ordering::Release);
         }
         for t in due {
-            let d = t.task.deadline_ns.load(Ordering::Acquire);
+            let d = t.task.deadline_ns.load(Ordering::SeqCst);
             if d != 0 && d > now {
                 // Parked again since, until later: look again then.
-                self.push_timer(d, t.task);
+                self.push_timer_if_later(d, &t.task);
                 continue;
             }
-            t.task.in_heap.store(false, Ordering::Release);
             if d != 0 {
                 self.wake(&t.task);
             }
@@ -533,5 +556,47 @@ impl Pool {
                 self.look_at(&s, stall_ticks, cohort_ticks);
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::{Duration, Instant};
+
+    use crate::exec::{park, DeviceThread, ExecutorKind, Waiter};
+
+    /// A fiber woken early from a long timed park (a doorbell park of 20 ms rung at once)
+    /// then sleeps briefly: the sleep ends at its own deadline, not at the long park's.
+    #[test]
+    fn a_short_timed_park_after_a_long_one_woken_early_ends_on_time() {
+        let (tx, rx) = mpsc::channel();
+        let t = DeviceThread::spawn(ExecutorKind::Pool, "timer-test".into(), false, move || {
+            let woken = Arc::new(AtomicBool::new(false));
+            let (w, flag) = (Waiter::current(), woken.clone());
+            let waker = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(5));
+                flag.store(true, Ordering::Release);
+                w.wake();
+            });
+            let long = Instant::now() + Duration::from_secs(5);
+            while !woken.load(Ordering::Acquire) && Instant::now() < long {
+                park(Some(long));
+            }
+            let early = Instant::now() < long;
+            waker.join().unwrap();
+            let start = Instant::now();
+            crate::exec::sleep(Duration::from_millis(1));
+            tx.send((early, start.elapsed())).unwrap();
+        })
+        .unwrap();
+        let (early, slept) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        t.join();
+        assert!(early, "the long park was not woken early");
+        assert!(
+            slept < Duration::from_secs(1),
+            "a 1 ms sleep lasted {slept:?}: it waited for the earlier park's timer"
+        );
     }
 }
