@@ -18,7 +18,8 @@ A short session::
 Everything public is importable from this module; see ``Worker``, ``TaskArgs``,
 ``KernelCompiler``, ``ChipCallable`` and ``simpler.testing`` (scene tests). ``Worker(level=3,
 ...)`` drives several chips and sub workers from a Python orchestration (``HostWorker``,
-``Orchestrator``).
+``Orchestrator``); ``Worker(level=2, chip_isolation="process")`` runs the chip in a child
+process (``IsolatedWorker``).
 """
 
 from . import _native
@@ -28,6 +29,7 @@ from .config import CallConfig, RuntimeEnv
 from .errors import *  # noqa: F401,F403 - the exception classes are part of the API
 from .errors import __all__ as _error_names
 from .host_worker import HostRunHandle, HostRunReport, HostWorker, SharedBuffer
+from .isolated_worker import IsolatedWorker
 from .orchestrator import Orchestrator
 from .tensor import Buffer, ChildTensor, TaskArgs, Tensor, as_array
 from .types import ArgDirection, ArgSpec, DataType, TensorArgType, scalar_to_uint64
@@ -40,6 +42,7 @@ __all__ = [
     "RunHandle",
     "RunReport",
     "HostWorker",
+    "IsolatedWorker",
     "HostRunHandle",
     "HostRunReport",
     "Orchestrator",

@@ -1,7 +1,7 @@
-"""The program of a level-3 worker's child processes: ``python -m simpler._child``.
+"""The program of a worker's child processes: ``python -m simpler._child``.
 
-A :class:`~simpler.Worker` of level 3 starts it (never by hand) for each chip of
-``chip_isolation="process"`` and for each sub worker, with its role and mailbox in the
+A :class:`~simpler.Worker` starts it (never by hand) for each chip of
+``chip_isolation="process"`` (level 2 or 3) and for each sub worker, with its role and mailbox in the
 environment (``SIMPLER_CHILD_*``) and the parent's ``sys.path`` as ``PYTHONPATH``, so
 functions pickled by reference import here as they did in the parent.
 

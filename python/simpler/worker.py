@@ -113,14 +113,22 @@ class Worker:
     ``sim_executor`` (``"pool"``: the sim's cores and AICPU threads are fibers on the process's
     shared pool of worker threads; ``"threads"``: one OS thread each; default ``"pool"``, or
     ``SIMPLER_SIM_EXECUTOR``). A bad value of either raises ``InvalidConfigError`` naming it.
+    ``chip_isolation``: ``"thread"`` (the default: the chip runs in this process) or
+    ``"process"``: the chip runs in a child process, and ``Worker(...)`` makes a
+    :class:`~simpler.IsolatedWorker` (``python/simpler/isolated_worker.py``).
     """
 
     def __new__(cls, level: int = 2, **config: Any) -> "Worker":
-        # Level 3 and above is one engine (python/simpler/host_worker.py); level 2 is this class.
+        # Level 3 and above is one engine (python/simpler/host_worker.py); level 2 is this class,
+        # and its chip in a child process is python/simpler/isolated_worker.py.
         if cls is Worker and isinstance(level, int) and not isinstance(level, bool) and level >= 3:
             from .host_worker import HostWorker
 
             return super().__new__(HostWorker)
+        if cls is Worker and level == 2 and config.get("chip_isolation") == "process":
+            from .isolated_worker import IsolatedWorker
+
+            return super().__new__(IsolatedWorker)
         return super().__new__(cls)
 
     def __init__(self, level: int = 2, **config: Any) -> None:
@@ -148,16 +156,13 @@ class Worker:
                 )
         if config.pop("enable_sdma", False):
             raise UnsupportedError("enable_sdma: there is no SDMA engine on the sim platform")
+        # "process" is python/simpler/isolated_worker.py (Worker.__new__ makes one).
         isolation = config.pop("chip_isolation", "thread")
-        if isolation == "process":
-            raise UnsupportedError(
-                "chip_isolation='process': a chip in a child process is a level-3 worker's: "
-                f"Worker(level=3, device_ids=[{self.device_id!r}], chip_isolation='process')"
-            )
         if isolation != "thread":
             raise InvalidConfigError(
                 f"chip_isolation must be 'thread' or 'process', got {isolation!r}"
             )
+        self.chip_isolation = "thread"
         for key in _IGNORED_POSITIVE:
             value = config.pop(key, None)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):

@@ -72,8 +72,9 @@ def test_unsupported_configurations():
         Worker(level=1)
     with pytest.raises(NotImplementedError, match="level=3"):
         Worker(level=2, device_ids=[0, 1])
-    with pytest.raises(NotImplementedError, match=r"level=3, device_ids=\[0\]"):
-        Worker(level=2, chip_isolation="process")
+    isolated = Worker(level=2, chip_isolation="process")  # test_l2_process.py runs one
+    assert type(isolated).__name__ == "IsolatedWorker" and not isolated.initialized
+    isolated.close()
     with pytest.raises(ValueError, match="chip_isolation"):
         Worker(level=2, chip_isolation="fork")
     Worker(level=2, chip_isolation="thread").close()

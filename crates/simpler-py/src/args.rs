@@ -68,9 +68,9 @@ impl NativeHostTensor {
 /// A device tensor argument: memory from `malloc`, passed to the run in place.
 #[pyclass(module = "simpler._native", name = "DeviceTensor", frozen)]
 pub struct NativeDeviceTensor {
-    address: u64,
-    shape: Vec<u64>,
-    dtype: DataType,
+    pub(crate) address: u64,
+    pub(crate) shape: Vec<u64>,
+    pub(crate) dtype: DataType,
 }
 
 #[pymethods]
@@ -133,7 +133,7 @@ impl NativeRawScalar {
 
 /// A Python number as a scalar value (`bool` counts as an integer); `None` for anything
 /// else. `name` names the argument when the integer does not fit 128 bits.
-fn scalar_value(
+pub(crate) fn scalar_value(
     py: Python<'_>,
     name: &str,
     item: &Bound<'_, PyAny>,

@@ -38,6 +38,17 @@ pub struct NativeRunReport {
     total_time_s: f64,
 }
 
+impl NativeRunReport {
+    /// A report of epoch `epoch` with these times, in seconds.
+    pub(crate) fn new(epoch: u64, device_time_s: f64, total_time_s: f64) -> NativeRunReport {
+        NativeRunReport {
+            epoch,
+            device_time_s,
+            total_time_s,
+        }
+    }
+}
+
 impl From<&simpler_host::RunReport> for NativeRunReport {
     fn from(r: &simpler_host::RunReport) -> NativeRunReport {
         NativeRunReport {

@@ -12,7 +12,9 @@
 //!   becomes a tensor over that shared memory — which child processes map — instead of a
 //!   private array.
 //!
-//! [`host_tensor`] turns a numpy array into a task tensor by these rules. This module reads
+//! [`host_tensor`] turns a numpy array into a task tensor by these rules ([`private_tensor`]
+//! always lends it as private memory: a level-2 run in a child process copies it through the
+//! mailbox). This module reads
 //! what numpy says of an array (`__array_interface__`: address, shape, strides, read-only
 //! flag); what a task may do with the tensor is the engine's check (`simpler-worker`).
 
@@ -340,16 +342,29 @@ pub(crate) fn host_tensor(
             let base = view.memory.as_ptr() as usize;
             (view.memory.clone(), v.addr - base)
         }
-        None => (
-            Arc::new(ArrayHostMemory {
-                _owner: obj.clone().unbind(),
-                ptr: v.addr as *mut u8,
-                len: v.span,
-                read_only: v.readonly,
-            }),
-            0,
-        ),
+        None => (lent(obj, &v), 0),
     };
+    view_tensor(py, memory, offset, &v, dtype, arg)
+}
+
+/// The array `obj` described by `v`, lent in place as private memory.
+fn lent(obj: &Bound<'_, PyAny>, v: &ArrayView) -> Arc<dyn HostMemory> {
+    Arc::new(ArrayHostMemory {
+        _owner: obj.clone().unbind(),
+        ptr: v.addr as *mut u8,
+        len: v.span,
+        read_only: v.readonly,
+    })
+}
+
+fn view_tensor(
+    py: Python<'_>,
+    memory: Arc<dyn HostMemory>,
+    offset: usize,
+    v: &ArrayView,
+    dtype: DataType,
+    arg: &str,
+) -> PyResult<Tensor> {
     Tensor::view(
         Memory::Host(memory),
         offset as u64,
@@ -361,4 +376,19 @@ pub(crate) fn host_tensor(
         WorkerError::InvalidArgument { reason, .. } => error::invalid_argument(py, arg, reason),
         other => error::worker_error(py, other),
     })
+}
+
+/// A tensor over the numpy array `obj` of `dtype`, lent in place as private memory (for a
+/// level-2 run in a child process, which copies it through the mailbox); read-only when
+/// numpy says the array is. `arg` names it in errors.
+///
+/// # Errors
+/// As [`array_view`].
+pub(crate) fn private_tensor(
+    obj: &Bound<'_, PyAny>,
+    dtype: DataType,
+    arg: &str,
+) -> PyResult<Tensor> {
+    let v = array_view(obj, dtype.size_bytes(), arg)?;
+    view_tensor(obj.py(), lent(obj, &v), 0, &v, dtype, arg)
 }

@@ -29,7 +29,10 @@
 //!   [`SharedMemory`](host_memory::NativeSharedMemory): a task's arguments and the memory
 //!   they name (numpy arrays in place, shared memory children map);
 //! - [`SubChild`](sub_child::NativeSubChild) and `serve_chip_child`: the child side, for
-//!   `python -m simpler._child`.
+//!   `python -m simpler._child`;
+//! - [`IsolatedChipWorker`](isolated::NativeIsolatedWorker) and its
+//!   [`IsolatedRunHandle`](isolated::NativeIsolatedRunHandle): one chip in a child process
+//!   with the `ChipWorker` methods, for `Worker(level=2, chip_isolation="process")`.
 //!
 //! Values cross as these classes with named getters, never as positional tuples. The host
 //! (`simpler-host`) is the one validator of options and arguments; this crate only converts
@@ -49,6 +52,7 @@ mod handle;
 mod host_handle;
 mod host_memory;
 mod host_worker;
+mod isolated;
 mod orchestrator;
 mod sub_child;
 mod task_args;
@@ -79,6 +83,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<host_worker::NativeHostCallable>()?;
     m.add_class::<host_handle::NativeHostRunHandle>()?;
     m.add_class::<host_handle::NativeHostRunReport>()?;
+    m.add_class::<isolated::NativeIsolatedWorker>()?;
+    m.add_class::<isolated::NativeIsolatedRunHandle>()?;
     m.add_class::<orchestrator::NativeOrchestrator>()?;
     m.add_class::<sub_child::NativeSubChild>()?;
     m.add_class::<sub_child::NativeSubRequest>()?;

@@ -11,6 +11,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use simpler_device::DevicePtr;
@@ -66,12 +67,14 @@ pub(crate) enum WorkItem {
 
 /// What lanes (and the engine) tell the scheduler.
 pub(crate) enum Event {
-    /// A task member ended on `lane`; `result` is the member's cause of failure, if any.
+    /// A task member ended on `lane`; `result` is the member's cause of failure, if any;
+    /// `took` is the wall time of its callable's run (zero for a copy).
     Done {
         lane: usize,
         run: u64,
         task: TaskId,
         result: Result<(), WorkerError>,
+        took: Duration,
     },
     /// The endpoint of `lane` died; `report` is what is known.
     Died { lane: usize, report: String },
@@ -139,12 +142,20 @@ impl Lane {
         for item in items {
             match item {
                 WorkItem::Task { run, task, op } => {
+                    let timed = matches!(op, TaskOp::Run { .. });
+                    let began = Instant::now();
                     let result = self.call(|ep| run_op(ep, op));
+                    let took = if timed {
+                        began.elapsed()
+                    } else {
+                        Duration::ZERO
+                    };
                     let _ = self.events.send(Event::Done {
                         lane: self.index,
                         run,
                         task,
                         result: result.map(|_| ()),
+                        took,
                     });
                 }
                 WorkItem::Control { op, reply } => {

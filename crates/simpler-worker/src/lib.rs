@@ -23,6 +23,9 @@
 //! - **Endpoints**: [`endpoint`] (the one trait), `chip_local` (a chip in this process),
 //!   `sub_thread` (a sub worker thread), `chip_args` (a chip task's arguments as a chip run
 //!   takes them), [`process`] (endpoints in child processes and the child side).
+//! - **Level 2 in a child process**: `isolated` ([`IsolatedChip`]: one chip in a child
+//!   process behind level 2's calls, each run staged through device memory as engine
+//!   tasks).
 //! - **Errors**: `error` ([`WorkerError`]).
 //!
 //! It drives chips only through [`simpler_host::ChipWorker`] (in this process or in a child
@@ -39,6 +42,7 @@ mod engine;
 mod error;
 mod graph;
 mod host_view;
+mod isolated;
 mod lane;
 pub mod memory;
 mod options;
@@ -59,6 +63,9 @@ pub use endpoint::{
     Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch, SubArgs, SubClosure,
 };
 pub use error::WorkerError;
+pub use isolated::{
+    ChipHealth, IsolatedArg, IsolatedChip, IsolatedOptions, IsolatedReport, IsolatedRunHandle,
+};
 pub use memory::{HostMemory, SharedMemoryError, SharedRef, SharedRegion, VecMemory};
 pub use options::{ChipIsolation, SubWorkers, WorkerOptions, MIN_HEAP_RING_SIZE};
 pub use orchestrator::Orchestrator;

@@ -114,7 +114,9 @@ impl WorkerOptions {
         let subs = self.sub_workers.count();
         if !matches!(self.sub_workers, SubWorkers::None) && subs == 0 {
             return bad(
-                "sub_workers: a count of 0; use SubWorkers::None for no sub workers".into(),
+                "sub_workers: a pool of 0 sub workers; for none, leave sub_workers at its \
+                 default (no sub workers)"
+                    .into(),
             );
         }
         if self.chips.is_empty() && subs == 0 {

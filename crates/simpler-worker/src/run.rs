@@ -33,6 +33,10 @@ pub struct RunReport {
     pub edges: usize,
     /// From `Worker::submit` to the run's end.
     pub total_time: Duration,
+    /// The wall time its chip tasks' callables ran, summed over tasks and group members:
+    /// each measured on its lane around the endpoint's run call (copies not counted). For a
+    /// chip in a child process it includes the request's trip through the mailbox.
+    pub chip_time: Duration,
 }
 
 /// The outcome of one run, shared by the engine and every handle.
@@ -174,6 +178,8 @@ pub(crate) struct Run {
     pub(crate) scopes: Vec<Vec<usize>>,
     /// Heap allocations, by memory identity.
     pub(crate) allocs: HashMap<usize, HeapAlloc>,
+    /// The summed wall time of its chip tasks' callable runs so far.
+    pub(crate) chip_time: Duration,
 }
 
 impl Run {
@@ -193,6 +199,7 @@ impl Run {
             error: None,
             scopes: vec![Vec::new()],
             allocs: HashMap::new(),
+            chip_time: Duration::ZERO,
         }
     }
 
@@ -226,6 +233,7 @@ impl Run {
                 tasks: self.graph.len(),
                 edges: self.graph.edges(),
                 total_time: self.started.elapsed(),
+                chip_time: self.chip_time,
             }),
         }
     }

@@ -53,7 +53,8 @@ fn handle(engine: &Engine, st: &mut State, event: Event) -> bool {
             run,
             task,
             result,
-        } => member_done(engine, st, lane, run, task, result),
+            took,
+        } => member_done(engine, st, lane, run, task, result, took),
         Event::Died { lane, report } => {
             st.lanes[lane].dead.get_or_insert(report);
         }
@@ -70,6 +71,7 @@ fn member_done(
     run: u64,
     task: TaskId,
     result: Result<(), WorkerError>,
+    took: std::time::Duration,
 ) {
     st.lanes[lane].busy = false;
     let describe = st.lanes[lane].describe.clone();
@@ -77,6 +79,9 @@ fn member_done(
     let Some(r) = runs.iter_mut().find(|r| r.id == run) else {
         panic!("a member of task {task} ended for run {run}, which is not in flight");
     };
+    if lane < engine.chips {
+        r.chip_time += took;
+    }
     let t = r.graph.task_mut(task);
     if let Err(cause) = result {
         t.error.get_or_insert_with(|| WorkerError::TaskFailed {

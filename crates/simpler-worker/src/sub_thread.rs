@@ -57,7 +57,7 @@ impl Endpoint for SubThread {
                 arg: "callable".into(),
                 reason: format!(
                     "{other:?} cannot run on a sub worker thread, which runs Rust closures; \
-                     a serialized callable needs sub worker processes (SubWorkers::Processes)"
+                     a serialized callable needs sub worker processes"
                 ),
             })),
         }

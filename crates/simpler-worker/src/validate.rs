@@ -94,8 +94,8 @@ pub(crate) fn sub_group(members: usize, subs: usize) -> Result<(), WorkerError> 
 /// # Errors
 /// [`WorkerError::InvalidArgument`] naming `arg`: a view past its memory, a view that is
 /// not C-order contiguous going to a chip, device memory of another chip (or in a sub
-/// task), host memory a child process cannot see (the fix:
-/// `Worker::create_buffer` or `orch.alloc`), a written tensor over read-only memory.
+/// task), host memory a child process cannot see (the fix: a `create_buffer` buffer or an
+/// `orch.alloc` tensor), a written tensor over read-only memory.
 pub(crate) fn tensor(arg: &str, t: &Tensor, writes: bool, dest: Dest) -> Result<(), WorkerError> {
     match t.byte_span() {
         Some((_, end)) if end <= t.memory_len() => {}
@@ -154,8 +154,8 @@ pub(crate) fn tensor(arg: &str, t: &Tensor, writes: bool, dest: Dest) -> Result<
                     arg,
                     format!(
                         "this host memory is private to this process and {who} in a child \
-                         process that cannot see it; allocate it with Worker::create_buffer or \
-                         orch.alloc"
+                         process that cannot see it; use shared memory: a create_buffer buffer \
+                         or an orch.alloc tensor (or a view of one)"
                     ),
                 ));
             }
@@ -321,9 +321,10 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("`args[1]`"), "{text}");
         assert!(
-            text.contains("Worker::create_buffer") && text.contains("orch.alloc"),
+            text.contains("a create_buffer buffer or an orch.alloc tensor"),
             "{text}"
         );
+        assert!(!text.contains("::"), "names valid in every binding: {text}");
         let err = task_args("args_list[2]", &args, Dest::Sub { process: true }).unwrap_err();
         assert!(err.to_string().contains("`args_list[2][1]`"), "{err}");
         // In threads, or over shared memory, it is fine.

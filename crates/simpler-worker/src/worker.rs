@@ -407,7 +407,7 @@ impl Worker {
                         Some(p) => p.clone(),
                         None => crate::process::ChildProgram::for_rust()?,
                     };
-                    crate::process::spawn_chip(i, config, &program, deadline)?
+                    crate::process::spawn_chip(i, o.device_id(i), config, &program, deadline)?
                 }
             };
             out.push(ep);
@@ -461,7 +461,7 @@ impl Worker {
         let engine = self.engine()?;
         if in_orchestration(self.uid) {
             return Err(WorkerError::InvalidState(
-                "Worker::submit cannot be called inside an orchestration function".into(),
+                "submit() cannot be called inside an orchestration function".into(),
             ));
         }
         if crate::lane::in_lane_of(self.uid) {
@@ -579,6 +579,20 @@ impl Worker {
         }
     }
 
+    /// The endpoints of an initialized worker that died, in lane order (chips, then sub
+    /// workers): (endpoint, what is known of the death — for a child process its crash
+    /// report). Empty when every endpoint is alive, and before `init` or after `close`.
+    pub fn endpoint_failures(&self) -> Vec<(String, String)> {
+        let Ok(engine) = self.engine() else {
+            return Vec::new();
+        };
+        let st = engine.state.lock();
+        st.lanes
+            .iter()
+            .filter_map(|l| l.dead.as_ref().map(|d| (l.describe.clone(), d.clone())))
+            .collect()
+    }
+
     /// Closes the worker: waits for the runs in flight, frees the child tensors left,
     /// shuts every endpoint down and joins every thread. Closing again does nothing. When
     /// runs are still in flight after the `close_timeout` option, the child processes
@@ -597,6 +611,15 @@ impl Worker {
             ));
         }
         self.close_from(Some(std::thread::current().id()))
+    }
+
+    /// [`close`](Worker::close) from any thread (a wrapper that starts no orchestration
+    /// and owns the worker alone, such as `crate::isolated::IsolatedChip`).
+    ///
+    /// # Errors
+    /// The first error of a shutdown (the worker is closed anyway).
+    pub(crate) fn close_any_thread(&self) -> Result<(), WorkerError> {
+        self.close_from(None)
     }
 
     /// Closes; `caller` is checked against the init thread unless `None` (drop).

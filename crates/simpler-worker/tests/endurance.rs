@@ -1,32 +1,24 @@
 //! A thousand consecutive runs in one process — each a chip task into a heap-ring
-//! intermediate, read by a sub task — leave the thread count and the open descriptors
-//! where they were, and the resident memory within 16 MiB. Its own test binary, so that
-//! no other test's threads or memory are counted.
+//! intermediate, read by a sub task — leave the thread count, the open descriptors, the
+//! memfd mappings (heap ring, shared buffers) and /dev/shm where they were, and the
+//! resident memory within 16 MiB. Its own test binary, so that no other test's threads or
+//! memory are counted. The same with chips in child processes: `endurance_process.rs`.
 
 mod common;
+mod leak_probe;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use common::*;
+use leak_probe::Probe;
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
 use simpler_worker::*;
 
 const N: u64 = 256;
 const RUNS: usize = 1000;
-
-fn entries(dir: &str) -> usize {
-    std::fs::read_dir(dir).unwrap().count()
-}
-
-fn rss_bytes() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
-}
 
 #[test]
 fn a_thousand_runs_keep_threads_descriptors_and_memory_flat() {
@@ -62,10 +54,10 @@ fn a_thousand_runs_keep_threads_descriptors_and_memory_flat() {
     for i in 0..20 {
         run(i);
     }
-    let (threads, fds, rss) = (
-        entries("/proc/self/task"),
-        entries("/proc/self/fd"),
-        rss_bytes(),
+    let before = Probe::this();
+    assert!(
+        before.memfd_maps >= 2,
+        "the heap ring and the buffer are memfds: {before:?}"
     );
     let t0 = Instant::now();
     for i in 0..RUNS {
@@ -73,13 +65,7 @@ fn a_thousand_runs_keep_threads_descriptors_and_memory_flat() {
     }
     let elapsed = t0.elapsed();
     assert_eq!(checked.load(Ordering::SeqCst), RUNS + 20);
-    assert_eq!(entries("/proc/self/task"), threads, "thread count is flat");
-    assert_eq!(entries("/proc/self/fd"), fds, "descriptors are flat");
-    let grown = rss_bytes().saturating_sub(rss);
-    assert!(
-        grown < 16 << 20,
-        "resident memory grew {grown} bytes over {RUNS} runs"
-    );
+    let grown = Probe::this().assert_flat_since(&before, "this process", RUNS, 16 << 20);
     eprintln!("{RUNS} runs in {elapsed:?}; resident memory grew {grown} bytes");
     w.close().unwrap();
 }

@@ -374,7 +374,7 @@ fn the_orchestrator_and_the_worker_refuse_calls_out_of_their_place() {
     .unwrap();
     let (nested, close, unregister) = inner.into_inner().unwrap().unwrap();
     for (e, what) in [
-        (nested.unwrap_err(), "Worker::submit"),
+        (nested.unwrap_err(), "submit()"),
         (close.unwrap_err(), "close()"),
         (unregister.unwrap_err(), "unregister()"),
     ] {
@@ -464,7 +464,10 @@ fn init_refuses_what_cannot_run_and_rolls_back() {
             payload: Arc::from(&b"pickle"[..]),
         })
         .unwrap_err();
-    assert!(err.to_string().contains("SubWorkers::Processes"), "{err}");
+    assert!(
+        err.to_string().contains("needs sub worker processes"),
+        "{err}"
+    );
     w.close().unwrap();
 }
 

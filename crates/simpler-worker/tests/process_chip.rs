@@ -21,7 +21,7 @@ use simpler_worker::{
 };
 
 fn start_chip() -> Box<dyn Endpoint> {
-    let mut chip = spawn_chip(0, &small_chip(), &child_program(), deadline()).unwrap();
+    let mut chip = spawn_chip(0, 4, &small_chip(), &child_program(), deadline()).unwrap();
     chip.register(7, &Callable::Chip(callable())).unwrap();
     chip
 }
@@ -64,12 +64,8 @@ fn a_run_on_shared_buffers_is_written_by_the_child_into_this_processs_pages() {
     let mut chip = start_chip();
     let pid = chip.pid().unwrap();
     assert_eq!(chip.kind(), EndpointKind::Chip);
-    assert!(
-        chip.describe().starts_with("chip 0 (device ")
-            && chip.describe().ends_with(&format!(", pid {pid})")),
-        "{}",
-        chip.describe()
-    );
+    // The configured device id, not the sim device's own (0).
+    assert_eq!(chip.describe(), format!("chip 0 (device 4, pid {pid})"));
 
     let (region, args) = shared_args(AFFINE);
     chip.run(7, &args, &CallConfig::default()).unwrap();
@@ -281,11 +277,12 @@ fn startup_failures_are_typed_and_leave_nothing_running() {
     };
     let (who, why) = startup(spawn_chip(
         2,
+        7,
         &small_chip(),
         &ChildProgram::new("/no/such/simpler-child"),
         deadline(),
     ));
-    assert_eq!(who, "chip 2");
+    assert_eq!(who, "chip 2 (device 7)");
     assert!(why.contains("/no/such/simpler-child"), "{why}");
 
     let sh = |script: &str| ChildProgram {
@@ -293,6 +290,7 @@ fn startup_failures_are_typed_and_leave_nothing_running() {
         args: vec!["-c".into(), script.into()],
     };
     let (_, why) = startup(spawn_chip(
+        0,
         0,
         &small_chip(),
         &sh("echo 'cannot start: broken' >&2; exit 7"),
@@ -307,7 +305,7 @@ fn startup_failures_are_typed_and_leave_nothing_running() {
         aicpu_thread_num: 1,
         ..small_chip()
     };
-    let (_, why) = startup(spawn_chip(1, &refused, &child_program(), deadline()));
+    let (_, why) = startup(spawn_chip(1, 1, &refused, &child_program(), deadline()));
     assert!(
         why.contains("aicpu_thread_num"),
         "the chip's own error: {why}"
@@ -315,6 +313,7 @@ fn startup_failures_are_typed_and_leave_nothing_running() {
 
     let t = Instant::now();
     let (_, why) = startup(spawn_chip(
+        0,
         0,
         &small_chip(),
         &sh("sleep 30"),
@@ -364,7 +363,7 @@ fn helper_parent_of_a_chip_child() {
     if std::env::var_os(HELPER).is_none() {
         return;
     }
-    let chip = spawn_chip(0, &small_chip(), &child_program(), deadline()).unwrap();
+    let chip = spawn_chip(0, 0, &small_chip(), &child_program(), deadline()).unwrap();
     println!("CHILD_PID {}", chip.pid().unwrap());
     loop {
         std::thread::sleep(Duration::from_secs(60));

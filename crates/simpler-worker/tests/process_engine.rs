@@ -1,6 +1,7 @@
-//! The engine over chip child processes: runs on shared buffers, private memory refused at
-//! submit, a chip child that crashes fails its task with ENDPOINT_FAILURE and is refused
-//! after while the other chip goes on; close leaves no child.
+//! The engine over chip child processes: chips named by their configured device ids, runs
+//! on shared buffers, private memory refused at submit, a chip child that crashes fails its
+//! task with ENDPOINT_FAILURE and is refused after while the other chip goes on; close
+//! leaves no child.
 
 mod process_common;
 
@@ -18,6 +19,7 @@ fn chips_in_child_processes_run_fail_alone_and_leave_nothing() {
     let before = children();
     let w = Worker::new(WorkerOptions {
         chips: vec![small_chip(); 2],
+        device_ids: vec![4, 9],
         chip_isolation: ChipIsolation::Process,
         chip_program: Some(child_program()),
         sub_workers: SubWorkers::Threads(1),
@@ -29,6 +31,10 @@ fn chips_in_child_processes_run_fail_alone_and_leave_nothing() {
     w.init().unwrap();
     let pids = w.child_pids();
     assert_eq!(pids.len(), 2, "{pids:?}");
+    // Each chip is named by its configured device id (every sim child's device says 0).
+    for ((name, pid), (i, d)) in pids.iter().zip([(0, 4), (1, 9)]) {
+        assert_eq!(name, &format!("chip {i} (device {d}, pid {pid})"));
+    }
     let xr = w.create_buffer((N * 4) as u64).unwrap();
     let yr = w.create_buffer((2 * N * 4) as u64).unwrap();
     write_f32(&xr, 0, &(0..N).map(|i| i as f32).collect::<Vec<_>>());
@@ -108,7 +114,7 @@ fn chips_in_child_processes_run_fail_alone_and_leave_nothing() {
         .unwrap_err();
     eprintln!("crash: {err}");
     assert_eq!(err.root_cause().kind(), "ENDPOINT_FAILURE");
-    assert!(err.to_string().contains("chip 0"), "{err}");
+    assert!(err.to_string().contains("chip 0 (device 4, pid "), "{err}");
     let e = w
         .run(|o| {
             o.submit_next_level(&chip, args(y(0), AFFINE), &cfg, 0)

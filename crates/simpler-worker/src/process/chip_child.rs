@@ -33,9 +33,12 @@ pub(crate) struct ChipProcess {
     link: Link,
 }
 
-/// Starts chip `index` in a child process (see [`crate::process::spawn_chip`]).
+/// Starts chip `index`, labelled `device_id`, in a child process (see
+/// [`crate::process::spawn_chip`]). The device id the child's Ready reports is its
+/// device's own (0 for every sim device) and is not used.
 pub(crate) fn start(
     index: usize,
+    device_id: u32,
     config: &simpler_host::WorkerConfig,
     program: &ChildProgram,
     deadline: Instant,
@@ -45,11 +48,14 @@ pub(crate) fn start(
         config: config.into(),
     };
     let name = format!("chip {index}");
-    let (link, ready) = Link::start(&name, "chip", index, program, start, deadline)?;
-    let device_id = match ready {
-        Response::Ready { device_id, .. } => device_id.unwrap_or(index as u32),
-        _ => unreachable!("Link::start returns a Ready response"),
-    };
+    let (link, _ready) =
+        Link::start(&name, "chip", index, program, start, deadline).map_err(|e| match e {
+            WorkerError::Startup { reason, .. } => WorkerError::Startup {
+                endpoint: format!("chip {index} (device {device_id})"),
+                reason,
+            },
+            other => other,
+        })?;
     Ok(ChipProcess {
         index,
         device_id,
@@ -172,7 +178,8 @@ pub(crate) fn wire_tensor(
         .ok_or_else(|| WorkerError::InvalidArgument {
             arg: format!("args[{i}]"),
             reason: "its host memory is private to this process, so a child process cannot see \
-                 it; allocate it with Worker::create_buffer or orch.alloc"
+                 it; use shared memory: a create_buffer buffer or an orch.alloc tensor (or a \
+                 view of one)"
                 .into(),
         })?;
     Ok(WireTensor {

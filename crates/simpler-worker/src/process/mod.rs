@@ -135,21 +135,25 @@ fn candidates(exe: &Path) -> Vec<PathBuf> {
 }
 
 /// Starts chip `index` (configured by `config`) in a child process running `program`;
-/// returns its endpoint once the child has brought its chip up (READY). The endpoint
-/// describes itself as `chip {index} (device {d}, pid {p})`.
+/// returns its endpoint once the child has brought its chip up (READY). `device_id` is the
+/// device id the worker configured for the chip (`WorkerOptions::device_id(index)`): the
+/// endpoint describes itself as `chip {index} (device {device_id}, pid {p})`, whatever the
+/// child's device reports (every sim device reports 0).
 ///
 /// # Errors
-/// [`WorkerError::Startup`] naming the chip and why — the program could not run, the chip
-/// refused `config` (its error), the child died (its exit status or signal and stderr
-/// tail), or `deadline` passed. The child is killed and reaped: nothing is left running.
+/// [`WorkerError::Startup`] naming the chip (`chip {index} (device {device_id})`) and why —
+/// the program could not run, the chip refused `config` (its error), the child died (its
+/// exit status or signal and stderr tail), or `deadline` passed. The child is killed and
+/// reaped: nothing is left running.
 pub fn spawn_chip(
     index: usize,
+    device_id: u32,
     config: &WorkerConfig,
     program: &ChildProgram,
     deadline: Instant,
 ) -> Result<Box<dyn Endpoint>, WorkerError> {
     Ok(Box::new(chip_child::start(
-        index, config, program, deadline,
+        index, device_id, config, program, deadline,
     )?))
 }
 

@@ -103,8 +103,8 @@ impl Endpoint for SubProcess {
             Callable::SubClosure(_) => {
                 return Err(EndpointError::Failed(WorkerError::InvalidArgument {
                     arg: "callable".into(),
-                    reason: "a Rust closure cannot cross to a sub worker process; Rust sub \
-                             callables run on sub worker threads (SubWorkers::Threads)"
+                    reason: "a Rust closure cannot cross to a sub worker process; closures \
+                             run on sub worker threads"
                         .into(),
                 }))
             }

@@ -1,6 +1,7 @@
 //! What the process tests share: a chip callable of library images built once from tiny C
-//! sources (an affine kernel, a slow one, one that aborts, one that dereferences NULL), a
-//! small chip configuration, the child program, and checks of this process's children.
+//! sources (an affine kernel, a slow one, one that aborts, one that dereferences NULL), the
+//! builder of such callables, a small chip configuration, the child program, and checks of
+//! this process's children.
 
 #![allow(dead_code)] // each test binary uses part of it
 
@@ -135,30 +136,38 @@ SIMPLER_KERNEL void null_deref(int64_t *args) {
 pub fn callable() -> Arc<CallableSpec> {
     static SPEC: OnceLock<Arc<CallableSpec>> = OnceLock::new();
     SPEC.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        let dir = tempfile::tempdir_in(&root).unwrap();
-        for (file, body) in [
+        build_callable(&[
             ("simpler.toml", MANIFEST),
             ("orchestration.c", ORCH_C),
             ("affine.c", AFFINE_C),
             ("slow.c", SLOW_C),
             ("abort.c", ABORT_C),
             ("null.c", NULL_C),
-        ] {
-            std::fs::write(dir.path().join(file), body).unwrap();
-        }
-        use simpler_toolchain::build;
-        let cc = build::compiler_words(std::env::var_os("CC")).unwrap();
-        let compiler = build::Compiler::new(
-            cc,
-            vec![build::repository_include_dir()],
-            simpler_toolchain::cache::KernelCache::new(root.join("process-kernel-cache")),
-        )
-        .unwrap();
-        let built = build::build_example(dir.path(), &compiler).unwrap();
-        Arc::new(built.bundle.into_spec())
+        ])
     })
     .clone()
+}
+
+/// A chip callable of library images built from `files` (path in the example folder,
+/// contents), one of them `simpler.toml`, as `simpler build` builds an example.
+pub fn build_callable(files: &[(&str, &str)]) -> Arc<CallableSpec> {
+    let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tempfile::tempdir_in(&root).unwrap();
+    for (file, body) in files {
+        let path = dir.path().join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    }
+    use simpler_toolchain::build;
+    let cc = build::compiler_words(std::env::var_os("CC")).unwrap();
+    let compiler = build::Compiler::new(
+        cc,
+        vec![build::repository_include_dir()],
+        simpler_toolchain::cache::KernelCache::new(root.join("process-kernel-cache")),
+    )
+    .unwrap();
+    let built = build::build_example(dir.path(), &compiler).unwrap();
+    Arc::new(built.bundle.into_spec())
 }
 
 /// A small chip: quick to bring up.

@@ -1,0 +1,116 @@
+"""The level-2 worker with its chip in a child process: ``Worker(level=2,
+chip_isolation="process")`` makes an :class:`IsolatedWorker`.
+
+It has the level-2 :class:`~simpler.Worker`'s API and argument rules, on one chip that runs in
+a child process (``python -m simpler._child``), so a kernel that crashes kills the child, not
+this process. Underneath is the level-3 engine with one chip (``simpler._native.
+IsolatedChipWorker``, ``crates/simpler-worker``): a run is one engine run whose tasks copy
+each host tensor to persistent device memory of the child (``in``, ``inout``), run the chip
+task there, and copy the written ones back (``out``, ``inout``). The copies run when the run
+is dispatched, after the runs submitted before it are over, so chained submits on the same
+arrays see each other's results; a failed run leaves the arrays untouched (its copies back
+never run). Any C-contiguous array will do: the bytes cross through the child's mailbox.
+
+**A crash.** A child that dies (segfault, abort, SIGKILL) fails its run with
+``EndpointFailureError`` (``endpoint`` names the chip, ``report`` says how the child ended and
+holds the end of its stderr); from then on :attr:`IsolatedWorker.health` says why, and every
+run and device call is refused with the same error. Close the worker and make a new one.
+
+**Device memory.** ``malloc``, ``free``, ``copy_to`` and ``copy_from`` reach the child: a
+``Buffer`` is device memory of the child's chip, passed to runs in place; ``copy_to`` and
+``copy_from`` are runs of their own, ordered after the runs submitted before them.
+
+**Reports.** ``RunReport.epoch`` is process-unique among runs of isolated workers;
+``device_time_s`` is the chip task's wall time, measured around its request to the child (the
+copies are not in it); ``total_time_s`` runs from the submission to the run's end, copies
+included.
+
+See ``docs/python.md`` section 2 and ``docs/l3-worker.md`` section 9.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional
+
+from . import _native
+from .config import CallConfig
+from .errors import InvalidConfigError, WorkerStateError
+from .worker import Worker
+
+__all__ = ["IsolatedWorker"]
+
+
+class IsolatedWorker(Worker):
+    """A level-2 worker whose chip runs in a child process (see the module docs). Options as
+    :class:`~simpler.Worker`, plus ``startup_timeout_s`` (how long the child may take to bring
+    its chip up, default 300; positive and finite)."""
+
+    def __init__(self, level: int = 2, **config: Any) -> None:
+        isolation = config.pop("chip_isolation", "process")
+        if isolation != "process":
+            raise InvalidConfigError(
+                f"an IsolatedWorker has chip_isolation='process', got {isolation!r}"
+            )
+        startup = config.pop("startup_timeout_s", None)
+        if startup is not None and not (
+            isinstance(startup, (int, float))
+            and not isinstance(startup, bool)
+            and 0 < startup < math.inf
+        ):
+            raise InvalidConfigError(f"startup_timeout_s must be positive and finite, got {startup!r}")
+        super().__init__(level, **config)
+        self.chip_isolation = "process"
+        self._startup_timeout_s = None if startup is None else float(startup)
+
+    def init(self, prewarm_config: Optional[CallConfig] = None) -> None:
+        """Starts the chip's child process and waits until its chip is up, then registers
+        the callables registered so far. Once only; ``StartupError`` names the chip and why
+        when the child cannot start (nothing is left running)."""
+        from .host_worker import _child_program
+
+        del prewarm_config  # nothing to pre-warm: callables load at registration
+        with self._lock:
+            if self._state == "closed":
+                raise WorkerStateError("the worker is closed")
+            if self._state == "ready":
+                raise WorkerStateError("init() was already called")
+            native = _native.IsolatedChipWorker(
+                self._config, startup_timeout_s=self._startup_timeout_s, **_child_program()
+            )
+            try:
+                for handle in self._handles.values():
+                    handle._native_id = native.register(handle._callable._native)
+            except BaseException:
+                native.close()
+                for handle in self._handles.values():
+                    handle._native_id = None
+                raise
+            self._native = native  # type: ignore[assignment]
+            self._state = "ready"
+
+    @property
+    def health(self) -> Dict[str, str]:
+        """The chip's health: ``{"state": "ok"}`` while its process runs (also before
+        :meth:`init`), ``{"state": "closed"}`` once closed, and ``{"state": "dead", "endpoint":
+        "chip 0 (device 0, pid 42)", "report": ...}`` once the child died — ``report`` says
+        how it ended (``was killed by signal SIGSEGV (11)``) and holds the end of its stderr."""
+        if self._state == "closed":
+            return {"state": "closed"}
+        if self._native is None:
+            return {"state": "ok"}
+        return dict(self._native.health)
+
+    @property
+    def child_pid(self) -> Optional[int]:
+        """The chip's child process id (``None`` before :meth:`init` and once closed)."""
+        if self._native is None or self._state == "closed":
+            return None
+        pid = self._native.child_pid
+        return None if pid is None else int(pid)
+
+    def __repr__(self) -> str:
+        return (
+            f"Worker(level=2, device_id={self.device_id!r}, chip_isolation='process', "
+            f"state={self._state})"
+        )
