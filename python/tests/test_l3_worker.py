@@ -105,6 +105,28 @@ def test_a_sub_task_sees_shared_arrays_in_place_and_scalars_as_ints(l3):
     assert t[2] == 1, "the OUTPUT tensor is writable there, the INPUT one read-only"
 
 
+def test_a_sub_task_decodes_scalars_by_dtype(l3):
+    decode = l3.register(l3_subs.decode_scalars)
+    buf = l3.create_buffer(4096)
+    out = buf.array((6,), np.float32)  # every expected value is exact in f32
+    l3.run(
+        lambda o, _a, _c: o.submit_sub(
+            decode,
+            TaskArgs()
+            .add_tensor(out, OUT)
+            .add_scalar(0.5)
+            .add_scalar(-3)
+            .add_scalar(simpler.scalar_to_uint64(-1.5, "f16"))
+            .add_scalar(200),
+        )
+    )
+    assert list(out) == [0.5, -3.0, -3.0, 1056964608.0, -1.5, 200.0]
+    assert simpler.uint64_to_scalar(simpler.scalar_to_uint64(-3), "i64") == -3
+    assert simpler.uint64_to_scalar(simpler.scalar_to_uint64(0.5), np.float32) == 0.5
+    with pytest.raises(simpler.ArgumentTypeError):
+        simpler.uint64_to_scalar(0, "f64")
+
+
 def test_a_strided_view_reaches_the_sub_with_its_strides(l3):
     describe = l3.register(l3_subs.describe)
     buf = l3.create_buffer(8 * 64 + 64 * 4)
