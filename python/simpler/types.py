@@ -94,9 +94,9 @@ class DataType(enum.IntEnum):
             if dt.kind == np.dtype(name).kind and dt.itemsize == np.dtype(name).itemsize:
                 return member
         raise InvalidArgumentError(
-            f"numpy dtype {dt} has no simpler DataType (supported: "
+            f"numpy dtype {dt} has no simpler DataType: chips take "
             + ", ".join(sorted(_NUMPY.values()))
-            + ", bfloat16)",
+            + " and bfloat16; convert the array first, e.g. with .astype(np.float32)",
             reason="unsupported dtype",
         )
 

@@ -127,6 +127,16 @@ def test_a_sub_task_decodes_scalars_by_dtype(l3):
         simpler.uint64_to_scalar(0, "f64")
 
 
+def test_a_float64_array_is_refused_naming_its_position_and_the_fix():
+    a, b = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    with pytest.raises(simpler.InvalidArgumentError) as info:
+        TaskArgs().add_tensor(a, IN).add_tensor(b, IN).add_tensor(np.zeros(4), OUT)
+    text = str(info.value)
+    assert "`args[2]`" in text and "float64" in text, text
+    assert ".astype(np.float32)" in text and "float32" in text, text
+    assert info.value.arg == "args[2]"
+
+
 def test_a_strided_view_reaches_the_sub_with_its_strides(l3):
     describe = l3.register(l3_subs.describe)
     buf = l3.create_buffer(8 * 64 + 64 * 4)
