@@ -304,7 +304,7 @@ class HostWorker(Worker):
         del prewarm_config  # nothing to pre-warm: callables load at registration
         with self._lock:
             if self._state == "closed":
-                raise WorkerStateError("the worker is closed")
+                raise WorkerStateError("the worker is closed", code_name="CLOSED")
             self._host.init()
             self._state = "ready"
 
@@ -331,7 +331,7 @@ class HostWorker(Worker):
 
     def _live(self) -> Any:
         if self._state == "closed":
-            raise WorkerStateError("the worker is closed")
+            raise WorkerStateError("the worker is closed", code_name="CLOSED")
         return self._host
 
     def _worker_config(self) -> "_native.WorkerConfig":

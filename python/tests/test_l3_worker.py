@@ -479,3 +479,53 @@ def test_a_failed_chip_run_keeps_its_class_and_names_the_task(l3, failing, scale
     assert err.code < 0 and err.code_name, (err.code, err.details)
     assert err.task.endswith("failing") and err.worker.startswith("chip 0"), err.details
     assert (x == 1).all(), "the dependent scale never ran"
+
+
+def test_python_raised_level_3_refusals_carry_the_engines_kind(l3, vadd, scale, spin):
+    add, mul, sp = l3.register(vadd), l3.register(scale), l3.register(spin)
+    a, c = np.ones(16, np.float32), np.zeros(16, np.float32)
+
+    def refusal(orch_fn):
+        with pytest.raises(simpler.SimplerError) as info:
+            l3.run(orch_fn)
+        return info.value.code_name
+
+    for bad in (True, 1.5, "0", -1, 2**70):
+        assert refusal(
+            lambda o, _a, cfg: o.submit_next_level(add, vadd_args(a, a, c), cfg, worker=bad)
+        ) == "UNKNOWN_WORKER", bad
+    with pytest.raises(simpler.InvalidArgumentError) as info:
+        TaskArgs().add_tensor(np.zeros(4))  # float64
+    assert info.value.code_name == "INVALID_ARGUMENT"
+    bad_tag = TaskArgs().add_tensor(a, IN).add_scalar(1.0)  # x is INOUT
+    assert refusal(lambda o, _a, cfg: o.submit_next_level(mul, bad_tag, cfg, worker=0)) == (
+        "INVALID_ARGUMENT"
+    )
+    assert refusal(lambda o, _a, _c: o.alloc((-1,), "f32")) == "INVALID_ARGUMENT"
+    assert refusal(lambda o, _a, _c: o.alloc((4,), "f64")) == "INVALID_ARGUMENT"
+    kept = []
+    l3.run(lambda o, _a, _c: kept.append(o))
+    with pytest.raises(simpler.WorkerStateError) as info:
+        kept[0].scope_begin()
+    assert info.value.code_name == "INVALID_STATE"
+    x = np.zeros(4, np.float32)
+    run = l3.submit(
+        lambda o, _a, cfg: o.submit_next_level(
+            sp, TaskArgs().add_tensor(x, INOUT).add_scalar(200), cfg, worker=0
+        )
+    )
+    with pytest.raises(simpler.WaitTimeoutError) as info:
+        run.wait(0.01)
+    assert info.value.code_name == "WAIT_TIMEOUT"
+    with pytest.raises(simpler.ArgumentTypeError) as info:
+        run.wait("soon")
+    assert info.value.code_name == "INVALID_ARGUMENT"
+    run.wait()
+    with pytest.raises(simpler.UnsupportedError) as info:
+        l3.malloc(16)
+    assert info.value.code_name == "INVALID_ARGUMENT"
+    w = Worker(level=3, platform="sim", device_ids=[0])
+    w.close()
+    with pytest.raises(simpler.WorkerStateError) as info:
+        w.register(vadd)
+    assert info.value.code_name == "CLOSED"
