@@ -347,8 +347,9 @@ class HostWorker(Worker):
         return int(self._host.sub_worker_count)
 
     def child_pids(self) -> Dict[str, int]:
-        """The worker's child processes: endpoint name (``"chip 0 (device 0, pid 42)"``,
-        ``"sub worker 1"``) to pid."""
+        """The worker's live child processes: endpoint name (``"chip 0 (device 0, pid 42)"``,
+        ``"sub worker 1 (pid 43)"``) to pid. A child the engine found dead (its task failed
+        with ``EndpointFailureError``) is left out."""
         return dict(self._host.child_pids())
 
     # -- callables ---------------------------------------------------------------------------
@@ -500,10 +501,10 @@ class HostWorker(Worker):
             return Tensor.from_host(tensor.array(shapes, dtype), strides=strides)
         return Tensor.from_host(tensor, shapes, dtype, strides=strides, writable=True)
 
-    def alloc_child_tensor(self, worker: int, shapes: Any, dtype: Any) -> ChildTensor:
-        """Persistent device memory on chip ``worker`` (zeroed): ``shapes`` elements of
-        ``dtype``. Freed by :meth:`free` or at close."""
-        dims = shape_tuple(shapes, "shapes")
+    def alloc_child_tensor(self, worker: int, shape: Any, dtype: Any) -> ChildTensor:
+        """Persistent device memory on chip ``worker`` (zeroed): ``shape`` elements of
+        ``dtype``, as ``orch.alloc_child_tensor``. Freed by :meth:`free` or at close."""
+        dims = shape_tuple(shape, "shape")
         return ChildTensor(
             self._live().alloc_child_tensor(worker, list(dims), int(DataType.of(dtype)))
         )
@@ -529,7 +530,7 @@ class HostWorker(Worker):
     def malloc(self, size: int) -> Any:
         raise UnsupportedError(
             "malloc is level-2 device memory; a level-3 worker allocates on one chip with "
-            "alloc_child_tensor(worker, shapes, dtype)"
+            "alloc_child_tensor(worker, shape, dtype)"
         )
 
     # Level-2 properties that describe one chip's run options.

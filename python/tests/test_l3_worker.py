@@ -390,8 +390,9 @@ def test_a_python_callable_without_sub_workers_is_refused_at_init():
     w = Worker(level=3, device_ids=[0])
     try:
         w.register(l3_subs.add_one)
-        with pytest.raises(ValueError, match=r"l3_subs\.add_one.*sub_workers"):
+        with pytest.raises(ValueError, match=r"l3_subs\.add_one.*no sub workers") as info:
             w.init()
+        assert "pass num_sub_workers=1" in str(info.value), info.value
     finally:
         w.close()
 
@@ -399,7 +400,7 @@ def test_a_python_callable_without_sub_workers_is_refused_at_init():
 def test_a_python_callable_is_refused_at_register_after_init_without_sub_workers():
     with Worker(level=3, device_ids=[0]) as w:
         w.init()
-        with pytest.raises(ValueError, match="sub_workers"):
+        with pytest.raises(ValueError, match="num_sub_workers=1"):
             w.register(l3_subs.add_one)
         with pytest.raises(TypeError, match="ChipCallable or a Python function"):
             w.register("l3_subs.add_one")
@@ -524,6 +525,7 @@ def test_python_raised_level_3_refusals_carry_the_engines_kind(l3, vadd, scale, 
     with pytest.raises(simpler.UnsupportedError) as info:
         l3.malloc(16)
     assert info.value.code_name == "INVALID_ARGUMENT"
+    assert "alloc_child_tensor(worker, shape, dtype)" in str(info.value)
     w = Worker(level=3, platform="sim", device_ids=[0])
     w.close()
     with pytest.raises(simpler.WorkerStateError) as info:
