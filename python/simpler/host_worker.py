@@ -50,6 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import _native
+from ._child import with_source
 from .callable import CallableHandle, ChipCallable
 from .config import CallConfig
 from .errors import (
@@ -374,6 +375,9 @@ class HostWorker(Worker):
 
             payload = cloudpickle.dumps(target)
             hashid = "sha256:" + hashlib.sha256(payload).hexdigest()
+            shipped = with_source(target)
+            if shipped is not target:  # its source lines go along (see SourcedFunction)
+                payload = cloudpickle.dumps(shipped)
             module = getattr(target, "__module__", None) or "?"
             qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
             name, kind, signature = f"{module}.{qualname}", "PYTHON_SERIALIZED", ()

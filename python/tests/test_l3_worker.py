@@ -531,3 +531,25 @@ def test_python_raised_level_3_refusals_carry_the_engines_kind(l3, vadd, scale, 
     with pytest.raises(simpler.WorkerStateError) as info:
         w.register(vadd)
     assert info.value.code_name == "CLOSED"
+
+
+def test_a_sub_function_without_a_file_shows_its_source_in_the_traceback(l3):
+    import linecache
+
+    # As a notebook or an interactive session defines it: code whose "file" only this
+    # process's linecache knows.
+    filename = "<l3-dynamic-test>"
+    source = "def explode(args):\n    raise ValueError('from dynamic code')  # the marker\n"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    space = {}
+    exec(compile(source, filename, "exec"), space)
+    h = l3.register(space["explode"])
+    try:
+        with pytest.raises(simpler.TaskFailedError) as info:
+            l3.run(lambda o, _a, _c: o.submit_sub(h, TaskArgs()))
+        tb = info.value.traceback
+        assert f'File "{filename}", line 2' in tb, tb
+        assert "raise ValueError('from dynamic code')  # the marker" in tb, tb
+    finally:
+        l3.unregister(h)
+        del linecache.cache[filename]
