@@ -63,7 +63,7 @@ from .errors import (
 )
 from .tensor import ChildTensor, Tensor, as_array
 from .types import DataType, shape_tuple
-from .worker import _OPTIONS, PLATFORMS, RUNTIMES, Worker
+from .worker import _OPTIONS, PLATFORMS, RUNTIMES, Worker, wait_timeout
 
 __all__ = ["HostWorker", "HostRunHandle", "HostRunReport", "SharedBuffer"]
 
@@ -141,11 +141,7 @@ class HostRunHandle:
 
     def result(self, timeout: Optional[float] = None) -> HostRunReport:
         """Waits (see :meth:`wait`) and returns the run's report."""
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-        ):
-            raise ArgumentTypeError(f"timeout must be a number of seconds, got {timeout!r}")
-        report = self._native.wait(None if timeout is None else float(timeout))
+        report = self._native.wait(wait_timeout(timeout))
         return HostRunReport(int(report.run), int(report.tasks), float(report.total_time_s))
 
     def __repr__(self) -> str:

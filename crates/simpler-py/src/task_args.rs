@@ -65,11 +65,14 @@ pub(crate) fn worker_id(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
     };
     // The engine's kind for an id that names no worker, whatever refused it.
     let no_worker = |reason: String| {
-        Raise::new("InvalidArgumentError", format!("argument `{what}`: {reason}"))
-            .detail("arg", what)
-            .detail("reason", reason)
-            .detail("code_name", "UNKNOWN_WORKER")
-            .into_err(py)
+        Raise::new(
+            "InvalidArgumentError",
+            format!("argument `{what}`: {reason}"),
+        )
+        .detail("arg", what)
+        .detail("reason", reason)
+        .detail("code_name", "UNKNOWN_WORKER")
+        .into_err(py)
     };
     if obj.is_instance_of::<PyBool>()
         || obj.is_instance_of::<PyFloat>()

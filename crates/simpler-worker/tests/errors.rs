@@ -570,7 +570,10 @@ fn a_chip_task_is_checked_against_its_signature_at_submit() {
         let e = o
             .submit_next_level(&h, add_args(&x, &bytes, 0), &cfg(), 0)
             .unwrap_err();
-        assert!(e.to_string().contains("(`y` of `add_one`) dtype is u8"), "{e}");
+        assert!(
+            e.to_string().contains("(`y` of `add_one`) dtype is u8"),
+            "{e}"
+        );
         Ok(())
     })
     .unwrap();

@@ -345,7 +345,10 @@ mod tests {
     fn a_chip_in_a_child_process_is_not_told_to_isolate_its_kernels() {
         assert!(isolation_hint(false).contains("\"Kernel crashes\""));
         let child = isolation_hint(true);
-        assert!(!child.contains("Kernel crashes") && !child.contains("README"), "{child}");
+        assert!(
+            !child.contains("Kernel crashes") && !child.contains("README"),
+            "{child}"
+        );
         assert!(child.contains("child process") && child.contains("ENDPOINT_FAILURE"));
     }
 

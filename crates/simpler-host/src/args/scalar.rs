@@ -293,7 +293,11 @@ mod tests {
     fn decode_inverts_encode() {
         let cases = [
             (ScalarValue::Float(0.5), Float32, ScalarValue::Float(0.5)),
-            (ScalarValue::Float(-1.25), Float16, ScalarValue::Float(-1.25)),
+            (
+                ScalarValue::Float(-1.25),
+                Float16,
+                ScalarValue::Float(-1.25),
+            ),
             (ScalarValue::Float(3.0), Bfloat16, ScalarValue::Float(3.0)),
             (ScalarValue::Int(-3), Int64, ScalarValue::Int(-3)),
             (ScalarValue::Int(-3), Int32, ScalarValue::Int(-3)),
@@ -314,7 +318,10 @@ mod tests {
             assert_eq!(ScalarValue::decode(bits, dt), want, "{value:?} as {dt:?}");
         }
         // The raw bits of the two's complement and of an f32, as a sub task receives them.
-        assert_eq!(ScalarValue::decode(1_056_964_608, Float32), ScalarValue::Float(0.5));
+        assert_eq!(
+            ScalarValue::decode(1_056_964_608, Float32),
+            ScalarValue::Float(0.5)
+        );
         assert_eq!(
             ScalarValue::decode(18_446_744_073_709_551_613, Int64),
             ScalarValue::Int(-3)
