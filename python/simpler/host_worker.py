@@ -313,11 +313,11 @@ class HostWorker(Worker):
         (``WorkerStateError``, the worker stays open) from inside an orchestration and from a
         thread other than the one that called ``init()``. An error of the shutdown itself (a
         child that had died) is raised once the worker is closed."""
-        with self._lock:
-            if self._state == "closed":
-                return
-        # Not under the lock: an orchestration in flight may still register or unregister
-        # (taking it) before its run ends, which close waits for.
+        if self._state == "closed":
+            return
+        # Not under the lock: a registration holding it may wait behind a task that only
+        # close ends, and an orchestration in flight may still register (taking it) before
+        # its run ends, which close waits for.
         try:
             self._host.close()
         finally:

@@ -1,10 +1,11 @@
 """Attacks on the level-3 worker from Python: ids and shapes past what the engine can count,
-scalars out of their declared range, tensors a chip cannot take, unregister refused while a
-run is built or in flight, sub functions that never return, exit, raise BaseExceptions or
-write their inputs, children killed while idle, a child that crashes at start, many
-threads at once, the parent SIGKILLed, and 200 runs over four chip processes that must not
-grow this process's descriptors, threads or children (docs/python.md §11,
-docs/l3-worker.md §5, §8)."""
+tensors and scalars that disagree with the chip signature, unregister refused while a run is
+built or in flight, sub functions that never return, exit, raise BaseExceptions or write
+their inputs, Ctrl-C through a submit or registration blocked behind hung tasks, close racing
+with another thread's orchestration or registration, children killed while idle, a child
+that crashes at start, many threads at once, the parent SIGKILLed, and 200 runs over four chip
+processes that must not grow this process's descriptors, threads or children (docs/python.md
+§11, docs/l3-worker.md §5, §8)."""
 
 import gc
 import os
@@ -206,6 +207,31 @@ def test_ctrl_c_interrupts_a_submit_or_register_blocked_behind_hung_tasks():
     for run in (first, second):
         with pytest.raises(simpler.EndpointFailureError):
             run.wait(5)
+
+
+def test_close_ends_a_registration_of_another_thread_waiting_behind_a_hung_task():
+    w = Worker(level=3, num_sub_workers=1, close_timeout_s=0.3)
+    hang = w.register(l3_subs.hang)
+    w.init()
+    run = w.submit(lambda o, _a, _c: o.submit_sub(hang))
+    outcome = []
+
+    def register():
+        try:
+            outcome.append(w.register(l3_subs.add_one))
+        except simpler.SimplerError as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=register)
+    t.start()
+    time.sleep(0.2)  # the registration waits behind the hung task, holding the worker's lock
+    started = time.monotonic()
+    w.close()
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - started < 5, "no deadlock"
+    assert isinstance(outcome[0], simpler.EndpointFailureError), outcome
+    with pytest.raises(simpler.EndpointFailureError):
+        run.wait(5)
 
 
 def test_sub_workers_that_exit_mid_task_or_die_idle_fail_their_tasks_and_close_ends():

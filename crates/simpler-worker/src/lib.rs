@@ -13,7 +13,7 @@
 //!   ([`RunHandle`], [`RunReport`], a run's engine state), `orchestrator`
 //!   ([`Orchestrator`]: submits, scopes, allocation, copies), `validate` (the submit-time
 //!   argument checks), `admission` (a checked task into its run's graph), `child_memory`
-//!   (child tensors).
+//!   (child tensors), `running` (an initialized worker's threads, and their shutdown).
 //! - **The engine**: `engine` (the state behind the one lock), `graph` (task slots),
 //!   `tensormap` (footprints, live accesses), `ring` (the heap ring), `scheduler` (the
 //!   scheduler thread: completions, dispatch), `lane` (one thread per endpoint).
@@ -51,6 +51,7 @@ pub mod process;
 mod registry;
 mod ring;
 mod run;
+mod running;
 mod scheduler;
 mod sub_thread;
 pub mod tensor;

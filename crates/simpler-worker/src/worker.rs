@@ -3,46 +3,35 @@
 //! (`submit` reserves a pipeline place, runs the orchestration on the caller's thread and
 //! returns a [`RunHandle`]), buffers and child tensors (`docs/l3-worker.md` §1, §2, §8).
 //!
-//! The worker owns the threads it starts and joins them at `close` (or drop). What runs do
-//! — admission, dispatch, completion — is the orchestrator's and the scheduler's.
+//! The worker owns the threads it starts and joins them at `close` (or drop), through
+//! `crate::running`. What runs do — admission, dispatch, completion — is the orchestrator's
+//! and the scheduler's.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::{JoinHandle, ThreadId};
-use std::time::{Duration, Instant};
+use std::thread::ThreadId;
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 use simpler_abi::DataType;
 
 use crate::chip_local::ChipLocal;
-use crate::endpoint::{Callable, Endpoint, EndpointKind, KillSwitch};
+use crate::endpoint::{Callable, Endpoint, EndpointKind};
 use crate::engine::{Engine, LaneSlot, State, CHECK_SLICE};
-use crate::lane::{ControlOp, Event, WorkItem};
+use crate::lane::ControlOp;
 use crate::memory::SharedRegion;
 use crate::options::{ChipIsolation, SubWorkers, WorkerOptions};
 use crate::orchestrator::{in_orchestration, OrchestratingGuard, Orchestrator};
 use crate::registry::{CallableHandle, Registry};
 use crate::ring::HeapRing;
 use crate::run::{Run, RunHandle, RunReport, PIPELINE_DEPTH};
+use crate::running::{shut_down, stop_lanes, Running};
 use crate::sub_thread::SubThread;
 use crate::tensor::Tensor;
 use crate::WorkerError;
 
 static NEXT_WORKER: AtomicU64 = AtomicU64::new(1);
-
-/// The threads and channels of an initialized worker.
-struct Running {
-    engine: Arc<Engine>,
-    init_thread: ThreadId,
-    lanes: Vec<JoinHandle<()>>,
-    scheduler: JoinHandle<()>,
-    pids: Vec<(String, u32)>,
-    /// Each lane's endpoint's kill switch (child processes have one).
-    kill: Vec<Option<KillSwitch>>,
-    /// `close()` waits this long for the runs in flight before it trips `kill`.
-    close_timeout: Duration,
-}
 
 enum Life {
     /// Made, not initialized.
@@ -670,88 +659,29 @@ fn assert_send_sync() {
 
 impl Drop for Worker {
     fn drop(&mut self) {
+        if crate::lane::in_lane_of(self.uid) {
+            // Dropped by one of its own tasks (a sub closure held the last reference):
+            // closing here would wait for that very task, so another thread closes.
+            let running = match std::mem::replace(&mut *self.life.lock(), Life::Closed) {
+                Life::Running(r) => r,
+                _ => return,
+            };
+            let closing = std::thread::Builder::new()
+                .name("simpler-close".into())
+                .spawn(move || {
+                    if let Err(e) = shut_down(running) {
+                        tracing::warn!(error = %e, "closing a worker dropped by its task");
+                    }
+                });
+            if let Err(e) = closing {
+                tracing::error!(error = %e, "a worker dropped by its task cannot be closed");
+            }
+            return;
+        }
         if let Err(e) = self.close_from(None) {
             tracing::warn!(error = %e, "closing a dropped worker");
         }
     }
-}
-
-/// How often `close()` trips again the kill switches of lanes still busy once its
-/// `close_timeout` has passed (a task dispatched just as the switch was tripped is killed
-/// by the next trip).
-const KILL_AGAIN: Duration = Duration::from_millis(500);
-
-/// Waits for the runs in flight (killing the child processes still busy after the close
-/// timeout), frees child tensors, stops lanes and the scheduler.
-fn shut_down(r: Running) -> Result<(), WorkerError> {
-    let engine = r.engine;
-    {
-        let mut st = engine.state.lock();
-        st.closing = true;
-        engine.changed.notify_all();
-        let mut deadline = Instant::now().checked_add(r.close_timeout);
-        while !st.runs.is_empty() {
-            let Some(d) = deadline else {
-                engine.changed.wait(&mut st);
-                continue;
-            };
-            if !engine.changed.wait_until(&mut st, d).timed_out() || st.runs.is_empty() {
-                continue;
-            }
-            let reason = format!(
-                "close() found its task still running after close_timeout ({:?})",
-                r.close_timeout
-            );
-            for (lane, slot) in st.lanes.iter().enumerate() {
-                if let (true, None, Some(kill)) = (slot.busy, &slot.dead, &r.kill[lane]) {
-                    tracing::warn!(endpoint = %slot.describe, "close() kills a busy child process");
-                    kill.trip(&reason);
-                }
-            }
-            deadline = Instant::now().checked_add(KILL_AGAIN);
-        }
-    }
-    let mut first = crate::child_memory::free_all(&engine);
-    let stopped = stop_lanes(&engine.lanes, r.lanes);
-    if first.is_ok() {
-        first = stopped;
-    }
-    let _ = engine.events.send(Event::Stop);
-    if r.scheduler.join().is_err() && first.is_ok() {
-        first = Err(WorkerError::InvalidState(
-            "the scheduler thread panicked".into(),
-        ));
-    }
-    first
-}
-
-/// Shuts every lane's endpoint down and joins the lane threads; the first error.
-fn stop_lanes(
-    senders: &[crossbeam_channel::Sender<WorkItem>],
-    threads: Vec<JoinHandle<()>>,
-) -> Result<(), WorkerError> {
-    let mut first = Ok(());
-    let replies: Vec<_> = senders
-        .iter()
-        .map(|tx| {
-            let (rtx, rrx) = crossbeam_channel::bounded(1);
-            let _ = tx.send(WorkItem::Shutdown { reply: rtx });
-            rrx
-        })
-        .collect();
-    for rx in replies {
-        if let Ok(Err(e)) = rx.recv() {
-            if first.is_ok() {
-                first = Err(e);
-            }
-        }
-    }
-    for t in threads {
-        if t.join().is_err() && first.is_ok() {
-            first = Err(WorkerError::InvalidState("a lane thread panicked".into()));
-        }
-    }
-    first
 }
 
 /// The lanes of `kind`'s endpoints that are alive.

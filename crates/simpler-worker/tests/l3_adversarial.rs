@@ -1,9 +1,11 @@
 //! Attacks on the level-3 engine from outside: operands naming chips that do not exist,
-//! views a chip cannot take, many threads submitting at once, an orchestration waiting on
-//! the run before it, sub worker processes that never return, exit mid-task or are killed
-//! while idle, a start that fails half-way, and 200 runs over four chip processes that must
-//! not grow this process's descriptors, threads or children (`docs/l3-worker.md` §1, §2,
-//! §5, §8).
+//! views a chip cannot take, tasks that disagree with their chip callable's signature, many
+//! threads submitting at once, an orchestration waiting on the run before it, a submit or a
+//! registration blocked behind busy runs and given up by its check, a task calling back into
+//! its worker (and dropping it), sub worker processes that never return, exit mid-task or
+//! are killed while idle, a start that fails half-way, and 200 runs over four chip processes
+//! that must not grow this process's descriptors, threads or children (`docs/l3-worker.md`
+//! §1, §2, §5, §8).
 
 mod common;
 mod process_common;
@@ -469,6 +471,40 @@ fn a_task_calling_back_into_its_worker_is_refused_instead_of_waiting_for_itself(
     // Outside its tasks the worker takes the same calls.
     w.register(common::closure(|_| Ok(()))).unwrap();
     w.close().unwrap();
+}
+
+#[test]
+fn a_worker_dropped_by_its_own_task_closes_without_waiting_for_that_task() {
+    let _serial = serial();
+    let w = Arc::new(Worker::new(options(1, 1)).unwrap());
+    let weak: Arc<std::sync::OnceLock<std::sync::Weak<Worker>>> = Arc::default();
+    let (upgraded_tx, upgraded_rx) = std::sync::mpsc::channel::<()>();
+    let (dropped_tx, dropped_rx) = std::sync::mpsc::channel::<()>();
+    let channels = Mutex::new((upgraded_tx, dropped_rx));
+    let weak2 = weak.clone();
+    let last = w
+        .register(common::closure(move |_| {
+            let w = weak2.get().and_then(std::sync::Weak::upgrade);
+            let w = w.ok_or("no worker")?;
+            let channels = channels.lock().unwrap();
+            channels.0.send(()).map_err(|e| e.to_string())?;
+            // The caller drops its reference meanwhile: this one is the last.
+            channels.1.recv().map_err(|e| e.to_string())?;
+            drop(w);
+            Ok(())
+        }))
+        .unwrap();
+    weak.set(Arc::downgrade(&w)).unwrap();
+    w.init().unwrap();
+    let task = |o: &Orchestrator| o.submit_sub(&last, TaskArgs::new()).map(drop);
+    let run = w.submit(task).unwrap();
+    upgraded_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    drop(w);
+    dropped_tx.send(()).unwrap();
+    let report = run.wait(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(report.tasks, 1);
+    let worker = weak.get().unwrap();
+    common::eventually("the worker is gone", || worker.strong_count() == 0);
 }
 
 #[test]
