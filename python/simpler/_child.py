@@ -12,7 +12,7 @@ functions pickled by reference import here as they did in the parent.
   over the parent's shared memory (no copy: what the function writes, the parent sees) and
   its scalars as raw 64-bit ints (``args.scalar(i, dtype)`` decodes them). A function that
   raises fails its task with the formatted traceback; a function whose file the child cannot
-  read arrives as a :class:`SourcedFunction`, so that traceback still shows its lines.
+  read arrives as a :class:`~simpler._source.SourcedFunction`, so that traceback still shows its lines.
 
 The child ignores SIGINT: Ctrl-C interrupts the parent's wait, not the tasks in flight; every
 child ends within milliseconds of its parent's death (its stdin pipe closes).
@@ -29,9 +29,10 @@ from typing import Any, Callable, Dict, List, Optional, Union
 import numpy as np
 
 from . import _native
+from ._source import SourcedFunction
 from .types import DataType, TensorArgType, uint64_to_scalar
 
-__all__ = ["MappedArgs", "SourcedFunction", "main", "with_source"]
+__all__ = ["MappedArgs", "main"]
 
 ROLE_VARIABLE = "SIMPLER_CHILD_ROLE"
 
@@ -121,55 +122,6 @@ class MappedArgs:
 
     def __repr__(self) -> str:
         return f"MappedArgs(tensors={len(self._tensors)}, scalars={len(self._scalars)})"
-
-
-class SourcedFunction:
-    """A sub callable shipped with the source lines of the file that defined it, for a
-    function whose file a child cannot read (defined in an interactive session, a notebook
-    or exec'd text, ``__main__`` of ``python -c``): the child puts ``lines`` into
-    :mod:`linecache` under ``filename``, so its tracebacks show the source lines.
-
-    :func:`with_source` makes one in the parent (best effort: nothing is shipped when the
-    lines are unknown); the sub loop unwraps it."""
-
-    def __init__(self, fn: Callable[..., Any], filename: str, lines: List[str]) -> None:
-        self.fn = fn
-        self.filename = filename
-        self.lines = lines
-
-    def install(self) -> Callable[..., Any]:
-        """Puts the lines into this process's :mod:`linecache`; returns the function."""
-        import linecache
-
-        if self.filename not in linecache.cache or not linecache.getlines(self.filename):
-            size = sum(len(line) for line in self.lines)
-            linecache.cache[self.filename] = (size, None, list(self.lines), self.filename)
-        return self.fn
-
-
-# The most source a registration ships (bytes): a notebook's cell, not a data file.
-_MAX_SOURCE = 1 << 20
-
-
-def with_source(fn: Any) -> Any:
-    """``fn`` wrapped as a :class:`SourcedFunction` when its code's file is not a readable
-    file and this process knows the file's lines (:mod:`linecache`, as IPython and
-    ``inspect`` fill it); ``fn`` itself otherwise, or when anything goes wrong."""
-    try:
-        import linecache
-
-        code = getattr(fn, "__code__", None)
-        if code is None:
-            return fn
-        filename = code.co_filename
-        if os.path.isfile(filename):
-            return fn  # the child reads it as this process does
-        lines = linecache.getlines(filename, getattr(fn, "__globals__", None))
-        if not lines or sum(len(line) for line in lines) > _MAX_SOURCE:
-            return fn
-        return SourcedFunction(fn, filename, list(lines))
-    except Exception:  # best effort: the function goes as it is
-        return fn
 
 
 def _formatted(skip_own_frame: bool = False) -> str:

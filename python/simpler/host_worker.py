@@ -50,7 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import _native
-from ._child import with_source
+from ._source import with_source
 from .callable import CallableHandle, ChipCallable
 from .config import CallConfig
 from .errors import (

@@ -252,7 +252,8 @@ def test_sub_workers_that_exit_mid_task_or_die_idle_fail_their_tasks_and_close_e
         with pytest.raises(simpler.EndpointFailureError, match="SIGKILL") as info:
             w.run(lambda o, _a, _c: o.submit_sub(add_one, TaskArgs().add_tensor(x, INOUT)))
         text = str(info.value)
-        assert text.count(info.value.endpoint) == 1, text
+        failure = text.split("ENDPOINT_FAILURE:", 1)[1]
+        assert failure.count(info.value.endpoint) == 1, text
         assert "close this Worker and create a new one to use it again" in text, text
         assert idle not in w.child_pids().values(), "a dead child is not listed"
         assert len(w.child_pids()) == len(pids) - 2
