@@ -2,8 +2,10 @@
 
 A function whose code's file a child process cannot read — defined in an interactive
 session, a notebook cell, exec'd text, ``python -c`` — would show tracebacks without source
-lines there. :func:`with_source` (called by ``HostWorker.register``) wraps such a function
-with its file's lines as this process's :mod:`linecache` knows them; the sub worker loop
+lines there, and cloudpickle names the file of any function it pickles by value
+``<dynamic-code>``. :func:`with_source` (called by ``HostWorker.register``) wraps a function
+with its file's name and, for a file a child cannot read, its lines as this process's
+:mod:`linecache` knows them; the sub worker loop
 (``simpler._child``) unwraps it with :meth:`SourcedFunction.install`, which puts the lines
 into the child's :mod:`linecache` under the original file name. Best effort: nothing is
 shipped when the lines are unknown.
@@ -15,33 +17,53 @@ pickled wrapper names the same class in both processes.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, List
+from types import CodeType
+from typing import Any, Callable, List, Optional
 
 __all__ = ["SourcedFunction", "with_source"]
 
 
 class SourcedFunction:
-    """A sub callable shipped with the source lines of the file that defined it, for a
-    function whose file a child cannot read (defined in an interactive session, a notebook
-    or exec'd text, ``__main__`` of ``python -c``): the child puts ``lines`` into
-    :mod:`linecache` under ``filename``, so its tracebacks show the source lines.
+    """A sub callable shipped with the name of the file that defined it and, when a child
+    cannot read that file, its lines. cloudpickle renames the file of every function it
+    pickles by value (``__main__`` functions, lambdas, closures) to ``<dynamic-code>``;
+    :meth:`install` gives the child's copy its original ``filename`` back and, with
+    ``lines``, puts them into :mod:`linecache` under it, so the child's tracebacks show the
+    source lines.
 
-    :func:`with_source` makes one in the parent (best effort: nothing is shipped when the
-    lines are unknown); the sub loop unwraps it."""
+    :func:`with_source` makes one in the parent; the sub loop unwraps it."""
 
-    def __init__(self, fn: Callable[..., Any], filename: str, lines: List[str]) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], filename: str, lines: Optional[List[str]]
+    ) -> None:
         self.fn = fn
         self.filename = filename
         self.lines = lines
 
     def install(self) -> Callable[..., Any]:
-        """Puts the lines into this process's :mod:`linecache`; returns the function."""
+        """Restores the function's file name and puts the lines (if any) into this process's
+        :mod:`linecache`; returns the function."""
         import linecache
 
-        if self.filename not in linecache.cache or not linecache.getlines(self.filename):
+        fn = self.fn
+        code = getattr(fn, "__code__", None)
+        if code is not None and code.co_filename != self.filename:
+            try:
+                fn.__code__ = _renamed(code, self.filename)
+            except (AttributeError, TypeError, ValueError):
+                pass  # best effort: the traceback names <dynamic-code> then
+        if self.lines and not linecache.getlines(self.filename):
             size = sum(len(line) for line in self.lines)
             linecache.cache[self.filename] = (size, None, list(self.lines), self.filename)
-        return self.fn
+        return fn
+
+
+def _renamed(code: CodeType, filename: str) -> CodeType:
+    """``code`` and the code objects nested in it with ``co_filename`` = ``filename``."""
+    consts = tuple(
+        _renamed(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts
+    )
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 # The most source a registration ships (bytes): a notebook's cell, not a data file.
@@ -49,9 +71,10 @@ _MAX_SOURCE = 1 << 20
 
 
 def with_source(fn: Any) -> Any:
-    """``fn`` wrapped as a :class:`SourcedFunction` when its code's file is not a readable
-    file and this process knows the file's lines (:mod:`linecache`, as IPython and
-    ``inspect`` fill it); ``fn`` itself otherwise, or when anything goes wrong."""
+    """``fn`` wrapped as a :class:`SourcedFunction` — its code's file name, and the file's
+    lines when that is no readable file and this process's :mod:`linecache` knows them (as
+    IPython and ``inspect`` fill it) — or ``fn`` itself when it has no code or anything goes
+    wrong."""
     try:
         import linecache
 
@@ -59,11 +82,11 @@ def with_source(fn: Any) -> Any:
         if code is None:
             return fn
         filename = code.co_filename
-        if os.path.isfile(filename):
-            return fn  # the child reads it as this process does
-        lines = linecache.getlines(filename, getattr(fn, "__globals__", None))
-        if not lines or sum(len(line) for line in lines) > _MAX_SOURCE:
-            return fn
-        return SourcedFunction(fn, filename, list(lines))
+        lines: Optional[List[str]] = None
+        if not os.path.isfile(filename):
+            known = linecache.getlines(filename, getattr(fn, "__globals__", None))
+            if known and sum(len(line) for line in known) <= _MAX_SOURCE:
+                lines = list(known)
+        return SourcedFunction(fn, filename, lines)
     except Exception:  # best effort: the function goes as it is
         return fn
