@@ -32,7 +32,14 @@ from .host_worker import HostRunHandle, HostRunReport, HostWorker, SharedBuffer
 from .isolated_worker import IsolatedWorker
 from .orchestrator import Orchestrator
 from .tensor import Buffer, ChildTensor, TaskArgs, Tensor, as_array
-from .types import ArgDirection, ArgSpec, DataType, TensorArgType, scalar_to_uint64
+from .types import (
+    ArgDirection,
+    ArgSpec,
+    DataType,
+    TensorArgType,
+    scalar_to_uint64,
+    uint64_to_scalar,
+)
 from .worker import RunHandle, RunReport, Worker
 
 __version__ = _native.__version__
@@ -64,4 +71,5 @@ __all__ = [
     "DataType",
     "TensorArgType",
     "scalar_to_uint64",
+    "uint64_to_scalar",
 ] + list(_error_names)

@@ -10,7 +10,9 @@ functions pickled by reference import here as they did in the parent.
 * role ``sub``: the sub worker loop. It loads each registered function with cloudpickle and
   runs it as ``fn(args)``, ``args`` a :class:`MappedArgs`: the task's tensors as numpy arrays
   over the parent's shared memory (no copy: what the function writes, the parent sees) and
-  its scalars as ints. A function that raises fails its task with the formatted traceback.
+  its scalars as raw 64-bit ints (``args.scalar(i, dtype)`` decodes them). A function that
+  raises fails its task with the formatted traceback; a function whose file the child cannot
+  read arrives as a :class:`~simpler._source.SourcedFunction`, so that traceback still shows its lines.
 
 The child ignores SIGINT: Ctrl-C interrupts the parent's wait, not the tasks in flight; every
 child ends within milliseconds of its parent's death (its stdin pipe closes).
@@ -22,12 +24,13 @@ import os
 import signal
 import sys
 import traceback
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 
 from . import _native
-from .types import DataType, TensorArgType
+from ._source import SourcedFunction
+from .types import DataType, TensorArgType, uint64_to_scalar
 
 __all__ = ["MappedArgs", "main"]
 
@@ -35,13 +38,25 @@ ROLE_VARIABLE = "SIMPLER_CHILD_ROLE"
 
 
 class MappedArgs:
-    """A sub task's arguments, as its function receives them.
+    """A sub task's arguments, as its function ``fn(args)`` receives them.
 
-    ``args[i]`` and ``args.tensor(i)`` are the ``i``-th tensor: a numpy array over the parent's
-    shared memory with the task's dtype, shape and strides (read-only when tagged ``INPUT``).
-    ``args.scalar(i)`` is the ``i``-th scalar's 64 raw bits as an unsigned int (a negative
-    int was sent as its two's complement; a float as its f32 bits). The arrays are valid
-    while the function runs: copy what must outlive the call."""
+    Tensors and scalars are numbered separately, each in the order the task's
+    :class:`~simpler.TaskArgs` added them:
+
+    * ``args[i]`` / ``args.tensor(i)``: the ``i``-th tensor, a numpy array over the parent's
+      shared memory with the task's dtype, shape and strides (read-only when tagged
+      ``INPUT``; what the function writes, the parent sees). Valid while the function runs:
+      copy what must outlive the call. ``args.tag(i)`` is its :class:`~simpler.TensorArgType`.
+    * ``args.scalar(i)``: the ``i``-th scalar's 64 raw bits, an unsigned int (upstream's):
+      ``add_scalar(-3)`` arrives as ``2**64 - 3``, ``add_scalar(0.5)`` as the f32 bits
+      ``1056964608``. ``args.scalar(i, dtype)`` (or ``args.scalar_as(i, dtype)``) decodes
+      them for ``dtype`` — a :class:`~simpler.DataType`, a name (``"f32"``, ``"i64"``) or a
+      numpy dtype (``np.float32``) — with :func:`~simpler.uint64_to_scalar`, the inverse of
+      the encoding the parent used (:func:`~simpler.scalar_to_uint64`): ``-3`` for
+      ``"i64"``, ``0.5`` for ``"f32"``. A float added without a dtype travels as ``f32``.
+    * ``tensor_count()``, ``scalar_count()``, ``tensors``, ``scalars``; ``len(args)`` counts
+      both.
+    """
 
     def __init__(self, items: List[Any]) -> None:
         self._tensors: List[np.ndarray] = []
@@ -61,26 +76,42 @@ class MappedArgs:
             self._tags.append(TensorArgType(item.tag))
 
     def tensor(self, i: int) -> np.ndarray:
+        """The ``i``-th tensor as a numpy array (see the class docs); ``IndexError`` past
+        the last."""
         return self._tensors[i]
 
     def tag(self, i: int) -> TensorArgType:
+        """The tag the ``i``-th tensor was added with."""
         return self._tags[i]
 
-    def scalar(self, i: int) -> int:
-        return self._scalars[i]
+    def scalar(self, i: int, dtype: Any = None) -> Union[int, float]:
+        """The ``i``-th scalar: its 64 raw bits as an unsigned int when ``dtype`` is ``None``;
+        otherwise the value they carry for ``dtype`` (``"f32"``, ``np.int64``, a
+        :class:`~simpler.DataType` ...), decoded by :func:`~simpler.uint64_to_scalar`.
+        ``IndexError`` past the last scalar; ``ArgumentTypeError`` for an unknown dtype."""
+        bits = self._scalars[i]
+        return bits if dtype is None else uint64_to_scalar(bits, dtype)
+
+    def scalar_as(self, i: int, dtype: Any) -> Union[int, float]:
+        """``scalar(i, dtype)``: the ``i``-th scalar decoded for ``dtype``."""
+        return uint64_to_scalar(self._scalars[i], dtype)
 
     def tensor_count(self) -> int:
+        """How many tensors the task has."""
         return len(self._tensors)
 
     def scalar_count(self) -> int:
+        """How many scalars the task has."""
         return len(self._scalars)
 
     @property
     def tensors(self) -> List[np.ndarray]:
+        """Every tensor, in order (a new list)."""
         return list(self._tensors)
 
     @property
     def scalars(self) -> List[int]:
+        """Every scalar's raw bits, in order (a new list)."""
         return list(self._scalars)
 
     def __getitem__(self, i: int) -> np.ndarray:
@@ -116,7 +147,10 @@ def _sub_loop() -> int:
             return 0
         if request.kind == "register":
             try:
-                functions[request.key] = cloudpickle.loads(request.payload)
+                fn = cloudpickle.loads(request.payload)
+                if isinstance(fn, SourcedFunction):
+                    fn = fn.install()
+                functions[request.key] = fn
                 names[request.key] = request.name or "?"
             except BaseException:
                 error = f"cannot load `{request.name}` in sub worker {os.getpid()}:\n{_formatted()}"

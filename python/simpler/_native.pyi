@@ -33,6 +33,7 @@ __all__ = [
     "SubRequest",
     "MappedTensor",
     "serve_chip_child",
+    "decode_scalar",
     "encode_scalar",
     "parse_toml",
     "KernelCompiler",
@@ -446,6 +447,7 @@ class SubChild:
 
 def serve_chip_child() -> int: ...
 def encode_scalar(value: Union[int, float, RawScalar], dtype: Optional[int] = None) -> int: ...
+def decode_scalar(bits: int, dtype: int) -> Union[int, float]: ...
 def parse_toml(text: str) -> dict[str, Any]: ...
 
 # -- the toolchain (crates/simpler-toolchain): compiler and cache, manifests, comparison ------

@@ -24,7 +24,14 @@ from .types import ArgSpec, normalize_signature
 if TYPE_CHECKING:  # pragma: no cover
     from .compiler import KernelCompiler
 
-__all__ = ["CoreCallable", "ChipCallable", "CallableHandle", "resolve_example", "example_dirs"]
+__all__ = [
+    "CoreCallable",
+    "ChipCallable",
+    "CallableHandle",
+    "resolve_example",
+    "resolve_example_from",
+    "example_dirs",
+]
 
 DEFAULT_KERNEL_ENTRY = "kernel_entry"
 DEFAULT_ORCHESTRATION_ENTRY = "aicpu_orchestration_entry"
@@ -73,6 +80,17 @@ def resolve_example(path: PathLike) -> Path:
         path=text,
         tried=tried,
     )
+
+
+def resolve_example_from(base: PathLike, path: PathLike) -> Path:
+    """The example ``path`` names for a file in folder ``base`` (a scene test's
+    ``{"example": ...}``): ``base / path`` when that exists (a path relative to the test),
+    otherwise :func:`resolve_example` of ``path`` — so a bare name (``"vector_add"``) is
+    found as :meth:`ChipCallable.from_example` finds it. Raises as :func:`resolve_example`."""
+    relative = Path(os.fspath(base)) / os.fspath(path)
+    if relative.exists():
+        return relative
+    return resolve_example(path)
 
 
 def _core_name(core_type: Any) -> str:

@@ -58,10 +58,17 @@ code   class                     builtin           raised when
 53     RingFullError             RuntimeError      the level-3 heap ring could not serve ``alloc``
 =====  ========================  ================  =============================================
 
-Errors of a level-3 worker (``Worker(level=3)``) also carry ``code_name``, the engine's name of
-the error kind (``"ENDPOINT_FAILURE"``, ``"INVALID_ARGUMENT"``, ...; for a chip run's failure the
-run's own code name), and, when a task failed, ``task`` (``"#3 vector_add"``) and ``worker``
-(``"chip 1 (device 1)"``).
+Every error also carries ``code_name``, the engine's name of the error kind
+(``"ENDPOINT_FAILURE"``, ``"INVALID_ARGUMENT"``, ...; for a run's failure the run's own code
+name, ``"KERNEL_FATAL"``). Errors of a level-3 worker (``Worker(level=3)``) carry the
+engine's kind whether the engine or the Python layer refused: by class ``INVALID_ARGUMENT``
+(``InvalidArgumentError``, ``ArgumentTypeError``, ``ArgumentCountError``,
+``UnsupportedError``), ``INVALID_CONFIG``, ``INVALID_STATE`` (``WorkerStateError``; ``CLOSED``
+for a closed worker), ``UNKNOWN_CALLABLE``, ``WAIT_TIMEOUT``, ``ENDPOINT_FAILURE``,
+``STARTUP_FAILED``, ``TASK_FAILED``, ``RING_FULL``; a worker id that names no worker (not an
+int, negative, unknown) is ``UNKNOWN_WORKER``. Classes only level 2 raises have ``code_name``
+``None`` unless the run gave one. A failed level-3 task's error also has ``task``
+(``"#3 vector_add"``) and ``worker`` (``"chip 1 (device 1)"``).
 """
 
 from __future__ import annotations
@@ -112,6 +119,9 @@ class SimplerError(Exception):
     """Base class of every simpler error; see the module docs for the attributes."""
 
     CODE = 0
+    CODE_NAME: Optional[str] = None
+    """The engine's kind name an error of this class carries when nothing more precise is
+    known (``code_name``); ``None`` for the classes only level 2 raises."""
 
     def __init__(
         self,
@@ -126,6 +136,7 @@ class SimplerError(Exception):
         self.code = type(self).CODE if code is None else code
         self.cause = cause
         self.details = details
+        self.code_name: Optional[str] = type(self).CODE_NAME
         for key, value in details.items():
             setattr(self, key, value)
 
@@ -148,6 +159,7 @@ class InvalidConfigError(SimplerError, ValueError):
     """A worker or call configuration is invalid (the message names the field)."""
 
     CODE = 1
+    CODE_NAME = "INVALID_CONFIG"
 
 
 class DeviceError(SimplerError, RuntimeError):
@@ -178,6 +190,7 @@ class UnknownCallableError(SimplerError, KeyError):
     """No callable is registered under this handle on this worker."""
 
     CODE = 6
+    CODE_NAME = "UNKNOWN_CALLABLE"
 
 
 class RegistryFullError(SimplerError, RuntimeError):
@@ -190,12 +203,14 @@ class ArgumentCountError(SimplerError, TypeError):
     """A run got more or fewer arguments than the callable's signature declares."""
 
     CODE = 8
+    CODE_NAME = "INVALID_ARGUMENT"
 
 
 class InvalidArgumentError(SimplerError, ValueError):
     """One argument does not match the signature (dtype, shape, layout, writability)."""
 
     CODE = 9
+    CODE_NAME = "INVALID_ARGUMENT"
 
 
 class RunFailedError(SimplerError, RuntimeError):
@@ -235,6 +250,7 @@ class WaitTimeoutError(SimplerError, TimeoutError):
     """``RunHandle.wait(timeout)`` returned before the run completed; the run goes on."""
 
     CODE = 14
+    CODE_NAME = "WAIT_TIMEOUT"
 
 
 class RunUndecidedError(SimplerError, RuntimeError):
@@ -254,18 +270,21 @@ class ArgumentTypeError(SimplerError, TypeError):
     """An argument has a Python type simpler cannot use."""
 
     CODE = 20
+    CODE_NAME = "INVALID_ARGUMENT"
 
 
 class WorkerStateError(SimplerError, RuntimeError):
     """The worker is closed, not initialised yet, or already initialised."""
 
     CODE = 21
+    CODE_NAME = "INVALID_STATE"
 
 
 class UnsupportedError(SimplerError, NotImplementedError):
     """A feature of the upstream API that this build does not provide."""
 
     CODE = 22
+    CODE_NAME = "INVALID_ARGUMENT"
 
 
 class ExecutionContextRefused(SimplerError, RuntimeError):
@@ -317,6 +336,7 @@ class EndpointFailureError(SimplerError, RuntimeError):
     depending on it fail too, later tasks to it are refused; the other chips go on."""
 
     CODE = 50
+    CODE_NAME = "ENDPOINT_FAILURE"
 
 
 class StartupError(SimplerError, RuntimeError):
@@ -324,6 +344,7 @@ class StartupError(SimplerError, RuntimeError):
     ``init()`` stopped every child it had started."""
 
     CODE = 51
+    CODE_NAME = "STARTUP_FAILED"
 
 
 class TaskFailedError(SimplerError, RuntimeError):
@@ -332,6 +353,7 @@ class TaskFailedError(SimplerError, RuntimeError):
     ``worker`` name the task and where it ran."""
 
     CODE = 52
+    CODE_NAME = "TASK_FAILED"
 
 
 class RingFullError(SimplerError, RuntimeError):
@@ -339,6 +361,7 @@ class RingFullError(SimplerError, RuntimeError):
     allocation is larger than a heap, or nothing was reclaimed within the deadlock timeout."""
 
     CODE = 53
+    CODE_NAME = "RING_FULL"
 
 
 class StagingWarning(UserWarning):

@@ -50,6 +50,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import _native
+from ._source import with_source
 from .callable import CallableHandle, ChipCallable
 from .config import CallConfig
 from .errors import (
@@ -62,7 +63,7 @@ from .errors import (
 )
 from .tensor import ChildTensor, Tensor, as_array
 from .types import DataType, shape_tuple
-from .worker import _OPTIONS, PLATFORMS, RUNTIMES, Worker
+from .worker import _OPTIONS, PLATFORMS, RUNTIMES, Worker, wait_timeout
 
 __all__ = ["HostWorker", "HostRunHandle", "HostRunReport", "SharedBuffer"]
 
@@ -140,11 +141,7 @@ class HostRunHandle:
 
     def result(self, timeout: Optional[float] = None) -> HostRunReport:
         """Waits (see :meth:`wait`) and returns the run's report."""
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-        ):
-            raise ArgumentTypeError(f"timeout must be a number of seconds, got {timeout!r}")
-        report = self._native.wait(None if timeout is None else float(timeout))
+        report = self._native.wait(wait_timeout(timeout))
         return HostRunReport(int(report.run), int(report.tasks), float(report.total_time_s))
 
     def __repr__(self) -> str:
@@ -304,7 +301,7 @@ class HostWorker(Worker):
         del prewarm_config  # nothing to pre-warm: callables load at registration
         with self._lock:
             if self._state == "closed":
-                raise WorkerStateError("the worker is closed")
+                raise WorkerStateError("the worker is closed", code_name="CLOSED")
             self._host.init()
             self._state = "ready"
 
@@ -331,7 +328,7 @@ class HostWorker(Worker):
 
     def _live(self) -> Any:
         if self._state == "closed":
-            raise WorkerStateError("the worker is closed")
+            raise WorkerStateError("the worker is closed", code_name="CLOSED")
         return self._host
 
     def _worker_config(self) -> "_native.WorkerConfig":
@@ -347,8 +344,9 @@ class HostWorker(Worker):
         return int(self._host.sub_worker_count)
 
     def child_pids(self) -> Dict[str, int]:
-        """The worker's child processes: endpoint name (``"chip 0 (device 0, pid 42)"``,
-        ``"sub worker 1"``) to pid."""
+        """The worker's live child processes: endpoint name (``"chip 0 (device 0, pid 42)"``,
+        ``"sub worker 1 (pid 43)"``) to pid. A child the engine found dead (its task failed
+        with ``EndpointFailureError``) is left out."""
         return dict(self._host.child_pids())
 
     # -- callables ---------------------------------------------------------------------------
@@ -373,6 +371,9 @@ class HostWorker(Worker):
 
             payload = cloudpickle.dumps(target)
             hashid = "sha256:" + hashlib.sha256(payload).hexdigest()
+            shipped = with_source(target)
+            if shipped is not target:  # its source lines go along (see SourcedFunction)
+                payload = cloudpickle.dumps(shipped)
             module = getattr(target, "__module__", None) or "?"
             qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
             name, kind, signature = f"{module}.{qualname}", "PYTHON_SERIALIZED", ()
@@ -500,10 +501,10 @@ class HostWorker(Worker):
             return Tensor.from_host(tensor.array(shapes, dtype), strides=strides)
         return Tensor.from_host(tensor, shapes, dtype, strides=strides, writable=True)
 
-    def alloc_child_tensor(self, worker: int, shapes: Any, dtype: Any) -> ChildTensor:
-        """Persistent device memory on chip ``worker`` (zeroed): ``shapes`` elements of
-        ``dtype``. Freed by :meth:`free` or at close."""
-        dims = shape_tuple(shapes, "shapes")
+    def alloc_child_tensor(self, worker: int, shape: Any, dtype: Any) -> ChildTensor:
+        """Persistent device memory on chip ``worker`` (zeroed): ``shape`` elements of
+        ``dtype``, as ``orch.alloc_child_tensor``. Freed by :meth:`free` or at close."""
+        dims = shape_tuple(shape, "shape")
         return ChildTensor(
             self._live().alloc_child_tensor(worker, list(dims), int(DataType.of(dtype)))
         )
@@ -529,7 +530,7 @@ class HostWorker(Worker):
     def malloc(self, size: int) -> Any:
         raise UnsupportedError(
             "malloc is level-2 device memory; a level-3 worker allocates on one chip with "
-            "alloc_child_tensor(worker, shapes, dtype)"
+            "alloc_child_tensor(worker, shape, dtype)"
         )
 
     # Level-2 properties that describe one chip's run options.

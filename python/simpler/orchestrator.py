@@ -231,4 +231,8 @@ def _host_item(value: Any, what: str, writable: bool = False) -> "_native.HostTe
     from .host_worker import _host_array
 
     arr = _host_array(value, what, writable)
-    return _native.HostTensor(arr, int(DataType.from_numpy(arr.dtype)))
+    try:
+        dtype = DataType.from_numpy(arr.dtype)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"argument {what}: {e}", arg=what, reason=str(e)) from None
+    return _native.HostTensor(arr, int(dtype))

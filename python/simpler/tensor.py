@@ -340,7 +340,15 @@ class TaskArgs:
             )
         tag = _tag(tag)
         if not isinstance(tensor, (Tensor, ChildTensor)):
-            tensor = Tensor.from_host(tensor, writable=tag is not TensorArgType.INPUT)
+            name = f"args[{len(self._tensors)}]"
+            try:
+                tensor = Tensor.from_host(tensor, writable=tag is not TensorArgType.INPUT)
+            except (ArgumentTypeError, InvalidArgumentError) as e:
+                raise type(e)(
+                    f"argument `{name}` (tensor {len(self._tensors)} of this TaskArgs): {e}",
+                    arg=name,
+                    reason=str(e),
+                ) from None
         self._tensors.append(tensor)
         self._tags.append(tag)
         return self

@@ -5,7 +5,8 @@
   ``INOUT``): it decides which host tensors are copied to the device and which come back.
 * :class:`TensorArgType` — the tag of a tensor in :class:`~simpler.TaskArgs` (upstream names).
 * :class:`ArgSpec` — one entry of a callable's signature: name, direction, dtype, shape.
-* :func:`scalar_to_uint64` — the 64 raw bits a scalar argument travels as.
+* :func:`scalar_to_uint64` — the 64 raw bits a scalar argument travels as;
+  :func:`uint64_to_scalar` — its inverse, the value those bits carry for a dtype.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "TensorArgType",
     "ArgSpec",
     "scalar_to_uint64",
+    "uint64_to_scalar",
     "normalize_signature",
 ]
 
@@ -92,9 +94,9 @@ class DataType(enum.IntEnum):
             if dt.kind == np.dtype(name).kind and dt.itemsize == np.dtype(name).itemsize:
                 return member
         raise InvalidArgumentError(
-            f"numpy dtype {dt} has no simpler DataType (supported: "
+            f"numpy dtype {dt} has no simpler DataType: chips take "
             + ", ".join(sorted(_NUMPY.values()))
-            + ", bfloat16)",
+            + " and bfloat16; convert the array first, e.g. with .astype(np.float32)",
             reason="unsupported dtype",
         )
 
@@ -366,6 +368,26 @@ def scalar_to_uint64(value: Any, dtype: Union[DataType, str, None] = None) -> in
     """
     dt = None if dtype is None else int(DataType.of(dtype))
     return int(_native.encode_scalar(scalar_item(value), dt))
+
+
+def uint64_to_scalar(bits: int, dtype: Any) -> Union[int, float]:
+    """The value the 64 raw bits ``bits`` carry for ``dtype`` (a :class:`DataType`, a name
+    such as ``"f32"`` or ``"i64"``, or a numpy dtype): the inverse of
+    :func:`scalar_to_uint64` (the host's one encoding decodes them too).
+
+    * an integer dtype: its low bits as that type, an ``int`` (sign-extended for ``i8`` ..
+      ``i64``: ``uint64_to_scalar(2**64 - 3, "i64") == -3``);
+    * ``f32``, ``f16``, ``bf16``: the low 32 or 16 bits as that type, a ``float``
+      (``uint64_to_scalar(scalar_to_uint64(0.5), "f32") == 0.5``).
+
+    Raises :class:`~simpler.ArgumentTypeError` for an unknown dtype or non-int ``bits`` and
+    :class:`~simpler.InvalidArgumentError` for ``bits`` outside ``0 .. 2**64 - 1``.
+    """
+    if isinstance(bits, bool) or not isinstance(bits, (int, np.integer)):
+        raise ArgumentTypeError(f"bits must be an int (0 .. 2**64 - 1), got {bits!r}")
+    if not 0 <= int(bits) < 1 << 64:
+        raise InvalidArgumentError(f"bits must lie in 0 .. 2**64 - 1, got {bits}")
+    return _native.decode_scalar(int(bits), int(DataType.of(dtype)))
 
 
 def shape_tuple(shape: Any, what: str = "shape") -> Tuple[int, ...]:

@@ -502,6 +502,17 @@ class Worker:
         return _native.HostTensor(tensor.array, int(tensor.dtype))
 
 
+def wait_timeout(timeout: Any) -> Optional[float]:
+    """A run handle's ``timeout`` as the native wait takes it: ``None`` (wait as long as it
+    takes) or seconds as a float. Raises :class:`ArgumentTypeError` for anything but a
+    number (a bool included); the native wait refuses a negative or non-finite one."""
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+    ):
+        raise ArgumentTypeError(f"timeout must be a number of seconds, got {timeout!r}")
+    return None if timeout is None else float(timeout)
+
+
 class RunHandle:
     """A submitted run. ``done`` says whether it finished; ``wait(timeout)`` blocks (raising
     ``TimeoutError`` after ``timeout`` seconds, or the run's own error); ``result()`` waits and
@@ -524,11 +535,7 @@ class RunHandle:
     def wait(self, timeout: Optional[float] = None) -> None:
         """Waits for the run; raises ``WaitTimeoutError`` (a ``TimeoutError``) if it is still
         running after ``timeout`` seconds, or the run's error if it failed."""
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-        ):
-            raise ArgumentTypeError(f"timeout must be a number of seconds, got {timeout!r}")
-        self._native.wait(None if timeout is None else float(timeout))
+        self._native.wait(wait_timeout(timeout))
 
     def result(self, timeout: Optional[float] = None) -> RunReport:
         """Waits (see :meth:`wait`) and returns the run's report."""

@@ -81,3 +81,15 @@ def return_garbage(args):
 def write_input(args):
     """Writes its INPUT tensor (read-only in the sub worker)."""
     args[0][0] = 1
+
+
+def decode_scalars(args):
+    """args[0] (float32, 6 elements): scalar 0 as f32, scalar 1 as i64 (decoded two ways),
+    scalar 0's raw bits, scalar 2 as f16 and as u8."""
+    out = args[0]
+    out[0] = args.scalar(0, "f32")
+    out[1] = args.scalar(1, np.int64)
+    out[2] = args.scalar_as(1, "i64")
+    out[3] = args.scalar(0)
+    out[4] = args.scalar(2, "f16")
+    out[5] = args.scalar(3, "u8")

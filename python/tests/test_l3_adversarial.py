@@ -249,8 +249,14 @@ def test_sub_workers_that_exit_mid_task_or_die_idle_fail_their_tasks_and_close_e
         idle = next(p for p in pids if alive(p))
         os.kill(idle, signal.SIGKILL)
         assert gone_within(idle, 2)
-        with pytest.raises(simpler.EndpointFailureError, match="SIGKILL"):
+        with pytest.raises(simpler.EndpointFailureError, match="SIGKILL") as info:
             w.run(lambda o, _a, _c: o.submit_sub(add_one, TaskArgs().add_tensor(x, INOUT)))
+        text = str(info.value)
+        failure = text.split("ENDPOINT_FAILURE:", 1)[1]
+        assert failure.count(info.value.endpoint) == 1, text
+        assert "close this Worker and create a new one to use it again" in text, text
+        assert idle not in w.child_pids().values(), "a dead child is not listed"
+        assert len(w.child_pids()) == len(pids) - 2
         with pytest.raises(simpler.EndpointFailureError, match="refused"):
             w.run(lambda o, _a, _c: o.submit_sub(add_one, TaskArgs().add_tensor(x, INOUT)))
     finally:

@@ -105,6 +105,38 @@ def test_a_sub_task_sees_shared_arrays_in_place_and_scalars_as_ints(l3):
     assert t[2] == 1, "the OUTPUT tensor is writable there, the INPUT one read-only"
 
 
+def test_a_sub_task_decodes_scalars_by_dtype(l3):
+    decode = l3.register(l3_subs.decode_scalars)
+    buf = l3.create_buffer(4096)
+    out = buf.array((6,), np.float32)  # every expected value is exact in f32
+    l3.run(
+        lambda o, _a, _c: o.submit_sub(
+            decode,
+            TaskArgs()
+            .add_tensor(out, OUT)
+            .add_scalar(0.5)
+            .add_scalar(-3)
+            .add_scalar(simpler.scalar_to_uint64(-1.5, "f16"))
+            .add_scalar(200),
+        )
+    )
+    assert list(out) == [0.5, -3.0, -3.0, 1056964608.0, -1.5, 200.0]
+    assert simpler.uint64_to_scalar(simpler.scalar_to_uint64(-3), "i64") == -3
+    assert simpler.uint64_to_scalar(simpler.scalar_to_uint64(0.5), np.float32) == 0.5
+    with pytest.raises(simpler.ArgumentTypeError):
+        simpler.uint64_to_scalar(0, "f64")
+
+
+def test_a_float64_array_is_refused_naming_its_position_and_the_fix():
+    a, b = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    with pytest.raises(simpler.InvalidArgumentError) as info:
+        TaskArgs().add_tensor(a, IN).add_tensor(b, IN).add_tensor(np.zeros(4), OUT)
+    text = str(info.value)
+    assert "`args[2]`" in text and "float64" in text, text
+    assert ".astype(np.float32)" in text and "float32" in text, text
+    assert info.value.arg == "args[2]"
+
+
 def test_a_strided_view_reaches_the_sub_with_its_strides(l3):
     describe = l3.register(l3_subs.describe)
     buf = l3.create_buffer(8 * 64 + 64 * 4)
@@ -358,8 +390,9 @@ def test_a_python_callable_without_sub_workers_is_refused_at_init():
     w = Worker(level=3, device_ids=[0])
     try:
         w.register(l3_subs.add_one)
-        with pytest.raises(ValueError, match=r"l3_subs\.add_one.*sub_workers"):
+        with pytest.raises(ValueError, match=r"l3_subs\.add_one.*no sub workers") as info:
             w.init()
+        assert "pass num_sub_workers=1" in str(info.value), info.value
     finally:
         w.close()
 
@@ -367,7 +400,7 @@ def test_a_python_callable_without_sub_workers_is_refused_at_init():
 def test_a_python_callable_is_refused_at_register_after_init_without_sub_workers():
     with Worker(level=3, device_ids=[0]) as w:
         w.init()
-        with pytest.raises(ValueError, match="sub_workers"):
+        with pytest.raises(ValueError, match="num_sub_workers=1"):
             w.register(l3_subs.add_one)
         with pytest.raises(TypeError, match="ChipCallable or a Python function"):
             w.register("l3_subs.add_one")
@@ -447,3 +480,76 @@ def test_a_failed_chip_run_keeps_its_class_and_names_the_task(l3, failing, scale
     assert err.code < 0 and err.code_name, (err.code, err.details)
     assert err.task.endswith("failing") and err.worker.startswith("chip 0"), err.details
     assert (x == 1).all(), "the dependent scale never ran"
+
+
+def test_python_raised_level_3_refusals_carry_the_engines_kind(l3, vadd, scale, spin):
+    add, mul, sp = l3.register(vadd), l3.register(scale), l3.register(spin)
+    a, c = np.ones(16, np.float32), np.zeros(16, np.float32)
+
+    def refusal(orch_fn):
+        with pytest.raises(simpler.SimplerError) as info:
+            l3.run(orch_fn)
+        return info.value.code_name
+
+    for bad in (True, 1.5, "0", -1, 2**70):
+        assert refusal(
+            lambda o, _a, cfg: o.submit_next_level(add, vadd_args(a, a, c), cfg, worker=bad)
+        ) == "UNKNOWN_WORKER", bad
+    with pytest.raises(simpler.InvalidArgumentError) as info:
+        TaskArgs().add_tensor(np.zeros(4))  # float64
+    assert info.value.code_name == "INVALID_ARGUMENT"
+    bad_tag = TaskArgs().add_tensor(a, IN).add_scalar(1.0)  # x is INOUT
+    assert refusal(lambda o, _a, cfg: o.submit_next_level(mul, bad_tag, cfg, worker=0)) == (
+        "INVALID_ARGUMENT"
+    )
+    assert refusal(lambda o, _a, _c: o.alloc((-1,), "f32")) == "INVALID_ARGUMENT"
+    assert refusal(lambda o, _a, _c: o.alloc((4,), "f64")) == "INVALID_ARGUMENT"
+    kept = []
+    l3.run(lambda o, _a, _c: kept.append(o))
+    with pytest.raises(simpler.WorkerStateError) as info:
+        kept[0].scope_begin()
+    assert info.value.code_name == "INVALID_STATE"
+    x = np.zeros(4, np.float32)
+    run = l3.submit(
+        lambda o, _a, cfg: o.submit_next_level(
+            sp, TaskArgs().add_tensor(x, INOUT).add_scalar(200), cfg, worker=0
+        )
+    )
+    with pytest.raises(simpler.WaitTimeoutError) as info:
+        run.wait(0.01)
+    assert info.value.code_name == "WAIT_TIMEOUT"
+    with pytest.raises(simpler.ArgumentTypeError) as info:
+        run.wait("soon")
+    assert info.value.code_name == "INVALID_ARGUMENT"
+    run.wait()
+    with pytest.raises(simpler.UnsupportedError) as info:
+        l3.malloc(16)
+    assert info.value.code_name == "INVALID_ARGUMENT"
+    assert "alloc_child_tensor(worker, shape, dtype)" in str(info.value)
+    w = Worker(level=3, platform="sim", device_ids=[0])
+    w.close()
+    with pytest.raises(simpler.WorkerStateError) as info:
+        w.register(vadd)
+    assert info.value.code_name == "CLOSED"
+
+
+def test_a_sub_function_without_a_file_shows_its_source_in_the_traceback(l3):
+    import linecache
+
+    # As a notebook or an interactive session defines it: code whose "file" only this
+    # process's linecache knows.
+    filename = "<l3-dynamic-test>"
+    source = "def explode(args):\n    raise ValueError('from dynamic code')  # the marker\n"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    space = {}
+    exec(compile(source, filename, "exec"), space)
+    h = l3.register(space["explode"])
+    try:
+        with pytest.raises(simpler.TaskFailedError) as info:
+            l3.run(lambda o, _a, _c: o.submit_sub(h, TaskArgs()))
+        tb = info.value.traceback
+        assert f'File "{filename}", line 2' in tb, tb
+        assert "raise ValueError('from dynamic code')  # the marker" in tb, tb
+    finally:
+        l3.unregister(h)
+        del linecache.cache[filename]

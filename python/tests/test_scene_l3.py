@@ -78,5 +78,38 @@ class TestGemmTwoChips(SceneTestCase):
         args.D[:] = 2 * (args.A.astype(np.float64) @ args.B.astype(np.float64))
 
 
+def add_on_chip_0(orch, callables, args, config):
+    """c = a + b on chip 0 by vector_add, named by its bare example name."""
+    orch.submit_next_level(
+        callables.vadd,
+        TaskArgs().add_tensor(args.a, IN).add_tensor(args.b, IN).add_tensor(args.c, OUT),
+        config,
+        worker=0,
+    )
+
+
+@scene_test(level=3, runtime="tensormap_and_ringbuffer")
+class TestBareExampleName(SceneTestCase):
+    """{"example": "vector_add"} resolves as ChipCallable.from_example("vector_add") does."""
+
+    CALLABLE = {
+        "orchestration": add_on_chip_0,
+        "callables": [{"name": "vadd", "example": "vector_add"}],
+    }
+    CASES = [{"name": "bare_example", "params": {}}]
+
+    def generate_args(self, params):
+        rng = np.random.default_rng(1)
+        n = 1 << 20  # the shape vector_add's manifest declares
+        return TaskArgsBuilder(
+            TensorArg("a", rng.random(n, dtype=np.float32)),
+            TensorArg("b", rng.random(n, dtype=np.float32)),
+            TensorArg("c", np.zeros(n, np.float32)),
+        )
+
+    def compute_golden(self, args, params):
+        args.c[:] = args.a + args.b
+
+
 if __name__ == "__main__":
     raise SystemExit(SceneTestCase.run_module(__name__))

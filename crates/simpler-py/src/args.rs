@@ -181,6 +181,20 @@ pub fn encode_scalar(
     v.encode(dtype).map_err(|e| error::scalar_error(py, e))
 }
 
+/// `simpler.uint64_to_scalar`: the value the 64 bits `bits` carry for the dtype with wire
+/// value `dtype`, the inverse of [`encode_scalar`] ([`ScalarValue::decode`]): an `int` for an
+/// integer dtype (sign-extended from its width when signed), a `float` for `f32`, `f16`,
+/// `bf16`. Raises `ArgumentTypeError` for an unknown dtype.
+#[pyfunction]
+pub fn decode_scalar(py: Python<'_>, bits: u64, dtype: u32) -> PyResult<Py<PyAny>> {
+    let dtype = self::dtype(py, dtype)?;
+    Ok(match ScalarValue::decode(bits, dtype) {
+        ScalarValue::Int(v) => v.into_pyobject(py)?.into_any().unbind(),
+        ScalarValue::Float(f) => f.into_pyobject(py)?.into_any().unbind(),
+        ScalarValue::Bits(b) => b.into_pyobject(py)?.into_any().unbind(),
+    })
+}
+
 /// One item after conversion, before the host's check.
 enum Item {
     Host(ArrayMemory, DataType),

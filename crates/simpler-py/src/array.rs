@@ -31,6 +31,34 @@ use crate::error;
 /// `numpy.ndarray`, imported on first use.
 static NDARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
+/// numpy's `__array_interface__` of `obj`, which must be a `numpy.ndarray`; `arg` names it.
+///
+/// # Errors
+/// `ArgumentTypeError` naming `arg` for any other object.
+pub(crate) fn array_interface<'py>(
+    obj: &Bound<'py, PyAny>,
+    arg: &str,
+) -> PyResult<Bound<'py, PyDict>> {
+    let py = obj.py();
+    let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
+        Ok(py
+            .import("numpy")?
+            .getattr("ndarray")?
+            .cast_into::<PyType>()?
+            .unbind())
+    })?;
+    if !obj.is_instance(ndarray.bind(py))? {
+        return Err(error::argument_type(
+            py,
+            format!(
+                "argument `{arg}`: expected a numpy.ndarray, got {}",
+                obj.get_type().name()?
+            ),
+        ));
+    }
+    Ok(obj.getattr("__array_interface__")?.cast_into::<PyDict>()?)
+}
+
 /// The contiguous memory of one numpy array.
 pub(crate) struct ArrayMemory {
     /// Keeps the array (and so its memory) alive; never used to reach the data.
@@ -58,23 +86,7 @@ impl ArrayMemory {
     /// not C-contiguous, not in native byte order, or too large to address.
     pub(crate) fn borrow(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<ArrayMemory> {
         let py = obj.py();
-        let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
-            Ok(py
-                .import("numpy")?
-                .getattr("ndarray")?
-                .cast_into::<PyType>()?
-                .unbind())
-        })?;
-        if !obj.is_instance(ndarray.bind(py))? {
-            return Err(error::argument_type(
-                py,
-                format!(
-                    "argument `{arg}`: expected a numpy.ndarray, got {}",
-                    obj.get_type().name()?
-                ),
-            ));
-        }
-        let iface = obj.getattr("__array_interface__")?.cast_into::<PyDict>()?;
+        let iface = array_interface(obj, arg)?;
         let item = |key: &str| -> PyResult<Bound<'_, PyAny>> {
             iface.get_item(key)?.ok_or_else(|| {
                 error::invalid_argument(py, arg, format!("__array_interface__ has no `{key}`"))

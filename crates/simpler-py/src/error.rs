@@ -432,7 +432,9 @@ pub(crate) fn worker_error(py: Python<'_>, e: WorkerError) -> PyErr {
 
 /// A `WorkerStateError`: the worker was closed.
 pub(crate) fn closed(py: Python<'_>) -> PyErr {
-    Raise::new("WorkerStateError", "the worker is closed").into_err(py)
+    Raise::new("WorkerStateError", "the worker is closed")
+        .detail("code_name", "CLOSED")
+        .into_err(py)
 }
 
 /// An `InvalidArgumentError` about argument `arg`.

@@ -27,7 +27,58 @@ use simpler_host::{HostError, RunHandle};
 use crate::error::{self, Raise};
 
 /// The longest a wait stays detached before checking for signals.
-const SLICE: Duration = Duration::from_millis(50);
+pub(crate) const SLICE: Duration = Duration::from_millis(50);
+
+/// What one slice of a [`wait_in_slices`] wait found.
+pub(crate) enum Slice<T> {
+    /// The wait is over: the run's outcome.
+    Done(PyResult<T>),
+    /// Not yet: check for signals and the deadline, then wait another slice.
+    Pending,
+}
+
+/// The interruptible wait of the level-2 and level-3 handles (see the module docs): calls
+/// `slice(d)` with slices `d` of at most [`SLICE`] until it answers [`Slice::Done`], running
+/// the signal handlers between slices (so Ctrl-C raises `KeyboardInterrupt` while the run
+/// goes on); `timeout` seconds (`None`: as long as it takes) is the budget over all slices,
+/// and running out of it raises `timed_out()` (a `WaitTimeoutError`).
+///
+/// # Errors
+/// `InvalidConfigError` for a `timeout` that is negative, not finite or above 1e9 s; the
+/// run's error from `slice`; a signal handler's exception; `timed_out()`.
+pub(crate) fn wait_in_slices<T>(
+    py: Python<'_>,
+    timeout: Option<f64>,
+    mut slice: impl FnMut(Duration) -> Slice<T>,
+    timed_out: impl FnOnce() -> Raise,
+) -> PyResult<T> {
+    let deadline = match timeout {
+        None => None,
+        Some(t) if t.is_finite() && (0.0..1e9).contains(&t) => {
+            Some(Instant::now() + Duration::from_secs_f64(t))
+        }
+        Some(t) => {
+            return Err(Raise::new(
+                "InvalidConfigError",
+                format!("timeout must be a finite number of seconds >= 0, got {t}"),
+            )
+            .into_err(py))
+        }
+    };
+    loop {
+        let d = match deadline {
+            Some(d) => SLICE.min(d.saturating_duration_since(Instant::now())),
+            None => SLICE,
+        };
+        if let Slice::Done(outcome) = slice(d) {
+            return outcome;
+        }
+        py.check_signals()?;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(timed_out().into_err(py));
+        }
+    }
+}
 
 /// What a successful run reports: the host's [`simpler_host::RunReport`] in seconds.
 #[pyclass(module = "simpler._native", name = "RunReport", frozen)]
@@ -161,56 +212,43 @@ impl NativeRunHandle {
     /// `KeyboardInterrupt` (or any signal handler's exception) between slices.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        let deadline = match timeout {
-            None => None,
-            Some(t) if t.is_finite() && (0.0..1e9).contains(&t) => {
-                Some(Instant::now() + Duration::from_secs_f64(t))
-            }
-            Some(t) => {
-                return Err(Raise::new(
-                    "InvalidConfigError",
-                    format!("timeout must be a finite number of seconds >= 0, got {t}"),
-                )
-                .into_err(py))
-            }
-        };
-        loop {
+        let slice = |d: Duration| {
             if let Some(outcome) = self.collected() {
-                return outcome.map(|_| ()).map_err(|e| error::host_error(py, e));
+                return Slice::Done(outcome.map(|_| ()).map_err(|e| error::host_error(py, e)));
             }
             let Some(handle) = lock(&self.handle).clone() else {
-                continue; // collected in between: the outcome is there now
+                // Collected in between: the outcome is there now.
+                return match self.collected() {
+                    Some(outcome) => {
+                        Slice::Done(outcome.map(|_| ()).map_err(|e| error::host_error(py, e)))
+                    }
+                    None => Slice::Pending,
+                };
             };
-            let slice = match deadline {
-                Some(d) => SLICE.min(d.saturating_duration_since(Instant::now())),
-                None => SLICE,
-            };
-            let waited = py.detach(|| handle.wait(Some(slice)));
+            let waited = py.detach(|| handle.wait(Some(d)));
             drop(handle);
             match waited {
                 Ok(()) => {
                     self.collect();
-                    return Ok(());
+                    Slice::Done(Ok(()))
                 }
-                Err(HostError::WaitTimeout(_)) => {}
+                Err(HostError::WaitTimeout(_)) => Slice::Pending,
                 Err(e) => {
                     self.collect();
-                    return Err(error::host_error(py, e));
+                    Slice::Done(Err(error::host_error(py, e)))
                 }
             }
-            py.check_signals()?;
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(Raise::new(
-                    "WaitTimeoutError",
-                    format!(
-                        "the run (epoch {}) was not finished within {} s; it is still in flight",
-                        self.epoch,
-                        timeout.unwrap_or_default()
-                    ),
-                )
-                .into_err(py));
-            }
-        }
+        };
+        wait_in_slices(py, timeout, slice, || {
+            Raise::new(
+                "WaitTimeoutError",
+                format!(
+                    "the run (epoch {}) was not finished within {} s; it is still in flight",
+                    self.epoch,
+                    timeout.unwrap_or_default()
+                ),
+            )
+        })
     }
 
     /// The report of the finished run (waiting as long as it takes); the run's error if it

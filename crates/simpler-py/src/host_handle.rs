@@ -2,21 +2,19 @@
 //!
 //! The engine's [`RunHandle`] answers every wait with the same outcome, so this wrapper keeps
 //! no state of its own. A wait detaches from the interpreter and waits in slices of at most
-//! [`SLICE`]; between slices it re-attaches and checks for signals, so Ctrl-C raises
-//! `KeyboardInterrupt` within a slice while the run goes on (as the level-2 handle does,
-//! `crate::handle`). A timeout is the caller's budget over all slices; running out of it
-//! raises `WaitTimeoutError`.
+//! [`SLICE`](crate::handle::SLICE); between slices it re-attaches and checks for signals, so
+//! Ctrl-C raises `KeyboardInterrupt` within a slice while the run goes on — the level-2
+//! handle's loop, `crate::handle::wait_in_slices`. A timeout is the caller's budget over all
+//! slices; running out of it raises `WaitTimeoutError`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use simpler_worker::{RunHandle, RunReport, WorkerError};
 
 use crate::error::{self, Raise};
-
-/// The longest a wait stays detached before checking for signals.
-const SLICE: Duration = Duration::from_millis(50);
+use crate::handle::{wait_in_slices, Slice};
 
 /// What a successful level-3 run reports.
 #[pyclass(module = "simpler._native", name = "HostRunReport", frozen)]
@@ -80,49 +78,28 @@ impl NativeHostRunHandle {
 }
 
 /// Waits for `handle` (`timeout` seconds at most; `None`: as long as it takes) in slices,
-/// checking for signals between them (see the module docs).
+/// checking for signals between them (`crate::handle::wait_in_slices`, see the module docs).
 pub(crate) fn wait_sliced(
     py: Python<'_>,
     handle: &RunHandle,
     timeout: Option<f64>,
 ) -> PyResult<NativeHostRunReport> {
-    let deadline = match timeout {
-        None => None,
-        Some(t) if t.is_finite() && (0.0..1e9).contains(&t) => {
-            Some(Instant::now() + Duration::from_secs_f64(t))
-        }
-        Some(t) => {
-            return Err(Raise::new(
-                "InvalidConfigError",
-                format!("timeout must be a finite number of seconds >= 0, got {t}"),
-            )
-            .into_err(py))
-        }
+    let slice = |d: Duration| match py.detach(|| handle.wait(Some(d))) {
+        Ok(report) => Slice::Done(Ok(NativeHostRunReport::from(&report))),
+        Err(WorkerError::WaitTimeout(_)) => Slice::Pending,
+        Err(e) => Slice::Done(Err(error::worker_error(py, e))),
     };
-    loop {
-        let slice = match deadline {
-            Some(d) => SLICE.min(d.saturating_duration_since(Instant::now())),
-            None => SLICE,
-        };
-        match py.detach(|| handle.wait(Some(slice))) {
-            Ok(report) => return Ok(NativeHostRunReport::from(&report)),
-            Err(WorkerError::WaitTimeout(_)) => {}
-            Err(e) => return Err(error::worker_error(py, e)),
-        }
-        py.check_signals()?;
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(Raise::new(
-                "WaitTimeoutError",
-                format!(
-                    "run {} was not finished within {} s; it is still in flight",
-                    handle.id(),
-                    timeout.unwrap_or_default()
-                ),
-            )
-            .float("timeout_s", timeout.unwrap_or_default())
-            .into_err(py));
-        }
-    }
+    wait_in_slices(py, timeout, slice, || {
+        Raise::new(
+            "WaitTimeoutError",
+            format!(
+                "run {} was not finished within {} s; it is still in flight",
+                handle.id(),
+                timeout.unwrap_or_default()
+            ),
+        )
+        .float("timeout_s", timeout.unwrap_or_default())
+    })
 }
 
 #[pymethods]

@@ -21,15 +21,11 @@
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::types::{PyDict, PyTuple};
 use simpler_abi::DataType;
 use simpler_worker::{HostMemory, Memory, Tag, Tensor, WorkerError};
 
 use crate::error;
-
-/// `numpy.ndarray`, imported on first use.
-static NDARRAY: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -231,24 +227,8 @@ pub(crate) fn array_view(
     arg: &str,
 ) -> PyResult<ArrayView> {
     let py = obj.py();
-    let ndarray = NDARRAY.get_or_try_init(py, || -> PyResult<_> {
-        Ok(py
-            .import("numpy")?
-            .getattr("ndarray")?
-            .cast_into::<PyType>()?
-            .unbind())
-    })?;
-    if !obj.is_instance(ndarray.bind(py))? {
-        return Err(error::argument_type(
-            py,
-            format!(
-                "argument `{arg}`: expected a numpy.ndarray, got {}",
-                obj.get_type().name()?
-            ),
-        ));
-    }
+    let iface = crate::array::array_interface(obj, arg)?;
     let bad = |reason: String| error::invalid_argument(py, arg, reason);
-    let iface = obj.getattr("__array_interface__")?.cast_into::<PyDict>()?;
     let item = |key: &str| -> PyResult<Bound<'_, PyAny>> {
         iface
             .get_item(key)?

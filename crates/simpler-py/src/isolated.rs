@@ -20,7 +20,7 @@
 //! the arrays alive until it is over.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -36,11 +36,8 @@ use crate::array::ArrayMemory;
 use crate::callable::NativeCallable;
 use crate::config::{NativeCallConfig, NativeWorkerConfig};
 use crate::error::{self, Raise};
-use crate::handle::NativeRunReport;
+use crate::handle::{wait_in_slices, NativeRunReport, Slice};
 use crate::host_memory::private_tensor;
-
-/// The longest a wait stays detached before checking for signals.
-const SLICE: Duration = Duration::from_millis(50);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -353,49 +350,26 @@ impl NativeIsolatedRunHandle {
 
 impl NativeIsolatedRunHandle {
     fn wait_report(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<NativeRunReport> {
-        let deadline = match timeout {
-            None => None,
-            Some(t) if t.is_finite() && (0.0..1e9).contains(&t) => {
-                Some(Instant::now() + Duration::from_secs_f64(t))
-            }
-            Some(t) => {
-                return Err(Raise::new(
-                    "InvalidConfigError",
-                    format!("timeout must be a finite number of seconds >= 0, got {t}"),
-                )
-                .into_err(py))
-            }
-        };
         let handle = &self.handle;
-        loop {
-            let slice = match deadline {
-                Some(d) => SLICE.min(d.saturating_duration_since(Instant::now())),
-                None => SLICE,
-            };
-            match py.detach(|| handle.wait(Some(slice))) {
-                Ok(r) => {
-                    return Ok(NativeRunReport::new(
-                        r.epoch,
-                        r.device_time.as_secs_f64(),
-                        r.total_time.as_secs_f64(),
-                    ))
-                }
-                Err(WorkerError::WaitTimeout(_)) => {}
-                Err(e) => return Err(error::worker_error(py, e)),
-            }
-            py.check_signals()?;
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(Raise::new(
-                    "WaitTimeoutError",
-                    format!(
-                        "the run (epoch {}) was not finished within {} s; it is still in flight",
-                        handle.epoch(),
-                        timeout.unwrap_or_default()
-                    ),
-                )
-                .float("timeout_s", timeout.unwrap_or_default())
-                .into_err(py));
-            }
-        }
+        let slice = |d: Duration| match py.detach(|| handle.wait(Some(d))) {
+            Ok(r) => Slice::Done(Ok(NativeRunReport::new(
+                r.epoch,
+                r.device_time.as_secs_f64(),
+                r.total_time.as_secs_f64(),
+            ))),
+            Err(WorkerError::WaitTimeout(_)) => Slice::Pending,
+            Err(e) => Slice::Done(Err(error::worker_error(py, e))),
+        };
+        wait_in_slices(py, timeout, slice, || {
+            Raise::new(
+                "WaitTimeoutError",
+                format!(
+                    "the run (epoch {}) was not finished within {} s; it is still in flight",
+                    handle.epoch(),
+                    timeout.unwrap_or_default()
+                ),
+            )
+            .float("timeout_s", timeout.unwrap_or_default())
+        })
     }
 }

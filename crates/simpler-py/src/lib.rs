@@ -14,7 +14,8 @@
 //! - [`WorkerConfig`](config::NativeWorkerConfig), [`CallConfig`](config::NativeCallConfig),
 //!   [`RuntimeEnv`](config::NativeRuntimeEnv): the host's option types, with its defaults;
 //! - [`HostTensor`](args::NativeHostTensor), [`DeviceTensor`](args::NativeDeviceTensor),
-//!   [`RawScalar`](args::NativeRawScalar) and `encode_scalar`: a run's arguments.
+//!   [`RawScalar`](args::NativeRawScalar), `encode_scalar` and `decode_scalar`: a run's
+//!   arguments.
 //! - [`toolchain`]: the kernel compiler and cache, manifests, example builds, `allclose`
 //!   and scalar parsing of `simpler-toolchain`.
 //!
@@ -91,6 +92,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sub_child::NativeMappedTensor>()?;
     m.add_function(wrap_pyfunction!(sub_child::serve_chip_child, m)?)?;
     m.add_function(wrap_pyfunction!(args::encode_scalar, m)?)?;
+    m.add_function(wrap_pyfunction!(args::decode_scalar, m)?)?;
     m.add_function(wrap_pyfunction!(toml_value::parse_toml, m)?)?;
     toolchain::register(m)?;
     m.add("MAX_TENSOR_DIMS", simpler_abi::MAX_TENSOR_DIMS)?;

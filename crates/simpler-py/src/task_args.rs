@@ -21,7 +21,7 @@ use simpler_abi::DataType;
 use simpler_worker::{Memory, Tag, TaskArgs, Tensor};
 
 use crate::args::NativeHostTensor;
-use crate::error;
+use crate::error::{self, Raise};
 use crate::host_memory::{host_tensor, KnownMemory};
 
 /// The tag of `TensorArgType` wire value `wire`.
@@ -46,18 +46,33 @@ fn tag(py: Python<'_>, wire: u32) -> PyResult<Tag> {
 ///
 /// # Errors
 /// `ArgumentTypeError` for a bool, float, str or other non-integer; `InvalidArgumentError`
-/// for a negative id, or one too large for any worker (named as given).
+/// for a negative id, or one too large for any worker (named as given); each with
+/// `code_name` `UNKNOWN_WORKER`, the engine's kind for an id that names no worker.
 pub(crate) fn worker_id(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
     let py = obj.py();
     let type_error = || -> PyResult<PyErr> {
-        Ok(error::argument_type(
-            py,
+        Ok(Raise::new(
+            "ArgumentTypeError",
             format!(
                 "{what}: a worker id is an int, got {} {}",
                 obj.get_type().name()?,
                 obj.repr()?
             ),
-        ))
+        )
+        .detail("arg", what)
+        .detail("code_name", "UNKNOWN_WORKER")
+        .into_err(py))
+    };
+    // The engine's kind for an id that names no worker, whatever refused it.
+    let no_worker = |reason: String| {
+        Raise::new(
+            "InvalidArgumentError",
+            format!("argument `{what}`: {reason}"),
+        )
+        .detail("arg", what)
+        .detail("reason", reason)
+        .detail("code_name", "UNKNOWN_WORKER")
+        .into_err(py)
     };
     if obj.is_instance_of::<PyBool>()
         || obj.is_instance_of::<PyFloat>()
@@ -69,23 +84,15 @@ pub(crate) fn worker_id(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<usize> {
         return Err(type_error()?);
     };
     if id < 0 {
-        return Err(error::invalid_argument(
-            py,
-            what,
-            format!("worker id {id} is negative; ids count from 0"),
-        ));
+        return Err(no_worker(format!(
+            "worker id {id} is negative; ids count from 0"
+        )));
     }
     // An id the engine cannot even count to names no worker: say so with the id given.
     i64::try_from(id)
         .ok()
         .and_then(|id| usize::try_from(id).ok())
-        .ok_or_else(|| {
-            error::invalid_argument(
-                py,
-                what,
-                format!("worker id {id} names no worker (ids count from 0)"),
-            )
-        })
+        .ok_or_else(|| no_worker(format!("worker id {id} names no worker (ids count from 0)")))
 }
 
 /// `simpler._native.ChildTensor`: device memory on one chip of a level-3 worker.

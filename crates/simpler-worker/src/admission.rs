@@ -174,7 +174,7 @@ fn refuse_dead_targets(engine: &Engine, st: &State, target: &Target) -> Result<(
             .as_ref()
             .map(|report| WorkerError::EndpointFailure {
                 endpoint: st.lanes[lane].describe.clone(),
-                report: format!("{report} (tasks to it are refused)"),
+                report: report.clone(),
             })
     };
     match target {

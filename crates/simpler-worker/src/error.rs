@@ -46,8 +46,13 @@ pub enum WorkerError {
         reason: String,
     },
     /// An endpoint died (a chip child crashed, was killed, lost its mailbox); its in-flight
-    /// task failed and later tasks to it are refused. `report` is the child's crash report.
-    #[error("ENDPOINT_FAILURE: {endpoint} died: {report}")]
+    /// task failed and later tasks to it are refused. `report` is the child's crash report
+    /// (how it ended, the end of its stderr; the endpoint is not named again there). The
+    /// message ends with the recovery: a new worker.
+    #[error(
+        "ENDPOINT_FAILURE: {endpoint} died: {report}\n  tasks to it are refused; close this \
+         Worker and create a new one to use it again"
+    )]
     EndpointFailure {
         /// The endpoint.
         endpoint: String,

@@ -121,7 +121,10 @@ impl WorkerOptions {
         }
         if self.chips.is_empty() && subs == 0 {
             return bad(
-                "the worker needs at least one chip (chips) or sub worker (sub_workers)".into(),
+                "the worker needs at least one chip or sub worker: give it chips (`chips` / \
+                 Python's `device_ids`) or sub workers (`sub_workers` / Python's \
+                 `num_sub_workers`), e.g. pass num_sub_workers=1"
+                    .into(),
             );
         }
         if !self.device_ids.is_empty() && self.device_ids.len() != self.chips.len() {
@@ -189,7 +192,12 @@ mod tests {
             ..one_chip()
         })
         .contains("level"));
-        assert!(refused(WorkerOptions::default()).contains("at least one chip"));
+        let none = refused(WorkerOptions::default());
+        assert!(none.contains("at least one chip"), "{none}");
+        assert!(
+            none.contains("`device_ids`") && none.contains("num_sub_workers=1"),
+            "{none}"
+        );
         assert!(refused(WorkerOptions {
             sub_workers: SubWorkers::Threads(0),
             ..one_chip()

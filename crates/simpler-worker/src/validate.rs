@@ -94,8 +94,8 @@ pub(crate) fn sub_group(members: usize, subs: usize) -> Result<(), WorkerError> 
 /// # Errors
 /// [`WorkerError::InvalidArgument`] naming `arg`: a view past its memory, a view that is
 /// not C-order contiguous going to a chip, device memory of another chip (or in a sub
-/// task), host memory a child process cannot see (the fix: a
-/// `create_buffer` buffer or an `orch.alloc` tensor), a written tensor over read-only memory.
+/// task), host memory a child process cannot see (the fix: a `create_buffer` buffer or an
+/// `orch.alloc` tensor), a written tensor over read-only memory.
 pub(crate) fn tensor(arg: &str, t: &Tensor, writes: bool, dest: Dest) -> Result<(), WorkerError> {
     match t.byte_span() {
         Some((_, end)) if end <= t.memory_len() => {}

@@ -560,12 +560,22 @@ impl Worker {
         matches!(*self.life.lock(), Life::Closed)
     }
 
-    /// The child processes of an initialized worker: (endpoint, pid).
+    /// The live child processes of an initialized worker: (endpoint, pid), in lane order. A
+    /// child the engine found dead is left out ([`Worker::endpoint_failures`] says how it
+    /// ended); empty before `init` and after `close`.
     pub fn child_pids(&self) -> Vec<(String, u32)> {
-        match &*self.life.lock() {
-            Life::Running(r) => r.pids.clone(),
-            _ => Vec::new(),
-        }
+        let (engine, pids) = match &*self.life.lock() {
+            Life::Running(r) => (r.engine.clone(), r.pids.clone()),
+            _ => return Vec::new(),
+        };
+        let st = engine.state.lock();
+        pids.into_iter()
+            .filter(|(name, _)| {
+                !st.lanes
+                    .iter()
+                    .any(|l| l.dead.is_some() && &l.describe == name)
+            })
+            .collect()
     }
 
     /// The endpoints of an initialized worker that died, in lane order (chips, then sub
@@ -685,14 +695,23 @@ fn lanes_of(engine: &Engine, kind: EndpointKind) -> Vec<usize> {
 }
 
 fn no_endpoint(c: &Callable) -> WorkerError {
-    let (what, option) = match c.runs_on() {
-        EndpointKind::Chip => ("chip callable", "chips"),
-        EndpointKind::Sub => ("sub callable", "sub_workers"),
+    let (what, none, fix) = match c.runs_on() {
+        EndpointKind::Chip => (
+            "chip callable",
+            "chips",
+            "give it chips (`chips` / Python's `device_ids`, e.g. device_ids=[0])",
+        ),
+        EndpointKind::Sub => (
+            "sub callable",
+            "sub workers",
+            "give it sub workers (`sub_workers` / Python's `num_sub_workers`, e.g. pass \
+             num_sub_workers=1)",
+        ),
     };
     WorkerError::InvalidArgument {
         arg: "callable".into(),
         reason: format!(
-            "the {what} `{}` has nothing to run on: this worker has no {option}",
+            "the {what} `{}` has nothing to run on: this worker has no {none}; {fix}",
             c.name()
         ),
     }

@@ -428,14 +428,26 @@ fn init_refuses_what_cannot_run_and_rolls_back() {
     w.register(sub).unwrap();
     let err = w.init().unwrap_err();
     assert_eq!(err.kind(), "INVALID_CONFIG");
-    assert!(err.to_string().contains("no sub_workers"), "{err}");
+    assert!(
+        err.to_string().contains("no sub workers")
+            && err
+                .to_string()
+                .contains("`sub_workers` / Python's `num_sub_workers`")
+            && err.to_string().contains("pass num_sub_workers=1"),
+        "{err}"
+    );
     let err = w.init().unwrap_err();
     assert!(err.to_string().contains("called already"), "{err}");
 
     let (w, _) = worker(1, 0);
     let (_, sub) = flag();
     let err = w.register(sub).unwrap_err();
-    assert!(err.to_string().contains("`callable`") && err.to_string().contains("no sub_workers"));
+    assert!(
+        err.to_string().contains("`callable`")
+            && err
+                .to_string()
+                .contains("no sub workers; give it sub workers")
+    );
     assert!(w.init().unwrap_err().to_string().contains("called already"));
     w.close().unwrap();
 

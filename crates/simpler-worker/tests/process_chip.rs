@@ -231,7 +231,7 @@ fn a_child_killed_during_a_long_task_fails_it_as_died_with_the_signal() {
     let killed = killer.join().unwrap();
     let report = died(result);
     assert!(
-        report.contains(&format!("chip 0 (pid {pid})")) && report.contains("SIGKILL"),
+        report.contains("was killed by signal SIGKILL (9)") && !report.contains("chip 0"),
         "{report}"
     );
     assert!(
@@ -261,6 +261,11 @@ fn kernels_that_abort_or_segfault_kill_the_child_with_their_stderr_in_the_report
         assert!(
             report.contains("simpler: crash:"),
             "the sim's crash report: {report}"
+        );
+        assert!(
+            !report.contains("Kernel crashes")
+                && report.contains("runs in a child process of its worker"),
+            "a chip in a child process is not told to isolate its kernels: {report}"
         );
         drop(chip);
     }

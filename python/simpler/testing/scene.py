@@ -58,7 +58,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import _native
-from ..callable import ChipCallable, CoreCallable
+from ..callable import ChipCallable, CoreCallable, resolve_example_from
 from ..compiler import KernelCompiler
 from ..config import CallConfig, RuntimeEnv
 from ..errors import InvalidConfigError
@@ -334,7 +334,7 @@ class SceneTestCase:
             built = spec
         elif isinstance(spec, (str, os.PathLike)) or (isinstance(spec, dict) and "example" in spec):
             path = spec["example"] if isinstance(spec, dict) else spec
-            built = ChipCallable.from_example(cls.source_dir() / path, kc)
+            built = ChipCallable.from_example(resolve_example_from(cls.source_dir(), path), kc)
         elif isinstance(spec, dict):
             built = build_chip_callable(cls, spec, kc)
         else:

@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Sequence, Tuple
 
 import numpy as np
 
-from ..callable import CallableHandle, ChipCallable
+from ..callable import CallableHandle, ChipCallable, resolve_example_from
 from ..compiler import KernelCompiler
 from ..errors import InvalidConfigError
 from ..tensor import as_array
@@ -171,7 +171,9 @@ def build_level3(
         if "callable" in entry:
             built[name] = entry["callable"]
         elif "example" in entry:
-            built[name] = ChipCallable.from_example(base / entry["example"], compiler)
+            built[name] = ChipCallable.from_example(
+                resolve_example_from(base, entry["example"]), compiler
+            )
         else:
             built[name] = build_chip(cls, entry, compiler)
     return built

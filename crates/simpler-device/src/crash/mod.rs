@@ -35,7 +35,23 @@ mod slab;
 mod tables;
 
 use std::cell::Cell;
-use std::sync::atomic::{compiler_fence, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, Ordering};
+
+/// Set once this process is a chip's child process of a level-3 worker (see
+/// [`set_isolated_child`]).
+static ISOLATED_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// Says that this process runs a chip as a child process of its worker: a crash report
+/// then says the worker reports the death instead of advising how to isolate kernels
+/// (they already are). Called by the chip child's server before its device starts.
+pub fn set_isolated_child() {
+    ISOLATED_CHILD.store(true, Ordering::Relaxed);
+}
+
+/// True once [`set_isolated_child`] was called (read by the handler: an atomic load).
+pub(crate) fn is_isolated_child() -> bool {
+    ISOLATED_CHILD.load(Ordering::Relaxed)
+}
 
 pub(crate) use tables::{forget_live, note_live, LiveView};
 use tables::{CodeKind, ThreadKind, ThreadSlot};

@@ -321,16 +321,36 @@ pub(crate) fn write(out: &mut Buf, fault: &Fault, t: &ThreadView, page: u64) {
         .s(name)
         .s(" (exit status ")
         .dec(128 + fault.signal as u64)
-        .s(
-            "). On the sim, kernels run inside the host process: README.md, \
-             \"Kernel crashes\", says how to isolate them.\n",
-        );
+        .s(isolation_hint(super::is_isolated_child()));
+}
+
+/// The end of a report: where the kernels ran and what follows. A chip in a child process
+/// of its worker is already isolated, so the hint on isolating kernels is left out there.
+fn isolation_hint(isolated_child: bool) -> &'static str {
+    if isolated_child {
+        "). This chip runs in a child process of its worker, which reports its death \
+         (ENDPOINT_FAILURE).\n"
+    } else {
+        "). On the sim, kernels run inside the host process: README.md, \
+         \"Kernel crashes\", says how to isolate them.\n"
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::crash::tables::{forget_live, note_live};
+
+    #[test]
+    fn a_chip_in_a_child_process_is_not_told_to_isolate_its_kernels() {
+        assert!(isolation_hint(false).contains("\"Kernel crashes\""));
+        let child = isolation_hint(true);
+        assert!(
+            !child.contains("Kernel crashes") && !child.contains("README"),
+            "{child}"
+        );
+        assert!(child.contains("child process") && child.contains("ENDPOINT_FAILURE"));
+    }
 
     fn text(fault: Fault, t: &ThreadView) -> String {
         let mut b = Buf::new();

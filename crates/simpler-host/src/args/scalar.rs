@@ -198,6 +198,30 @@ impl ScalarValue {
     }
 }
 
+impl ScalarValue {
+    /// The value the 64 bits `bits` carry for `dtype`: the inverse of [`ScalarValue::encode`].
+    /// An integer dtype reads its low bits, sign-extended for a signed dtype
+    /// ([`ScalarValue::Int`]); `f32`, `f16` and `bf16` read their low 32 or 16 bits as that
+    /// type, widened exactly to an `f64` ([`ScalarValue::Float`]). Higher bits are ignored,
+    /// so `ScalarValue::decode(v.encode(Some(dt))?, dt)` is `v`'s value in `dt` for every
+    /// value `encode` accepts.
+    pub fn decode(bits: u64, dtype: DataType) -> ScalarValue {
+        match dtype {
+            DataType::Int8 => ScalarValue::Int((bits as i8).into()),
+            DataType::Int16 => ScalarValue::Int((bits as i16).into()),
+            DataType::Int32 => ScalarValue::Int((bits as i32).into()),
+            DataType::Int64 => ScalarValue::Int((bits as i64).into()),
+            DataType::Uint8 => ScalarValue::Int((bits as u8).into()),
+            DataType::Uint16 => ScalarValue::Int((bits as u16).into()),
+            DataType::Uint32 => ScalarValue::Int((bits as u32).into()),
+            DataType::Uint64 => ScalarValue::Int(bits.into()),
+            DataType::Float32 => ScalarValue::Float(f32::from_bits(bits as u32).into()),
+            DataType::Float16 => ScalarValue::Float(f16::from_bits(bits as u16).into()),
+            DataType::Bfloat16 => ScalarValue::Float(bf16::from_bits(bits as u16).into()),
+        }
+    }
+}
+
 /// The bits of `x` rounded to the float `dtype` (nearest, ties to even), zero-extended;
 /// `None` when a finite `x` rounds to infinity. `x` is exact or already rounded to odd at 53
 /// bits, which a single later rounding to 24 bits or fewer treats as the exact value.
@@ -264,6 +288,51 @@ fn int_to_f64_odd(v: i128) -> f64 {
 mod tests {
     use super::*;
     use DataType::*;
+
+    #[test]
+    fn decode_inverts_encode() {
+        let cases = [
+            (ScalarValue::Float(0.5), Float32, ScalarValue::Float(0.5)),
+            (
+                ScalarValue::Float(-1.25),
+                Float16,
+                ScalarValue::Float(-1.25),
+            ),
+            (ScalarValue::Float(3.0), Bfloat16, ScalarValue::Float(3.0)),
+            (ScalarValue::Int(-3), Int64, ScalarValue::Int(-3)),
+            (ScalarValue::Int(-3), Int32, ScalarValue::Int(-3)),
+            (ScalarValue::Int(-128), Int8, ScalarValue::Int(-128)),
+            (ScalarValue::Int(-2), Int16, ScalarValue::Int(-2)),
+            (ScalarValue::Int(255), Uint8, ScalarValue::Int(255)),
+            (ScalarValue::Int(65535), Uint16, ScalarValue::Int(65535)),
+            (ScalarValue::Int(7), Uint32, ScalarValue::Int(7)),
+            (
+                ScalarValue::Int(u64::MAX.into()),
+                Uint64,
+                ScalarValue::Int(u64::MAX.into()),
+            ),
+            (ScalarValue::Int(2), Float32, ScalarValue::Float(2.0)),
+        ];
+        for (value, dt, want) in cases {
+            let bits = value.encode(Some(dt)).unwrap();
+            assert_eq!(ScalarValue::decode(bits, dt), want, "{value:?} as {dt:?}");
+        }
+        // The raw bits of the two's complement and of an f32, as a sub task receives them.
+        assert_eq!(
+            ScalarValue::decode(1_056_964_608, Float32),
+            ScalarValue::Float(0.5)
+        );
+        assert_eq!(
+            ScalarValue::decode(18_446_744_073_709_551_613, Int64),
+            ScalarValue::Int(-3)
+        );
+        // Rounded values come back as the dtype holds them.
+        let bits = ScalarValue::Float(0.1).encode(Some(Float32)).unwrap();
+        assert_eq!(
+            ScalarValue::decode(bits, Float32),
+            ScalarValue::Float(f64::from(0.1f32))
+        );
+    }
 
     fn enc(v: ScalarValue, dt: Option<DataType>) -> Result<u64, ScalarError> {
         v.encode(dt)

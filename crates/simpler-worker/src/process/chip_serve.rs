@@ -48,6 +48,8 @@ pub fn serve_chip_child_status() -> u8 {
         );
         return 2;
     }
+    // This process is the chip's isolation: its crash reports say so.
+    simpler_device::crash::set_isolated_child();
     let (index, config) = match conn.next() {
         Ok(Request::Start(Start::Chip { index, config })) => (index as usize, config),
         Ok(other) => {

@@ -91,7 +91,11 @@ impl Link {
                 )));
             }
             Err(WaitEnd::Check(())) => {
-                return Err(failed(format!("before it was ready, {}", process.report())));
+                return Err(failed(format!(
+                    "before it was ready, its process (pid {}) ended: {}",
+                    process.pid(),
+                    process.report()
+                )));
             }
         };
         match reply {
