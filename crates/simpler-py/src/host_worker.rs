@@ -33,13 +33,14 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use simpler_worker::{
-    Callable, CallableHandle, ChildProgram, ChipIsolation, EndpointKind, HostMemory, SubWorkers,
-    Worker, WorkerError, WorkerOptions,
+    Callable, ChildProgram, ChipIsolation, HostMemory, SubWorkers, Worker, WorkerError,
+    WorkerOptions,
 };
 
 use crate::callable::NativeCallable;
 use crate::config::NativeWorkerConfig;
 use crate::error::{self, Raise};
+use crate::host_callable::NativeHostCallable;
 use crate::host_handle::{wait_sliced, NativeHostRunHandle};
 use crate::host_memory::{HostView, KnownMemory, NativeSharedMemory};
 use crate::orchestrator::{dtype, NativeOrchestrator};
@@ -47,34 +48,6 @@ use crate::task_args::{worker_id, NativeChildTensor};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// A callable registered on a host worker.
-#[pyclass(module = "simpler._native", name = "HostCallable", frozen)]
-pub struct NativeHostCallable {
-    pub(crate) handle: CallableHandle,
-}
-
-#[pymethods]
-impl NativeHostCallable {
-    /// The callable's name (a chip callable's, a function's qualified name).
-    #[getter]
-    fn name(&self) -> String {
-        self.handle.name().to_string()
-    }
-
-    /// `"chip"` (run by chips) or `"sub"` (run by sub workers).
-    #[getter]
-    fn kind(&self) -> &'static str {
-        match self.handle.kind() {
-            EndpointKind::Chip => "chip",
-            EndpointKind::Sub => "sub",
-        }
-    }
-
-    fn __repr__(&self) -> String {
-        format!("HostCallable({}, {})", self.kind(), self.handle.name())
-    }
 }
 
 /// The level-3 engine driven from Python (see the module docs).

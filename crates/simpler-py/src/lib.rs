@@ -50,6 +50,7 @@ mod callable;
 mod config;
 mod error;
 mod handle;
+mod host_callable;
 mod host_handle;
 mod host_memory;
 mod host_worker;
@@ -81,7 +82,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<task_args::NativeTaskArgs>()?;
     m.add_class::<task_args::NativeChildTensor>()?;
     m.add_class::<host_worker::NativeHostWorker>()?;
-    m.add_class::<host_worker::NativeHostCallable>()?;
+    m.add_class::<host_callable::NativeHostCallable>()?;
     m.add_class::<host_handle::NativeHostRunHandle>()?;
     m.add_class::<host_handle::NativeHostRunReport>()?;
     m.add_class::<isolated::NativeIsolatedWorker>()?;

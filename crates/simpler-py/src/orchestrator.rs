@@ -20,8 +20,8 @@ use simpler_worker::{Orchestrator, Tag, TaskArgs, WorkerError};
 use crate::args::NativeHostTensor;
 use crate::config::NativeCallConfig;
 use crate::error;
+use crate::host_callable::NativeHostCallable;
 use crate::host_memory::{array_view, host_tensor, HostView, KnownMemory, NativeSharedMemory};
-use crate::host_worker::NativeHostCallable;
 use crate::task_args::{worker_id, NativeChildTensor, NativeTaskArgs};
 
 /// A dtype given by its wire value.
