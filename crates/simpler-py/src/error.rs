@@ -453,3 +453,12 @@ pub(crate) fn invalid_argument(py: Python<'_>, arg: &str, reason: impl Into<Stri
 pub(crate) fn argument_type(py: Python<'_>, message: impl Into<String>) -> PyErr {
     Raise::new("ArgumentTypeError", message).into_err(py)
 }
+
+/// Runs the level-3 engine call `f` detached from the interpreter; its error becomes the
+/// matching exception ([`worker_error`]).
+pub(crate) fn detached<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> Result<T, simpler_worker::WorkerError> + Send,
+) -> PyResult<T> {
+    py.detach(f).map_err(|e| worker_error(py, e))
+}

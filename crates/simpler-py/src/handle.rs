@@ -25,6 +25,7 @@ use pyo3::prelude::*;
 use simpler_host::{HostError, RunHandle};
 
 use crate::error::{self, Raise};
+use crate::sync::lock;
 
 /// The longest a wait stays detached before checking for signals.
 pub(crate) const SLICE: Duration = Duration::from_millis(50);
@@ -146,10 +147,6 @@ pub struct NativeRunHandle {
     /// The collected outcome.
     outcome: Mutex<Option<Result<NativeRunReport, HostError>>>,
     epoch: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl NativeRunHandle {

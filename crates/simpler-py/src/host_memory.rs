@@ -18,7 +18,7 @@
 //! what numpy says of an array (`__array_interface__`: address, shape, strides, read-only
 //! flag); what a task may do with the tensor is the engine's check (`simpler-worker`).
 
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -26,10 +26,7 @@ use simpler_abi::DataType;
 use simpler_worker::{HostMemory, Memory, Tag, Tensor, WorkerError};
 
 use crate::error;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::sync::lock;
 
 /// The bytes of a numpy array, lent to a level-3 task in place.
 pub(crate) struct ArrayHostMemory {

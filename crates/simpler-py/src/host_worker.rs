@@ -28,7 +28,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -39,16 +39,14 @@ use simpler_worker::{
 
 use crate::callable::NativeCallable;
 use crate::config::NativeWorkerConfig;
+use crate::error::detached;
 use crate::error::{self, Raise};
 use crate::host_callable::NativeHostCallable;
 use crate::host_handle::{wait_sliced, NativeHostRunHandle};
 use crate::host_memory::{HostView, KnownMemory, NativeSharedMemory};
 use crate::orchestrator::{dtype, NativeOrchestrator};
+use crate::sync::lock;
 use crate::task_args::{worker_id, NativeChildTensor};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The level-3 engine driven from Python (see the module docs).
 #[pyclass(module = "simpler._native", name = "HostWorker", frozen)]
@@ -81,14 +79,6 @@ fn signals_check(raised: &Mutex<Option<PyErr>>) -> impl FnMut() -> Result<(), Wo
             WorkerError::InvalidState("interrupted by a signal".into())
         })
     }
-}
-
-/// Runs the engine call `f` detached; its error becomes the matching exception.
-fn detached<T: Send>(
-    py: Python<'_>,
-    f: impl FnOnce() -> Result<T, WorkerError> + Send,
-) -> PyResult<T> {
-    py.detach(f).map_err(|e| error::worker_error(py, e))
 }
 
 /// Registers `callable` on `worker`, detached; Ctrl-C (any signal handler's exception) ends

@@ -19,7 +19,7 @@
 //! (as level 2's, [`crate::error::arg_error`]); the chip checks the rest. The run keeps
 //! the arrays alive until it is over.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -35,21 +35,11 @@ use crate::args::{scalar_value, NativeDeviceTensor, NativeHostTensor};
 use crate::array::ArrayMemory;
 use crate::callable::NativeCallable;
 use crate::config::{NativeCallConfig, NativeWorkerConfig};
+use crate::error::detached;
 use crate::error::{self, Raise};
 use crate::handle::{wait_in_slices, NativeRunReport, Slice};
 use crate::host_memory::private_tensor;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Runs the chip call `f` detached; its error becomes the matching exception.
-fn detached<T: Send>(
-    py: Python<'_>,
-    f: impl FnOnce() -> Result<T, WorkerError> + Send,
-) -> PyResult<T> {
-    py.detach(f).map_err(|e| error::worker_error(py, e))
-}
+use crate::sync::lock;
 
 /// One chip in a child process, driven from Python.
 #[pyclass(module = "simpler._native", name = "IsolatedChipWorker", frozen)]

@@ -57,6 +57,7 @@ mod host_worker;
 mod isolated;
 mod orchestrator;
 mod sub_child;
+mod sync;
 mod task_args;
 mod toml_value;
 mod toolchain;

@@ -15,11 +15,12 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
-use simpler_worker::{Orchestrator, Tag, TaskArgs, WorkerError};
+use simpler_worker::{Orchestrator, Tag, TaskArgs};
 
 use crate::args::NativeHostTensor;
 use crate::config::NativeCallConfig;
 use crate::error;
+use crate::error::detached;
 use crate::host_callable::NativeHostCallable;
 use crate::host_memory::{array_view, host_tensor, HostView, KnownMemory, NativeSharedMemory};
 use crate::task_args::{worker_id, NativeChildTensor, NativeTaskArgs};
@@ -29,14 +30,6 @@ pub(crate) fn dtype(py: Python<'_>, wire: u32) -> PyResult<DataType> {
     DataType::from_raw(wire).ok_or_else(|| {
         error::argument_type(py, format!("{wire} is not a DataType wire value (0..=10)"))
     })
-}
-
-/// Runs the engine call `f` detached; its error becomes the matching exception.
-fn detached<T: Send>(
-    py: Python<'_>,
-    f: impl FnOnce() -> Result<T, WorkerError> + Send,
-) -> PyResult<T> {
-    py.detach(f).map_err(|e| error::worker_error(py, e))
 }
 
 /// One run's orchestrator (see the module docs).

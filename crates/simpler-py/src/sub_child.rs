@@ -10,7 +10,7 @@
 //! keeps each region mapped at least until the reply to the request that named it. A run
 //! whose memory cannot be mapped is answered with the error here and never reaches Python.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
@@ -19,10 +19,7 @@ use simpler_worker::process::{SubChild, SubRequest, WireArg, WireTensor};
 use simpler_worker::{Tag, WorkerError};
 
 use crate::error;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::sync::lock;
 
 /// Serves this process as a chip child until the parent says stop or dies; returns the
 /// exit status (0 after a clean stop).

@@ -25,7 +25,7 @@
 //! Every call that may block — starting the chip, loading code, copies, runs — detaches
 //! from the interpreter ([`Python::detach`]), so other Python threads run meanwhile.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use simpler_device::DevicePtr;
@@ -37,6 +37,7 @@ use crate::callable::NativeCallable;
 use crate::config::{NativeCallConfig, NativeWorkerConfig};
 use crate::error;
 use crate::handle::{NativeRunHandle, NativeRunReport};
+use crate::sync::lock;
 
 /// One chip driven from Python.
 #[pyclass(module = "simpler._native", name = "ChipWorker", frozen)]
@@ -44,11 +45,6 @@ pub struct NativeWorker {
     worker: Mutex<Option<Arc<ChipWorker>>>,
     /// The worker's effective configuration (kept after `close`).
     config: NativeWorkerConfig,
-}
-
-/// Locks `m`, ignoring poisoning: every critical section here only swaps or clones values.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl NativeWorker {
