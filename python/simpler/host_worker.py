@@ -41,7 +41,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import shutil
 import sys
 import threading
 from dataclasses import dataclass
@@ -75,21 +74,16 @@ _ISOLATIONS = ("thread", "process")
 
 def _child_program() -> Dict[str, Any]:
     """How the engine starts a child: this interpreter running ``simpler._child``, with this
-    process's ``sys.path`` as ``PYTHONPATH`` so functions pickled by reference import there
-    (set through ``env``, since the engine passes a child only its own variables on top of
-    this process's environment)."""
+    process's ``sys.path`` as ``PYTHONPATH`` in its environment, so functions pickled by
+    reference import there."""
     path = [p for p in sys.path if p]
     old = os.environ.get("PYTHONPATH")
     if old:
         path.extend(p for p in old.split(os.pathsep) if p and p not in path)
     return {
-        "child_program": shutil.which("env") or "/usr/bin/env",
-        "child_args": [
-            "PYTHONPATH=" + os.pathsep.join(path),
-            sys.executable,
-            "-m",
-            "simpler._child",
-        ],
+        "child_program": sys.executable,
+        "child_args": ["-m", "simpler._child"],
+        "child_env": [("PYTHONPATH", os.pathsep.join(path))],
     }
 
 

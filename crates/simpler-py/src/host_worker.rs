@@ -99,13 +99,13 @@ fn register(py: Python<'_>, worker: &Worker, callable: Callable) -> PyResult<Nat
 impl NativeHostWorker {
     /// A level-`level` worker of the chips `chips` (chip `i` is worker id `i`) and
     /// `num_sub_workers` sub worker processes. Children (chips with `chip_isolation =
-    /// "process"`, sub workers) run `child_program` with `child_args` (the engine passes them
-    /// the rest in their environment). The engine checks the configuration now and starts
+    /// "process"`, sub workers) run `child_program` with `child_args` and `child_env` set in
+    /// their environment (the engine passes them the rest in their environment too). The engine checks the configuration now and starts
     /// nothing before `init`.
     #[new]
     #[pyo3(signature = (level, chips, *, chip_isolation="thread", num_sub_workers=0,
                         heap_ring_size=None, startup_timeout_s=None, close_timeout_s=None,
-                        child_program=None, child_args=Vec::new()))]
+                        child_program=None, child_args=Vec::new(), child_env=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -118,6 +118,7 @@ impl NativeHostWorker {
         close_timeout_s: Option<f64>,
         child_program: Option<String>,
         child_args: Vec<String>,
+        child_env: Vec<(String, String)>,
     ) -> PyResult<NativeHostWorker> {
         let defaults = WorkerOptions::default();
         let chip_isolation = match chip_isolation {
@@ -133,6 +134,10 @@ impl NativeHostWorker {
         let program = child_program.map(|program| ChildProgram {
             program: program.into(),
             args: child_args.into_iter().map(OsString::from).collect(),
+            env: child_env
+                .into_iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                .collect(),
         });
         let sub_workers = match (num_sub_workers, &program) {
             (0, _) => SubWorkers::None,

@@ -110,16 +110,19 @@ impl NativeIsolatedWorker {
 #[pymethods]
 impl NativeIsolatedWorker {
     /// Starts the chip configured by `config` in a child process running `child_program`
-    /// with `child_args` (the engine passes it the rest in its environment), and waits until
+    /// with `child_args` and `child_env` set in its environment (the engine passes it the rest
+    /// in its environment too), and waits until
     /// the chip is up (`startup_timeout_s`, default 300). Raises `StartupError` naming the
     /// chip and why; nothing is left running then.
     #[new]
-    #[pyo3(signature = (config, *, child_program, child_args=Vec::new(), startup_timeout_s=None))]
+    #[pyo3(signature = (config, *, child_program, child_args=Vec::new(), child_env=Vec::new(),
+                        startup_timeout_s=None))]
     fn new(
         py: Python<'_>,
         config: &NativeWorkerConfig,
         child_program: String,
         child_args: Vec<String>,
+        child_env: Vec<(String, String)>,
         startup_timeout_s: Option<f64>,
     ) -> PyResult<NativeIsolatedWorker> {
         let mut options = IsolatedOptions {
@@ -128,6 +131,10 @@ impl NativeIsolatedWorker {
             program: Some(ChildProgram {
                 program: child_program.into(),
                 args: child_args.into_iter().map(Into::into).collect(),
+                env: child_env
+                    .into_iter()
+                    .map(|(k, v)| (k.into(), v.into()))
+                    .collect(),
             }),
             ..IsolatedOptions::default()
         };

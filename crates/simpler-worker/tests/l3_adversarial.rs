@@ -89,6 +89,7 @@ fn sub_program(crash: Option<usize>) -> ChildProgram {
             script.into(),
             std::env::current_exe().unwrap().into(),
         ],
+        env: Vec::new(),
     }
 }
 

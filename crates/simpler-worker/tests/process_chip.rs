@@ -293,6 +293,7 @@ fn startup_failures_are_typed_and_leave_nothing_running() {
     let sh = |script: &str| ChildProgram {
         program: "/bin/sh".into(),
         args: vec!["-c".into(), script.into()],
+        env: Vec::new(),
     };
     let (_, why) = startup(spawn_chip(
         0,

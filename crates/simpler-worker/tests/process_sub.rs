@@ -103,6 +103,7 @@ fn this_binary_as_child(helper: &str) -> ChildProgram {
             helper.into(),
             "--ignored".into(),
         ],
+        env: Vec::new(),
     }
 }
 

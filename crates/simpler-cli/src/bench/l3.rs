@@ -26,6 +26,7 @@ fn chip_program() -> Option<ChildProgram> {
     Some(ChildProgram {
         program: exe,
         args: vec![OsString::from(CHIP_CHILD_COMMAND)],
+        env: Vec::new(),
     })
 }
 

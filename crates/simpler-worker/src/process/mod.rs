@@ -70,6 +70,9 @@ pub struct ChildProgram {
     pub program: PathBuf,
     /// Arguments put before the engine's own.
     pub args: Vec<OsString>,
+    /// Variables set in the child's environment, on top of this process's (the engine adds
+    /// its own `SIMPLER_CHILD_*` ones after these).
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl ChildProgram {
@@ -78,6 +81,7 @@ impl ChildProgram {
         ChildProgram {
             program: program.into(),
             args: Vec::new(),
+            env: Vec::new(),
         }
     }
 

@@ -89,6 +89,7 @@ impl ChildProcess {
         let mut command = Command::new(&program.program);
         command
             .args(&program.args)
+            .envs(program.env.iter().map(|(k, v)| (k, v)))
             .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::inherit())
@@ -294,6 +295,7 @@ mod tests {
         ChildProgram {
             program: PathBuf::from("/bin/sh"),
             args: vec![OsString::from("-c"), OsString::from(script)],
+            env: Vec::new(),
         }
     }
 
@@ -314,6 +316,24 @@ mod tests {
                 && report.contains("first\nlast words"),
             "{report}"
         );
+    }
+
+    #[test]
+    fn the_program_s_own_variables_reach_the_child_under_the_engine_s() {
+        let mut program = sh("echo \"$SIMPLER_Y $SIMPLER_X\" >&2; exit 4");
+        program.env = vec![
+            ("SIMPLER_Y".into(), "mine".into()),
+            ("SIMPLER_X".into(), "overridden".into()),
+        ];
+        let mut c =
+            ChildProcess::spawn("sub 1", &program, &[("SIMPLER_X", "engine".into())]).unwrap();
+        let status = c.wait_exit(Duration::from_secs(10)).expect("it exits");
+        assert_eq!(status.code(), Some(4));
+        let until = Instant::now() + Duration::from_secs(10);
+        while !c.stderr_tail().contains('\n') && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(c.stderr_tail(), "mine engine\n");
     }
 
     #[test]
@@ -350,6 +370,7 @@ mod tests {
             &ChildProgram {
                 program: PathBuf::from("/no/such/simpler-child"),
                 args: vec![],
+                env: vec![],
             },
             &[],
         )
