@@ -1,7 +1,9 @@
-//! What the stall monitor reads of a worker thread: its CPU time and whether the OS has it
-//! asleep. A worker that has run one slice for long is stalled only if its kernel keeps
-//! the thread busy (its CPU time advances: a spin) or asleep in the OS (a sleep, a lock,
-//! a blocking call); one the OS merely has not scheduled (a loaded host) is left alone.
+//! What the stall monitor reads of a worker thread: its CPU time, how often it has blocked
+//! in the OS, and whether the OS has it asleep now. A worker that has run one slice for
+//! long is stalled only if its kernel keeps the thread busy (its CPU time advances: a spin)
+//! or blocks in the OS (a sleep, a lock, a blocking call: its voluntary context switches
+//! advance, or it is asleep when looked at); one the OS merely has not scheduled (a loaded
+//! host) is left alone.
 //! The module's `unsafe` blocks are the two libc calls that read a thread's CPU clock.
 
 /// A worker thread's identity for the monitor: its CPU-time clock and its thread id.
@@ -47,5 +49,43 @@ impl ThreadProbe {
         stat.rsplit_once(')')
             .and_then(|(_, rest)| rest.trim_start().chars().next())
             .is_some_and(|c| c == 'S' || c == 'D')
+    }
+
+    /// Times the thread has given up its CPU to wait in the OS (`voluntary_ctxt_switches`
+    /// in its `status`; None if it cannot be read). A thread that only waits for a CPU on a
+    /// loaded host does not add to it: those are involuntary switches.
+    pub(crate) fn voluntary_switches(&self) -> Option<u64> {
+        let path = format!("/proc/self/task/{}/status", self.tid);
+        let status = std::fs::read_to_string(path).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::ThreadProbe;
+    use std::time::Duration;
+
+    /// A sleep is a voluntary switch; waiting for a CPU (or computing) is not one, so the
+    /// count is what tells a polling kernel from a thread the OS has not scheduled.
+    #[test]
+    fn a_sleep_adds_voluntary_switches_and_a_spin_adds_none() {
+        let probe = ThreadProbe::current().expect("a CPU clock on Linux");
+        let before = probe.voluntary_switches().expect("readable status");
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let slept = probe.voluntary_switches().unwrap();
+        assert!(slept >= before + 3, "3 sleeps: {before} -> {slept}");
+        let cpu = probe.cpu_ns().unwrap();
+        while probe.cpu_ns().unwrap() < cpu + 2_000_000 {
+            std::hint::spin_loop();
+        }
+        // Reading /proc does not block either; a preemption would be involuntary.
+        let spun = probe.voluntary_switches().unwrap();
+        assert!(spun <= slept + 1, "a 2 ms spin: {slept} -> {spun}");
     }
 }

@@ -15,7 +15,7 @@
 //! - **The stall monitor** is the safety net for code that blocks a worker outside any
 //!   device wait (a kernel spinning on a flag another core sets, or never returning):
 //!   while runnable fibers wait and no worker sleeps, it looks every [`MONITOR_TICK`] for a
-//!   worker whose slice has kept its thread busy or asleep in the OS for [`STALL_AFTER`],
+//!   worker whose slice has kept its thread busy or blocked in the OS for [`STALL_AFTER`],
 //!   and counts it out of the pool as if it had entered a blocking section (a worker
 //!   merely waiting for a CPU is left alone). It sleeps without a deadline while the
 //!   pool keeps up.
@@ -35,7 +35,7 @@ use super::fiber::{SliceEnd, Suspend, Task};
 use super::protocol::{AfterPark, RunQueue};
 
 /// How long a slice may keep its worker busy (its CPU time advances: a spin, a long
-/// computation, page faults) or asleep in the OS (a sleep, a lock, a blocking call) while
+/// computation, page faults) or blocked in the OS (a sleep, a lock, a blocking call) while
 /// runnable fibers wait before the monitor counts the worker out of the pool — long enough
 /// that a run's ordinary slices on a loaded host never count — except within
 /// [`COHORT_WINDOW`] of the last count-out, when [`COHORT_STALL_AFTER`] applies (a cohort of
@@ -88,6 +88,8 @@ struct WorkerSlot {
     same_ticks: AtomicU64,
     /// The worker's CPU time when the monitor first saw the current slice, nanoseconds.
     cpu_at_first_sight: AtomicU64,
+    /// The worker's voluntary context switches then (u64::MAX: unreadable).
+    switches_at_first_sight: AtomicU64,
     /// Set by the worker when it starts.
     probe: std::sync::OnceLock<ThreadProbe>,
     /// Counted out of the pool (blocking section, or stalled as the monitor saw it).
@@ -493,11 +495,12 @@ impl Pool {
 
     /// One tick's look at one worker: counts it out once one slice has lasted
     /// `stall_ticks` ticks (`cohort_ticks` within [`COHORT_WINDOW`] of the last count-out)
-    /// with its thread busy or asleep in the OS, not merely waiting for a CPU (the window
+    /// with its thread busy or blocked in the OS, not merely waiting for a CPU (the window
     /// then starts again).
     fn look_at(&'static self, s: &WorkerSlot, stall_ticks: u64, cohort_ticks: u64) {
         let now = s.slices.load(Ordering::Acquire);
         let cpu = || s.probe.get().and_then(ThreadProbe::cpu_ns).unwrap_or(0);
+        let switches = || s.probe.get().and_then(ThreadProbe::voluntary_switches);
         if s.seen.swap(now, Ordering::AcqRel) != now || now.is_multiple_of(2) {
             s.same_ticks.store(0, Ordering::Release);
             return;
@@ -505,6 +508,8 @@ impl Pool {
         let same = s.same_ticks.fetch_add(1, Ordering::AcqRel) + 1;
         if same == 1 {
             s.cpu_at_first_sight.store(cpu(), Ordering::Release);
+            s.switches_at_first_sight
+                .store(switches().unwrap_or(u64::MAX), Ordering::Release);
         }
         if same < cohort_ticks || s.counted_out.load(Ordering::Acquire) {
             return;
@@ -524,7 +529,12 @@ impl Pool {
         let live = self.workers.lock().live + 1;
         let share = (self.cpus as u64 * window / live as u64).min(window);
         let busy = used >= share / 2;
-        if busy || s.probe.get().is_none_or(ThreadProbe::asleep) {
+        // Blocked: the slice has waited in the OS during the window (a kernel polling
+        // through short sleeps is runnable at many looks on a loaded host, which its own
+        // wake-ups load, so a look at its state alone would keep missing it).
+        let before = s.switches_at_first_sight.load(Ordering::Acquire);
+        let blocked = before != u64::MAX && switches().is_some_and(|now| now > before);
+        if busy || blocked || s.probe.get().is_none_or(ThreadProbe::asleep) {
             self.last_count_out.store(clock, Ordering::Release);
             self.count_out(s);
         } else {
