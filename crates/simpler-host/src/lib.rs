@@ -22,7 +22,8 @@
 //! - **Device health and lifecycle**: [`fault_monitor`] (the process's exception-callback
 //!   slot, notice ring and fork hooks), [`health`] (device health per generation,
 //!   attribution, admission), [`mode`] (the PROGRAM/KERNEL latch), [`lifecycle`]
-//!   (environment identity, context and fork refusal, close/drop rules), [`timeouts`].
+//!   (environment identity, context and fork refusal, close/drop rules), [`timeouts`],
+//!   [`sim_context`] (caller contexts on the sim platform, for borrowed workers).
 //! - **Plumbing**: `pod` (byte views of ABI records), `sync` (the locks and atomics loom
 //!   model-checks).
 //!
@@ -53,6 +54,7 @@ mod outcome;
 mod pod;
 pub mod registry;
 pub mod signature;
+pub mod sim_context;
 mod sync;
 pub mod timeouts;
 mod worker;
