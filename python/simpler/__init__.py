@@ -22,7 +22,7 @@ Everything public is importable from this module; see ``Worker``, ``TaskArgs``,
 process (``IsolatedWorker``).
 """
 
-from . import _native
+from . import _native, sim  # noqa: F401 - simpler.sim: caller contexts on the sim platform
 from .callable import CallableHandle, ChipCallable, CoreCallable
 from .compiler import KernelCompiler, include_dir
 from .config import CallConfig, RuntimeEnv

@@ -63,13 +63,26 @@ class IsolatedWorker(Worker):
         self.chip_isolation = "process"
         self._startup_timeout_s = None if startup is None else float(startup)
 
-    def init(self, prewarm_config: Optional[CallConfig] = None) -> None:
+    def init(
+        self,
+        prewarm_config: Optional[CallConfig] = None,
+        *,
+        borrowed_context_generation: Optional[int] = None,
+    ) -> None:
         """Starts the chip's child process and waits until its chip is up, then registers
         the callables registered so far. Once only; ``StartupError`` names the chip and why
-        when the child cannot start (nothing is left running)."""
+        when the child cannot start (nothing is left running). A borrowed context
+        (``borrowed_context_generation``) is refused with ``InvalidConfigError`` naming
+        ``chip_isolation``: the caller's context lives in this process."""
         from .host_worker import _child_program
 
         del prewarm_config  # nothing to pre-warm: callables load at registration
+        if borrowed_context_generation is not None:
+            raise InvalidConfigError(
+                "chip_isolation='process': a worker borrowing a caller's context "
+                "(borrowed_context_generation) runs in the caller's process; use "
+                "chip_isolation='thread'"
+            )
         with self._lock:
             if self._state == "closed":
                 raise WorkerStateError("the worker is closed")
@@ -88,6 +101,24 @@ class IsolatedWorker(Worker):
                 raise
             self._native = native  # type: ignore[assignment]
             self._state = "ready"
+
+    def submit(
+        self,
+        callable: Any,
+        args: Any = None,
+        config: Optional[CallConfig] = None,
+        *,
+        caller_stream: Optional[int] = None,
+    ) -> Any:
+        """As :meth:`Worker.submit`; ``caller_stream`` is refused with ``InvalidConfigError``
+        naming ``chip_isolation`` (caller streams belong to a borrowed context in this
+        process)."""
+        if caller_stream is not None:
+            raise InvalidConfigError(
+                "chip_isolation='process': caller_stream needs a worker borrowing a caller's "
+                "context in this process (chip_isolation='thread')"
+            )
+        return super().submit(callable, args, config)
 
     @property
     def health(self) -> Dict[str, str]:

@@ -78,6 +78,9 @@ _OPTIONS = {
     "sim_executor": "sim_executor",
 }
 
+# Options that configure the device itself; a worker borrowing a caller's context refuses them.
+_DEVICE_OPTIONS = ("clusters", "aicpu_threads", "sim_memcheck", "sim_executor", "device_id")
+
 # Upstream options with no effect here, accepted so upstream scripts run unchanged.
 _IGNORED_POSITIVE = ("startup_timeout_s", "py_control_timeout_s")
 
@@ -116,6 +119,15 @@ class Worker:
     ``chip_isolation``: ``"thread"`` (the default: the chip runs in this process) or
     ``"process"``: the chip runs in a child process, and ``Worker(...)`` makes a
     :class:`~simpler.IsolatedWorker` (``python/simpler/isolated_worker.py``).
+
+    **Borrowed contexts and caller streams.** ``init(borrowed_context_generation=g)`` attaches
+    the worker to a caller-owned context (a :class:`simpler.sim.Context` current on this
+    thread) instead of starting a chip; ``submit(h, args, caller_stream=s)`` then orders each
+    run inside the caller's stream ``s``. The context must be current on every thread that
+    uses the worker or its handles (else ``ExecutionContextRefused``, retryable); program
+    launch (``run``, ``submit`` without ``caller_stream``) is refused; options that configure
+    the device are refused with ``InvalidConfigError``. See :mod:`simpler.sim` and
+    ``docs/python.md`` section 12.
     """
 
     def __new__(cls, level: int = 2, **config: Any) -> "Worker":
@@ -138,6 +150,9 @@ class Worker:
                 "workers of one host)"
             )
         self.level = level
+        # Options that shape or build the device: refused for a borrowed context, whose device
+        # the caller owns (init(borrowed_context_generation=...)).
+        self._device_options = [k for k in _DEVICE_OPTIONS if k in config]
         self.platform = config.pop("platform", "sim")
         self.runtime = config.pop("runtime", "tensormap_and_ringbuffer")
         self.device_id = config.pop("device_id", 0)
@@ -178,15 +193,36 @@ class Worker:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def init(self, prewarm_config: Optional[CallConfig] = None) -> None:
-        """Starts the chip and registers the callables registered so far. Once only."""
+    def init(
+        self,
+        prewarm_config: Optional[CallConfig] = None,
+        *,
+        borrowed_context_generation: Optional[int] = None,
+    ) -> None:
+        """Starts the chip and registers the callables registered so far. Once only.
+
+        With ``borrowed_context_generation`` (the nonzero ``generation`` of a live
+        :class:`simpler.sim.Context`, current on this thread), the worker starts no chip: it
+        borrows the caller's context and its device, launches its runs on the caller's
+        streams (``submit(..., caller_stream=s)``), and refuses program launch (``run``, and
+        ``submit`` without ``caller_stream``) with ``WorkerStateError``. Options that
+        configure the device (``clusters``, ``aicpu_threads``, ``sim_memcheck``,
+        ``sim_executor``, ``device_id``) are refused with ``InvalidConfigError`` naming the
+        option: the caller owns the device. Every call of a borrowed worker (and of its run
+        handles) from a thread where the context is not current raises
+        ``ExecutionContextRefused`` and changes nothing; retry with the context current.
+        """
         del prewarm_config  # nothing to pre-warm: callables load at registration
+        generation = self._borrowed_generation(borrowed_context_generation)
         with self._lock:
             if self._state == "closed":
                 raise WorkerStateError("the worker is closed")
             if self._state == "ready":
                 raise WorkerStateError("init() was already called")
-            native = _native.ChipWorker(self._config)
+            if generation is None:
+                native = _native.ChipWorker(self._config)
+            else:
+                native = _native.ChipWorker(self._config, borrowed_context_generation=generation)
             try:
                 for handle in self._handles.values():
                     handle._native_id = native.register(handle._callable._native)
@@ -198,10 +234,41 @@ class Worker:
             self._native = native
             self._state = "ready"
 
+    def _borrowed_generation(self, generation: Any) -> Optional[int]:
+        """``init``'s ``borrowed_context_generation``, checked: ``None``, or a nonzero int on a
+        worker given no option that configures the device."""
+        if generation is None:
+            return None
+        if isinstance(generation, bool) or not isinstance(generation, (int, np.integer)):
+            raise InvalidConfigError(
+                "borrowed_context_generation must be a nonzero int (a simpler.sim.Context's "
+                f"generation), got {generation!r}"
+            )
+        if not 0 < int(generation) < 1 << 64:
+            raise InvalidConfigError(
+                "borrowed_context_generation must be a nonzero context generation, got "
+                f"{int(generation)}"
+            )
+        for option in self._device_options:
+            raise InvalidConfigError(
+                f"{option}: a worker borrowing a caller's context (borrowed_context_generation) "
+                "runs on the caller's device and cannot configure it; leave the option out"
+            )
+        return int(generation)
+
+    @property
+    def borrowed_context_generation(self) -> Optional[int]:
+        """The caller context generation this worker borrows (after ``init``), or ``None``."""
+        if self._native is None:
+            return None
+        return self._native.borrowed_context_generation
+
     def close(self) -> None:
         """Shuts the chip down and frees its device memory. Terminal and idempotent. Runs
         in flight finish first (their outputs land); runs not yet launched are cancelled and
-        their handles raise ``WorkerStateError``."""
+        their handles raise ``WorkerStateError``. A borrowed worker only releases what it
+        holds (the caller's context and device stay usable), and closing it from a thread
+        where its context is not current raises ``ExecutionContextRefused``, leaving it open."""
         with self._lock:
             if self._state == "closed":
                 return
@@ -404,11 +471,38 @@ class Worker:
         return self._submit(*self._prepare(callable, args, config)).result()
 
     def submit(
-        self, callable: CallableHandle, args: Any = None, config: Optional[CallConfig] = None
+        self,
+        callable: CallableHandle,
+        args: Any = None,
+        config: Optional[CallConfig] = None,
+        *,
+        caller_stream: Optional[int] = None,
     ) -> "RunHandle":
         """Starts a run and returns at once with its :class:`RunHandle`. The run owns its
-        arguments until it finishes: do not modify them meanwhile."""
-        return self._submit(*self._prepare(callable, args, config))
+        arguments until it finishes: do not modify them meanwhile.
+
+        ``caller_stream`` (a :class:`simpler.sim.Stream` of the borrowed context) launches
+        the run inside the caller's stream: after the work queued on it before this call,
+        before the work queued after it returns. A successful return means the run is
+        enqueued; launch errors raise here, the handle gives the verdict. Device tensors
+        (``buffer.tensor(...)``) are the natural arguments; host arrays follow the usual
+        rules. A worker that already ran a program launch refuses it (``WorkerStateError``);
+        a stream its device does not know is an ``InvalidArgumentError`` naming
+        ``caller_stream``.
+        """
+        if caller_stream is None:
+            return self._submit(*self._prepare(callable, args, config))
+        if isinstance(caller_stream, bool) or not isinstance(caller_stream, (int, np.integer)):
+            raise ArgumentTypeError(
+                f"caller_stream must be a stream handle (simpler.sim.Stream), got "
+                f"{type(caller_stream).__name__}",
+                arg="caller_stream",
+            )
+        native, native_id, items, native_config = self._prepare(callable, args, config)
+        return RunHandle(
+            native.submit(native_id, items, native_config, caller_stream=int(caller_stream)),
+            self,
+        )
 
     def _submit(self, native, native_id, items, native_config) -> "RunHandle":
         """Submits the run. The host lends every host array in place and orders a run whose

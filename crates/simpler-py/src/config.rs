@@ -40,7 +40,7 @@ fn uint(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>, max: u64) -> PyRe
 }
 
 /// A `u32` option (see [`uint`]).
-fn uint32(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<u32> {
+pub(crate) fn uint32(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<u32> {
     uint(py, field, value, u32::MAX.into()).map(|v| v as u32)
 }
 
@@ -60,7 +60,7 @@ fn secs(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<std::
 
 /// The `sim_memcheck` option: a bool (`True` is `"after"`) or a mode name
 /// ([`Memcheck::parse`]: `"off"`, `"after"`, `"before"`, ...).
-fn memcheck(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Memcheck> {
+pub(crate) fn memcheck(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Memcheck> {
     if value.is_instance_of::<PyBool>() {
         return Ok(if value.extract::<bool>()? {
             Memcheck::After
@@ -80,7 +80,7 @@ fn memcheck(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Memcheck> {
 
 /// The `sim_executor` option: an executor name ([`ExecutorKind`]'s `FromStr`: `"pool"` or
 /// `"threads"`); anything else is an `InvalidConfigError` naming `sim_executor` and the value.
-fn executor(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<ExecutorKind> {
+pub(crate) fn executor(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<ExecutorKind> {
     let bad = |why: String| invalid(py, format!("sim_executor: {why}"));
     match value.extract::<String>() {
         Ok(text) => text.parse().map_err(bad),

@@ -11,6 +11,10 @@
 //! `outcome`; collecting never blocks and never detaches, so no thread holds a lock while
 //! it waits for the interpreter.
 //!
+//! A wait refused because the calling thread's context is not the borrowed worker's
+//! (`ExecutionContextRefused`) collects nothing: the run and its arguments stay with the
+//! handle, and a wait after the context is restored goes on as if none had been refused.
+//!
 //! # Waiting
 //!
 //! A wait detaches from the interpreter and waits in slices of at most [`SLICE`]; between
@@ -230,6 +234,11 @@ impl NativeRunHandle {
                     Slice::Done(Ok(()))
                 }
                 Err(HostError::WaitTimeout(_)) => Slice::Pending,
+                // The wrong context refused the wait, not the run: nothing is collected, so
+                // the same handle can be waited again once the context is current.
+                Err(e @ HostError::ExecutionContextRefused(_)) => {
+                    Slice::Done(Err(error::host_error(py, e)))
+                }
                 Err(e) => {
                     self.collect();
                     Slice::Done(Err(error::host_error(py, e)))

@@ -7,8 +7,8 @@
 //!
 //! - [`Callable`](callable::NativeCallable): a callable of shared-library images, the host's
 //!   `Bundle` (build, read/write bundle files);
-//! - [`ChipWorker`](worker::NativeWorker): one chip — register, run, submit, device
-//!   memory, close;
+//! - [`ChipWorker`](worker::NativeWorker): one chip — register, run, submit (also on a
+//!   caller's stream, for a worker borrowing a caller's context), device memory, close;
 //! - [`RunHandle`](handle::NativeRunHandle): a submitted run — poll, wait, result (a
 //!   [`RunReport`](handle::NativeRunReport));
 //! - [`WorkerConfig`](config::NativeWorkerConfig), [`CallConfig`](config::NativeCallConfig),
@@ -16,6 +16,9 @@
 //! - [`HostTensor`](args::NativeHostTensor), [`DeviceTensor`](args::NativeDeviceTensor),
 //!   [`RawScalar`](args::NativeRawScalar), `encode_scalar` and `decode_scalar`: a run's
 //!   arguments.
+//! - [`SimContext`](sim_context::NativeSimContext), `current_context` and
+//!   `set_current_context`: a caller-owned device context on the sim platform and the
+//!   thread's current context, for borrowed workers and caller streams (`simpler.sim`);
 //! - [`toolchain`]: the kernel compiler and cache, manifests, example builds, `allclose`
 //!   and scalar parsing of `simpler-toolchain`.
 //!
@@ -56,6 +59,7 @@ mod host_memory;
 mod host_worker;
 mod isolated;
 mod orchestrator;
+mod sim_context;
 mod sub_child;
 mod sync;
 mod task_args;
@@ -89,6 +93,9 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<isolated::NativeIsolatedWorker>()?;
     m.add_class::<isolated::NativeIsolatedRunHandle>()?;
     m.add_class::<orchestrator::NativeOrchestrator>()?;
+    m.add_class::<sim_context::NativeSimContext>()?;
+    m.add_function(wrap_pyfunction!(sim_context::current_context, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_context::set_current_context, m)?)?;
     m.add_class::<sub_child::NativeSubChild>()?;
     m.add_class::<sub_child::NativeSubRequest>()?;
     m.add_class::<sub_child::NativeMappedTensor>()?;

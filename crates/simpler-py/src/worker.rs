@@ -22,9 +22,18 @@
 //! lane orders the run behind any unfinished one that writes the same memory, or reads what
 //! it writes. `run` waits for it.
 //!
+//! # Borrowed workers
+//!
+//! A worker made with `borrowed_context_generation` runs in a caller's context
+//! (`simpler.sim.Context`, [`crate::sim_context`]) and launches on the caller's streams
+//! (`submit(..., caller_stream=s)`); the host refuses every call of it from a thread where
+//! the context is not current, and this wrapper's `close` refuses then too, keeping the
+//! worker, so the call can be retried (`docs/health.md` §7).
+//!
 //! Every call that may block — starting the chip, loading code, copies, runs — detaches
 //! from the interpreter ([`Python::detach`]), so other Python threads run meanwhile.
 
+use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
@@ -35,8 +44,9 @@ use crate::args;
 use crate::array::ArrayMemory;
 use crate::callable::NativeCallable;
 use crate::config::{NativeCallConfig, NativeWorkerConfig};
-use crate::error;
+use crate::error::{self, Raise};
 use crate::handle::{NativeRunHandle, NativeRunReport};
+use crate::sim_context::stream_arg;
 use crate::sync::lock;
 
 /// One chip driven from Python.
@@ -45,6 +55,8 @@ pub struct NativeWorker {
     worker: Mutex<Option<Arc<ChipWorker>>>,
     /// The worker's effective configuration (kept after `close`).
     config: NativeWorkerConfig,
+    /// The caller context a borrowed worker runs in.
+    borrowed_context_generation: Option<u64>,
 }
 
 impl NativeWorker {
@@ -75,16 +87,44 @@ impl NativeWorker {
 impl NativeWorker {
     /// Starts a sim chip with `config`; the host checks every option and raises
     /// `InvalidConfigError` naming the bad one.
+    ///
+    /// With `borrowed_context_generation` (a nonzero int), attaches instead to the live sim
+    /// caller context of that generation ([`ChipWorker::borrowed_sim_context`]), which must
+    /// be current on the calling thread: the worker runs on the context's device (its
+    /// topology, not `config`'s), claims the KERNEL execution mode, and refuses every call
+    /// from a thread where the context is not current (`ExecutionContextRefused`). 0 is an
+    /// `InvalidConfigError` naming `borrowed_context_generation`; an unknown or not-current
+    /// generation is an `ExecutionContextRefused`.
     #[new]
-    fn new(py: Python<'_>, config: &NativeWorkerConfig) -> PyResult<NativeWorker> {
+    #[pyo3(signature = (config, borrowed_context_generation=None))]
+    fn new(
+        py: Python<'_>,
+        config: &NativeWorkerConfig,
+        borrowed_context_generation: Option<u64>,
+    ) -> PyResult<NativeWorker> {
         let host_config = config.config.clone();
+        let borrowed = match borrowed_context_generation {
+            None => None,
+            Some(g) => Some(NonZeroU64::new(g).ok_or_else(|| {
+                Raise::new(
+                    "InvalidConfigError",
+                    "borrowed_context_generation must be a nonzero context generation, got 0",
+                )
+                .into_err(py)
+            })?),
+        };
+        // Detaching keeps the thread: its current context is what the host checks.
         let worker = py
-            .detach(|| ChipWorker::new(host_config))
+            .detach(|| match borrowed {
+                None => ChipWorker::new(host_config),
+                Some(g) => ChipWorker::borrowed_sim_context(host_config, g),
+            })
             .map_err(|e| error::host_error(py, e))?;
         let effective = NativeWorkerConfig::of(worker.config().clone(), config.device_id);
         Ok(NativeWorker {
             worker: Mutex::new(Some(Arc::new(worker))),
             config: effective,
+            borrowed_context_generation: borrowed.map(NonZeroU64::get),
         })
     }
 
@@ -132,17 +172,32 @@ impl NativeWorker {
     /// borrows every host array in place (kept alive by the handle: read-only for inputs,
     /// writable for outputs) and passes device tensors in place; it is staged only after
     /// every unfinished run that writes memory it uses, or uses memory it writes.
-    #[pyo3(signature = (id, args, config=None))]
+    ///
+    /// With `caller_stream` (a stream handle of the worker's device, an int), the run is
+    /// launched on the caller's stream ([`ChipWorker::submit_on_stream`], `docs/lane.md`
+    /// §12): ordered after the work queued on it before this call and before the work queued
+    /// after it returns. A successful return means the run is enqueued; launch errors raise
+    /// here. It claims the KERNEL execution mode (a PROGRAM worker refuses it with
+    /// `WorkerStateError`); an unknown stream is an `InvalidArgumentError` naming
+    /// `caller_stream`.
+    #[pyo3(signature = (id, args, config=None, *, caller_stream=None))]
     fn submit(
         &self,
         py: Python<'_>,
         id: u32,
         args: &Bound<'_, PyAny>,
         config: Option<&NativeCallConfig>,
+        caller_stream: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<NativeRunHandle> {
+        let caller = caller_stream
+            .map(|s| stream_arg(s, "caller_stream"))
+            .transpose()?;
         let (worker, config, owned) = self.prepare(py, CallableId(id), args, config)?;
         let handle = py
-            .detach(|| worker.submit_with(CallableId(id), owned, &config))
+            .detach(|| match caller {
+                None => worker.submit_with(CallableId(id), owned, &config),
+                Some(s) => worker.submit_on_stream(CallableId(id), owned, &config, s),
+            })
             .map_err(|e| error::host_error(py, e))?;
         Ok(NativeRunHandle::new(handle))
     }
@@ -203,9 +258,21 @@ impl NativeWorker {
     }
 
     /// Shuts the chip down: closes the native worker (queued runs end, launched runs are
-    /// drained, resources freed), then drops this wrapper's reference. Idempotent.
-    fn close(&self, py: Python<'_>) {
-        let worker = lock(&self.worker).take();
+    /// drained, resources freed), then drops this wrapper's reference. Idempotent. A
+    /// borrowed worker closed from a thread where its context is not current refuses with
+    /// `ExecutionContextRefused` and stays as it was (retry with the context current); its
+    /// close never touches the context itself, which stays usable.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let mut slot = lock(&self.worker);
+        if let Some(w) = slot.as_ref() {
+            let identity = w.identity();
+            // A forked child goes on to drop its reference (no device cleanup there).
+            if identity.check_process().is_ok() {
+                identity.check().map_err(|e| error::host_error(py, e))?;
+            }
+        }
+        let worker = slot.take();
+        drop(slot);
         // Closing drains runs and dropping the last reference joins the device threads: do
         // both detached. An incomplete cleanup is kept by the native worker (it frees what it
         // can prove free when the last reference goes).
@@ -217,6 +284,14 @@ impl NativeWorker {
             }
             drop(worker)
         });
+        Ok(())
+    }
+
+    /// The caller context generation a borrowed worker runs in; `None` for a worker that
+    /// owns its chip.
+    #[getter]
+    fn borrowed_context_generation(&self) -> Option<u64> {
+        self.borrowed_context_generation
     }
 
     /// True once `close` was called.
