@@ -261,6 +261,11 @@ def test_every_call_off_context_is_refused_and_a_retry_with_the_same_handle_work
         np.testing.assert_array_equal(out, x + x)
         w.close()
     assert w.closed
+    # A collected handle still refuses from the wrong context, and answers in it.
+    with pytest.raises(refused):
+        run.wait()
+    with ctx:
+        run.wait()
 
 
 def _raises(cls, fn):

@@ -11,8 +11,9 @@
 //! `outcome`; collecting never blocks and never detaches, so no thread holds a lock while
 //! it waits for the interpreter.
 //!
-//! A wait refused because the calling thread's context is not the borrowed worker's
-//! (`ExecutionContextRefused`) collects nothing: the run and its arguments stay with the
+//! A borrowed worker's handle checks the calling thread's context before anything else,
+//! collected or not (`ExecutionContextRefused`; `poll` answers false there), as the host's
+//! handle does. A refused wait collects nothing: the run and its arguments stay with the
 //! handle, and a wait after the context is restored goes on as if none had been refused.
 //!
 //! # Waiting
@@ -26,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
+use simpler_host::lifecycle::{EnvironmentIdentity, Ownership};
 use simpler_host::{HostError, RunHandle};
 
 use crate::error::{self, Raise};
@@ -151,14 +153,27 @@ pub struct NativeRunHandle {
     /// The collected outcome.
     outcome: Mutex<Option<Result<NativeRunReport, HostError>>>,
     epoch: u64,
+    /// The identity of a borrowed worker's run: checked before a wait answers, so a
+    /// collected outcome is refused from the wrong context too, as the host's handle is.
+    borrowed: Option<EnvironmentIdentity>,
 }
 
 impl NativeRunHandle {
-    pub(crate) fn new(handle: RunHandle) -> NativeRunHandle {
+    /// The handle of a run of the worker `identity` names.
+    pub(crate) fn new(handle: RunHandle, identity: &EnvironmentIdentity) -> NativeRunHandle {
         NativeRunHandle {
             epoch: handle.epoch(),
             handle: Mutex::new(Some(Arc::new(handle))),
             outcome: Mutex::new(None),
+            borrowed: (identity.ownership == Ownership::Borrowed).then_some(*identity),
+        }
+    }
+
+    /// A borrowed worker's context check (`ExecutionContextRefused`); nothing for others.
+    fn check_context(&self, py: Python<'_>) -> PyResult<()> {
+        match &self.borrowed {
+            Some(identity) => identity.check().map_err(|e| error::host_error(py, e)),
+            None => Ok(()),
         }
     }
 
@@ -202,6 +217,9 @@ impl NativeRunHandle {
 
     /// True once the run is terminal; never blocks.
     fn poll(&self, py: Python<'_>) -> bool {
+        if self.check_context(py).is_err() {
+            return false;
+        }
         match lock(&self.handle).clone() {
             Some(handle) => py.detach(|| handle.poll()),
             None => true,
@@ -213,6 +231,7 @@ impl NativeRunHandle {
     /// `KeyboardInterrupt` (or any signal handler's exception) between slices.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        self.check_context(py)?;
         let slice = |d: Duration| {
             if let Some(outcome) = self.collected() {
                 return Slice::Done(outcome.map(|_| ()).map_err(|e| error::host_error(py, e)));

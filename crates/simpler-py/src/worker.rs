@@ -199,7 +199,7 @@ impl NativeWorker {
                 Some(s) => worker.submit_on_stream(CallableId(id), owned, &config, s),
             })
             .map_err(|e| error::host_error(py, e))?;
-        Ok(NativeRunHandle::new(handle))
+        Ok(NativeRunHandle::new(handle, worker.identity()))
     }
 
     /// Allocates `size` bytes of zeroed device memory; returns its address.
