@@ -37,7 +37,9 @@ not through the borrowed worker, and must not wait for its own stream.
 
 **Lifetime.** ``ctx.close()`` removes the generation (no new worker can attach); a worker
 already attached keeps the device alive and works on. A context inherited by a forked child
-refuses every call there with ``ExecutionContextRefused``.
+refuses every call there with ``ExecutionContextRefused``. Synchronize the streams (and close
+the context) before the interpreter exits: a host function still queued then cannot take the
+GIL.
 """
 
 from __future__ import annotations

@@ -359,15 +359,18 @@ class Worker:
             return handle
 
     def unregister(self, handle: CallableHandle) -> None:
-        """Releases one registration of ``handle``; the last one unloads the code."""
+        """Releases one registration of ``handle``; the last one unloads the code. A refused
+        unload (a run outstanding, a borrowed context not current) keeps the registration."""
         with self._lock:
             self._own_handle(handle)
-            handle._refs -= 1
-            if handle._refs > 0:
+            if handle._refs > 1:
+                handle._refs -= 1
                 return
-            del self._handles[handle.hashid]
+            # The host first: when it refuses, the handle stays registered here too.
             if handle._native_id is not None and self._native is not None:
                 self._native.unregister(handle._native_id)
+            handle._refs -= 1
+            del self._handles[handle.hashid]
             handle._native_id = None
 
     def _own_handle(self, handle: Any) -> CallableHandle:

@@ -215,7 +215,7 @@ def test_an_unknown_caller_stream_is_refused_naming_it(ctx, vadd):
 
 
 def test_every_call_off_context_is_refused_and_a_retry_with_the_same_handle_works(
-    ctx, vadd, rng
+    ctx, vadd, scale, rng
 ):
     x = rng.random(N, dtype=np.float32)
     with ctx:
@@ -232,6 +232,8 @@ def test_every_call_off_context_is_refused_and_a_retry_with_the_same_handle_work
     refused = simpler.ExecutionContextRefused
     out = np.zeros(N, np.float32)
     calls = [
+        lambda: w.register(scale),
+        lambda: w.unregister(h),
         lambda: w.malloc(64),
         lambda: w.copy_to(a, x),
         lambda: w.copy_from(out, c),
@@ -259,6 +261,10 @@ def test_every_call_off_context_is_refused_and_a_retry_with_the_same_handle_work
         run.result(timeout=60)
         w.copy_from(out, c)
         np.testing.assert_array_equal(out, x + x)
+        # The refused unregister kept the callable; the refused free kept the buffer.
+        w.submit(h, vadd_args(w, c, b, a), caller_stream=s).wait(timeout=60)
+        w.copy_from(out, a)
+        np.testing.assert_array_equal(out, x + x + x)
         w.close()
     assert w.closed
     # A collected handle still refuses from the wrong context, and answers in it.
@@ -367,7 +373,7 @@ def test_a_closed_context_admits_no_new_worker_and_its_workers_go_on(vadd, rng):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-def test_a_forked_child_is_refused_and_the_parent_continues(ctx, vadd, rng):
+def test_a_forked_child_is_refused_and_the_parent_continues(ctx, vadd, scale, rng):
     x = rng.random(N, dtype=np.float32)
     with ctx:
         w = attach(ctx)
@@ -382,6 +388,8 @@ def test_a_forked_child_is_refused_and_the_parent_continues(ctx, vadd, rng):
             status = 0
             for call in (
                 lambda: w.submit(h, vadd_args(w, a, b, c), caller_stream=s),
+                lambda: w.register(scale),
+                lambda: w.unregister(h),
                 lambda: w.malloc(64),
                 lambda: ctx.create_stream(),
                 lambda: ctx.synchronize(s),
