@@ -234,3 +234,86 @@ pub fn check_open(c: &Context) -> Outcome {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> SimplerContextConfig {
+        SimplerContextConfig {
+            size: 72,
+            version: 1,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn zero_fields_keep_the_defaults_and_set_ones_apply() {
+        let d = WorkerConfig::default();
+        let w = worker_config(Some(config()), false).unwrap();
+        assert_eq!(w.topology, d.topology);
+        assert_eq!(
+            (w.heap_size, w.launch_depth, w.run_timeout),
+            (d.heap_size, d.launch_depth, d.run_timeout)
+        );
+        let w = worker_config(
+            Some(SimplerContextConfig {
+                clusters: 2,
+                aicpu_threads: 3,
+                sim_memcheck: memcheck::AFTER,
+                launch_depth: 1,
+                heap_size: 1 << 20,
+                run_timeout_ms: 1500,
+                op_execute_timeout_us: 2500,
+                ..config()
+            }),
+            false,
+        )
+        .unwrap();
+        assert_eq!((w.topology.clusters, w.topology.aicpu_threads), (2, 3));
+        assert_eq!(w.sim_memcheck, Memcheck::After);
+        assert_eq!((w.launch_depth, w.heap_size), (1, 1 << 20));
+        assert_eq!(w.run_timeout, Duration::from_millis(1500));
+        assert_eq!(w.op_execute_timeout, Duration::from_micros(2500));
+    }
+
+    #[test]
+    fn a_borrowed_config_refuses_device_options_by_name() {
+        for (field, c) in [
+            (
+                "clusters",
+                SimplerContextConfig {
+                    clusters: 1,
+                    ..config()
+                },
+            ),
+            (
+                "aicpu_threads",
+                SimplerContextConfig {
+                    aicpu_threads: 2,
+                    ..config()
+                },
+            ),
+            (
+                "sim_memcheck",
+                SimplerContextConfig {
+                    sim_memcheck: 1,
+                    ..config()
+                },
+            ),
+        ] {
+            let e = worker_config(Some(c), true).unwrap_err();
+            assert_eq!(e.status, SimplerStatus::InvalidArgument);
+            assert!(e.message.contains(field), "{}", e.message);
+        }
+        let e = worker_config(
+            Some(SimplerContextConfig {
+                sim_memcheck: 7,
+                ..config()
+            }),
+            false,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("SimplerMemcheck"), "{}", e.message);
+    }
+}

@@ -195,3 +195,61 @@ impl ForeignCall {
         (self.f)(self.user)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::SimplerStatus;
+    use crate::types::SimplerContextConfig;
+
+    #[test]
+    fn a_shorter_struct_reads_its_prefix_and_the_rest_as_zero() {
+        let full = SimplerContextConfig {
+            size: 16,
+            version: 1,
+            clusters: 3,
+            aicpu_threads: 4,
+            sim_memcheck: 2,
+            heap_size: 99,
+            ..Default::default()
+        };
+        // SAFETY: `full` is a whole, readable struct.
+        let got = unsafe { read_versioned(&full, "config") }.unwrap().unwrap();
+        assert_eq!((got.clusters, got.aicpu_threads), (3, 4));
+        assert_eq!(got.sim_memcheck, 0, "past `size`: zero");
+        assert_eq!(got.heap_size, 0, "past `size`: zero");
+        // SAFETY: NULL is allowed.
+        let none = unsafe { read_versioned::<SimplerContextConfig>(std::ptr::null(), "c") };
+        assert_eq!(none, Ok(None));
+    }
+
+    #[test]
+    fn a_bad_size_or_version_is_refused_by_name() {
+        let mut c = SimplerContextConfig {
+            size: 4,
+            version: 1,
+            ..Default::default()
+        };
+        // SAFETY: `c` is a whole, readable struct.
+        let e = unsafe { read_versioned(&c, "config") }.unwrap_err();
+        assert_eq!(e.status, SimplerStatus::InvalidArgument);
+        assert!(e.message.contains("config->size"), "{}", e.message);
+        c.size = 72;
+        c.version = 2;
+        // SAFETY: as above.
+        let e = unsafe { read_versioned(&c, "config") }.unwrap_err();
+        assert!(e.message.contains("config->version"), "{}", e.message);
+    }
+
+    #[test]
+    fn null_pointers_are_named() {
+        // SAFETY: NULL is checked before any access.
+        let e = unsafe { bytes(std::ptr::null(), 3, "src") }.unwrap_err();
+        assert_eq!(e.status, SimplerStatus::NullPointer);
+        assert!(e.message.contains("`src`"));
+        // SAFETY: a zero length never reads.
+        assert!(unsafe { bytes(std::ptr::null(), 0, "src") }
+            .unwrap()
+            .is_empty());
+    }
+}
