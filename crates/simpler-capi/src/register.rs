@@ -105,6 +105,7 @@ pub unsafe extern "C" fn simpler_register_callable(
 pub unsafe extern "C" fn simpler_unregister_callable(ctx: *mut SimplerContext, id: u32) -> i32 {
     ffi_guard::run("simpler_unregister_callable", || -> Outcome {
         let (_, c) = context(ctx)?;
+        check_open(&c)?;
         c.worker.unregister(CallableId(id))?;
         Ok(())
     })

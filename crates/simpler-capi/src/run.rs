@@ -297,6 +297,7 @@ fn launch(
     predecessor: Option<*mut SimplerRun>,
 ) -> Outcome {
     let (ch, c) = context(ctx)?;
+    check_open(&c)?;
     let (rh, r) = run_of(ch, run, "run")?;
     let predecessor = match predecessor {
         None => None,

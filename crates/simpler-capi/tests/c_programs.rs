@@ -267,3 +267,36 @@ fn refusals_c_program_passes() {
     let exe = compile("refusals");
     run_program(&exe, &[gemm, sleepy]);
 }
+
+#[test]
+fn the_static_library_links_with_pthread_dl_and_m() {
+    let src = tmp().join("capi-static-probe.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <string.h>\n#include \"simpler/host.h\"\n\
+         int main(void) { uint64_t b = 0; int32_t s = simpler_capabilities(&b);\n\
+         if (s != 0 || (b & SIMPLER_CAP_PROGRAM_LAUNCH) == 0) return 1;\n\
+         if (strcmp(simpler_status_name(SIMPLER_STATUS_TIMEOUT), \"SIMPLER_STATUS_TIMEOUT\")) return 1;\n\
+         printf(\"PASS\\n\"); return 0; }\n",
+    )
+    .unwrap();
+    let exe = tmp().join("capi-static-probe");
+    let archive = deps_dir().join("libsimpler.a");
+    assert!(
+        archive.is_file(),
+        "cargo did not build {}",
+        archive.display()
+    );
+    let o = Command::new(cc())
+        .args(["-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(repo().join("include"))
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&archive)
+        .args(["-lpthread", "-ldl", "-lm"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    run_program(&exe, &[]);
+}
