@@ -25,8 +25,11 @@ use crate::types::{memcheck, SimplerContext, SimplerContextConfig};
 pub struct Context {
     /// The worker every entry calls.
     pub worker: ChipWorker,
-    /// The runs made on this context (handles), and its latest launched run.
+    /// The runs made on this context (handles), and its latest launched run. Held only
+    /// briefly, never across a worker call.
     pub book: Mutex<RunBook>,
+    /// Serializes the context's launches (held across the worker's submit).
+    pub launching: Mutex<()>,
 }
 
 /// What a context knows of its runs.
@@ -130,6 +133,7 @@ fn publish(worker: ChipWorker, out: &Out<*mut SimplerContext>) {
     let context = Arc::new(Context {
         worker,
         book: Mutex::new(RunBook::default()),
+        launching: Mutex::new(()),
     });
     let handle = CONTEXTS.get().insert(context);
     out.set(handle as usize as *mut SimplerContext);

@@ -303,32 +303,44 @@ fn launch(
         None => None,
         Some(p) => Some(run_of(ch, p, "predecessor")?.0),
     };
-    // One launch at a time per context: the latest-run record stays exact.
-    let mut book = c.book.lock();
-    if let Some(p) = predecessor {
-        if book.latest != Some(p) {
-            return Err(Failure::invalid(
-                "predecessor",
-                match book.latest {
-                    None => "the context has no launched run that is not finalized".to_string(),
-                    Some(l) => format!(
-                        "is not the context's latest launched run that is not finalized \
-                         (that is {l:#x})"
-                    ),
-                },
+    // One launch at a time per context, so the latest-run record stays exact. Locks, in
+    // order: the context's launch lock, the run's state, the book (only ever briefly).
+    let _launching = c.launching.lock();
+    let mut state = r.state.lock();
+    {
+        let book = c.book.lock();
+        if !book.runs.contains(&rh) {
+            return Err(Failure::new(
+                SimplerStatus::InvalidHandle,
+                "`run` was finalized while it was being launched",
             ));
         }
+        if let Some(p) = predecessor {
+            if book.latest != Some(p) {
+                return Err(Failure::invalid(
+                    "predecessor",
+                    match book.latest {
+                        None => "the context has no launched run that is not finalized".to_string(),
+                        Some(l) => format!(
+                            "is not the context's latest launched run that is not finalized \
+                             (that is {l:#x})"
+                        ),
+                    },
+                ));
+            }
+        }
     }
-    let mut state = r.state.lock();
     if let RunState::Launched(_) = &*state {
         return Err(Failure::new(
             SimplerStatus::InvalidState,
             "`run` was already launched; prepare a new run",
         ));
     }
+    // The book is not held here: the launch may wait for a predecessor's drain, and a host
+    // function on a caller stream may meanwhile call entries that need it.
     let handle = submit(&c, &r, how)?;
     *state = RunState::Launched(Arc::new(handle));
-    book.latest = Some(rh);
+    c.book.lock().latest = Some(rh);
     Ok(())
 }
 
@@ -407,7 +419,22 @@ pub unsafe extern "C" fn simpler_poll_run(
         let out = unsafe { Out::new(done, 0, "done") }?;
         let (ch, _c) = context(ctx)?;
         let (_, r) = run_of(ch, run, "run")?;
-        out.set(std::ffi::c_int::from(r.handle("run")?.try_poll()?));
+        // A run whose state is locked is being launched by another thread: not done, and
+        // poll does not wait for that launch.
+        let Some(state) = r.state.try_lock() else {
+            return Ok(());
+        };
+        let handle = match &*state {
+            RunState::Launched(h) => h.clone(),
+            RunState::Prepared => {
+                return Err(Failure::new(
+                    SimplerStatus::InvalidState,
+                    "`run` was not launched (simpler_launch_run*)",
+                ))
+            }
+        };
+        drop(state);
+        out.set(std::ffi::c_int::from(handle.try_poll()?));
         Ok(())
     })
 }
@@ -444,25 +471,32 @@ pub unsafe extern "C" fn simpler_finalize_run(
     ffi_guard::run("simpler_finalize_run", || -> Outcome {
         let (ch, c) = context(ctx)?;
         let (rh, r) = run_of(ch, run, "run")?;
-        let launched = match &*r.state.lock() {
-            RunState::Launched(h) => Some(h.clone()),
-            RunState::Prepared => None,
-        };
-        let verdict = match launched {
-            None => Ok(()),
-            Some(h) => match h.wait(None) {
-                // Nothing was touched: the run stays, to be finalized from its context.
-                Err(e @ HostError::ExecutionContextRefused(_)) => return Err(e.into()),
-                v => v,
-            },
-        };
-        {
+        let forget = |c: &Context| {
             let mut book = c.book.lock();
             book.runs.remove(&rh);
             if book.latest == Some(rh) {
                 book.latest = None;
             }
-        }
+        };
+        let launched = {
+            let state = r.state.lock();
+            match &*state {
+                RunState::Launched(h) => h.clone(),
+                RunState::Prepared => {
+                    // Never launched: freed under its state lock, so no launch can start
+                    // on it any more.
+                    forget(&c);
+                    RUNS.get().remove(rh, "run")?;
+                    return Ok(());
+                }
+            }
+        };
+        let verdict = match launched.wait(None) {
+            // Nothing was touched: the run stays, to be finalized from its context.
+            Err(e @ HostError::ExecutionContextRefused(_)) => return Err(e.into()),
+            v => v,
+        };
+        forget(&c);
         RUNS.get().remove(rh, "run")?;
         verdict.map_err(Failure::from)
     })
