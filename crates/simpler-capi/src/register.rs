@@ -22,12 +22,12 @@ fn spec_of(bytes: &[u8], what: &str) -> Result<CallableSpec, Failure> {
 
 fn register_auto(
     ctx: *mut SimplerContext,
-    spec: Result<CallableSpec, Failure>,
+    spec: impl FnOnce() -> Result<CallableSpec, Failure>,
     out: &Out<i32>,
 ) -> Outcome {
     let (_, c) = context(ctx)?;
     check_open(&c)?;
-    let spec = spec?;
+    let spec = spec()?;
     let mut id = -1;
     let r = c.worker.register_v2(&spec, &mut id);
     out.set(id);
@@ -48,9 +48,15 @@ pub unsafe extern "C" fn simpler_register_callable_v2(
     ffi_guard::run("simpler_register_callable_v2", || -> Outcome {
         // SAFETY: the header's contract for `out_id`.
         let out = unsafe { Out::new(out_id, -1, "out_id") }?;
-        // SAFETY: the header's contract for `bundle`.
-        let bytes = unsafe { raw::bytes(bundle, len, "bundle") }?;
-        register_auto(ctx, spec_of(bytes, "bundle"), &out)
+        register_auto(
+            ctx,
+            || {
+                // SAFETY: the header's contract for `bundle`.
+                let bytes = unsafe { raw::bytes(bundle, len, "bundle") }?;
+                spec_of(bytes, "bundle")
+            },
+            &out,
+        )
     })
 }
 
@@ -67,11 +73,13 @@ pub unsafe extern "C" fn simpler_register_callable_file(
     ffi_guard::run("simpler_register_callable_file", || -> Outcome {
         // SAFETY: the header's contract for `out_id`.
         let out = unsafe { Out::new(out_id, -1, "out_id") }?;
-        // SAFETY: the header's contract for `path`.
-        let path = unsafe { raw::c_str(path, "path") }?;
-        let spec = std::fs::read(path)
-            .map_err(|e| Failure::invalid("path", format!("cannot read `{path}`: {e}")))
-            .and_then(|bytes| spec_of(&bytes, &format!("bundle file `{path}`")));
+        let spec = || {
+            // SAFETY: the header's contract for `path`.
+            let path = unsafe { raw::c_str(path, "path") }?;
+            let bytes = std::fs::read(path)
+                .map_err(|e| Failure::invalid("path", format!("cannot read `{path}`: {e}")))?;
+            spec_of(&bytes, &format!("bundle file `{path}`"))
+        };
         register_auto(ctx, spec, &out)
     })
 }

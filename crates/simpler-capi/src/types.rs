@@ -194,3 +194,68 @@ pub struct SimplerContext {
 pub struct SimplerRun {
     _opaque: [u8; 0],
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Rust values of the header's enums and constants, by the header's own text (the
+    /// header `_Static_assert`s the same numbers).
+    #[test]
+    fn enum_values_and_constants_match_the_header() {
+        let h = include_str!("../../../include/simpler/host.h");
+        let cases = [
+            (
+                "SIMPLER_ARG_HOST_TENSOR = ",
+                u64::from(arg_kind::HOST_TENSOR),
+            ),
+            (
+                "SIMPLER_ARG_DEVICE_TENSOR = ",
+                u64::from(arg_kind::DEVICE_TENSOR),
+            ),
+            ("SIMPLER_ARG_SCALAR = ", u64::from(arg_kind::SCALAR)),
+            (
+                "SIMPLER_MEMCHECK_FROM_ENV = ",
+                u64::from(memcheck::FROM_ENV),
+            ),
+            ("SIMPLER_MEMCHECK_OFF = ", u64::from(memcheck::OFF)),
+            ("SIMPLER_MEMCHECK_AFTER = ", u64::from(memcheck::AFTER)),
+            ("SIMPLER_MEMCHECK_BEFORE = ", u64::from(memcheck::BEFORE)),
+            (
+                "#define SIMPLER_CONTEXT_CONFIG_VERSION ",
+                u64::from(CONTEXT_CONFIG_VERSION),
+            ),
+            (
+                "#define SIMPLER_RUN_CONFIG_VERSION ",
+                u64::from(RUN_CONFIG_VERSION),
+            ),
+            ("#define SIMPLER_MAX_TENSOR_DIMS ", MAX_DIMS as u64),
+            (
+                "#define SIMPLER_CAP_PROGRAM_LAUNCH (1ull << ",
+                capability::PROGRAM_LAUNCH.trailing_zeros().into(),
+            ),
+            (
+                "#define SIMPLER_CAP_CALLER_STREAM (1ull << ",
+                capability::CALLER_STREAM.trailing_zeros().into(),
+            ),
+            (
+                "#define SIMPLER_CAP_SIM_CONTEXT (1ull << ",
+                capability::SIM_CONTEXT.trailing_zeros().into(),
+            ),
+            (
+                "#define SIMPLER_CAP_KERNEL_MODE_LAUNCH (1ull << ",
+                capability::KERNEL_MODE_LAUNCH.trailing_zeros().into(),
+            ),
+        ];
+        for (prefix, value) in cases {
+            let at = h
+                .find(prefix)
+                .unwrap_or_else(|| panic!("host.h lacks `{prefix}`"))
+                + prefix.len();
+            let digits: String = h[at..].chars().take_while(char::is_ascii_digit).collect();
+            assert_eq!(digits.parse::<u64>().ok(), Some(value), "{prefix}");
+        }
+        assert!(h.contains("#define SIMPLER_WAIT_FOREVER UINT64_MAX"));
+        assert_eq!(WAIT_FOREVER, u64::MAX);
+    }
+}
