@@ -134,6 +134,7 @@ static void start_fn(void *user) {
     int32_t s = simpler_sim_context_make_current(c->generation);
     if (s == SIMPLER_STATUS_OK) s = simpler_copy_to_device(c->ctx, c->da, A, sizeof A);
     if (s == SIMPLER_STATUS_OK) s = simpler_copy_to_device(c->ctx, c->db, B, sizeof B);
+    if (s == SIMPLER_STATUS_OK) s = simpler_sim_context_make_current(0); /* the thread is the stream's */
     c->start_status = s;
     c->start_seen = atomic_fetch_add(&c->order, 1) + 1;
 }
@@ -143,6 +144,7 @@ static void tail_fn(void *user) {
     struct Caller *c = (struct Caller *)user;
     int32_t s = simpler_sim_context_make_current(c->generation);
     if (s == SIMPLER_STATUS_OK) s = simpler_copy_from_device(c->ctx, C3, c->dc, sizeof C3);
+    if (s == SIMPLER_STATUS_OK) s = simpler_sim_context_make_current(0);
     c->tail_status = s;
     c->tail_seen = atomic_fetch_add(&c->order, 1) + 1;
 }
