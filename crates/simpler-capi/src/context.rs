@@ -1,7 +1,7 @@
 //! Contexts: `simpler_context_init` (owned: a sim device of the config's topology and a
 //! worker on it), `simpler_context_init_borrowed` (on a caller context,
 //! [`ChipWorker::borrowed_sim_context`]), `simpler_context_finalize` (the worker's close)
-//! and `simpler_context_destroy` (`docs/c-abi.md`, "Contexts"). This module converts the
+//! and `simpler_context_destroy` (`docs/c-abi.md` §3). This module converts the
 //! config and keeps the context table; the worker decides everything else.
 
 use std::collections::HashSet;

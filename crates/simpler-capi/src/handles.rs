@@ -1,4 +1,4 @@
-//! Opaque handles and the process-wide tables behind them (`docs/c-abi.md`, "Handles").
+//! Opaque handles and the process-wide tables behind them (`docs/c-abi.md` §2).
 //!
 //! A `SimplerContext*` or `SimplerRun*` is never a pointer to memory: its value encodes the
 //! creating process id (high 24 bits) and a serial number that is never reused (low 40

@@ -3,8 +3,8 @@
 //!
 //! The lane dereferences a run's host buffers only while the run is not terminal (staging
 //! before launch, the copy back when the run is finalized by the lane) and holds no slice
-//! between calls; dropping a buffer frees nothing. The C contract (`docs/c-abi.md`,
-//! "Lifetimes") keeps the memory alive and untouched from `simpler_launch_run*` until
+//! between calls; dropping a buffer frees nothing. The C contract (`docs/c-abi.md`
+//! §10) keeps the memory alive and untouched from `simpler_launch_run*` until
 //! `simpler_finalize_run` (or the context's finalize) returns, which covers every access.
 //! This module holds the crate's only raw pointer into a host tensor.
 

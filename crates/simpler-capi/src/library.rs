@@ -1,6 +1,6 @@
 //! What the library says about itself: `simpler_last_error`, `simpler_status_name`,
 //! `simpler_capabilities`, and the closed compatibility entry `simpler_kernel_mode_launch`
-//! (`docs/c-abi.md`, "Errors" and "Capabilities"). It owns no state beyond the last-error
+//! (`docs/c-abi.md` §8, §13). It owns no state beyond the last-error
 //! buffer of [`crate::ffi_guard`].
 
 use std::ffi::c_char;

@@ -1,5 +1,5 @@
 //! Device memory of a context: `simpler_malloc`, `simpler_free`, `simpler_copy_to_device`,
-//! `simpler_copy_from_device` (`docs/c-abi.md`, "Device memory"), each a conversion around
+//! `simpler_copy_from_device` (`docs/c-abi.md` §6), each a conversion around
 //! the worker's own call, which checks allocations, ranges and the context.
 
 use std::ffi::c_void;

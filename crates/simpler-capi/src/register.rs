@@ -1,4 +1,4 @@
-//! Callable registration from bundle bytes or a bundle file (`docs/c-abi.md`, "Callables";
+//! Callable registration from bundle bytes or a bundle file (`docs/c-abi.md` §4;
 //! the registry's rules: `docs/health.md` §5). A bundle is parsed and turned into a
 //! callable spec here; the id, the 64 slots, the out-parameter's −1 and the refusal while
 //! a run is outstanding are the worker's (`ChipWorker::register_v2`,

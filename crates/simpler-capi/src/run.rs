@@ -1,6 +1,6 @@
 //! Runs: `simpler_prepare_run` → `simpler_launch_run` / `simpler_launch_run_joined` /
 //! `simpler_launch_run_on_stream` → `simpler_poll_run` / `simpler_wait_run` →
-//! `simpler_finalize_run` (`docs/c-abi.md`, "The run transaction"; the lane's rules:
+//! `simpler_finalize_run` (`docs/c-abi.md` §5; the lane's rules:
 //! `docs/lane.md` §3, §8, §12).
 //!
 //! Prepare checks the arguments against the callable's signature
@@ -215,7 +215,7 @@ fn call_config(cfg: Option<SimplerRunConfig>) -> Result<CallConfig, Failure> {
 /// # Safety
 /// `args` is NULL or points to `nargs` `SimplerArg`s; `cfg` is NULL or a valid
 /// `SimplerRunConfig`; `out` is NULL or writable. Host tensors stay valid as
-/// `docs/c-abi.md` says.
+/// `docs/c-abi.md` §10 says.
 #[no_mangle]
 pub unsafe extern "C" fn simpler_prepare_run(
     ctx: *mut SimplerContext,

@@ -1,5 +1,5 @@
-//! Sim caller contexts for C callers without hardware (`docs/c-abi.md`, "Sim caller
-//! contexts"): `simpler_sim_context_create/destroy/make_current` and the streams a caller
+//! Sim caller contexts for C callers without hardware (`docs/c-abi.md`
+//! §12): `simpler_sim_context_create/destroy/make_current` and the streams a caller
 //! lends (`simpler_sim_stream_*`). The live [`SimContext`]s are kept in a process-wide
 //! table keyed by generation; the context itself, its generation and the thread's current
 //! context are simpler-host's ([`simpler_host::sim_context`],

@@ -1,5 +1,5 @@
 //! The status codes of the C ABI (`SimplerStatus` in `include/simpler/host.h`, table in
-//! `docs/c-abi.md`) and the one mapping from [`HostError`] to them. The numbers are
+//! `docs/c-abi.md` §7) and the one mapping from [`HostError`] to them. The numbers are
 //! stable: a code keeps its number forever and new codes are appended. This module decides
 //! codes only; it never formats a message of its own beyond the error's text.
 
