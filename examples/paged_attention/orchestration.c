@@ -22,18 +22,16 @@
  * 4 * blocks + 1 tasks per (b, h); no explicit dependencies: sm_j waits for qk_j (S), for
  * sm_{j-1} (RAW on state) and for up_{j-1} (WAR: up_{j-1} reads alpha from state);
  * up_j waits for pv_j, sm_j and up_{j-1}. The qk tasks of one (b, h) are independent.
- * The block table and context lengths are read with simpler_get_tensor_data.
+ * The block table and context lengths are read with simpler_get_tensor_data; the graph of
+ * one (b, h) is pa_attend in attend.h (shared with examples/decoder_layer).
  */
 #include <stdio.h>
 
 #include "simpler/kernel_math.h"
 #include "simpler/orchestration.h"
 
-#define FUNC_QK 0
-#define FUNC_SOFTMAX 1
-#define FUNC_PV 2
-#define FUNC_UPDATE 3
-#define FUNC_NORMALIZE 4
+#include "attend.h" /* pa_attend: the graph of one (sequence, KV head) */
+
 #define MAX_BATCH 4096u
 #define MAX_BLOCKS_PER_SEQ 16384u
 
@@ -43,87 +41,6 @@ static int32_t invalid_args(const SimplerOrchOps *ops, const char *msg) {
 }
 
 static int is_float(const SimplerChipTensor *t) { return simpler_is_float_dtype(t->dtype); }
-
-/* The runtime-allocated outputs of one submit, which must be `want` of them. */
-static int32_t submit_expect(const SimplerOrchOps *ops, const SimplerTaskDesc *d,
-                             SimplerTaskOutputs *outs, uint32_t want) {
-    memset(outs, 0, sizeof *outs);
-    const int32_t rc = simpler_submit(ops, d, outs);
-    if (rc != 0) return rc;
-    if (outs->count != want) {
-        simpler_report_fatal(ops, SIMPLER_ORCH_EXPLICIT_FATAL,
-                             "paged_attention: submit returned the wrong number of outputs");
-        return SIMPLER_ORCH_EXPLICIT_FATAL;
-    }
-    return 0;
-}
-
-/* The tasks of sequence b, KV head h over `len` tokens in the blocks `blocks`. */
-static int32_t attend(const SimplerOrchOps *ops, const SimplerChipTensor *q,
-                      const SimplerChipTensor *kc, const SimplerChipTensor *vc,
-                      const SimplerChipTensor *out, uint64_t b, uint64_t h, uint64_t g,
-                      uint64_t dim, uint64_t block_size, uint64_t len, const int32_t *blocks,
-                      float scale) {
-    SimplerTaskDesc d;
-    SimplerTaskOutputs outs;
-    int32_t rc;
-    const SimplerChipTensor qg =
-        simpler_view_strided_2d(q, simpler_offset_3d(q, b, h * g, 0), g, dim, q->strides[1], q->strides[2]);
-    SimplerChipTensor state, acc;
-    const uint64_t nblocks = (len + block_size - 1) / block_size;
-    for (uint64_t j = 0; j < nblocks; ++j) {
-        const uint64_t n = len - j * block_size < block_size ? len - j * block_size : block_size;
-        const uint64_t blk = (uint64_t)blocks[j];
-        /* K/V of KV head h in this block: rows are tokens (stride kv_heads*dim). */
-        const uint64_t koff = kc->strides[0] * blk + kc->strides[2] * h;
-        const SimplerChipTensor kb = simpler_view_strided_2d(kc, koff, n, dim, kc->strides[1], kc->strides[3]);
-        const uint64_t voff = vc->strides[0] * blk + vc->strides[2] * h;
-        const SimplerChipTensor vb = simpler_view_strided_2d(vc, voff, n, dim, vc->strides[1], vc->strides[3]);
-        const uint64_t s_shape[2] = {g, n}, state_shape[2] = {g, 3}, o_shape[2] = {g, dim};
-        const int first = j == 0;
-
-        simpler_task_init(&d, SIMPLER_CORE_AIC, FUNC_QK);
-        simpler_task_add_input(&d, &qg);
-        simpler_task_add_input(&d, &kb);
-        simpler_task_add_output(&d, s_shape, 2, SIMPLER_DT_FLOAT32);
-        simpler_task_add_scalar_f32(&d, scale);
-        if ((rc = submit_expect(ops, &d, &outs, 1)) != 0) return rc;
-        const SimplerChipTensor s = outs.tensors[0];
-
-        simpler_task_init(&d, SIMPLER_CORE_AIV, FUNC_SOFTMAX);
-        simpler_task_add_input(&d, &s);
-        if (first) simpler_task_add_output(&d, state_shape, 2, SIMPLER_DT_FLOAT32);
-        else simpler_task_add_inout(&d, &state);
-        simpler_task_add_output(&d, s_shape, 2, SIMPLER_DT_FLOAT32);
-        simpler_task_add_scalar(&d, (uint64_t)first);
-        if ((rc = submit_expect(ops, &d, &outs, first ? 2 : 1)) != 0) return rc;
-        if (first) state = outs.tensors[0];
-        const SimplerChipTensor p = outs.tensors[first ? 1 : 0];
-
-        simpler_task_init(&d, SIMPLER_CORE_AIC, FUNC_PV);
-        simpler_task_add_input(&d, &p);
-        simpler_task_add_input(&d, &vb);
-        simpler_task_add_output(&d, o_shape, 2, SIMPLER_DT_FLOAT32);
-        if ((rc = submit_expect(ops, &d, &outs, 1)) != 0) return rc;
-        const SimplerChipTensor o = outs.tensors[0];
-
-        simpler_task_init(&d, SIMPLER_CORE_AIV, FUNC_UPDATE);
-        simpler_task_add_input(&d, &o);
-        simpler_task_add_input(&d, &state);
-        if (first) simpler_task_add_output(&d, o_shape, 2, SIMPLER_DT_FLOAT32);
-        else simpler_task_add_inout(&d, &acc);
-        simpler_task_add_scalar(&d, (uint64_t)first);
-        if ((rc = submit_expect(ops, &d, &outs, first ? 1 : 0)) != 0) return rc;
-        if (first) acc = outs.tensors[0];
-    }
-    const SimplerChipTensor og =
-        simpler_view_strided_2d(out, simpler_offset_3d(out, b, h * g, 0), g, dim, out->strides[1], out->strides[2]);
-    simpler_task_init(&d, SIMPLER_CORE_AIV, FUNC_NORMALIZE);
-    simpler_task_add_input(&d, &acc);
-    simpler_task_add_input(&d, &state);
-    simpler_task_add_output_existing(&d, &og);
-    return simpler_submit(ops, &d, NULL);
-}
 
 SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
                                                         const SimplerOrchArgs *args) {
@@ -210,7 +127,7 @@ SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *op
         }
         for (uint64_t h = 0; h < kv_heads; ++h) {
             if ((rc = simpler_scope_begin(ops)) != 0) return rc;
-            rc = attend(ops, q, kc, vc, out, b, h, g, dim, block_size, len, blocks, scale);
+            rc = pa_attend(ops, q, kc, vc, out, b, h, g, dim, block_size, len, blocks, scale);
             const int32_t end = simpler_scope_end(ops);
             if (rc != 0) return rc;
             if (end != 0) return end;

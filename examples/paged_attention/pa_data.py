@@ -79,17 +79,23 @@ def make_inputs(
     seed: int = 0,
     dtype: str = "f32",
     spare_blocks: int = 3,
+    context_lens: "np.ndarray | None" = None,
 ) -> PagedInputs:
     """Random inputs: context lengths uniform in ``1..=max_context`` (the last sequence gets
     exactly ``max_context``), physical blocks handed out in a shuffled order (so a
     sequence's blocks are scattered through the cache), ``spare_blocks`` blocks nobody uses,
     and NaN in every cache slot no sequence reads (a kernel reading past a sequence's length
-    would turn its output into NaN)."""
+    would turn its output into NaN). ``context_lens``, when given, fixes the lengths instead
+    (each in ``1..=max_context``)."""
     if heads % kv_heads:
         raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
     rng = np.random.default_rng(seed)
     lens = rng.integers(1, max_context + 1, size=batch).astype(np.int32)
     lens[-1] = max_context
+    if context_lens is not None:
+        lens = np.asarray(context_lens, np.int32).reshape(batch)
+        if lens.min() < 1 or lens.max() > max_context:
+            raise ValueError(f"context lengths must lie in 1..={max_context}, got {lens}")
     max_blocks = -(-max_context // block_size)
     used = [-(-int(n) // block_size) for n in lens]
     num_blocks = sum(used) + spare_blocks
