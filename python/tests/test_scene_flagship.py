@@ -8,11 +8,14 @@ Run alone with ``scripts/test-python.sh python/tests/test_scene_flagship.py``.
 import sys
 from pathlib import Path
 
-from simpler.testing import SceneTestCase, TaskArgsBuilder, TensorArg, scene_test
+import numpy as np
+from simpler.testing import Scalar, SceneTestCase, TaskArgsBuilder, TensorArg, scene_test
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES / "paged_attention"))
+sys.path.insert(0, str(EXAMPLES / "decoder_layer"))
 
+import dl_data  # noqa: E402
 import pa_data  # noqa: E402
 
 
@@ -59,6 +62,45 @@ class TestPagedAttention(SceneTestCase):
             args.q, args.k_cache, args.v_cache, args.block_table, args.context_lens, "f32"
         )
         args.out[:] = pa_data.reference(x)
+
+
+SMALL_MODEL = dict(embed=64, heads=4, kv_heads=2, head_dim=16, ffn=96)
+
+
+@scene_test(level=2, runtime="tensormap_and_ringbuffer")
+class TestDecoderLayer(SceneTestCase):
+    """One decode step of a pre-norm decoder layer; out and both caches (the new tokens'
+    slots, NaN before the run) are compared with the float64 reference."""
+
+    CALLABLE = {"example": "../../examples/decoder_layer"}
+    CASES = [
+        {
+            "name": "decoder_ragged",
+            "params": dict(batch=10, context=40, seed=4, block_size=8, ragged=True, **SMALL_MODEL),
+            **dl_data.TOLERANCE,
+        },
+        {
+            "name": "decoder_first_token",
+            "params": dict(batch=2, context=1, seed=5, block_size=4, **SMALL_MODEL),
+            **dl_data.TOLERANCE,
+        },
+        {
+            "name": "decoder_default_model",
+            "params": dict(batch=3, context=33, seed=6),
+            **dl_data.TOLERANCE,
+        },
+    ]
+
+    def generate_args(self, params):
+        x = dl_data.make_inputs(**params)
+        tensors = [TensorArg(n, getattr(x, n)) for n in dl_data.LayerInputs.NAMES]
+        return TaskArgsBuilder(*tensors, Scalar("eps", np.float32(x.eps)))
+
+    def compute_golden(self, args, params):
+        x = dl_data.LayerInputs(*(getattr(args, n) for n in dl_data.LayerInputs.NAMES), eps=args.eps)
+        want = dl_data.reference(x)
+        for name in ("out", "k_cache", "v_cache"):
+            getattr(args, name)[...] = want[name]
 
 
 if __name__ == "__main__":

@@ -45,7 +45,11 @@ fn write_paged(dir: &Path, x: &PagedInputs) -> Vec<String> {
     }
     let s = &x.shape;
     let bt = dir.join("block_table.npy");
-    write_i32(&bt, &[s.batch as u64, x.max_blocks() as u64], &x.block_table);
+    write_i32(
+        &bt,
+        &[s.batch as u64, x.max_blocks() as u64],
+        &x.block_table,
+    );
     let cl = dir.join("context_lens.npy");
     write_i32(&cl, &[s.batch as u64], &x.context_lens);
     flags.extend([
@@ -163,7 +167,10 @@ fn paged_attention_refuses_a_bad_block_table() {
     let mut bad_len = base.clone();
     bad_len.context_lens[0] = 0;
     let cases = [
-        (bad_block, format!("block_table[1][1] = {}", base.num_blocks)),
+        (
+            bad_block,
+            format!("block_table[1][1] = {}", base.num_blocks),
+        ),
         (bad_len, "context_lens[0] = 0".to_string()),
     ];
     for (x, needle) in cases {
@@ -185,5 +192,77 @@ fn paged_attention_refuses_a_bad_block_table() {
             "{needle}\n{stderr}"
         );
         assert!(!out_path.exists());
+    }
+}
+
+// ---- decoder_layer --------------------------------------------------------------------------
+
+use simpler_examples::decoder_layer::{self, Model};
+
+/// The tolerance of examples/decoder_layer/README.md ("Checking").
+const LAYER_TOL: f64 = 1e-4;
+
+/// Whether `got` equals `want` within the layer tolerance, NaN matching NaN only.
+fn same_cache(got: &[f32], want: &[f32]) -> bool {
+    got.len() == want.len()
+        && got.iter().zip(want).all(|(&g, &w)| {
+            (g.is_nan() && w.is_nan())
+                || (f64::from(g) - f64::from(w)).abs() <= LAYER_TOL + LAYER_TOL * f64::from(w).abs()
+        })
+}
+
+/// One decode step of a small decoder layer: `out` checked by `simpler run --check` and here,
+/// and both caches (written through `inout`) compared here, their new-token slots included.
+#[test]
+fn decoder_layer_end_to_end() {
+    let model = Model {
+        embed: 32,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 8,
+        ffn: 48,
+    };
+    let x = decoder_layer::inputs(model, 5, 21, 4, 21);
+    let (want_out, want_k, want_v) = decoder_layer::reference(&x);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut flags = Vec::new();
+    for a in &x.dense {
+        let p = d.join(format!("{}.npy", a.name));
+        common::write_array(&p, a);
+        flags.extend(["--input".into(), format!("{}={}", a.name, p.display())]);
+    }
+    flags.extend(write_paged(d, &x.paged).into_iter().skip(2)); // no q
+    let ref_path = d.join("out.ref.npy");
+    common::write_array(&ref_path, &want_out);
+    for name in ["out", "k_cache", "v_cache"] {
+        flags.extend([
+            "--output".into(),
+            format!("{name}={}", d.join(format!("{name}.out.npy")).display()),
+        ]);
+    }
+    flags.extend([
+        "--check".into(),
+        format!("out={}", ref_path.display()),
+        "--rtol".into(),
+        LAYER_TOL.to_string(),
+        "--atol".into(),
+        LAYER_TOL.to_string(),
+        "--scalar".into(),
+        format!("eps={}", decoder_layer::EPS),
+    ]);
+    let (code, stdout, stderr) = run(d, "decoder_layer", &flags);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("PASS out"), "{stdout}");
+    let (_, out) = read_f32(&d.join("out.out.npy"));
+    let (worst, ok) = within(&out, &want_out.data, LAYER_TOL, LAYER_TOL);
+    assert!(ok, "out: max abs error {worst}");
+    for (name, want) in [("k_cache", &want_k), ("v_cache", &want_v)] {
+        let (shape, got) = read_f32(&d.join(format!("{name}.out.npy")));
+        assert_eq!(shape, want.shape);
+        assert!(
+            same_cache(&got, &want.data),
+            "{name} differs from the reference"
+        );
     }
 }

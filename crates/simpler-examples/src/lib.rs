@@ -16,13 +16,14 @@
 //! named like the `in`/`inout` arguments and references like the `out`/`inout` arguments, in
 //! manifest order. An example's scalar arguments have fixed values ([`scalars`]), which its
 //! reference uses. The flagship workloads, whose shapes are parameters and whose inputs
-//! include `i32` tensors, have modules of their own ([`paged_attention`]).
+//! include `i32` tensors, have modules of their own ([`paged_attention`], [`decoder_layer`]).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use simpler_toolchain::npy::NpyArray;
 
+pub mod decoder_layer;
 pub mod paged_attention;
 
 /// The example names, one folder `examples/<name>/` each.

@@ -81,7 +81,11 @@ pub fn inputs(shape: PagedShape, seed: u64) -> PagedInputs {
         s.batch > 0 && s.kv_heads > 0 && s.head_dim > 0 && s.block_size > 0 && s.max_context > 0,
         "paged_attention::inputs: sizes must be positive: {s:?}"
     );
-    assert_eq!(s.heads % s.kv_heads, 0, "heads must be a multiple of kv_heads");
+    assert_eq!(
+        s.heads % s.kv_heads,
+        0,
+        "heads must be a multiple of kv_heads"
+    );
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut lens: Vec<i32> = (0..s.batch)
         .map(|_| rng.gen_range(1..=s.max_context) as i32)
@@ -102,7 +106,8 @@ pub fn inputs(shape: PagedShape, seed: u64) -> PagedInputs {
             *slot = *next.next().expect("enough blocks");
         }
     }
-    let mut uniform = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect() };
+    let mut uniform =
+        |n: usize| -> Vec<f32> { (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect() };
     let q = uniform(s.batch * s.heads * s.head_dim);
     let token = s.kv_heads * s.head_dim;
     let cache_len = num_blocks * s.block_size * token;
@@ -127,7 +132,11 @@ pub fn inputs(shape: PagedShape, seed: u64) -> PagedInputs {
     ];
     PagedInputs {
         shape: s,
-        q: Array::new("q", vec![s.batch as u64, s.heads as u64, s.head_dim as u64], q),
+        q: Array::new(
+            "q",
+            vec![s.batch as u64, s.heads as u64, s.head_dim as u64],
+            q,
+        ),
         k_cache: Array::new("k_cache", cache_shape.clone(), k),
         v_cache: Array::new("v_cache", cache_shape, v),
         block_table: table,
@@ -161,7 +170,11 @@ pub fn reference(x: &PagedInputs) -> Array {
                 .iter()
                 .map(|&r| {
                     let k = head(&x.k_cache, r, s.kv_heads, kv, dim);
-                    qv.iter().zip(k).map(|(&a, &c)| f64::from(a) * f64::from(c)).sum::<f64>() * scale
+                    qv.iter()
+                        .zip(k)
+                        .map(|(&a, &c)| f64::from(a) * f64::from(c))
+                        .sum::<f64>()
+                        * scale
                 })
                 .collect();
             let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -176,11 +189,7 @@ pub fn reference(x: &PagedInputs) -> Array {
             out.extend(acc.iter().map(|a| (a / total) as f32));
         }
     }
-    Array::new(
-        "out",
-        vec![s.batch as u64, s.heads as u64, dim as u64],
-        out,
-    )
+    Array::new("out", vec![s.batch as u64, s.heads as u64, dim as u64], out)
 }
 
 /// Head `kv` of cache row `row` (a token slot), `dim` elements.
@@ -226,7 +235,14 @@ mod tests {
     #[test]
     fn one_token_attends_to_its_own_value() {
         // A single token: softmax weight 1, out = v.
-        let shape = PagedShape { batch: 1, heads: 2, kv_heads: 1, head_dim: 3, block_size: 2, max_context: 1 };
+        let shape = PagedShape {
+            batch: 1,
+            heads: 2,
+            kv_heads: 1,
+            head_dim: 3,
+            block_size: 2,
+            max_context: 1,
+        };
         let x = inputs(shape, 1);
         let out = reference(&x);
         let blk = x.block_table[0] as usize;
@@ -237,7 +253,14 @@ mod tests {
 
     #[test]
     fn equal_keys_average_the_values() {
-        let shape = PagedShape { batch: 1, heads: 1, kv_heads: 1, head_dim: 2, block_size: 2, max_context: 3 };
+        let shape = PagedShape {
+            batch: 1,
+            heads: 1,
+            kv_heads: 1,
+            head_dim: 2,
+            block_size: 2,
+            max_context: 3,
+        };
         let mut x = inputs(shape, 2);
         let mb = x.max_blocks();
         let mut want = [0f64; 2];
@@ -258,7 +281,11 @@ mod tests {
     #[test]
     fn task_count_follows_the_graph() {
         let x = inputs(SMALL, 7);
-        let blocks: usize = x.context_lens.iter().map(|&n| (n as usize).div_ceil(4)).sum();
+        let blocks: usize = x
+            .context_lens
+            .iter()
+            .map(|&n| (n as usize).div_ceil(4))
+            .sum();
         assert_eq!(x.task_count(), 2 * (4 * blocks + 3));
     }
 }
