@@ -5,10 +5,12 @@ references come from each example's data module, which never calls simpler.
 Run alone with ``scripts/test-python.sh python/tests/test_scene_flagship.py``.
 """
 
+import importlib.util
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from simpler.testing import Scalar, SceneTestCase, TaskArgsBuilder, TensorArg, scene_test
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -17,6 +19,17 @@ sys.path.insert(0, str(EXAMPLES / "decoder_layer"))
 
 import dl_data  # noqa: E402
 import pa_data  # noqa: E402
+
+
+def _load(name, path):
+    """A module from a file (both examples have a run.py, so neither is imported by name)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+pa_run = _load("paged_attention_run", EXAMPLES / "paged_attention" / "run.py")
 
 
 @scene_test(level=2, runtime="tensormap_and_ringbuffer")
@@ -101,6 +114,36 @@ class TestDecoderLayer(SceneTestCase):
         want = dl_data.reference(x)
         for name in ("out", "k_cache", "v_cache"):
             getattr(args, name)[...] = want[name]
+
+
+def test_paged_attention_takes_f16_and_bf16_inputs():
+    """q, k_cache and v_cache in f16, and in bf16 as raw uint16 bits passed with
+    ``Tensor.from_host(bits, dtype="bf16")``; f32 accumulation matches the float64 reference
+    of the same (widened) values."""
+    from simpler import Tensor, Worker
+
+    for dtype in ("f16", "bf16"):
+        x = pa_data.make_inputs(3, 4, 2, 16, 8, 30, seed=7, dtype=dtype)
+        want = pa_data.reference(x)
+        out = x.out()
+        staged = [pa_run.stage(t, dtype) for t in (x.q, x.k_cache, x.v_cache)]
+        if dtype == "bf16":
+            assert all(isinstance(t, Tensor) and t.dtype.short_name == "bf16" for t in staged)
+        with Worker(level=2, platform="sim") as w:
+            h = w.register(pa_run.build_callable(dtype))
+            w.init()
+            w.run(h, staged + [x.block_table, x.context_lens, out])
+        assert pa_run.check(out, want, **pa_data.TOLERANCE[dtype]), dtype
+
+
+def test_bf16_tensor_needs_uint16_bits():
+    """Only a uint16 array is taken as bf16 bits; any other dtype is still a mismatch."""
+    from simpler import InvalidArgumentError, Tensor
+
+    assert Tensor.from_host(np.zeros(4, np.uint16), dtype="bf16").dtype.short_name == "bf16"
+    assert Tensor.from_host(np.zeros(4, np.uint16)).dtype.short_name == "u16"
+    with pytest.raises(InvalidArgumentError, match="int16"):
+        Tensor.from_host(np.zeros(4, np.int16), dtype="bf16")
 
 
 if __name__ == "__main__":
