@@ -125,11 +125,7 @@ SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *op
     const SimplerChipTensor *x = &t[0], *w_norm1 = &t[1], *w_qkv = &t[2], *w_o = &t[3];
     const SimplerChipTensor *w_norm2 = &t[4], *w_gu = &t[5], *w_down = &t[6], *rope = &t[7];
     const SimplerChipTensor *kc = &t[8], *vc = &t[9], *bt = &t[10], *cl = &t[11], *out = &t[12];
-    float eps;
-    {
-        const uint32_t bits = (uint32_t)args->scalars[0];
-        memcpy(&eps, &bits, sizeof eps);
-    }
+    const float eps = simpler_orch_scalar_f32(args, 0);
     if (!is_f32(x, 2) || !is_f32(w_norm1, 1) || !is_f32(w_qkv, 2) || !is_f32(w_o, 2) ||
         !is_f32(w_norm2, 1) || !is_f32(w_gu, 2) || !is_f32(w_down, 2) || !is_f32(rope, 2) ||
         !is_f32(kc, 4) || !is_f32(vc, 4) || !is_f32(out, 2) || bt->ndims != 2 ||

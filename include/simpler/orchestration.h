@@ -120,6 +120,21 @@ _Static_assert(offsetof(SimplerOrchOps, aiv_count) == 72, "OrchOps.aiv_count");
 _Static_assert(offsetof(SimplerOrchOps, get_tensor_data) == 80, "OrchOps.get_tensor_data");
 _Static_assert(offsetof(SimplerOrchOps, set_tensor_data) == 88, "OrchOps.set_tensor_data");
 
+/* ---- reading the run's scalars --------------------------------------------------------- */
+
+/* Signature scalar i of the run (raw 64 bits); 0 when i >= args->scalar_count. */
+static inline uint64_t simpler_orch_scalar_u64(const SimplerOrchArgs *args, uint32_t i) {
+    return i < args->scalar_count && i < SIMPLER_MAX_ORCH_SCALARS ? args->scalars[i] : 0;
+}
+/* Signature scalar i of the run read as the f32 whose bits were passed (an `f32` scalar of
+ * the manifest); 0.0f when i >= args->scalar_count. */
+static inline float simpler_orch_scalar_f32(const SimplerOrchArgs *args, uint32_t i) {
+    const uint32_t bits = (uint32_t)simpler_orch_scalar_u64(args, i);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 /* ---- building a task ---------------------------------------------------------------- */
 
 /* Starts a task running kernel `func_id` on one core of `core_type`. */
