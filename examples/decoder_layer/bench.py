@@ -39,12 +39,17 @@ def callables(compiler: KernelCompiler):
     m = load_manifest(HERE)
     empty_src = HERE / "bench" / "empty_kernel.c"
     children = [
-        (k.func_id, CoreCallable(compiler.compile_incore(empty_src, core_type=k.core), core_type=k.core))
+        (
+            k.func_id,
+            CoreCallable(compiler.compile_incore(empty_src, core_type=k.core), core_type=k.core),
+        )
         for k in m.kernels
     ]
     sig = [(a.name, a.direction.name.lower(), a.dtype.short_name) for a in m.signature]
     image = compiler.compile_orchestration(m.orchestration_source)
-    empty = ChipCallable.build(sig, m.orchestration_entry, image, children, name="decoder_layer_empty")
+    empty = ChipCallable.build(
+        sig, m.orchestration_entry, image, children, name="decoder_layer_empty"
+    )
     return real, empty
 
 

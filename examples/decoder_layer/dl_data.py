@@ -148,7 +148,8 @@ def reference(x: LayerInputs) -> Dict[str, np.ndarray]:
         n = int(x.context_lens[b])
         pos = n - 1
         q = _rope(qkv[b, : heads * dim].reshape(heads, dim), pos, dim)
-        k_new = _rope(qkv[b, heads * dim : (heads + kv_heads) * dim].reshape(kv_heads, dim), pos, dim)
+        k_cols = qkv[b, heads * dim : (heads + kv_heads) * dim]
+        k_new = _rope(k_cols.reshape(kv_heads, dim), pos, dim)
         v_new = qkv[b, (heads + kv_heads) * dim :].reshape(kv_heads, dim)
         k = np.concatenate([pa_data.gather(f(x.k_cache), x.block_table[b], pos), k_new[None]])
         v = np.concatenate([pa_data.gather(f(x.v_cache), x.block_table[b], pos), v_new[None]])
@@ -200,7 +201,9 @@ def worst_errors(got: np.ndarray, want: np.ndarray) -> "tuple[float, float]":
 
 def close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> bool:
     """NumPy's allclose rule with NaN matching NaN only."""
-    return bool(np.allclose(got.astype(np.float64), want.astype(np.float64), rtol, atol, equal_nan=True))
+    return bool(
+        np.allclose(got.astype(np.float64), want.astype(np.float64), rtol, atol, equal_nan=True)
+    )
 
 
 def describe(x: LayerInputs) -> str:

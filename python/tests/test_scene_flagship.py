@@ -110,7 +110,8 @@ class TestDecoderLayer(SceneTestCase):
         return TaskArgsBuilder(*tensors, Scalar("eps", np.float32(x.eps)))
 
     def compute_golden(self, args, params):
-        x = dl_data.LayerInputs(*(getattr(args, n) for n in dl_data.LayerInputs.NAMES), eps=args.eps)
+        names = dl_data.LayerInputs.NAMES
+        x = dl_data.LayerInputs(*(getattr(args, n) for n in names), eps=args.eps)
         want = dl_data.reference(x)
         for name in ("out", "k_cache", "v_cache"):
             getattr(args, name)[...] = want[name]

@@ -267,14 +267,14 @@ mod tests {
         for t in 0..3 {
             let row = x.block_table[t / 2] as usize * 2 + t % 2;
             x.k_cache.data[row * 2..row * 2 + 2].copy_from_slice(&[0.5, 0.5]);
-            for d in 0..2 {
-                want[d] += f64::from(x.v_cache.data[row * 2 + d]) / 3.0;
+            for (w, &v) in want.iter_mut().zip(&x.v_cache.data[row * 2..row * 2 + 2]) {
+                *w += f64::from(v) / 3.0;
             }
         }
         assert_eq!(mb, 2);
         let out = reference(&x);
-        for d in 0..2 {
-            assert!((f64::from(out.data[d]) - want[d]).abs() < 1e-6);
+        for (&o, w) in out.data.iter().zip(want) {
+            assert!((f64::from(o) - w).abs() < 1e-6, "{o} vs {w}");
         }
     }
 
