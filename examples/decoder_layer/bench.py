@@ -54,7 +54,8 @@ def callables(compiler: KernelCompiler):
 
 
 def time_steps(worker: Worker, handle, x: dl_data.LayerInputs, steps: int):
-    """Median device time and median wall time of ``steps`` runs after one warm-up run."""
+    """Median device time, median wall time of ``steps`` runs after one warm-up run, and the
+    tasks of a run (as the runtime counted them)."""
     device, wall = [], []
     for i in range(steps + 1):
         t0 = time.perf_counter()
@@ -63,7 +64,7 @@ def time_steps(worker: Worker, handle, x: dl_data.LayerInputs, steps: int):
         if i:
             device.append(r.device_time_s)
             wall.append(t1 - t0)
-    return statistics.median(device), statistics.median(wall)
+    return statistics.median(device), statistics.median(wall), r.tasks
 
 
 def main(argv=None) -> int:
@@ -95,9 +96,8 @@ def main(argv=None) -> int:
         for batch in a.batch:
             for context in a.context:
                 x = dl_data.make_inputs(batch, context, a.seed, a.block_size)
-                tasks = dl_data.task_count(x)
-                step, wall = time_steps(w, hr, x, a.steps)
-                step_empty, _ = time_steps(w, he, x, a.steps)
+                step, wall, tasks = time_steps(w, hr, x, a.steps)
+                step_empty, _, _ = time_steps(w, he, x, a.steps)
                 print(
                     f"{batch:>5} {context:>7} {tasks:>7} {step * 1e3:>9.2f} {wall * 1e3:>9.2f} "
                     f"{step_empty * 1e3:>9.2f} {min(step_empty / step, 1.0):>15.1%} "

@@ -52,7 +52,7 @@ def main(argv=None) -> int:
         w.init()
         report = w.run(h, x.args())
     print(
-        f"decoder_layer: {dl_data.describe(x)}: {dl_data.task_count(x)} tasks, "
+        f"decoder_layer: {dl_data.describe(x)}: {report.tasks} tasks, "
         f"device time {report.device_time_s * 1e3:.1f} ms"
     )
     tol = dl_data.TOLERANCE

@@ -137,6 +137,24 @@ def test_paged_attention_takes_f16_and_bf16_inputs():
         assert pa_run.check(out, want, **pa_data.TOLERANCE[dtype]), dtype
 
 
+def test_run_reports_the_predicted_task_count():
+    """The runtime's count of submitted tasks (RunReport.tasks) equals the examples' own
+    formulas (4 per KV block + 1 per sequence and KV head; plus the dense ops of the layer
+    and its allocation-only task)."""
+    from simpler import ChipCallable, Worker
+
+    x = pa_data.make_inputs(3, 4, 2, 8, 4, 19, seed=8)
+    layer = dl_data.make_inputs(5, 23, seed=9, block_size=4, ragged=True, **SMALL_MODEL)
+    with Worker(level=2, platform="sim") as w:
+        hp = w.register(ChipCallable.from_example(EXAMPLES / "paged_attention"))
+        hl = w.register(ChipCallable.from_example(EXAMPLES / "decoder_layer"))
+        w.init()
+        args = [x.q, x.k_cache, x.v_cache, x.block_table, x.context_lens, x.out()]
+        report = w.run(hp, args)
+        assert report.tasks == pa_data.task_count(x.context_lens, 2, 4)
+        assert w.run(hl, layer.args()).tasks == dl_data.task_count(layer)
+
+
 def test_bf16_tensor_needs_uint16_bits():
     """Only a uint16 array is taken as bf16 bits; any other dtype is still a mismatch."""
     from simpler import InvalidArgumentError, Tensor
