@@ -5,8 +5,9 @@
  * no libm, so a library that uses only them binds no math symbol (docs/toolchain.md). All
  * are static inline and pure:
  *
- *   simpler_exp_d(x)        exp(x) in double, relative error < 2e-16 on [-745, 709]
- *   simpler_sqrt_d(x)       sqrt(x) in double, correctly rounded to within 1 ulp; NaN for x < 0
+ *   simpler_exp_d(x)        exp(x) in double, relative error < 4e-16 where the result is a
+ *                           normal double (fewer bits for subnormal results below exp(-708))
+ *   simpler_sqrt_d(x)       sqrt(x) in double, within 1 ulp; NaN for x < 0 and NaN
  *   simpler_f16_to_f32(h)   IEEE binary16 bits -> float (exact; subnormals, inf and NaN kept)
  *   simpler_bf16_to_f32(b)  bfloat16 bits -> float (exact)
  *   simpler_load_f32(p, dt, i)  element i of an f32, f16 or bf16 array at p, as float

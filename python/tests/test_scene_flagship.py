@@ -1,6 +1,8 @@
 """The flagship workloads as scene tests: paged-attention decode (examples/paged_attention)
 and one decoder layer at decode time (examples/decoder_layer). Inputs and the float64
-references come from each example's data module, which never calls simpler.
+references come from each example's data module, which never calls simpler. Also: paged
+attention on f16 and bf16 inputs, bf16 bits passed from a uint16 array, and the runtime's
+task count (``RunReport.tasks``) against each example's formula.
 
 Run alone with ``scripts/test-python.sh python/tests/test_scene_flagship.py``.
 """

@@ -7,7 +7,7 @@
 //! `θ_i = 10000^(-2i/D)`), the caches, block table and context lengths of
 //! [`crate::paged_attention`] (a length counts the new token, at position `len - 1`), and
 //! `out [B, E]`. The reference is the layer written out in `f64` loops; it shares nothing
-//! with the kernels.
+//! with the kernels and must not depend on the runtime.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

@@ -5,7 +5,8 @@
 //! `v_cache [num_blocks, block_size, kv_heads, dim]`, `block_table` `i32 [batch,
 //! max_blocks_per_seq]` (-1 where a sequence has no block), `context_lens` `i32 [batch]`,
 //! `out [batch, heads, dim]`. The reference gathers each sequence's tokens by its length and
-//! computes the full softmax in `f64`; it shares nothing with the C kernels.
+//! computes the full softmax in `f64`; it shares nothing with the C kernels and, like the
+//! rest of this crate, must not depend on the runtime.
 
 use rand::{seq::SliceRandom, Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
