@@ -120,6 +120,21 @@ _Static_assert(offsetof(SimplerOrchOps, aiv_count) == 72, "OrchOps.aiv_count");
 _Static_assert(offsetof(SimplerOrchOps, get_tensor_data) == 80, "OrchOps.get_tensor_data");
 _Static_assert(offsetof(SimplerOrchOps, set_tensor_data) == 88, "OrchOps.set_tensor_data");
 
+/* ---- reading the run's scalars --------------------------------------------------------- */
+
+/* Signature scalar i of the run (raw 64 bits); 0 when i >= args->scalar_count. */
+static inline uint64_t simpler_orch_scalar_u64(const SimplerOrchArgs *args, uint32_t i) {
+    return i < args->scalar_count && i < SIMPLER_MAX_ORCH_SCALARS ? args->scalars[i] : 0;
+}
+/* Signature scalar i of the run read as the f32 whose bits were passed (an `f32` scalar of
+ * the manifest); 0.0f when i >= args->scalar_count. */
+static inline float simpler_orch_scalar_f32(const SimplerOrchArgs *args, uint32_t i) {
+    const uint32_t bits = (uint32_t)simpler_orch_scalar_u64(args, i);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 /* ---- building a task ---------------------------------------------------------------- */
 
 /* Starts a task running kernel `func_id` on one core of `core_type`. */
@@ -218,6 +233,31 @@ static inline SimplerChipTensor simpler_view_2d(const SimplerChipTensor *t, uint
     v.flags &= ~SIMPLER_TENSOR_FLAG_CONTIGUOUS;
     if (cols == t->shapes[1] || rows == 1) v.flags |= (t->flags & SIMPLER_TENSOR_FLAG_CONTIGUOUS);
     return v;
+}
+
+/* A rows x cols view of any tensor `t` (of any rank): element (r, c) is `offset + r*row_stride
+ * + c*col_stride` elements past t's first element. This is how an orchestration takes 2-D
+ * tiles out of 3-D to 5-D tensors (one head of a [tokens, heads, dim] cache block: offset
+ * to the block and head, row stride heads*dim, col stride 1). The runtime checks at submit
+ * that the view stays inside its buffer. */
+static inline SimplerChipTensor simpler_view_strided_2d(const SimplerChipTensor *t, uint64_t offset, uint64_t rows, uint64_t cols,
+                                                        uint64_t row_stride, uint64_t col_stride) {
+    SimplerChipTensor v = *t;
+    for (uint32_t i = 0; i < SIMPLER_MAX_TENSOR_DIMS; ++i) v.shapes[i] = v.strides[i] = 0;
+    v.ndims = 2;
+    v.start_offset = t->start_offset + offset;
+    v.shapes[0] = rows;
+    v.shapes[1] = cols;
+    v.strides[0] = row_stride;
+    v.strides[1] = col_stride;
+    v.flags &= ~SIMPLER_TENSOR_FLAG_CONTIGUOUS;
+    if (col_stride == 1 && (row_stride == cols || rows == 1)) v.flags |= SIMPLER_TENSOR_FLAG_CONTIGUOUS;
+    return v;
+}
+/* Element offset of index (i0, i1, i2) of a tensor of rank >= 3 (or (i0, i1) with i2 = 0 for
+ * rank 2), relative to its first element: i0*strides[0] + i1*strides[1] + i2*strides[2]. */
+static inline uint64_t simpler_offset_3d(const SimplerChipTensor *t, uint64_t i0, uint64_t i1, uint64_t i2) {
+    return i0 * t->strides[0] + i1 * t->strides[1] + (t->ndims > 2 ? i2 * t->strides[2] : 0);
 }
 
 /* ---- calling the runtime ------------------------------------------------------------------- */

@@ -195,13 +195,18 @@ class Tensor:
         """Wraps a host tensor-like object without copying (see :func:`as_array`).
 
         ``shapes`` may re-view a contiguous array with the same number of elements; ``dtype``,
-        when given, must be the array's own. ``strides`` other than the array's row-major
-        ones are refused: the host stages C-contiguous memory only.
+        when given, must be the array's own, except that ``"bf16"`` also takes a ``uint16``
+        array of raw bfloat16 bits (numpy has no bfloat16 without ``ml_dtypes``; the same rule
+        as a bf16 ``.npy`` file for ``simpler run``). ``strides`` other than the array's
+        row-major ones are refused: the host stages C-contiguous memory only.
         """
         arr = as_array(obj, writable=writable)
+        want = None
         if dtype is not None:
             want = DataType.of(dtype)
             have = DataType.from_numpy(arr.dtype)
+            if want is DataType.BFLOAT16 and arr.dtype == np.uint16:
+                have = want
             if want is not have:
                 raise InvalidArgumentError(
                     f"the array's dtype is {arr.dtype} ({have.short_name}), not "
@@ -226,7 +231,7 @@ class Tensor:
         self = cls.__new__(cls)
         self.buffer = None
         self.array = arr
-        self.dtype = DataType.from_numpy(arr.dtype)
+        self.dtype = want if want is DataType.BFLOAT16 else DataType.from_numpy(arr.dtype)
         self.shape = tuple(int(d) for d in arr.shape)
         self.byte_offset = 0
         self.strides = (

@@ -95,6 +95,9 @@ class RunReport:
     """From the launch of the first kernel to the proof of completion."""
     total_time_s: float
     """From the call to the return, including staging and copy-back."""
+    tasks: Optional[int] = None
+    """Tasks the orchestration submitted, allocation-only and other kernel-less tasks
+    included; None for a chip in a child process (``chip_isolation="process"``)."""
 
 
 class Worker:
@@ -638,7 +641,7 @@ class RunHandle:
         """Waits (see :meth:`wait`) and returns the run's report."""
         self.wait(timeout)
         report = self._native.result()
-        return RunReport(report.epoch, report.device_time_s, report.total_time_s)
+        return RunReport(report.epoch, report.device_time_s, report.total_time_s, report.tasks)
 
     def __repr__(self) -> str:
         return f"RunHandle(epoch={self.epoch}, done={self.done})"

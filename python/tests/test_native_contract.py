@@ -138,11 +138,13 @@ def test_a_run_reports_by_name(chip, vadd, rng):
     assert isinstance(native, _native.RunReport)
     report = handle.result()
     assert isinstance(report, simpler.RunReport)
-    assert (report.epoch, report.device_time_s, report.total_time_s) == (
+    assert (report.epoch, report.device_time_s, report.total_time_s, report.tasks) == (
         native.epoch,
         native.device_time_s,
         native.total_time_s,
+        native.tasks,
     )
+    assert report.tasks is not None and report.tasks >= 1
     assert repr(report).startswith(f"RunReport(epoch={report.epoch}, device_time_s=")
 
 

@@ -15,12 +15,16 @@
 //! The shapes and argument names here are those of each example's `simpler.toml`; inputs are
 //! named like the `in`/`inout` arguments and references like the `out`/`inout` arguments, in
 //! manifest order. An example's scalar arguments have fixed values ([`scalars`]), which its
-//! reference uses.
+//! reference uses. The flagship workloads, whose shapes are parameters and whose inputs
+//! include `i32` tensors, have modules of their own ([`paged_attention`], [`decoder_layer`]).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use simpler_toolchain::npy::NpyArray;
+
+pub mod decoder_layer;
+pub mod paged_attention;
 
 /// The example names, one folder `examples/<name>/` each.
 pub const EXAMPLES: [&str; 5] = ["vector_add", "formula", "gemm", "softmax", "axpy"];

@@ -94,15 +94,18 @@ pub struct NativeRunReport {
     epoch: u64,
     device_time_s: f64,
     total_time_s: f64,
+    tasks: Option<u64>,
 }
 
 impl NativeRunReport {
-    /// A report of epoch `epoch` with these times, in seconds.
+    /// A report of epoch `epoch` with these times, in seconds, and no task count (a chip in
+    /// a child process reports none).
     pub(crate) fn new(epoch: u64, device_time_s: f64, total_time_s: f64) -> NativeRunReport {
         NativeRunReport {
             epoch,
             device_time_s,
             total_time_s,
+            tasks: None,
         }
     }
 }
@@ -113,6 +116,7 @@ impl From<&simpler_host::RunReport> for NativeRunReport {
             epoch: r.epoch,
             device_time_s: r.device_time.as_secs_f64(),
             total_time_s: r.total_time.as_secs_f64(),
+            tasks: Some(r.tasks),
         }
     }
 }
@@ -137,10 +141,17 @@ impl NativeRunReport {
         self.total_time_s
     }
 
+    /// Tasks the orchestration submitted (allocation-only and other kernel-less tasks
+    /// included); None when the chip ran in a child process.
+    #[getter]
+    fn tasks(&self) -> Option<u64> {
+        self.tasks
+    }
+
     fn __repr__(&self) -> String {
         format!(
-            "RunReport(epoch={}, device_time_s={:?}, total_time_s={:?})",
-            self.epoch, self.device_time_s, self.total_time_s
+            "RunReport(epoch={}, device_time_s={:?}, total_time_s={:?}, tasks={:?})",
+            self.epoch, self.device_time_s, self.total_time_s, self.tasks
         )
     }
 }
