@@ -48,6 +48,7 @@ from .callable import CallableHandle, ChipCallable
 from .config import CallConfig
 from .errors import (
     ArgumentTypeError,
+    ExecutionContextRefused,
     InvalidArgumentError,
     InvalidConfigError,
     UnknownCallableError,
@@ -344,6 +345,7 @@ class Worker:
                 raise WorkerStateError("the worker is closed")
             existing = self._handles.get(target.hashid)
             if existing is not None:
+                self._check_current()
                 existing._refs += 1
                 return existing
             handle = CallableHandle(
@@ -364,6 +366,7 @@ class Worker:
         with self._lock:
             self._own_handle(handle)
             if handle._refs > 1:
+                self._check_current()
                 handle._refs -= 1
                 return
             # The host first: when it refuses, the handle stays registered here too.
@@ -372,6 +375,20 @@ class Worker:
             handle._refs -= 1
             del self._handles[handle.hashid]
             handle._native_id = None
+
+    def _check_current(self) -> None:
+        """Refuses, as the native calls do, a borrowed worker's call from a thread where its
+        context is not current: for the counted registrations that reach no native call."""
+        generation = self.borrowed_context_generation
+        if generation is None:
+            return
+        current = _native.current_context()
+        if current != generation:
+            raise ExecutionContextRefused(
+                f"execution context refused: this worker runs in borrowed context generation "
+                f"{generation}, but the calling thread's current context is "
+                f"{'none' if current is None else current}; make it current and retry"
+            )
 
     def _own_handle(self, handle: Any) -> CallableHandle:
         if isinstance(handle, ChipCallable):
