@@ -407,9 +407,16 @@ class Worker:
     # -- device memory -----------------------------------------------------------------------
 
     def malloc(self, size: int) -> Buffer:
-        """Allocates ``size`` bytes of zeroed device memory."""
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
-            raise InvalidArgumentError(f"malloc size must be a positive int, got {size!r}")
+        """Allocates ``size`` bytes of zeroed device memory: ``size`` an int in 1..2**64-1
+        (else ``InvalidArgumentError``; more than the device holds is a ``DeviceError``)."""
+        if (
+            not isinstance(size, (int, np.integer))
+            or isinstance(size, bool)
+            or not 0 < size < 1 << 64
+        ):
+            raise InvalidArgumentError(
+                f"malloc size must be a positive int below 2**64, got {size!r}"
+            )
         address = self._live().malloc(int(size))
         return Buffer(self, address, int(size))
 

@@ -301,6 +301,15 @@ def test_counted_registrations_are_refused_off_context_too(ctx, vadd):
         w.close()
 
 
+@pytest.mark.parametrize("size", [0, -1, 1 << 64, True, 1.5])
+def test_a_malloc_size_out_of_range_is_an_invalid_argument_naming_it(ctx, size):
+    with ctx:
+        w = attach(ctx)
+        with pytest.raises(simpler.InvalidArgumentError, match="malloc size"):
+            w.malloc(size)
+        w.close()
+
+
 def _raises(cls, fn):
     try:
         fn()
