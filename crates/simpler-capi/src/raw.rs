@@ -131,7 +131,11 @@ pub unsafe fn array<'a, T>(ptr: *const T, n: usize, param: &str) -> Result<&'a [
             ),
         ));
     }
-    check_extent(ptr.cast::<u8>(), n.saturating_mul(std::mem::size_of::<T>()), param)?;
+    check_extent(
+        ptr.cast::<u8>(),
+        n.saturating_mul(std::mem::size_of::<T>()),
+        param,
+    )?;
     // SAFETY: the caller's contract; the pointer is aligned and `check_extent` keeps the
     // range within what a slice can describe.
     Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
