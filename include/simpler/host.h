@@ -314,7 +314,8 @@ int32_t simpler_sim_stream_destroy(uint64_t generation, SimplerStream stream);
 /* Queues fn(user) on the stream: it runs after the work queued before it. */
 int32_t simpler_sim_stream_launch_host_fn(uint64_t generation, SimplerStream stream,
                                           SimplerHostFn fn, void *user);
-/* Waits until the stream drains, at most timeout_ms (> 0): TIMEOUT otherwise. */
+/* Waits until the stream drains, at most timeout_ms (> 0; 0 is INVALID_ARGUMENT): TIMEOUT
+ * otherwise. An unknown stream is INVALID_ARGUMENT for every simpler_sim_stream_* entry. */
 int32_t simpler_sim_stream_synchronize(uint64_t generation, SimplerStream stream,
                                        uint64_t timeout_ms);
 
@@ -333,8 +334,9 @@ int32_t simpler_unregister_callable(SimplerContext *ctx, uint32_t id);
 
 /* ---- Runs: prepare -> launch (plain, joined or on a stream) -> poll / wait -> finalize. ---- */
 
-/* Checks args against the callable's signature and makes a run; nothing is launched yet.
- * cfg may be NULL. *out is NULL on failure. */
+/* Checks args against the callable's signature (nargs first, before args is read) and cfg
+ * (INVALID_CONFIG), and makes a run; nothing is launched yet. Device tensors' device_ptr is
+ * checked at the launch. cfg may be NULL. *out is NULL on failure. */
 int32_t simpler_prepare_run(SimplerContext *ctx, int32_t callable_id, const SimplerArg *args,
                             size_t nargs, const SimplerRunConfig *cfg, SimplerRun **out);
 /* Program launch on the context's own streams (claims the PROGRAM mode). A failed launch

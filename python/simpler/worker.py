@@ -48,6 +48,7 @@ from .callable import CallableHandle, ChipCallable
 from .config import CallConfig
 from .errors import (
     ArgumentTypeError,
+    ExecutionContextRefused,
     InvalidArgumentError,
     InvalidConfigError,
     UnknownCallableError,
@@ -347,6 +348,7 @@ class Worker:
                 raise WorkerStateError("the worker is closed")
             existing = self._handles.get(target.hashid)
             if existing is not None:
+                self._check_current()
                 existing._refs += 1
                 return existing
             handle = CallableHandle(
@@ -367,6 +369,7 @@ class Worker:
         with self._lock:
             self._own_handle(handle)
             if handle._refs > 1:
+                self._check_current()
                 handle._refs -= 1
                 return
             # The host first: when it refuses, the handle stays registered here too.
@@ -375,6 +378,20 @@ class Worker:
             handle._refs -= 1
             del self._handles[handle.hashid]
             handle._native_id = None
+
+    def _check_current(self) -> None:
+        """Refuses, as the native calls do, a borrowed worker's call from a thread where its
+        context is not current: for the counted registrations that reach no native call."""
+        generation = self.borrowed_context_generation
+        if generation is None:
+            return
+        current = _native.current_context()
+        if current != generation:
+            raise ExecutionContextRefused(
+                f"execution context refused: this worker runs in borrowed context generation "
+                f"{generation}, but the calling thread's current context is "
+                f"{'none' if current is None else current}; make it current and retry"
+            )
 
     def _own_handle(self, handle: Any) -> CallableHandle:
         if isinstance(handle, ChipCallable):
@@ -393,9 +410,16 @@ class Worker:
     # -- device memory -----------------------------------------------------------------------
 
     def malloc(self, size: int) -> Buffer:
-        """Allocates ``size`` bytes of zeroed device memory."""
-        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
-            raise InvalidArgumentError(f"malloc size must be a positive int, got {size!r}")
+        """Allocates ``size`` bytes of zeroed device memory: ``size`` an int in 1..2**64-1
+        (else ``InvalidArgumentError``; more than the device holds is a ``DeviceError``)."""
+        if (
+            not isinstance(size, (int, np.integer))
+            or isinstance(size, bool)
+            or not 0 < size < 1 << 64
+        ):
+            raise InvalidArgumentError(
+                f"malloc size must be a positive int below 2**64, got {size!r}"
+            )
         address = self._live().malloc(int(size))
         return Buffer(self, address, int(size))
 

@@ -274,6 +274,42 @@ def test_every_call_off_context_is_refused_and_a_retry_with_the_same_handle_work
         run.wait()
 
 
+def test_counted_registrations_are_refused_off_context_too(ctx, vadd):
+    """A register of a callable already registered, and an unregister that only drops one of
+    several registrations, touch no native state, yet are refused off context like every
+    other call: the count stays what the context's thread left it."""
+    with ctx:
+        w = attach(ctx)
+        h = w.register(vadd)
+        assert w.register(vadd) is h  # two registrations
+    refused = simpler.ExecutionContextRefused
+    for call in (lambda: w.register(vadd), lambda: w.unregister(h)):
+        with pytest.raises(refused) as e:
+            call()
+        assert e.value.code == 23
+        assert "current context" in str(e.value)
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(_raises(refused, lambda: w.register(vadd))))
+    t.start()
+    t.join()
+    assert seen == [True]
+    with ctx:
+        w.unregister(h)
+        w.unregister(h)  # the last one: still exactly two
+        with pytest.raises(simpler.UnknownCallableError):
+            w.unregister(h)
+        w.close()
+
+
+@pytest.mark.parametrize("size", [0, -1, 1 << 64, True, 1.5])
+def test_a_malloc_size_out_of_range_is_an_invalid_argument_naming_it(ctx, size):
+    with ctx:
+        w = attach(ctx)
+        with pytest.raises(simpler.InvalidArgumentError, match="malloc size"):
+            w.malloc(size)
+        w.close()
+
+
 def _raises(cls, fn):
     try:
         fn()

@@ -15,7 +15,7 @@ use simpler_device::Topology;
 use simpler_host::{ChipWorker, HostError, WorkerConfig};
 
 use crate::ffi_guard;
-use crate::handles::ProcessTable;
+use crate::handles::{HandleKind, ProcessTable};
 use crate::raw::{self, Out};
 use crate::run::RUNS;
 use crate::status::{Failure, Outcome, SimplerStatus};
@@ -43,7 +43,7 @@ pub struct RunBook {
 }
 
 /// The contexts of this process.
-pub static CONTEXTS: ProcessTable<Context> = ProcessTable::new();
+pub static CONTEXTS: ProcessTable<Context> = ProcessTable::new(HandleKind::Context);
 
 /// The context behind `ctx`: refused for a forked child from the value alone, then looked
 /// up.

@@ -1,13 +1,15 @@
 //! Opaque handles and the process-wide tables behind them (`docs/c-abi.md` §2).
 //!
 //! A `SimplerContext*` or `SimplerRun*` is never a pointer to memory: its value encodes the
-//! creating process id (high 24 bits) and a serial number that is never reused (low 40
-//! bits), and the object lives in a per-process [`Registry`]. So every entry can:
+//! creating process id (high 24 bits), the kind of object (2 bits: context or run) and a
+//! serial number that is never reused (low 38 bits), and the object lives in a per-process
+//! [`Registry`]. So every entry can:
 //!
 //! 1. refuse a handle inherited by a **forked child** from the value alone, before any lock
 //!    is taken (a lock held by a parent thread at `fork()` would hang the child forever);
 //! 2. refuse a finalized, destroyed or made-up handle by a table lookup
-//!    (`SIMPLER_STATUS_INVALID_HANDLE`), never dereferencing anything the caller passed.
+//!    (`SIMPLER_STATUS_INVALID_HANDLE`), never dereferencing anything the caller passed;
+//! 3. refuse a handle of the other kind (a context passed as a run) from its kind bits.
 //!
 //! A registry belongs to one process: the first use in a forked child replaces the
 //! inherited table (which is leaked, never locked or dropped there) with an empty one, so a
@@ -24,8 +26,11 @@ use parking_lot::Mutex;
 
 use crate::status::{Failure, SimplerStatus};
 
+/// The low bits: the kind (2 bits) above the serial number (38 bits).
 const SERIAL_BITS: u32 = 40;
 const SERIAL_MASK: u64 = (1 << SERIAL_BITS) - 1;
+const KIND_SHIFT: u32 = 38;
+const NUMBER_MASK: u64 = (1 << KIND_SHIFT) - 1;
 /// Linux process ids are below 2^22, so they fit the handle's 24 bits exactly.
 const PID_MASK: u64 = (1 << (64 - SERIAL_BITS)) - 1;
 
@@ -33,9 +38,40 @@ fn this_pid() -> u64 {
     u64::from(std::process::id()) & PID_MASK
 }
 
+/// What a table holds: the handle's kind bits and the name refusals use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandleKind {
+    /// `SimplerContext*`.
+    Context = 1,
+    /// `SimplerRun*`.
+    Run = 2,
+    /// Sim caller contexts (keyed by generation, never encoded handles).
+    SimContext = 3,
+}
+
+impl HandleKind {
+    fn name(self) -> &'static str {
+        match self {
+            HandleKind::Context => "context",
+            HandleKind::Run => "run",
+            HandleKind::SimContext => "sim context",
+        }
+    }
+
+    fn of_bits(bits: u64) -> Option<HandleKind> {
+        match bits {
+            1 => Some(HandleKind::Context),
+            2 => Some(HandleKind::Run),
+            3 => Some(HandleKind::SimContext),
+            _ => None,
+        }
+    }
+}
+
 /// The objects of one kind (contexts, runs, sim contexts) of one process.
 pub struct Registry<T> {
     pid: u64,
+    kind: HandleKind,
     /// This table replaced one inherited from a parent process (this process is a forked
     /// child of a process that used the library).
     inherited: bool,
@@ -45,13 +81,15 @@ pub struct Registry<T> {
 
 /// The per-process [`Registry`] of a `static`.
 pub struct ProcessTable<T> {
+    kind: HandleKind,
     current: AtomicPtr<Registry<T>>,
 }
 
 impl<T> ProcessTable<T> {
-    /// An empty table (for a `static`).
-    pub const fn new() -> ProcessTable<T> {
+    /// An empty table of `kind` objects (for a `static`).
+    pub const fn new(kind: HandleKind) -> ProcessTable<T> {
         ProcessTable {
+            kind,
             current: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
@@ -71,6 +109,7 @@ impl<T: Send + Sync> ProcessTable<T> {
             }
             let fresh = Box::into_raw(Box::new(Registry {
                 pid: this_pid(),
+                kind: self.kind,
                 inherited: !seen.is_null(),
                 next: AtomicU64::new(1),
                 live: Mutex::new(HashMap::new()),
@@ -90,22 +129,16 @@ impl<T: Send + Sync> ProcessTable<T> {
     }
 }
 
-impl<T> Default for ProcessTable<T> {
-    fn default() -> Self {
-        ProcessTable::new()
-    }
-}
-
 impl<T> Registry<T> {
     /// Adds `value` under a fresh handle of this process (never 0, never reused).
     ///
     /// # Panics
-    /// After 2^40 − 1 handles of one kind in one process.
+    /// After 2^38 − 1 handles of one kind in one process.
     pub fn insert(&self, value: Arc<T>) -> u64 {
         let serial = self.next.fetch_add(1, Ordering::Relaxed);
-        assert!(serial <= SERIAL_MASK, "handle serial numbers exhausted");
+        assert!(serial <= NUMBER_MASK, "handle serial numbers exhausted");
         self.live.lock().insert(serial, value);
-        (self.pid << SERIAL_BITS) | serial
+        (self.pid << SERIAL_BITS) | ((self.kind as u64) << KIND_SHIFT) | serial
     }
 
     /// Adds `value` under a key the caller chose (a sim context's generation).
@@ -188,12 +221,27 @@ impl<T> Registry<T> {
         not_found()
     }
 
-    /// The handle's process and serial, refusing another process's handle from the value
-    /// alone.
+    /// The handle's process and serial, refusing another process's handle, and a handle of
+    /// another kind, from the value alone.
     fn decode(&self, handle: u64, what: &str) -> Result<(u64, u64), Failure> {
-        let (pid, serial) = (handle >> SERIAL_BITS, handle & SERIAL_MASK);
-        if pid == self.pid {
+        let (pid, low) = (handle >> SERIAL_BITS, handle & SERIAL_MASK);
+        let (kind, serial) = (low >> KIND_SHIFT, low & NUMBER_MASK);
+        if pid == self.pid && kind == self.kind as u64 {
             return Ok((pid, serial));
+        }
+        if pid == self.pid {
+            let why = match HandleKind::of_bits(kind) {
+                Some(k) => format!(
+                    "is a {} handle, not a {} handle",
+                    k.name(),
+                    self.kind.name()
+                ),
+                None => "is not a handle made by this library".to_string(),
+            };
+            return Err(Failure::new(
+                SimplerStatus::InvalidHandle,
+                format!("`{what}` ({handle:#x}) {why}"),
+            ));
         }
         let parent = u64::from(parent_pid()) & PID_MASK;
         if self.inherited || pid == parent {
@@ -235,7 +283,8 @@ fn parent_pid() -> u32 {
 mod tests {
     use super::*;
 
-    static TABLE: ProcessTable<u32> = ProcessTable::new();
+    static TABLE: ProcessTable<u32> = ProcessTable::new(HandleKind::Run);
+    static OTHER: ProcessTable<u32> = ProcessTable::new(HandleKind::Context);
 
     #[test]
     fn handles_are_live_until_removed_and_never_reused() {
@@ -256,6 +305,30 @@ mod tests {
         let e = r.lookup(a + (1 << 30), "ctx").unwrap_err();
         assert!(e.message.contains("not a handle made"), "{}", e.message);
         assert_eq!(*r.lookup(b, "ctx").unwrap(), 2);
+    }
+
+    #[test]
+    fn a_handle_of_another_kind_is_refused_even_when_its_serial_is_live() {
+        let runs = TABLE.get();
+        let contexts = OTHER.get();
+        let run = runs.insert(Arc::new(7));
+        // Make the context serial equal to the run's, so only the kind bits tell them apart.
+        while contexts.next.load(Ordering::Relaxed) < run & NUMBER_MASK {
+            contexts.insert(Arc::new(0));
+        }
+        let ctx = contexts.insert(Arc::new(8));
+        assert_eq!(ctx & NUMBER_MASK, run & NUMBER_MASK);
+        let e = runs.lookup(ctx, "run").unwrap_err();
+        assert_eq!(e.status, SimplerStatus::InvalidHandle);
+        assert!(
+            e.message.contains("is a context handle, not a run handle"),
+            "{}",
+            e.message
+        );
+        let e = contexts.lookup(run, "ctx").unwrap_err();
+        assert_eq!(e.status, SimplerStatus::InvalidHandle);
+        assert!(e.message.contains("is a run handle"), "{}", e.message);
+        assert_eq!(*runs.lookup(run, "run").unwrap(), 7);
     }
 
     #[test]

@@ -78,7 +78,9 @@ pub unsafe fn bytes<'a>(ptr: *const u8, len: usize, param: &str) -> Result<&'a [
     if ptr.is_null() {
         return Err(Failure::null(param));
     }
-    // SAFETY: the caller's contract.
+    check_extent(ptr, len, param)?;
+    // SAFETY: the caller's contract; `check_extent` keeps the range within what a slice
+    // can describe.
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
 }
 
@@ -100,7 +102,9 @@ pub unsafe fn bytes_mut<'a>(
     if ptr.is_null() {
         return Err(Failure::null(param));
     }
-    // SAFETY: the caller's contract.
+    check_extent(ptr, len, param)?;
+    // SAFETY: the caller's contract; `check_extent` keeps the range within what a slice
+    // can describe.
     Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
 }
 
@@ -118,8 +122,39 @@ pub unsafe fn array<'a, T>(ptr: *const T, n: usize, param: &str) -> Result<&'a [
     if ptr.is_null() {
         return Err(Failure::null(param));
     }
-    // SAFETY: the caller's contract.
+    if !ptr.is_aligned() {
+        return Err(Failure::invalid(
+            param,
+            format!(
+                "{ptr:p} is not aligned to {} bytes",
+                std::mem::align_of::<T>()
+            ),
+        ));
+    }
+    check_extent(
+        ptr.cast::<u8>(),
+        n.saturating_mul(std::mem::size_of::<T>()),
+        param,
+    )?;
+    // SAFETY: the caller's contract; the pointer is aligned and `check_extent` keeps the
+    // range within what a slice can describe.
     Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
+}
+
+/// Refuses a range no Rust slice can describe: more than `isize::MAX` bytes, or one that
+/// wraps past the end of the address space (a count a caller got wrong, never memory it
+/// has).
+///
+/// # Errors
+/// `SIMPLER_STATUS_INVALID_ARGUMENT` naming `param`.
+fn check_extent(ptr: *const u8, len: usize, param: &str) -> Result<(), Failure> {
+    if len > isize::MAX as usize || (ptr as usize).checked_add(len).is_none() {
+        return Err(Failure::invalid(
+            param,
+            format!("{len} bytes at {ptr:p} run past the end of the address space"),
+        ));
+    }
+    Ok(())
 }
 
 /// The NUL-terminated string at `ptr`, as UTF-8.

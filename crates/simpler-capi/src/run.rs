@@ -25,7 +25,7 @@ use simpler_host::{
 
 use crate::context::{check_open, context, Context};
 use crate::ffi_guard;
-use crate::handles::ProcessTable;
+use crate::handles::{HandleKind, ProcessTable};
 use crate::host_buffer::CallerMemory;
 use crate::raw::{self, Out};
 use crate::sim::stream_id;
@@ -35,7 +35,7 @@ use crate::types::{
 };
 
 /// The runs of this process.
-pub static RUNS: ProcessTable<Run> = ProcessTable::new();
+pub static RUNS: ProcessTable<Run> = ProcessTable::new(HandleKind::Run);
 
 /// One argument as prepared: what a launch turns into an [`OwnedArg`].
 #[derive(Debug)]
@@ -233,11 +233,22 @@ pub unsafe extern "C" fn simpler_prepare_run(
         let id = u32::try_from(callable_id)
             .map(CallableId)
             .map_err(|_| Failure::invalid("callable_id", format!("{callable_id} is negative")))?;
+        let info = c.worker.registered_callable(id)?;
+        // A count the signature does not take is refused before `nargs` elements are read.
+        if nargs != info.signature.args.len() {
+            return Err(HostError::ArgumentCount {
+                callable: info.name.clone(),
+                expected: info.signature.args.len(),
+                got: nargs,
+            }
+            .into());
+        }
         // SAFETY: the header's contract for `args` and `cfg`.
         let args = unsafe { raw::array(args, nargs, "args") }?;
         // SAFETY: as above.
         let config = call_config(unsafe { raw::read_versioned(cfg, "cfg") }?)?;
-        let info = c.worker.registered_callable(id)?;
+        // Out-of-range fields are refused here, not first at the launch.
+        config.validate(c.worker.config())?;
         let offers = args
             .iter()
             .enumerate()

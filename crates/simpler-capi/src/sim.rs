@@ -16,12 +16,12 @@ use simpler_host::lifecycle::set_current_context;
 use simpler_host::sim_context::SimContext;
 
 use crate::ffi_guard;
-use crate::handles::ProcessTable;
+use crate::handles::{HandleKind, ProcessTable};
 use crate::raw::{ForeignCall, Out};
 use crate::status::{Failure, Outcome, SimplerStatus};
 
 /// The sim caller contexts of this process, by generation.
-static SIMS: ProcessTable<SimContext> = ProcessTable::new();
+static SIMS: ProcessTable<SimContext> = ProcessTable::new(HandleKind::SimContext);
 
 fn sim(generation: u64) -> Result<Arc<SimContext>, Failure> {
     SIMS.get().lookup_key(generation, || {
@@ -35,6 +35,9 @@ fn sim(generation: u64) -> Result<Arc<SimContext>, Failure> {
 fn device_failure(what: &str, e: DeviceError) -> Failure {
     let status = match e {
         DeviceError::Timeout(_) => SimplerStatus::Timeout,
+        // A stream id the caller made up or already destroyed is a bad argument, as for
+        // `simpler_launch_run_on_stream`'s `caller_stream`.
+        DeviceError::UnknownStream(_) => return Failure::invalid("stream", format!("{what}: {e}")),
         _ => SimplerStatus::DeviceError,
     };
     Failure::new(status, format!("{what}: {e}"))

@@ -107,9 +107,9 @@ impl WorkerConfig {
                 self.heap_size
             )));
         }
-        if self.task_window < 4 {
+        if self.task_window < 4 || !self.task_window.is_power_of_two() {
             return Err(HostError::InvalidConfig(format!(
-                "task_window must be at least 4, got {}",
+                "task_window must be a power of two of at least 4, got {}",
                 self.task_window
             )));
         }

@@ -139,10 +139,43 @@ static void registry_and_runs(const char *gemm_path, const char *sleepy_path) {
                 SIMPLER_STATUS_INVALID_ARGUMENT, "out");
         REFUSED(simpler_prepare_run(ctx, 63, wrong, 1, NULL, &none),
                 SIMPLER_STATUS_INVALID_ARGUMENT, "takes 2 arguments");
+        /* A count no array can have is refused before anything is read. */
+        REFUSED(simpler_prepare_run(ctx, 63, wrong, SIZE_MAX, NULL, &none),
+                SIMPLER_STATUS_INVALID_ARGUMENT, "takes 2 arguments");
+        SimplerArg storage[3];
+        memcpy((char *)storage + 1, wrong, sizeof wrong);
+        REFUSED(simpler_prepare_run(ctx, 63, (const SimplerArg *)(const void *)((char *)storage + 1),
+                                    2, NULL, &none),
+                SIMPLER_STATUS_INVALID_ARGUMENT, "aligned");
+        /* Out-of-range run options are refused at prepare, not first at the launch. */
+        SimplerRunConfig rc = simpler_run_config_default();
+        rc.aicpu_thread_num = 99;
+        SimplerArg right[2] = {simpler_arg_host(OUT1, sizeof OUT1, SIMPLER_DT_FLOAT32, 1,
+                                                (const uint64_t[1]){16}),
+                               simpler_arg_scalar(0)};
+        REFUSED(simpler_prepare_run(ctx, 63, right, 2, &rc, &none), SIMPLER_STATUS_INVALID_CONFIG,
+                "aicpu_thread_num");
+        rc.aicpu_thread_num = 0;
+        rc.ring_task_window = 3;
+        REFUSED(simpler_prepare_run(ctx, 63, right, 2, &rc, &none), SIMPLER_STATUS_INVALID_CONFIG,
+                "ring_task_window");
+        EXPECT(none == NULL, "no run on failure");
+        /* A byte count no host range can have. */
+        char host[8];
+        REFUSED(simpler_copy_to_device(ctx, 4096, host, UINT64_MAX),
+                SIMPLER_STATUS_INVALID_ARGUMENT, "src");
+        REFUSED(simpler_copy_from_device(ctx, host, 4096, UINT64_MAX),
+                SIMPLER_STATUS_INVALID_ARGUMENT, "dst");
     }
 
     /* A bounded wait on a run that sleeps: TIMEOUT, and the run stays waitable. */
     SimplerRun *slow = sleepy_run(ctx, 63, OUT1, 1500);
+    /* A handle of the other kind is refused even when its serial number is live (this is the
+     * process's first context and first run). */
+    REFUSED(simpler_poll_run(ctx, (SimplerRun *)(void *)ctx, &done), SIMPLER_STATUS_INVALID_HANDLE,
+            "is a context handle, not a run handle");
+    REFUSED(simpler_context_finalize((SimplerContext *)(void *)slow), SIMPLER_STATUS_INVALID_HANDLE,
+            "is a run handle, not a context handle");
     CHECK_OK(simpler_launch_run(ctx, slow));
     REFUSED(simpler_launch_run(ctx, slow), SIMPLER_STATUS_INVALID_STATE, "already launched");
     REFUSED(simpler_wait_run(ctx, slow, 50), SIMPLER_STATUS_TIMEOUT, "still in flight");
@@ -215,6 +248,8 @@ static void registry_and_runs(const char *gemm_path, const char *sleepy_path) {
     free(sleepy);
 }
 
+static void noop_host_fn(void *user) { (void)user; }
+
 static void borrowed_refusals(const char *sleepy_path) {
     SimplerContext *ctx = (SimplerContext *)(uintptr_t)1;
     REFUSED(simpler_context_init_borrowed(NULL, 0, &ctx), SIMPLER_STATUS_INVALID_ARGUMENT,
@@ -244,6 +279,12 @@ static void borrowed_refusals(const char *sleepy_path) {
     REFUSED(simpler_launch_run(ctx, run), SIMPLER_STATUS_INVALID_STATE, "KERNEL");
     REFUSED(simpler_launch_run_on_stream(ctx, run, 99999, NULL), SIMPLER_STATUS_INVALID_ARGUMENT,
             "caller_stream");
+    REFUSED(simpler_sim_stream_launch_host_fn(g, 99999, noop_host_fn, NULL),
+            SIMPLER_STATUS_INVALID_ARGUMENT, "unknown stream");
+    REFUSED(simpler_sim_stream_synchronize(g, 99999, 10), SIMPLER_STATUS_INVALID_ARGUMENT,
+            "unknown stream");
+    REFUSED(simpler_sim_stream_destroy(g, 99999), SIMPLER_STATUS_INVALID_ARGUMENT,
+            "unknown stream");
     /* Not current: refused, and retryable once current again. */
     CHECK_OK(simpler_sim_context_make_current(0));
     uint64_t p = 0;
@@ -281,6 +322,9 @@ static void library_refusals(void) {
     SimplerContextConfig cfg = simpler_context_config_default();
     cfg.launch_depth = 3;
     REFUSED(simpler_context_init(&cfg, &ctx), SIMPLER_STATUS_INVALID_CONFIG, "launch_depth");
+    cfg = simpler_context_config_default();
+    cfg.task_window = 5; /* not a power of two */
+    REFUSED(simpler_context_init(&cfg, &ctx), SIMPLER_STATUS_INVALID_CONFIG, "task_window");
     EXPECT(ctx == NULL, "*out is NULL on failure");
 }
 
