@@ -453,6 +453,14 @@ impl ChipWorker {
                 reason: format!("not a usable stream of this device: {e}"),
             });
         }
+        if self.shared.lane.owns_stream(caller) {
+            return Err(HostError::InvalidArgument {
+                arg: "caller_stream".into(),
+                reason: "is one of this worker's own run streams; lend a stream the caller \
+                         created"
+                    .into(),
+            });
+        }
         self.submit_checked(callable, args, plan, Some(caller))
     }
 

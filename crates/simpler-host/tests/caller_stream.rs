@@ -391,3 +391,38 @@ fn execution_mode_latch_on_the_worker() {
     ));
     w.close().unwrap();
 }
+
+/// A worker's own run streams are not a caller's to lend: a launch on one is refused
+/// before anything is enqueued, naming `caller_stream`.
+#[test]
+fn the_workers_own_run_streams_are_refused_as_caller_streams() {
+    let dev = small_device();
+    // Streams are numbered from one counter: the worker's lie between these two.
+    let before = dev.create_stream().unwrap();
+    let g = NonZeroU64::new(31).unwrap();
+    let _ctx = enter_context(g);
+    let w = ChipWorker::borrowed(config(), dev.clone() as Arc<dyn Device>, g).unwrap();
+    let id = w.register(&spec("inc")).unwrap();
+    let after = dev.create_stream().unwrap();
+    let (x, y) = buffers(&w);
+    let own: Vec<StreamId> = (before.raw() + 1..after.raw())
+        .map(StreamId::from_raw)
+        .filter(|&s| dev.query_stream(s).is_ok())
+        .collect();
+    assert!(own.len() >= 2, "the lane's two streams: {own:?}");
+    for s in own {
+        let e = w
+            .submit_on_stream(id, device_args(x, y, 0), &CallConfig::default(), s)
+            .unwrap_err();
+        assert!(
+            matches!(&e, HostError::InvalidArgument { arg, .. } if arg == "caller_stream"),
+            "{e}"
+        );
+    }
+    // A stream the caller created is still accepted.
+    let h = w
+        .submit_on_stream(id, device_args(x, y, 0), &CallConfig::default(), after)
+        .unwrap();
+    h.wait(None).unwrap();
+    w.close().unwrap();
+}

@@ -36,6 +36,8 @@ struct LaneShared {
     config: WorkerConfig,
     /// The worker's identity, for the checks its run handles make before any lock.
     identity: EnvironmentIdentity,
+    /// The lane's own stream pair (fixed for its life): never a caller's stream.
+    streams: crate::identity::StreamPair,
     engine: Mutex<LaneEngine>,
     /// Signalled whenever the lane makes progress (runs end, a driver finishes).
     progress: Condvar,
@@ -74,11 +76,13 @@ impl LaneHandle {
             // Not fatal: the worker runs without notices (silence is not health).
             Err(e) => tracing::warn!(error = %e, "cannot install the fault callback"),
         }
+        let streams = engine.resources.streams;
         Ok(LaneHandle {
             shared: Arc::new(LaneShared {
                 device,
                 config,
                 identity,
+                streams,
                 engine: Mutex::new(engine),
                 progress: Condvar::new(),
                 closed: AtomicBool::new(false),
@@ -89,6 +93,13 @@ impl LaneHandle {
     /// The worker's identity, checked first by every worker and handle operation.
     pub(crate) fn identity(&self) -> &EnvironmentIdentity {
         &self.shared.identity
+    }
+
+    /// True if `stream` is one of the lane's own two run streams (which a caller cannot
+    /// lend: its runs are already ordered on them).
+    pub(crate) fn owns_stream(&self, stream: simpler_device::StreamId) -> bool {
+        let s = self.shared.streams;
+        stream == s.aicore || stream == s.aicpu
     }
 
     /// The device the lane drives.
