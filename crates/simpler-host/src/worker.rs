@@ -443,7 +443,10 @@ impl ChipWorker {
         caller: StreamId,
     ) -> Result<RunHandle, HostError> {
         self.shared.identity.check()?;
-        self.shared.mode.latch(ExecutionMode::Kernel)?;
+        if self.shared.mode.latched_mode() == Some(ExecutionMode::Program) {
+            // The latch's own refusal, before anything else is looked at.
+            self.shared.mode.latch(ExecutionMode::Kernel)?;
+        }
         let plan = config.plan(self.shared.lane.config())?;
         let callable = self.callable(id)?;
         crate::args::check_owned(&callable.name, &callable.signature, &args)?;
@@ -461,6 +464,9 @@ impl ChipWorker {
                     .into(),
             });
         }
+        // Claimed only by a launch that passed every check, so a refused one leaves an
+        // unlatched worker unlatched.
+        self.shared.mode.latch(ExecutionMode::Kernel)?;
         self.submit_checked(callable, args, plan, Some(caller))
     }
 

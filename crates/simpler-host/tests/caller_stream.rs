@@ -340,6 +340,15 @@ fn execution_mode_latch_on_the_worker() {
     let (dev, w, id) = worker();
     assert_eq!(w.latched_mode(), None);
     let (x, y) = buffers(&w);
+    // A launch refused for its stream claims nothing.
+    let refused = w.submit_on_stream(
+        id,
+        device_args(x, y, 0),
+        &CallConfig::default(),
+        StreamId::from_raw(999_999),
+    );
+    assert!(refused.is_err());
+    assert_eq!(w.latched_mode(), None);
     let caller = dev.create_stream().unwrap();
     w.copy_to(x, &f32_bytes(&input(0.0))).unwrap();
     w.submit_on_stream(id, device_args(x, y, 0), &CallConfig::default(), caller)
