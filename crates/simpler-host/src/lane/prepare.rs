@@ -174,6 +174,7 @@ impl LaneEngine {
                 ring_dep_pool: request.plan.dep_pools,
                 tensor_wait_timeout_ms: config.tensor_data_timeout.as_millis() as u32,
                 op_execute_timeout_ms: crate::worker_config::ceil_ms(config.op_execute_timeout),
+                trace_addr: 0,
             };
             publish(&**device, slot, &request.callable, &orch_args, &desc)
         });
