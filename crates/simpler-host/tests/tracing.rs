@@ -63,29 +63,30 @@ unsafe extern "C" fn graph_orch(ops: *const OrchOps, args: *const OrchArgs) -> i
     // SAFETY: the runtime passes valid args.
     let g = unsafe { &*args };
     let (a, b) = (g.tensors[0], g.tensors[1]);
+    // SAFETY: `ops` is the table this orchestration entry received.
+    let submit = |d: &TaskDesc| unsafe { submit_id(ops, d) };
     let mut d = task(SLOW_AIV, LANE_AIV0);
     d.block_num = 4;
     push(&mut d, a, TensorArgType::OutputExisting);
-    // SAFETY (all submits): `ops` is the runtime's table.
-    if unsafe { submit_id(ops, &d) } == u64::MAX {
+    if submit(&d) == u64::MAX {
         return 1;
     }
     let mut d = task(AIC, LANE_AIC);
     push(&mut d, a, TensorArgType::Input);
     push(&mut d, b, TensorArgType::OutputExisting);
-    let t1 = unsafe { submit_id(ops, &d) };
+    let t1 = submit(&d);
     if t1 == u64::MAX {
         return 1;
     }
     let mut d = task(AIV, LANE_AIV0);
     push(&mut d, a, TensorArgType::OutputExisting);
-    if unsafe { submit_id(ops, &d) } == u64::MAX {
+    if submit(&d) == u64::MAX {
         return 1;
     }
     let mut d = task(AIV, LANE_AIV0);
     d.deps[0] = t1;
     d.dep_count = 1;
-    if unsafe { submit_id(ops, &d) } == u64::MAX {
+    if submit(&d) == u64::MAX {
         return 1;
     }
     let mut d = task(AIC, LANE_AIC);
@@ -93,12 +94,12 @@ unsafe extern "C" fn graph_orch(ops: *const OrchOps, args: *const OrchArgs) -> i
     d.kernel_ids[LANE_AIV1] = AIV_B;
     d.block_num = 2;
     push(&mut d, b, TensorArgType::Input);
-    if unsafe { submit_id(ops, &d) } == u64::MAX {
+    if submit(&d) == u64::MAX {
         return 1;
     }
     for _ in 0..EXTRA {
         let d = task(AIV, LANE_AIV0);
-        if unsafe { submit_id(ops, &d) } == u64::MAX {
+        if submit(&d) == u64::MAX {
             return 1;
         }
     }
