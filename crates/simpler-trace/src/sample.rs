@@ -53,6 +53,7 @@ pub fn synthetic(spec: &SampleSpec) -> Trace {
     let mut free: Vec<u64> = vec![0; aic.len() + aiv.len()];
     let mut task_end: Vec<u64> = Vec::with_capacity(spec.tasks);
     let mut queued: i64 = 0;
+    let mut sched_free = [0u64; 2];
     for i in 0..spec.tasks {
         let task = i as u64;
         let (name, func_id, kind, blocks, dur) = KERNELS[i % KERNELS.len()];
@@ -111,18 +112,23 @@ pub fn synthetic(spec: &SampleSpec) -> Trace {
                 .map(|j| (j, free[base + j]))
                 .min_by_key(|&(_, f)| f)
                 .expect("at least one core of each kind");
-            let start = ready.max(free[base + slot]) + 40;
+            // The dispatching scheduler thread is busy 20 ns per dispatch, one at a time.
+            let thread = 1 + (block % 2);
+            let t = &mut sched_free[(thread - 1) as usize];
+            let dispatch = ready.max(*t).max(free[base + slot]);
+            *t = dispatch + 20;
+            let start = dispatch + 40;
             let end = start + dur + 10 * u64::from(block);
             free[base + slot] = end;
             end_max = end_max.max(end);
             let core = ids[slot];
             run.aicpu.push(AicpuSpan {
-                thread: 1 + (core % 2),
+                thread,
                 phase: AicpuPhase::Dispatch,
                 task: Some(task),
                 core: Some(core),
-                start_ns: start - 30,
-                end_ns: start - 10,
+                start_ns: dispatch,
+                end_ns: dispatch + 20,
             });
             run.subtasks.push(SubtaskSpan {
                 task,

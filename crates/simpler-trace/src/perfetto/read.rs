@@ -148,7 +148,9 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
     }
 
     if names.is_empty() && !bytes.is_empty() {
-        return Err(TraceError::Shape("no process track (not written by simpler)".into()));
+        return Err(TraceError::Shape(
+            "no process track (not written by simpler)".into(),
+        ));
     }
     let mut processes: BTreeMap<u32, ProcessTrace> = names
         .into_iter()
