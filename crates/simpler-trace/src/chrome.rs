@@ -146,6 +146,7 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
                 flow_id
             };
             let (outs, ins) = flows(run, &mut next);
+            let index = TaskIndex::new(run);
             let mut flow_start: BTreeMap<u64, &SubtaskSpan> = BTreeMap::new();
             for (i, ids) in &outs {
                 for id in ids {
@@ -156,7 +157,7 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
                 let tid = tid_of(&s.core_name());
                 let start = clock.to_host(s.start_ns);
                 let mut e = base(
-                    run.kernel_name(s.task, s.func_id),
+                    index.kernel_name(s.task, s.func_id),
                     "subtask",
                     "X",
                     start,
@@ -168,7 +169,7 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
                     "epoch": run.epoch, "task": s.task, "func_id": s.func_id,
                     "block": s.block, "core": s.core,
                 }));
-                if let Some(t) = run.task(s.task) {
+                if let Some(t) = index.task(s.task) {
                     e.args.insert("submit".into(), json!(t.submit_index));
                 }
                 events.push(e);

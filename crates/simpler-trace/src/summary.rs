@@ -179,12 +179,13 @@ impl RunSummary {
 
         let mut per_core: BTreeMap<(crate::CoreKind, u32), (usize, u64)> = BTreeMap::new();
         let mut per_kernel: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        let index = crate::model::TaskIndex::new(run);
         for s in &run.subtasks {
             let c = per_core.entry((s.core_kind, s.core)).or_default();
             c.0 += 1;
             c.1 += s.duration_ns();
             per_kernel
-                .entry(run.kernel_name(s.task, s.func_id))
+                .entry(index.kernel_name(s.task, s.func_id))
                 .or_default()
                 .push(s.duration_ns());
         }

@@ -151,11 +151,17 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
 /// The lanes of `p` (AICores, AICPU threads, host threads with spans) and its boxes.
 fn layout(p: &ProcessTrace) -> (Vec<String>, Vec<Bar>) {
     let names = tracks::threads(p);
-    let lane_of = |n: &str| names.iter().position(|t| t == n);
+    let lanes: std::collections::HashMap<&str, usize> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    let lane_of = |n: &str| lanes.get(n).copied();
     let mut bars = Vec::new();
     for run in &p.runs {
+        let index = crate::model::TaskIndex::new(run);
         for s in &run.subtasks {
-            let kernel = run.kernel_name(s.task, s.func_id);
+            let kernel = index.kernel_name(s.task, s.func_id);
             bars.push(Bar {
                 lane: lane_of(&s.core_name()).expect("listed"),
                 start: p.clock.to_host(s.start_ns),

@@ -53,7 +53,10 @@ pub fn threads(p: &ProcessTrace) -> Vec<String> {
     let mut cores: BTreeSet<(CoreKind, u32)> = BTreeSet::new();
     let mut aicpu: BTreeSet<u32> = BTreeSet::new();
     let mut host: Vec<String> = Vec::new();
-    let mut note = |name: &str, host: &mut Vec<String>| match ThreadKind::of(name) {
+    let note = |name: &str,
+                cores: &mut BTreeSet<(CoreKind, u32)>,
+                aicpu: &mut BTreeSet<u32>,
+                host: &mut Vec<String>| match ThreadKind::of(name) {
         ThreadKind::Core(k, c) => {
             cores.insert((k, c));
         }
@@ -68,17 +71,17 @@ pub fn threads(p: &ProcessTrace) -> Vec<String> {
     };
     for r in &p.runs {
         for s in &r.subtasks {
-            note(&s.core_name(), &mut host);
+            cores.insert((s.core_kind, s.core));
         }
         for a in &r.aicpu {
-            note(&a.thread_name(), &mut host);
+            aicpu.insert(a.thread);
         }
         for d in &r.dropped {
-            note(&d.thread, &mut host);
+            note(&d.thread, &mut cores, &mut aicpu, &mut host);
         }
     }
     for h in &p.host_spans {
-        note(&h.thread, &mut host);
+        note(&h.thread, &mut cores, &mut aicpu, &mut host);
     }
     let mut out: Vec<String> = cores.into_iter().map(|(k, c)| format!("{k} {c}")).collect();
     out.extend(aicpu.into_iter().map(crate::model::aicpu_thread_name));

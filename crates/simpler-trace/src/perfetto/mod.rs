@@ -27,7 +27,7 @@ use perfetto_protos::track_event::track_event::Type;
 use perfetto_protos::track_event::TrackEvent;
 use protobuf::{CodedOutputStream, MessageField};
 
-use crate::model::{ProcessTrace, RunTrace, Trace};
+use crate::model::{ProcessTrace, RunTrace, TaskIndex, Trace};
 use crate::tracks::{self, aicpu_label, ThreadKind};
 
 pub use read::read;
@@ -105,6 +105,7 @@ struct Layout {
     process_uuid: u64,
     runs_uuid: u64,
     threads: Vec<(String, u64)>,
+    thread_uuids: std::collections::HashMap<String, u64>,
     counters: BTreeMap<String, u64>,
 }
 
@@ -117,7 +118,7 @@ impl Layout {
         };
         let process_uuid = take();
         let runs_uuid = take();
-        let threads = tracks::threads(p)
+        let threads: Vec<(String, u64)> = tracks::threads(p)
             .into_iter()
             .map(|t| (t, take()))
             .collect();
@@ -127,19 +128,20 @@ impl Layout {
                 counters.insert(c.name.clone(), take());
             }
         }
+        let thread_uuids = threads.iter().cloned().collect();
         Layout {
             process_uuid,
             runs_uuid,
             threads,
+            thread_uuids,
             counters,
         }
     }
 
     fn thread_uuid(&self, name: &str) -> u64 {
-        self.threads
-            .iter()
-            .find(|(t, _)| t == name)
-            .map(|(_, u)| *u)
+        *self
+            .thread_uuids
+            .get(name)
             .expect("tracks::threads lists every thread the process names")
     }
 
@@ -198,10 +200,11 @@ impl Layout {
             push_slice(out, e, clock.to_host(lo), clock.to_host(hi));
 
             let (outs, ins) = flows(run, flow);
+            let index = TaskIndex::new(run);
             for (i, s) in run.subtasks.iter().enumerate() {
                 let mut e = event(
                     self.thread_uuid(&s.core_name()),
-                    run.kernel_name(s.task, s.func_id),
+                    index.kernel_name(s.task, s.func_id),
                 );
                 e.debug_annotations = vec![
                     epoch.clone(),
@@ -210,7 +213,7 @@ impl Layout {
                     ann_u("block", u64::from(s.block)),
                     ann_u("core", u64::from(s.core)),
                 ];
-                if let Some(t) = run.task(s.task) {
+                if let Some(t) = index.task(s.task) {
                     e.debug_annotations.push(ann_u("submit", t.submit_index));
                 }
                 if let Some(o) = outs.get(&i) {
