@@ -143,6 +143,16 @@ enum Command {
         /// compiler ($CC or cc) for the no-op orchestration.
         #[arg(long, conflicts_with_all = ["balance", "executor"])]
         l3: bool,
+        /// Measure what tracing costs instead: the no-op graphs on 24 cores untraced and at
+        /// trace level LEVEL (off, tasks, dispatch, scheduler, orchestrator or 0..4),
+        /// interleaved run by run; prints the cost per run and per task beside the level's
+        /// target (tasks <= 0.3 us/task, orchestrator <= 1 us/task; docs/tracing.md).
+        #[arg(
+            long,
+            value_name = "LEVEL",
+            conflicts_with_all = ["balance", "executor", "l3"]
+        )]
+        trace_level: Option<simpler_host::trace_model::TraceLevel>,
         /// Measure scheduler balance instead: one sleeping task per core, makespan ÷ task
         /// time for 1, 3, 6 schedulers × 1, 5, 8, 24 clusters.
         #[arg(long)]
@@ -311,6 +321,19 @@ fn main() -> ExitCode {
             runs.unwrap_or(DEFAULT_BENCH_RUNS),
             tasks.unwrap_or(simpler_bench::executor::ExecutorParams::default().tasks),
             idle_secs,
+            json,
+        )
+        .map_err(|e| (bench_exit_code(e.as_ref()), e)),
+        Command::Bench {
+            trace_level: Some(level),
+            tasks,
+            runs,
+            json,
+            ..
+        } => bench::trace_cost(
+            level,
+            tasks.unwrap_or(16_384),
+            runs.unwrap_or(DEFAULT_BENCH_RUNS),
             json,
         )
         .map_err(|e| (bench_exit_code(e.as_ref()), e)),
