@@ -190,13 +190,13 @@ pub struct RunTrace {
 }
 
 impl RunTrace {
-    /// The task with id `task`, if recorded.
+    /// The task with id `task`, if recorded (a linear search; see [`TaskIndex`] for many).
     pub fn task(&self, task: u64) -> Option<&TaskInfo> {
         self.tasks.iter().find(|t| t.task == task)
     }
 
     /// The kernel name of `func_id` in `task`, else of `func_id` in any task, else
-    /// `"func {func_id}"`.
+    /// `"func {func_id}"` (a linear search; see [`TaskIndex`] for many).
     pub fn kernel_name(&self, task: u64, func_id: u32) -> String {
         let by_task = self
             .task(task)
@@ -210,6 +210,50 @@ impl RunTrace {
         match by_task.or_else(any) {
             Some(k) if !k.name.is_empty() => k.name.clone(),
             _ => format!("func {func_id}"),
+        }
+    }
+}
+
+/// The tasks of a run by id and the kernel names by func id, for lookups per subtask.
+#[derive(Clone, Debug)]
+pub struct TaskIndex<'a> {
+    by_task: std::collections::HashMap<u64, &'a TaskInfo>,
+    by_func: std::collections::HashMap<u32, &'a str>,
+}
+
+impl<'a> TaskIndex<'a> {
+    /// Indexes `run`'s tasks (the first task with an id wins; the first non-empty name of a
+    /// func id wins).
+    pub fn new(run: &'a RunTrace) -> TaskIndex<'a> {
+        let mut by_task = std::collections::HashMap::with_capacity(run.tasks.len());
+        let mut by_func = std::collections::HashMap::new();
+        for t in &run.tasks {
+            by_task.entry(t.task).or_insert(t);
+            for k in t.kernels.iter().filter(|k| !k.name.is_empty()) {
+                by_func.entry(k.func_id).or_insert(k.name.as_str());
+            }
+        }
+        TaskIndex { by_task, by_func }
+    }
+
+    /// The task with id `task`, if recorded.
+    pub fn task(&self, task: u64) -> Option<&'a TaskInfo> {
+        self.by_task.get(&task).copied()
+    }
+
+    /// As [`RunTrace::kernel_name`], in constant time.
+    pub fn kernel_name(&self, task: u64, func_id: u32) -> String {
+        let by_task = self.task(task).and_then(|t| {
+            t.kernels
+                .iter()
+                .find(|k| k.func_id == func_id && !k.name.is_empty())
+        });
+        match by_task
+            .map(|k| k.name.as_str())
+            .or_else(|| self.by_func.get(&func_id).copied())
+        {
+            Some(n) => n.to_string(),
+            None => format!("func {func_id}"),
         }
     }
 }
@@ -717,6 +761,11 @@ mod tests {
         assert_eq!(r.kernel_name(1, 4), "mm");
         assert_eq!(r.kernel_name(9, 4), "mm");
         assert_eq!(r.kernel_name(1, 5), "func 5");
+        let index = TaskIndex::new(r);
+        assert_eq!(index.kernel_name(1, 4), "mm");
+        assert_eq!(index.kernel_name(9, 4), "mm");
+        assert_eq!(index.kernel_name(1, 5), "func 5");
+        assert_eq!(index.task(1).map(|t| t.submit_index), Some(0));
         assert_eq!(r.subtasks[0].core_name(), "AIC 2");
         assert_eq!(r.aicpu[0].thread_name(), "AICPU 1");
         for p in AicpuPhase::ALL {
