@@ -66,8 +66,10 @@ typedef struct SimplerRunLaunchDesc {
     uint32_t ring_dep_pool[4];    /* 0 = default */
     uint32_t tensor_wait_timeout_ms;
     uint32_t op_execute_timeout_ms; /* one kernel dispatch at most; 0 = default (45 s) */
+    uint64_t trace_addr;            /* SimplerTraceControl and its buffers; 0 = no trace */
 } SimplerRunLaunchDesc;
-_Static_assert(sizeof(SimplerRunLaunchDesc) == 176, "RunLaunchDesc is 176 bytes");
+_Static_assert(sizeof(SimplerRunLaunchDesc) == 184, "RunLaunchDesc is 184 bytes");
+_Static_assert(offsetof(SimplerRunLaunchDesc, trace_addr) == 176, "RunLaunchDesc.trace_addr");
 _Static_assert(offsetof(SimplerRunLaunchDesc, ring_task_window) == 104, "RunLaunchDesc.ring_task_window");
 _Static_assert(offsetof(SimplerRunLaunchDesc, ring_heap) == 120, "RunLaunchDesc.ring_heap");
 _Static_assert(offsetof(SimplerRunLaunchDesc, ring_dep_pool) == 152, "RunLaunchDesc.ring_dep_pool");
@@ -86,6 +88,43 @@ _Static_assert(offsetof(SimplerRunLaunchDesc, task_window) == 80, "RunLaunchDesc
 _Static_assert(offsetof(SimplerRunLaunchDesc, scheduler_timeout_ms) == 84, "RunLaunchDesc.scheduler_timeout_ms");
 _Static_assert(offsetof(SimplerRunLaunchDesc, core_mailbox_addr) == 88, "RunLaunchDesc.core_mailbox_addr");
 _Static_assert(offsetof(SimplerRunLaunchDesc, runtime_state_addr) == 96, "RunLaunchDesc.runtime_state_addr");
+
+/* The head of a run's trace area (docs/tracing.md), then buffer_count buffers of
+ * SimplerTraceBufferHeader + capacity x SimplerTraceRecord (AICores first, then AICPU threads). */
+typedef struct SimplerTraceControl {
+    uint32_t magic;           /* "STRC" */
+    uint32_t level;           /* 1 tasks .. 4 orchestrator */
+    uint32_t buffer_count;
+    uint32_t core_count;
+    uint32_t capacity;        /* records per buffer */
+    uint32_t reserved;
+    uint64_t clock_origin_ns; /* device time = CLOCK_MONOTONIC - origin on the sim */
+    uint64_t align_device_ns; /* one simultaneous reading of both clocks */
+    uint64_t align_host_ns;
+} SimplerTraceControl;
+_Static_assert(sizeof(SimplerTraceControl) == 48, "TraceControl is 48 bytes");
+_Static_assert(offsetof(SimplerTraceControl, clock_origin_ns) == 24, "TraceControl.clock_origin_ns");
+_Static_assert(offsetof(SimplerTraceControl, align_host_ns) == 40, "TraceControl.align_host_ns");
+
+typedef struct SimplerTraceBufferHeader {
+    uint32_t capacity;
+    uint32_t reserved;
+    uint64_t len;     /* records written */
+    uint64_t dropped; /* events that found the buffer full */
+} SimplerTraceBufferHeader;
+_Static_assert(sizeof(SimplerTraceBufferHeader) == 24, "TraceBufferHeader is 24 bytes");
+_Static_assert(offsetof(SimplerTraceBufferHeader, dropped) == 16, "TraceBufferHeader.dropped");
+
+typedef struct SimplerTraceRecord {
+    uint32_t kind;
+    uint32_t a, b, c;
+    uint64_t task;
+    uint64_t start_ns;
+    uint64_t end_ns;
+} SimplerTraceRecord;
+_Static_assert(sizeof(SimplerTraceRecord) == 40, "TraceRecord is 40 bytes");
+_Static_assert(offsetof(SimplerTraceRecord, task) == 16, "TraceRecord.task");
+_Static_assert(offsetof(SimplerTraceRecord, end_ns) == 32, "TraceRecord.end_ns");
 
 /* One dispatch buffer of a core: what the AICPU wrote for the AICore to run. 640 bytes. */
 typedef struct SimplerDispatchPayload {

@@ -4,7 +4,8 @@
 //! AICore kernel) or a user's C code (kernels, orchestration) reads after another wrote it:
 //! tensors ([`ChipTensor`]), the kernel argument array ([`KernelArgs`]), the versioned
 //! orchestration operations table ([`OrchOps`]), the run launch descriptor
-//! ([`RunLaunchDesc`]) and the device run result record ([`RunResult`]).
+//! ([`RunLaunchDesc`]) and the device run result record ([`RunResult`]) and the run's trace area
+//! ([`TraceControl`], [`TraceBufferHeader`], [`TraceRecord`]).
 //!
 //! It must not hold logic beyond trivial accessors: no allocation, no threads, no I/O.
 //! Every type here has a size/offset assertion below its definition and a matching
@@ -17,6 +18,7 @@ pub mod orch;
 pub mod result;
 pub mod run;
 pub mod tensor;
+pub mod trace;
 
 pub use codes::*;
 pub use kernel::*;
@@ -24,6 +26,7 @@ pub use orch::*;
 pub use result::*;
 pub use run::*;
 pub use tensor::*;
+pub use trace::*;
 
 /// Asserts at compile time that `$ty` is `$size` bytes and each named field sits at its
 /// offset. Used next to every boundary type; the C headers carry the same numbers.

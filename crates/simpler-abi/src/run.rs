@@ -64,11 +64,14 @@ pub struct RunLaunchDesc {
     /// the scheduler fails the run with OP_EXECUTE_TIMEOUT and abandons its core; 0 = the
     /// runtime default (45 s).
     pub op_execute_timeout_ms: u32,
+    /// Address of the run's trace area ([`TraceControl`](crate::TraceControl) and its
+    /// buffers, `docs/tracing.md`); 0 = the run records nothing.
+    pub trace_addr: u64,
 }
 
 assert_layout!(
     RunLaunchDesc,
-    size = 176,
+    size = 184,
     magic = 0,
     version = 4,
     epoch = 8,
@@ -89,5 +92,6 @@ assert_layout!(
     ring_heap = 120,
     ring_dep_pool = 152,
     tensor_wait_timeout_ms = 168,
-    op_execute_timeout_ms = 172
+    op_execute_timeout_ms = 172,
+    trace_addr = 176
 );

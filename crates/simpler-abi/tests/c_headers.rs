@@ -32,7 +32,10 @@ int main(void) {
     S(SimplerRunResult); O(SimplerRunResult, completion_code); O(SimplerRunResult, payload);
     O(SimplerRunResult, tasks);
     S(SimplerRunLaunchDesc); O(SimplerRunLaunchDesc, heap_size); O(SimplerRunLaunchDesc, task_window);
-    O(SimplerRunLaunchDesc, runtime_state_addr);
+    O(SimplerRunLaunchDesc, runtime_state_addr); O(SimplerRunLaunchDesc, trace_addr);
+    S(SimplerTraceControl); O(SimplerTraceControl, clock_origin_ns); O(SimplerTraceControl, align_host_ns);
+    S(SimplerTraceBufferHeader); O(SimplerTraceBufferHeader, dropped);
+    S(SimplerTraceRecord); O(SimplerTraceRecord, task); O(SimplerTraceRecord, end_ns);
     S(SimplerDispatchPayload); O(SimplerDispatchPayload, args); S(SimplerCoreMailbox); O(SimplerCoreMailbox, fatal_code);
     printf("enum.FLOAT32 %d\nenum.UINT32 %d\nenum.OUTPUT_EXISTING %d\nenum.NO_DEP %d\n",
         SIMPLER_DT_FLOAT32, SIMPLER_DT_UINT32, SIMPLER_OUTPUT_EXISTING, SIMPLER_NO_DEP);
@@ -156,6 +159,27 @@ fn c_headers_agree_with_rust_layouts() {
             "SimplerRunLaunchDesc.runtime_state_addr",
             offset_of!(RunLaunchDesc, runtime_state_addr),
         ),
+        (
+            "SimplerRunLaunchDesc.trace_addr",
+            offset_of!(RunLaunchDesc, trace_addr),
+        ),
+        ("SimplerTraceControl", size_of::<TraceControl>()),
+        (
+            "SimplerTraceControl.clock_origin_ns",
+            offset_of!(TraceControl, clock_origin_ns),
+        ),
+        (
+            "SimplerTraceControl.align_host_ns",
+            offset_of!(TraceControl, align_host_ns),
+        ),
+        ("SimplerTraceBufferHeader", size_of::<TraceBufferHeader>()),
+        (
+            "SimplerTraceBufferHeader.dropped",
+            offset_of!(TraceBufferHeader, dropped),
+        ),
+        ("SimplerTraceRecord", size_of::<TraceRecord>()),
+        ("SimplerTraceRecord.task", offset_of!(TraceRecord, task)),
+        ("SimplerTraceRecord.end_ns", offset_of!(TraceRecord, end_ns)),
         ("SimplerDispatchPayload", size_of::<DispatchPayload>()),
         (
             "SimplerDispatchPayload.args",

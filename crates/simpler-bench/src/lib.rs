@@ -20,12 +20,18 @@
 //! level-3 worker (chips in this process or in child processes, sub worker threads), with a
 //! least-squares line through the medians (`simpler bench --l3`).
 //!
+//! [`trace_cost`] is what tracing costs: the same no-op workloads untraced and at one trace
+//! level, per run and per task, beside the level's target (`simpler bench --trace-level`).
+//!
 //! [`balance`] is the scheduler-balance workload: as many independent sleeping tasks as the
 //! chip has cores, over a grid of scheduler and cluster counts (`simpler bench --balance`).
 
 pub mod balance;
 pub mod executor;
 pub mod l3;
+pub mod trace_cost;
+
+pub use trace_cost::{trace_cost, TraceCost};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -35,8 +41,8 @@ use simpler_abi::*;
 use simpler_device::sim::ExecutorKind;
 use simpler_device::Topology;
 use simpler_host::{
-    ArgDirection, ArgSpec, CallableSpec, ChipWorker, CodeImage, HostArg, HostError, HostTensor,
-    KernelSpec, Signature, WorkerConfig,
+    ArgDirection, ArgSpec, CallConfig, CallableSpec, ChipWorker, CodeImage, HostArg, HostError,
+    HostTensor, KernelSpec, Signature, WorkerConfig,
 };
 
 /// Tasks per inner scope in the workloads (well under a ring's window).
@@ -180,6 +186,31 @@ pub fn measure_samples(
     clusters: u32,
     aicpu_threads: u32,
 ) -> Result<Samples, HostError> {
+    measure_samples_with(
+        executor,
+        graph,
+        tasks,
+        runs,
+        clusters,
+        aicpu_threads,
+        &CallConfig::default(),
+    )
+}
+
+/// [`measure_samples`] with every run under `config` (its trace level, for
+/// [`trace_cost`]).
+///
+/// # Errors
+/// Any [`HostError`] of the worker or of a run.
+pub fn measure_samples_with(
+    executor: ExecutorKind,
+    graph: Graph,
+    tasks: u64,
+    runs: u32,
+    clusters: u32,
+    aicpu_threads: u32,
+    config: &CallConfig,
+) -> Result<Samples, HostError> {
     let worker = ChipWorker::new(WorkerConfig {
         topology: Topology {
             clusters,
@@ -203,7 +234,7 @@ pub fn measure_samples(
             HostArg::Scalar(chain),
         ];
         let start = Instant::now();
-        worker.run(id, &mut args)?;
+        worker.run_with(id, &mut args, config)?;
         let wall = start.elapsed();
         if i > 0 {
             out.run_us.push(wall.as_secs_f64() * 1e6);

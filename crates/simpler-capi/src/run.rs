@@ -207,6 +207,7 @@ fn call_config(cfg: Option<SimplerRunConfig>) -> Result<CallConfig, Failure> {
             ring_heap: ring(c.ring_heap),
             ring_dep_pool: ring(c.ring_dep_pool),
         },
+        ..CallConfig::default()
     })
 }
 

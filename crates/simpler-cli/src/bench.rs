@@ -2,7 +2,8 @@
 //! and 72 simulated cores) and prints their medians as a table or as JSON; with `--balance`,
 //! the scheduler-balance sweep (makespan ÷ task time per scheduler and cluster count). It
 //! reports numbers; it never judges them. With `--executor`, [`executor`] measures the sim
-//! executors instead; with `--l3`, [`l3`] the level-3 engine's overhead sweep.
+//! executors instead; with `--l3`, [`l3`] the level-3 engine's overhead sweep; with
+//! `--trace-level L`, what tracing at level L costs per run and per task ([`trace_cost`]).
 
 pub(crate) mod executor;
 pub(crate) mod l3;
@@ -88,6 +89,50 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
         println!(
             "72-core / 24-core throughput, {graph}: {:.0}%",
             ratio * 100.0
+        );
+    }
+    Ok(())
+}
+
+/// `simpler bench --trace-level LEVEL`: the cost of tracing at `level` beside its target.
+pub(crate) fn trace_cost(
+    level: simpler_host::trace_model::TraceLevel,
+    tasks: u64,
+    runs: u32,
+    json: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if tasks == 0 || runs == 0 {
+        return Err("--tasks and --runs must be at least 1".into());
+    }
+    let costs = simpler_bench::trace_cost(level, tasks, runs)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&costs)?);
+        return Ok(());
+    }
+    println!(
+        "simpler bench --trace-level {level}: {tasks} no-op tasks per run, median of {runs} interleaved runs each"
+    );
+    println!(
+        "{:<12} {:>6} {:>14} {:>14} {:>14} {:>16} {:>14}",
+        "graph",
+        "cores",
+        "off (ms)",
+        "traced (ms)",
+        "cost/run (us)",
+        "cost/task (us)",
+        "target (us)"
+    );
+    for c in &costs {
+        println!(
+            "{:<12} {:>6} {:>14.3} {:>14.3} {:>14.1} {:>16.3} {:>14}",
+            format!("{:?}", c.graph).to_lowercase(),
+            c.cores,
+            c.untraced_run_us / 1e3,
+            c.traced_run_us / 1e3,
+            c.cost_us_per_run,
+            c.cost_us_per_task,
+            c.target_us_per_task
+                .map_or("-".to_string(), |t| format!("<= {t}")),
         );
     }
     Ok(())

@@ -3,13 +3,14 @@
 //! This file owns the command line (clap), dispatch to the subcommands, error printing and
 //! exit codes. The work lives in the modules: [`build`] (compiling an example into a
 //! bundle), [`run`] (matching a run's files against the callable's signature, executing,
-//! checking) and [`bench`] (runtime overhead, sim executor, scheduler balance and level-3 engine
+//! checking), [`trace`] (summary, SVG swimlane and conversion of trace files) and [`bench`]
+//! (runtime overhead, sim executor, scheduler balance and level-3 engine
 //! figures); manifests, compiling, the kernel
 //! cache, `.npy` files, scalars and comparison are [`simpler_toolchain`]'s.
 //!
 //! Exit codes: `0` success, `1` the run, an output write (the bundle of `build`, an
-//! `--output` of `run`) or a `--check` failed, `2` usage or input errors — bad flags,
-//! manifest, sources, compile errors, bundle, code that does not load such as a missing
+//! `--output` of `run`, the output of `trace svg|convert`) or a `--check` failed, `2` usage or input errors — bad flags,
+//! manifest, sources, compile errors, bundle, a trace file that cannot be read or decoded, code that does not load such as a missing
 //! entry symbol, `.npy` files, argument mismatches, out-of-range scalars, an output path that
 //! is a file the command reads or not a regular file, bad `PTO2_RING_*` values, and any run
 //! the worker refuses for its configuration or arguments before running it (also in
@@ -21,6 +22,7 @@ mod bench;
 mod build;
 mod files;
 mod run;
+mod trace;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -141,6 +143,16 @@ enum Command {
         /// compiler ($CC or cc) for the no-op orchestration.
         #[arg(long, conflicts_with_all = ["balance", "executor"])]
         l3: bool,
+        /// Measure what tracing costs instead: the no-op graphs on 24 cores untraced and at
+        /// trace level LEVEL (off, tasks, dispatch, scheduler, orchestrator or 0..4),
+        /// interleaved run by run; prints the cost per run and per task beside the level's
+        /// target (tasks <= 0.3 us/task, orchestrator <= 1 us/task; docs/tracing.md).
+        #[arg(
+            long,
+            value_name = "LEVEL",
+            conflicts_with_all = ["balance", "executor", "l3"]
+        )]
+        trace_level: Option<simpler_host::trace_model::TraceLevel>,
         /// Measure scheduler balance instead: one sleeping task per core, makespan ÷ task
         /// time for 1, 3, 6 schedulers × 1, 5, 8, 24 clusters.
         #[arg(long)]
@@ -153,10 +165,44 @@ enum Command {
               value_parser = clap::value_parser!(u64).range(1..))]
         task_ms: u64,
     },
+    /// Read a trace file `simpler run --trace` wrote (Perfetto protobuf or Chrome JSON).
+    #[command(subcommand)]
+    Trace(TraceCommand),
     /// Serve one chip of a level-3 worker's parent process (`simpler bench --l3` starts its
     /// chip children so); not for use by hand.
     #[command(name = "chip-child", hide = true)]
     ChipChild,
+}
+
+#[derive(Subcommand, Debug)]
+enum TraceCommand {
+    /// Print the timing breakdown (Host / Device / Orch / Sched / Effective), per-kernel
+    /// count, mean, p50, p99, per-core utilisation, critical path vs makespan and scheduler
+    /// overhead share of every run in FILE (definitions: docs/tracing.md).
+    Summary {
+        /// The trace file.
+        file: PathBuf,
+    },
+    /// Draw a static SVG swimlane of FILE: one lane per core and AICPU thread, boxes coloured
+    /// by kernel, a time axis and a legend.
+    Svg {
+        /// The trace file.
+        file: PathBuf,
+        /// The SVG file to write.
+        #[arg(short = 'o', long = "output", value_name = "OUT.svg")]
+        output: PathBuf,
+    },
+    /// Rewrite FILE in another format.
+    Convert {
+        /// The trace file.
+        file: PathBuf,
+        /// The file to write.
+        #[arg(short = 'o', long = "output", value_name = "OUT")]
+        output: PathBuf,
+        /// perfetto or chrome [default: chrome for a .json OUT, else perfetto].
+        #[arg(long, value_name = "FORMAT")]
+        format: Option<simpler_trace::Format>,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -231,6 +277,16 @@ fn main() -> ExitCode {
         } => build::command(&example_dir, output.as_deref())
             .map(|_| ())
             .map_err(|e| (e.exit_code(), e.into())),
+        Command::Trace(t) => match t {
+            TraceCommand::Summary { file } => trace::summary(&file),
+            TraceCommand::Svg { file, output } => trace::svg(&file, &output),
+            TraceCommand::Convert {
+                file,
+                output,
+                format,
+            } => trace::convert(&file, &output, format),
+        }
+        .map_err(|e| (e.exit_code(), e.into())),
         Command::ChipChild => return simpler_worker::process::serve_chip_child(),
         Command::Bench {
             balance: true,
@@ -265,6 +321,19 @@ fn main() -> ExitCode {
             runs.unwrap_or(DEFAULT_BENCH_RUNS),
             tasks.unwrap_or(simpler_bench::executor::ExecutorParams::default().tasks),
             idle_secs,
+            json,
+        )
+        .map_err(|e| (bench_exit_code(e.as_ref()), e)),
+        Command::Bench {
+            trace_level: Some(level),
+            tasks,
+            runs,
+            json,
+            ..
+        } => bench::trace_cost(
+            level,
+            tasks.unwrap_or(16_384),
+            runs.unwrap_or(DEFAULT_BENCH_RUNS),
             json,
         )
         .map_err(|e| (bench_exit_code(e.as_ref()), e)),

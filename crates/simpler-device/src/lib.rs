@@ -9,7 +9,7 @@
 //! device threads — fibers on one shared pool, or a thread each (`exec`, and [`wait`]: how
 //! device code waits; `docs/sim-device.md` §11) — and the crash reports of
 //! its device threads ([`crash`]: what a thread runs, as the runtime records it, and the
-//! signal handlers that print it).
+//! signal handlers that print it), and the clocks traces are stamped with ([`clock`]).
 //!
 //! It must not know about runs, task graphs or callables: those belong to `simpler-runtime`
 //! (what runs on the device) and `simpler-host` (what drives it), neither of which it
@@ -17,6 +17,7 @@
 //! it hands out as opaque bytes; only a crash report looks further, at the numbers the
 //! runtime recorded for the call that crashed (and that call's tensor arguments).
 
+pub mod clock;
 pub mod crash;
 pub mod deadline;
 mod device;

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use simpler_runtime::aicpu::{DEFAULT_DEP_POOL, RING_COUNT};
 
+use simpler_trace::TraceLevel;
+
 use crate::{HostError, WorkerConfig};
 
 /// One number for every ring, or one per ring.
@@ -74,6 +76,14 @@ pub struct CallConfig {
     pub aicpu_thread_num: u32,
     /// Ring sizing.
     pub runtime_env: RuntimeEnv,
+    /// How much the run records (`docs/tracing.md`): [`TraceLevel::Off`] (the default)
+    /// records nothing and allocates nothing; any other level fills
+    /// [`RunReport::trace`](crate::RunReport::trace).
+    pub trace_level: TraceLevel,
+    /// Records per trace buffer (one buffer per AICore and per AICPU thread, 40 bytes a
+    /// record); 0 = [`DEFAULT_TRACE_RECORDS`](crate::DEFAULT_TRACE_RECORDS). Events past a
+    /// full buffer are dropped and counted. Ignored when `trace_level` is Off.
+    pub trace_buffer_records: u32,
 }
 
 /// What a run's descriptor gets from its [`CallConfig`].
@@ -83,6 +93,9 @@ pub(crate) struct RunPlan {
     pub(crate) windows: [u32; RING_COUNT],
     pub(crate) heaps: [u64; RING_COUNT],
     pub(crate) dep_pools: [u32; RING_COUNT],
+    pub(crate) trace_level: TraceLevel,
+    /// Records per trace buffer (resolved: never 0).
+    pub(crate) trace_records: u32,
 }
 
 /// The largest ring task window.
@@ -224,6 +237,11 @@ impl CallConfig {
             windows: windows.map(|w| w as u32),
             heaps,
             dep_pools: pools.map(|p| p as u32),
+            trace_level: self.trace_level,
+            trace_records: match self.trace_buffer_records {
+                0 => crate::DEFAULT_TRACE_RECORDS,
+                n => n,
+            },
         })
     }
 }
@@ -260,6 +278,7 @@ mod tests {
                 ring_heap: h,
                 ring_dep_pool: p,
             },
+            ..CallConfig::default()
         };
         let cases: Vec<(CallConfig, &str)> = vec![
             (
@@ -313,6 +332,7 @@ mod tests {
                 ring_heap: Some(RingValue::All(2048)),
                 ring_dep_pool: None,
             },
+            ..CallConfig::default()
         };
         let plan = cfg
             .plan_with(
@@ -348,6 +368,7 @@ mod tests {
                 ring_heap: Some(RingValue::All(1 << 40)),
                 ..RuntimeEnv::default()
             },
+            ..CallConfig::default()
         };
         ok.check_fields().unwrap();
         assert!(

@@ -24,6 +24,8 @@
 //!   attribution, admission), [`mode`] (the PROGRAM/KERNEL latch), [`lifecycle`]
 //!   (environment identity, context and fork refusal, close/drop rules), [`timeouts`],
 //!   [`sim_context`] (caller contexts on the sim platform, for borrowed workers).
+//! - **Tracing**: `trace` (a run's host spans, its device trace area, the decoder into
+//!   the `simpler_trace` model; `docs/tracing.md`).
 //! - **Plumbing**: `pod` (byte views of ABI records), `sync` (the locks and atomics loom
 //!   model-checks).
 //!
@@ -57,6 +59,7 @@ pub mod signature;
 pub mod sim_context;
 mod sync;
 pub mod timeouts;
+mod trace;
 mod worker;
 mod worker_config;
 
@@ -77,6 +80,9 @@ pub use lifecycle::{EnvironmentIdentity, Ownership, WorkerState};
 pub use mode::{ExecutionMode, ExecutionModeLatch};
 pub use registry::{CallableId, CallableInfo, ImageCacheStats, MAX_CALLABLES};
 pub use signature::{ArgDirection, ArgSpec, Signature, SignatureError};
+/// The trace model runs report ([`RunReport::trace`]), re-exported for callers.
+pub use simpler_trace as trace_model;
 pub use timeouts::Timeouts;
+pub use trace::DEFAULT_TRACE_RECORDS;
 pub use worker::ChipWorker;
 pub use worker_config::WorkerConfig;

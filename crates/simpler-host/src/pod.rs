@@ -2,7 +2,9 @@
 //! memory. Only types listed here (all-integer records without padding or pointers with
 //! validity rules) can be viewed, so every bit pattern read back is a valid value.
 
-use simpler_abi::{OrchArgs, RunLaunchDesc, RunResult};
+use simpler_abi::{
+    OrchArgs, RunLaunchDesc, RunResult, TraceBufferHeader, TraceControl, TraceRecord,
+};
 
 /// A record that is plain bytes: `#[repr(C)]`, integers and integer arrays only, no padding.
 ///
@@ -17,6 +19,13 @@ unsafe impl Plain for OrchArgs {}
 unsafe impl Plain for RunLaunchDesc {}
 // SAFETY: as above.
 unsafe impl Plain for RunResult {}
+// SAFETY: the trace records are #[repr(C)] u32/u64 records whose layouts are asserted in
+// simpler-abi to have no gaps (explicit `reserved` words fill the alignment holes).
+unsafe impl Plain for TraceControl {}
+// SAFETY: as above.
+unsafe impl Plain for TraceBufferHeader {}
+// SAFETY: as above.
+unsafe impl Plain for TraceRecord {}
 
 /// The bytes of a plain record.
 pub(crate) fn bytes_of<T: Plain>(v: &T) -> &[u8] {

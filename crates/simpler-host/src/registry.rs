@@ -79,6 +79,9 @@ pub(crate) struct Registered {
     pub(crate) func_type_bytes: Vec<u8>,
     /// The occupancy's generation.
     pub(crate) generation: u64,
+    /// func id → the kernel's name (a library image's entry symbol; `func N` for an
+    /// in-process kernel), as traces show it (`docs/tracing.md`).
+    pub(crate) kernel_names: std::collections::BTreeMap<u32, String>,
 }
 
 /// What identifies an image for sharing.
@@ -234,7 +237,13 @@ pub(crate) fn build(
     let mut func_addrs = vec![0u64; count];
     let mut func_types = vec![0u32; count];
     let mut kernels = Vec::with_capacity(spec.kernels.len());
+    let mut kernel_names = std::collections::BTreeMap::new();
     for k in &spec.kernels {
+        let name = match &k.image {
+            CodeImage::Library { entry, .. } => entry.clone(),
+            _ => format!("func {}", k.func_id),
+        };
+        kernel_names.insert(k.func_id, name);
         let code = cache.load(
             &k.image,
             EntryKind::Kernel,
@@ -256,6 +265,7 @@ pub(crate) fn build(
         func_type_bytes: func_types.iter().flat_map(|t| t.to_le_bytes()).collect(),
         func_addrs,
         generation,
+        kernel_names,
     })
 }
 

@@ -425,6 +425,7 @@ impl NativeCallConfig {
                     None => d.aicpu_thread_num,
                 },
                 runtime_env: runtime_env.map_or(d.runtime_env, |e| e.env),
+                ..d
             },
         })
     }

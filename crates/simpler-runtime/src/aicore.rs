@@ -9,6 +9,7 @@ use simpler_device::{AicoreContext, DevicePtr};
 
 use crate::devmem::RunMemory;
 use crate::handshake::{ack, fin, fin_error, fin_skipped, ready, EXITED, EXIT_SIGNAL};
+use crate::trace::{self, Tracer};
 
 /// The AICore kernel of a run; `arg` is the address of its
 /// [`RunLaunchDesc`](simpler_abi::RunLaunchDesc) (null: the core reports EXITED at once).
@@ -29,6 +30,8 @@ pub unsafe fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
     simpler_device::crash::set_run(d.epoch, d.func_table_addr, d.func_count);
     let mailbox = mem.mailbox(ctx.core_id);
     mailbox.init_global(ctx.core_id, ctx.core_type as u32, ctx.sub_block_id as i32);
+    // Level `tasks` and up: each subtask's start and end around the kernel call.
+    let mut tracer = Tracer::for_core(&mem, ctx.core_id);
     ctx.regs.write_cond(ready(mem.desc().epoch));
     let mut last = 0u64;
     // After a kernel reports a fatal code the core runs nothing more: later dispatches (a
@@ -48,7 +51,19 @@ pub unsafe fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
             continue;
         }
         ctx.regs.write_cond(ack(id));
+        let start = trace::start(&tracer, simpler_abi::TRACE_LEVEL_TASKS);
         failed = mailbox.run_dispatch(id);
+        if let (Some(t), Some(start)) = (tracer.as_mut(), start) {
+            let end = t.now();
+            let (task, block) = mailbox.dispatch_task(id);
+            t.push(
+                simpler_abi::TRACE_SUBTASK,
+                [ctx.core_id, block, ctx.sub_block_id],
+                task,
+                start,
+                end,
+            );
+        }
         ctx.regs
             .write_cond(if failed { fin_error(id) } else { fin(id) });
     }

@@ -2,7 +2,7 @@
 //! memory lives here, each with its justification: the launch descriptor, the run-state
 //! word, the cores' mailboxes (including the call of the kernel a dispatch payload names,
 //! recorded for crash reports while it runs: `simpler_device::crash`),
-//! the function tables, the result record and tensor views. Callers receive references,
+//! the function tables, the result record, the trace area ([`TraceBuffer`]) and tensor views. Callers receive references,
 //! copies or typed accessors; no other module of the runtime turns an address into a
 //! pointer.
 //!
@@ -18,7 +18,8 @@ use std::sync::Arc;
 
 use simpler_abi::{
     ChipTensor, CoreMailbox, KernelArgs, KernelEntry, LocalContext, RunLaunchDesc, RunResult,
-    DISPATCH_FLAG_MAY_WAIT, GLOBAL_CONTEXT_SLOT, LOCAL_CONTEXT_SLOT, MAX_TENSOR_DIMS,
+    TraceBufferHeader, TraceControl, TraceRecord, DISPATCH_FLAG_MAY_WAIT, GLOBAL_CONTEXT_SLOT,
+    LOCAL_CONTEXT_SLOT, MAX_TENSOR_DIMS, TRACE_MAGIC,
 };
 use simpler_device::{crash, DevicePtr};
 
@@ -81,6 +82,54 @@ impl RunMemory {
                 self.desc.func_core_types_addr,
                 self.desc.func_count as usize,
             )
+        }
+    }
+
+    /// A copy of the run's trace control block; `None` when the run records nothing (no
+    /// area, or one whose magic is wrong).
+    pub(crate) fn trace_control(&self) -> Option<TraceControl> {
+        let addr = self.desc.trace_addr;
+        if addr == 0 || !addr.is_multiple_of(8) {
+            return None;
+        }
+        // SAFETY: a non-zero `trace_addr` names the run's trace area, which starts with a
+        // `TraceControl` the host wrote before the launch (launch argument contract).
+        let c = unsafe { std::ptr::read_volatile(addr as *const TraceControl) };
+        (c.magic == TRACE_MAGIC).then_some(c)
+    }
+
+    /// Buffer `index` of the run's trace area (`None` without an area or past its last
+    /// buffer). The caller must be the buffer's one writer: core `index` for
+    /// `index < core_count`, else AICPU thread `index − core_count`.
+    pub(crate) fn trace_buffer(&self, index: u32) -> Option<TraceBuffer> {
+        let c = self.trace_control()?;
+        if index >= c.buffer_count {
+            return None;
+        }
+        let header = (self.desc.trace_addr + c.buffer_offset(index)) as *mut TraceBufferHeader;
+        // SAFETY: the area holds `buffer_count` buffers at `buffer_offset` (host contract);
+        // the header was written by the host before the launch.
+        let capacity = unsafe { std::ptr::addr_of!((*header).capacity).read_volatile() };
+        Some(TraceBuffer {
+            header,
+            capacity: u64::from(capacity.min(c.capacity)),
+            len: 0,
+            dropped: 0,
+        })
+    }
+
+    /// Writes the run's simultaneous reading of both clocks into the trace control block
+    /// (the orchestrator thread, once per run).
+    pub(crate) fn trace_align(&self, device_ns: u64, host_ns: u64) {
+        if self.trace_control().is_none() {
+            return;
+        }
+        let p = self.desc.trace_addr as *mut TraceControl;
+        // SAFETY: the control block is live for the run; the orchestrator thread is its only
+        // writer during the run and the host reads it only after both kernels finish.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).align_device_ns).write_volatile(device_ns);
+            std::ptr::addr_of_mut!((*p).align_host_ns).write_volatile(host_ns);
         }
     }
 
@@ -155,6 +204,37 @@ impl RunMemory {
     }
 }
 
+/// One recording thread's trace buffer (`docs/tracing.md`, Capture). Its thread is the one
+/// writer of the buffer for the whole run; the host reads it after both kernels end.
+pub(crate) struct TraceBuffer {
+    header: *mut TraceBufferHeader,
+    capacity: u64,
+    len: u64,
+    dropped: u64,
+}
+
+impl TraceBuffer {
+    /// Appends `record`, or counts it dropped when the buffer is full. No lock, no
+    /// allocation: one store of the record and one of the header's count.
+    #[inline]
+    pub(crate) fn push(&mut self, record: TraceRecord) {
+        if self.len < self.capacity {
+            // SAFETY: records follow the header; `len < capacity` keeps the write inside
+            // this buffer, of which this thread is the only writer.
+            unsafe {
+                let records = self.header.add(1) as *mut TraceRecord;
+                records.add(self.len as usize).write_unaligned(record);
+                self.len += 1;
+                std::ptr::addr_of_mut!((*self.header).len).write_volatile(self.len);
+            }
+        } else {
+            self.dropped += 1;
+            // SAFETY: as above: the header is this thread's to write.
+            unsafe { std::ptr::addr_of_mut!((*self.header).dropped).write_volatile(self.dropped) };
+        }
+    }
+}
+
 /// One core's mailbox: its two dispatch payloads and its global context. The handshake
 /// (`crate::handshake`) decides who may touch which part when: the core writes its global
 /// context; the owning scheduler writes payload `id & 1` only while the core is not using
@@ -212,6 +292,17 @@ impl Mailbox {
                 entry(args);
             }
             std::ptr::addr_of!((*mailbox).global.fatal_code).read_volatile() != 0
+        }
+    }
+
+    /// Core side: the task id and block index of dispatch `id` (read while it runs, for its
+    /// trace record).
+    pub(crate) fn dispatch_task(&self, id: u32) -> (u64, u32) {
+        // SAFETY: as for `run_dispatch`: payload `id & 1` holds dispatch `id` until this core
+        // answers FIN, and nobody writes it meanwhile.
+        unsafe {
+            let p = std::ptr::addr_of!((*self.ptr).payloads[(id & 1) as usize]);
+            ((*p).task_id, (*p).local.block_idx as u32)
         }
     }
 

@@ -17,7 +17,8 @@
 //! `simpler-device`.
 //!
 //! Its `unsafe` code lives in three places: `devmem` (every access to device memory by
-//! address, and the call of the kernel a dispatch names), `aicpu::ops` (the C boundary of
+//! address — the trace buffers `trace` records into included — and the call of the
+//! kernel a dispatch names), `aicpu::ops` (the C boundary of
 //! the orchestration: its entry call and the callbacks it makes) and the task slot's body
 //! cell in `aicpu::task` (written by the orchestrator alone while the slot is free).
 //!
@@ -34,8 +35,10 @@
 //!   [`OrchArgs`](simpler_abi::OrchArgs) at `orch_args_addr`, the two function tables of
 //!   `func_count` entries, the heap of `heap_size` bytes at `heap_addr`, one
 //!   [`CoreMailbox`](simpler_abi::CoreMailbox) per AICore of the device at
-//!   `core_mailbox_addr`, and the zeroed 8-byte word at `runtime_state_addr`, which no other
-//!   run in flight shares;
+//!   `core_mailbox_addr`, the zeroed 8-byte word at `runtime_state_addr`, which no other
+//!   run in flight shares, and, when `trace_addr` is non-zero, the trace area there
+//!   ([`TraceControl`](simpler_abi::TraceControl) and `buffer_count` buffers of
+//!   `capacity` records, one per core then one per AICPU thread);
 //! - `orch_entry` is 0 or an [`OrchEntry`](simpler_abi::OrchEntry) that keeps its
 //!   contract, and every non-zero entry of the kernel table is a
 //!   [`KernelEntry`](simpler_abi::KernelEntry) that keeps its contract;
@@ -47,6 +50,7 @@ pub mod aicore;
 pub mod aicpu;
 mod devmem;
 pub mod handshake;
+mod trace;
 
 pub use aicore::aicore_kernel;
 pub use aicpu::aicpu_kernel;

@@ -19,6 +19,8 @@ pub(crate) struct ChipLocal {
     device: u32,
     chip: ChipWorker,
     ids: HashMap<CallableKey, CallableId>,
+    /// The last traced run's trace, until the lane takes it.
+    last_trace: Option<Box<simpler_host::trace_model::Trace>>,
 }
 
 impl ChipLocal {
@@ -40,6 +42,7 @@ impl ChipLocal {
             device,
             chip,
             ids: HashMap::new(),
+            last_trace: None,
         })
     }
 
@@ -90,8 +93,12 @@ impl Endpoint for ChipLocal {
         let id = self.id(key)?;
         let owned = crate::owned_args(self.index, args)?;
         let handle = self.chip.submit_with(id, owned, config)?;
-        handle.wait(None)?;
+        self.last_trace = handle.result()?.report.trace;
         Ok(())
+    }
+
+    fn take_trace(&mut self) -> Option<Box<simpler_host::trace_model::Trace>> {
+        self.last_trace.take()
     }
 
     fn malloc(&mut self, nbytes: u64) -> Result<DevicePtr, EndpointError> {

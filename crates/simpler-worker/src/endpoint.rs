@@ -195,6 +195,12 @@ pub trait Endpoint: Send + 'static {
         config: &CallConfig,
     ) -> Result<(), EndpointError>;
 
+    /// The trace of the last [`run`](Endpoint::run) when its config asked for one (chips;
+    /// `docs/tracing.md`), taken: a second call answers `None`. The default has none.
+    fn take_trace(&mut self) -> Option<Box<simpler_host::trace_model::Trace>> {
+        None
+    }
+
     /// Allocates `nbytes` of zeroed device memory (chips only).
     ///
     /// # Errors

@@ -65,6 +65,14 @@ pub(crate) enum WorkItem {
     },
 }
 
+/// A traced task member's call on its lane: host clock (`CLOCK_MONOTONIC` ns) around the
+/// endpoint's run, and the chip's trace of the run when the endpoint is a chip.
+pub(crate) struct MemberTrace {
+    pub(crate) start_ns: u64,
+    pub(crate) end_ns: u64,
+    pub(crate) chip: Option<Box<simpler_host::trace_model::Trace>>,
+}
+
 /// What lanes (and the engine) tell the scheduler.
 pub(crate) enum Event {
     /// A task member ended on `lane`; `result` is the member's cause of failure, if any;
@@ -75,6 +83,8 @@ pub(crate) enum Event {
         task: TaskId,
         result: Result<(), WorkerError>,
         took: Duration,
+        /// Set for a traced call (its config's trace level is not Off).
+        trace: Option<MemberTrace>,
     },
     /// The endpoint of `lane` died; `report` is what is known.
     Died { lane: usize, report: String },
@@ -143,6 +153,9 @@ impl Lane {
             match item {
                 WorkItem::Task { run, task, op } => {
                     let timed = matches!(op, TaskOp::Run { .. });
+                    let traced = matches!(&op, TaskOp::Run { config, .. }
+                        if config.trace_level != simpler_host::trace_model::TraceLevel::Off);
+                    let start_ns = traced.then(simpler_device::clock::monotonic_ns);
                     let began = Instant::now();
                     let result = self.call(|ep| run_op(ep, op));
                     let took = if timed {
@@ -150,12 +163,21 @@ impl Lane {
                     } else {
                         Duration::ZERO
                     };
+                    let trace = start_ns.map(|start_ns| MemberTrace {
+                        start_ns,
+                        end_ns: simpler_device::clock::monotonic_ns(),
+                        chip: match self.dead {
+                            None => self.endpoint.take_trace(),
+                            Some(_) => None,
+                        },
+                    });
                     let _ = self.events.send(Event::Done {
                         lane: self.index,
                         run,
                         task,
                         result: result.map(|_| ()),
                         took,
+                        trace,
                     });
                 }
                 WorkItem::Control { op, reply } => {

@@ -56,6 +56,7 @@ mod scheduler;
 mod sub_thread;
 pub mod tensor;
 mod tensormap;
+mod trace;
 mod validate;
 mod worker;
 
@@ -75,4 +76,5 @@ pub use registry::CallableHandle;
 pub use run::{RunHandle, RunReport};
 pub use tensor::{c_strides, ChildAllocation, Memory, Tag, TaskArg, TaskArgs, Tensor};
 pub use tensormap::TaskId;
+pub use trace::{RunConfig, L3_HOST};
 pub use worker::Worker;

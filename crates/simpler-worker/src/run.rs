@@ -22,7 +22,7 @@ use crate::WorkerError;
 pub(crate) const PIPELINE_DEPTH: usize = 2;
 
 /// What a successful run reports.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RunReport {
     /// The run's id (per worker, from 1, in submission order).
     pub run: u64,
@@ -37,6 +37,9 @@ pub struct RunReport {
     /// each measured on its lane around the endpoint's run call (copies not counted). For a
     /// chip in a child process it includes the request's trip through the mailbox.
     pub chip_time: Duration,
+    /// The merged trace of a run whose [`RunConfig::trace_level`](crate::RunConfig) is not
+    /// Off: the "L3 host" process, then one process per chip (`docs/tracing.md`).
+    pub trace: Option<Box<simpler_host::trace_model::Trace>>,
 }
 
 /// The outcome of one run, shared by the engine and every handle.
@@ -180,6 +183,8 @@ pub(crate) struct Run {
     pub(crate) allocs: HashMap<usize, HeapAlloc>,
     /// The summed wall time of its chip tasks' callable runs so far.
     pub(crate) chip_time: Duration,
+    /// What a traced run collects (`None`: untraced).
+    pub(crate) trace: Option<crate::trace::RunCapture>,
 }
 
 impl Run {
@@ -200,6 +205,7 @@ impl Run {
             scopes: vec![Vec::new()],
             allocs: HashMap::new(),
             chip_time: Duration::ZERO,
+            trace: None,
         }
     }
 
@@ -234,6 +240,7 @@ impl Run {
                 edges: self.graph.edges(),
                 total_time: self.started.elapsed(),
                 chip_time: self.chip_time,
+                trace: None,
             }),
         }
     }

@@ -54,7 +54,11 @@ fn handle(engine: &Engine, st: &mut State, event: Event) -> bool {
             task,
             result,
             took,
-        } => member_done(engine, st, lane, run, task, result, took),
+            trace,
+        } => {
+            let traced = trace.map(|t| (lane, t));
+            member_done(engine, st, lane, run, task, result, took, traced)
+        }
         Event::Died { lane, report } => {
             st.lanes[lane].dead.get_or_insert(report);
         }
@@ -64,6 +68,7 @@ fn handle(engine: &Engine, st: &mut State, event: Event) -> bool {
     false
 }
 
+#[allow(clippy::too_many_arguments)]
 fn member_done(
     engine: &Engine,
     st: &mut State,
@@ -72,6 +77,7 @@ fn member_done(
     task: TaskId,
     result: Result<(), WorkerError>,
     took: std::time::Duration,
+    traced: Option<(usize, crate::lane::MemberTrace)>,
 ) {
     st.lanes[lane].busy = false;
     let describe = st.lanes[lane].describe.clone();
@@ -81,6 +87,18 @@ fn member_done(
     };
     if lane < engine.chips {
         r.chip_time += took;
+    }
+    if let (Some(c), Some((lane, m))) = (r.trace.as_mut(), traced) {
+        c.push_span(simpler_host::trace_model::HostSpan {
+            thread: describe.clone(),
+            name: r.graph.task(task).name.clone(),
+            epoch: Some(run),
+            start_ns: m.start_ns,
+            end_ns: m.end_ns,
+        });
+        if let Some(chip) = m.chip {
+            c.add_chip(lane, *chip);
+        }
     }
     let t = r.graph.task_mut(task);
     if let Err(cause) = result {
@@ -118,13 +136,20 @@ pub(crate) fn advance(engine: &Engine, st: &mut State) {
         if !st.runs.front().is_some_and(Run::terminal) {
             return;
         }
-        let run = st.runs.pop_front().expect("a head run");
+        let mut run = st.runs.pop_front().expect("a head run");
         debug_assert!(
             run.allocs.values().all(|a| a.reclaimed),
             "run {}: every heap allocation is reclaimed once the run is over",
             run.id
         );
-        run.shared.finish(run.outcome());
+        let trace = run.trace.take().map(|c| {
+            let lanes = &st.lanes;
+            Box::new(c.into_trace(|l| lanes[l].describe.clone()))
+        });
+        run.shared.finish(run.outcome().map(|mut r| {
+            r.trace = trace;
+            r
+        }));
         engine.changed.notify_all();
     }
 }
@@ -262,6 +287,12 @@ fn start(
 ) {
     run.graph.start(id);
     run.running += 1;
+    let level = run.trace.as_ref().map(|c| c.level);
+    if let Some(c) = run.trace.as_mut() {
+        let now = simpler_device::clock::monotonic_ns();
+        let name = format!("dispatch {}", run.graph.task(id).name);
+        c.span("L3 scheduler", name, run.id, now);
+    }
     let work = run
         .graph
         .task_mut(id)
@@ -269,10 +300,18 @@ fn start(
         .take()
         .expect("work of a ready task");
     let ops: Vec<TaskOp> = match work {
-        Work::Call { key, config, args } => args
-            .into_iter()
-            .map(|args| TaskOp::Run { key, args, config })
-            .collect(),
+        Work::Call {
+            key,
+            mut config,
+            args,
+        } => {
+            if let Some(level) = level {
+                config.trace_level = config.trace_level.max(level);
+            }
+            args.into_iter()
+                .map(|args| TaskOp::Run { key, args, config })
+                .collect()
+        }
         Work::CopyTo { dst, src } => vec![TaskOp::CopyTo { dst, src }],
         Work::CopyFrom { dst, src } => vec![TaskOp::CopyFrom { dst, src }],
     };

@@ -29,6 +29,7 @@ use crate::run::{Run, RunHandle, RunReport, PIPELINE_DEPTH};
 use crate::running::{shut_down, stop_lanes, Running};
 use crate::sub_thread::SubThread;
 use crate::tensor::Tensor;
+use crate::trace::RunConfig;
 use crate::WorkerError;
 
 static NEXT_WORKER: AtomicU64 = AtomicU64::new(1);
@@ -438,10 +439,35 @@ impl Worker {
     ///
     /// # Errors
     /// As [`submit`](Worker::submit), and `check`'s.
-    pub fn submit_interruptible<F, C>(
+    pub fn submit_interruptible<F, C>(&self, orch: F, check: C) -> Result<RunHandle, WorkerError>
+    where
+        F: FnOnce(&Orchestrator) -> Result<(), WorkerError>,
+        C: FnMut() -> Result<(), WorkerError>,
+    {
+        self.submit_interruptible_with(orch, check, &RunConfig::default())
+    }
+
+    /// [`submit`](Worker::submit) with per-run options: a `config.trace_level` other than
+    /// Off traces the run (`docs/tracing.md`; its report's `trace`).
+    ///
+    /// # Errors
+    /// As [`submit`](Worker::submit).
+    pub fn submit_with<F>(&self, orch: F, config: &RunConfig) -> Result<RunHandle, WorkerError>
+    where
+        F: FnOnce(&Orchestrator) -> Result<(), WorkerError>,
+    {
+        self.submit_interruptible_with(orch, || Ok(()), config)
+    }
+
+    /// [`submit_interruptible`](Worker::submit_interruptible) with per-run options.
+    ///
+    /// # Errors
+    /// As [`submit_interruptible`](Worker::submit_interruptible).
+    pub fn submit_interruptible_with<F, C>(
         &self,
         orch: F,
         mut check: C,
+        config: &RunConfig,
     ) -> Result<RunHandle, WorkerError>
     where
         F: FnOnce(&Orchestrator) -> Result<(), WorkerError>,
@@ -477,7 +503,8 @@ impl Worker {
             }
             let id = st.next_run;
             st.next_run += 1;
-            let run = Run::new(id, engine.chips, self.uid);
+            let mut run = Run::new(id, engine.chips, self.uid);
+            run.trace = crate::trace::RunCapture::new(config.trace_level);
             let shared = run.shared.clone();
             st.runs.push_back(run);
             (id, shared)
@@ -508,6 +535,17 @@ impl Worker {
         F: FnOnce(&Orchestrator) -> Result<(), WorkerError>,
     {
         self.submit(orch)?.result()
+    }
+
+    /// [`submit_with`](Worker::submit_with), then waits for the run.
+    ///
+    /// # Errors
+    /// `submit_with`'s, then the run's.
+    pub fn run_with<F>(&self, orch: F, config: &RunConfig) -> Result<RunReport, WorkerError>
+    where
+        F: FnOnce(&Orchestrator) -> Result<(), WorkerError>,
+    {
+        self.submit_with(orch, config)?.result()
     }
 
     /// A zero-filled shared buffer of `nbytes` that child processes see too (make tensors

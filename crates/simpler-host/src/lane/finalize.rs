@@ -30,6 +30,7 @@ use super::queue::Phase;
 use super::run::{LaunchedRun, RunRequest, RunState, Stage};
 use super::staging::StagedArgs;
 use super::{LaneEngine, Progress, RunReport};
+use crate::trace::RunCapture;
 
 /// Why a step stopped the finalize early: the [`Progress`] to report.
 pub(super) type Step<T> = Result<T, Progress>;
@@ -97,19 +98,29 @@ impl<'g, 'l> Driver<'g, 'l> {
 
     fn finalize(&mut self, front: &Front, user_deadline: Option<Instant>) -> Step<()> {
         let boundaries = self.completion(front, user_deadline)?;
+        let epoch = front.identity.epoch;
+        let capture = self.lane.capture_of(front.dispatch);
+        let mut read_start = capture.and_then(|c| {
+            c.waited(epoch);
+            c.now()
+        });
         let successor = self.lane.joined_successor(&front.identity);
         let streams = self.lane.bound_streams(front.dispatch);
         if !self.blocking {
             self.ready_without_blocking(front, boundaries, successor, &streams)?;
         }
         let verdict = self.verdict(front, boundaries, &streams)?;
+        let finalize_start = self.lane.capture_of(front.dispatch).and_then(|c| {
+            c.span("record read", epoch, read_start.take());
+            c.now()
+        });
         // Health: the notices delivered so far are consumed now, after the verdict (a notice
         // never decides a run).
         self.lane.consume_notices();
         self.discharge_caller(front, boundaries, &verdict, &streams)?;
         self.discharge_successor(successor, &streams)?;
         self.retire(front)?;
-        self.lane.copy_back_and_end(front, verdict);
+        self.lane.copy_back_and_end(front, verdict, finalize_start);
         Ok(())
     }
 
@@ -308,6 +319,14 @@ impl LaneEngine {
         self.launched_mut(dispatch).and_then(|l| l.join.as_ref())
     }
 
+    /// The capture of run `dispatch` when it records (`None`: untraced, or not in the lane).
+    fn capture_of(&mut self, dispatch: u64) -> Option<&mut RunCapture> {
+        self.queue
+            .get_mut(dispatch)
+            .map(|run| &mut run.request.capture)
+            .filter(|c| c.on())
+    }
+
     /// The launch error of a Partial run, which is its outcome whatever the drain finds.
     pub(super) fn launch_error_of(&mut self, dispatch: u64) -> Option<HostError> {
         self.launched_mut(dispatch)
@@ -339,7 +358,7 @@ impl LaneEngine {
     /// Copy back and end: the front leaves the lane; after a success its outputs are copied
     /// back into its host buffers; its staging goes back to its slot's pool and the run ends
     /// with its verdict.
-    fn copy_back_and_end(&mut self, front: &Front, verdict: Verdict) {
+    fn copy_back_and_end(&mut self, front: &Front, verdict: Verdict, finalize_start: Option<u64>) {
         self.queue
             .advance(front.dispatch, Phase::Terminal)
             .expect("front");
@@ -349,8 +368,11 @@ impl LaneEngine {
             cell,
             callable,
             mut args,
+            mut capture,
             ..
         } = request;
+        let epoch = front.identity.epoch;
+        let copy_start = capture.now();
         let Stage::Launched(launched) = stage else {
             unreachable!("the finalized front was launched")
         };
@@ -362,6 +384,7 @@ impl LaneEngine {
                 &launched.staging,
             )
         });
+        capture.span("copy back", epoch, copy_start);
         self.slots[front.identity.slot as usize]
             .staging
             .put_back(launched.staging.into_iter().flatten());
@@ -370,11 +393,16 @@ impl LaneEngine {
                 self.stale_joins.push(j);
             }
         }
+        let trace = capture.on().then(|| {
+            let slot = front.identity.slot as usize;
+            self.run_trace(slot, &callable, epoch, capture, finalize_start)
+        });
         let report = result.map(|()| RunReport {
             epoch: front.identity.epoch,
             device_time: verdict.device_time,
             total_time: cell.submitted.elapsed(),
             tasks: verdict.tasks,
+            trace,
         });
         cell.finish(report, args);
         if self.queue.is_poisoned() && self.unusable.is_none() && self.queue.is_empty() {

@@ -251,6 +251,7 @@ impl LaneHandle {
             caller,
             host_ranges,
             device_ranges,
+            capture: crate::trace::RunCapture::new(plan.trace_level),
         });
         lane.queue
             .admit(dispatch, run)

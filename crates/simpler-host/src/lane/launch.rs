@@ -41,6 +41,7 @@ impl LaneEngine {
         let run = self.queue.get_mut(id).expect("a prepared run");
         let threads = run.request.plan.aicpu_threads;
         let caller = run.request.caller;
+        let launch_start = run.request.capture.now();
         let Stage::Prepared(PreparedRun { identity, staging }) =
             std::mem::replace(&mut run.stage, Stage::Queued)
         else {
@@ -152,6 +153,10 @@ impl LaneEngine {
             slot.result_initialized = true;
         }
         let run = self.queue.get_mut(id).expect("a launched run");
+        run.request
+            .capture
+            .span("launch", identity.epoch, launch_start);
+        run.request.capture.launched();
         match outcome.grade {
             LaunchGrade::NotStarted => {
                 // Nothing reached the device: roll back. A reservation never attempted is
@@ -283,6 +288,7 @@ mod tests {
                 caller: None,
                 host_ranges: Vec::new(),
                 device_ranges: Vec::new(),
+                capture: crate::trace::RunCapture::default(),
             });
             engine.queue.admit(dispatch, run).unwrap();
             engine.queue.advance(dispatch, Phase::Prepared).unwrap();

@@ -88,6 +88,7 @@ mod run;
 mod slot;
 mod staging;
 mod teardown;
+mod trace;
 
 pub(crate) use handle::{IdleLane, LaneHandle};
 pub(crate) use run::RunCell;
@@ -99,7 +100,7 @@ use run::RunState;
 use slot::{LaneResources, PipelineSlot};
 
 /// What a successful run reports.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RunReport {
     /// The run's epoch (process-unique, non-zero).
     pub epoch: u64,
@@ -110,6 +111,10 @@ pub struct RunReport {
     /// Tasks the orchestration submitted (kernel-less ones included), from the run's result
     /// record; 0 for an orchestration that submitted none.
     pub tasks: u64,
+    /// The run's trace when its [`CallConfig::trace_level`](crate::CallConfig::trace_level)
+    /// is not Off: one process (the chip) holding this run's device records and its host
+    /// spans (`docs/tracing.md`). `None` for an untraced run.
+    pub trace: Option<Box<simpler_trace::Trace>>,
 }
 
 /// The two device kernels a run launches.
@@ -187,6 +192,9 @@ pub(crate) struct LaneEngine {
     generation: u64,
     /// A driver is waiting on the device with the lock released.
     driving: bool,
+    /// Origin of this device's clock for traces (host `CLOCK_MONOTONIC` ns, taken when the
+    /// lane opened; `docs/tracing.md`, clocks).
+    trace_origin_ns: u64,
     /// Runs whose launch was graded Partial, whose drain the handle starts in the
     /// background.
     background_drains: Vec<Arc<RunCell>>,
@@ -245,6 +253,7 @@ impl LaneEngine {
             next_dispatch: 1,
             generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
             driving: false,
+            trace_origin_ns: simpler_device::clock::monotonic_ns(),
             background_drains: Vec::new(),
             state: WorkerState::Open,
         })

@@ -31,6 +31,8 @@ use super::run::{FailedRun, PreparedRun, RunRequest, RunState, Stage};
 use super::slot::PipelineSlot;
 use super::staging::{Origin, StagedArgs, StagingBuffer, StagingPool};
 use super::LaneEngine;
+use crate::trace::area::{self, AreaShape};
+use simpler_trace::TraceLevel;
 
 impl LaneEngine {
     /// Launches whatever can go: ends a failed unlaunched front, then prepares and launches
@@ -126,6 +128,7 @@ impl LaneEngine {
             slots,
             queue,
             generation,
+            trace_origin_ns,
             ..
         } = self;
         let heap = resources
@@ -133,13 +136,30 @@ impl LaneEngine {
             .map_err(|e| (e, Vec::new()))?;
         let slot = &mut slots[slot_idx];
         let run = queue.get_mut(id).expect("a queued run");
+        let prepare_start = run.request.capture.now();
         let identity = RunIdentity {
             epoch: run.request.cell.epoch,
             generation: *generation,
             dispatch_id: id,
             slot: slot.index,
         };
+        let trace_addr = match run.request.capture.level() {
+            TraceLevel::Off => Ok(0),
+            level => area::arm(
+                device,
+                &mut slot.trace_area,
+                AreaShape {
+                    level: level as u32,
+                    cores: device.topology().core_count(),
+                    aicpu_threads: run.request.plan.aicpu_threads,
+                    capacity: run.request.plan.trace_records,
+                    clock_origin_ns: *trace_origin_ns,
+                },
+            ),
+        };
+        let trace_addr = trace_addr.map_err(|e| (e, Vec::new()))?;
         let request = &run.request;
+        let stage_start = request.capture.now();
         let mut staging = StagedArgs::with_capacity(request.args.len());
         let mut taken = Vec::new();
         let mut orch_args = OrchArgs::empty();
@@ -174,6 +194,7 @@ impl LaneEngine {
                 ring_dep_pool: request.plan.dep_pools,
                 tensor_wait_timeout_ms: config.tensor_data_timeout.as_millis() as u32,
                 op_execute_timeout_ms: crate::worker_config::ceil_ms(config.op_execute_timeout),
+                trace_addr,
             };
             publish(&**device, slot, &request.callable, &orch_args, &desc)
         });
@@ -193,6 +214,12 @@ impl LaneEngine {
             }
             return Err((e, retained));
         }
+        run.request
+            .capture
+            .span("stage", identity.epoch, stage_start);
+        run.request
+            .capture
+            .span("prepare", identity.epoch, prepare_start);
         run.stage = Stage::Prepared(PreparedRun { identity, staging });
         slot.occupant = Some(id);
         Ok(())

@@ -21,6 +21,7 @@ use crate::identity::RunIdentity;
 use crate::join::JoinRefs;
 use crate::launch::LaunchGrade;
 use crate::registry::Registered;
+use crate::trace::RunCapture;
 use crate::HostError;
 
 use super::alias::HostRange;
@@ -114,6 +115,8 @@ pub(crate) struct RunRequest {
     pub(crate) host_ranges: Vec<HostRange>,
     /// The device memory its in-place device tensors cover (refused frees).
     pub(crate) device_ranges: Vec<DeviceRange>,
+    /// What the run records (`docs/tracing.md`); off unless the run's level says otherwise.
+    pub(crate) capture: RunCapture,
 }
 
 /// How a launched run's launch went.

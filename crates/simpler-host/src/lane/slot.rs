@@ -4,7 +4,8 @@
 //!   descriptor, the epoch-stamped result region, the orchestration arguments, the func
 //!   tables, the core mailboxes and the runtime state word, the slot's completion fence and
 //!   its two join-proof events, and its three caller-order events (created lazily, by the
-//!   first caller launch the slot hosts), and the pool of staging buffers its runs reuse.
+//!   first caller launch the slot hosts), the pool of staging buffers its runs reuse and
+//!   the trace area of its traced runs (allocated by the first one, `docs/tracing.md`).
 //!   Two runs in flight never share any of these, so a successor can be staged while its
 //!   predecessor executes;
 //! - per lane ([`LaneResources`]): the stream pair every run is launched on (preparing a
@@ -26,6 +27,7 @@ use crate::identity::{StreamPair, StreamRole};
 use crate::HostError;
 
 use super::staging::StagingPool;
+use crate::trace::area::TraceArea;
 
 /// One pipeline slot's device resources.
 pub(crate) struct PipelineSlot {
@@ -51,6 +53,8 @@ pub(crate) struct PipelineSlot {
     pub(crate) quarantined: bool,
     /// Staging buffers of the slot's finished runs, reused by its next ones.
     pub(crate) staging: StagingPool,
+    /// The trace area of the slot's traced runs (allocated by the first one).
+    pub(crate) trace_area: Option<TraceArea>,
     allocations: Vec<DevicePtr>,
 }
 
@@ -97,6 +101,7 @@ impl PipelineSlot {
             occupant: None,
             quarantined: false,
             staging: StagingPool::default(),
+            trace_area: None,
             allocations,
         })
     }
@@ -134,7 +139,9 @@ impl PipelineSlot {
         }
         let events = self.caller_events.release(&**device);
         let fence = self.fence.release(&**device).is_ok();
+        let trace = crate::trace::area::release(&**device, &mut self.trace_area);
         self.allocations.is_empty()
+            && trace
             && staging
             && self.proofs.iter().all(Option::is_none)
             && events

@@ -131,12 +131,14 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
         if orchestrator {
             let _ = shared.orch_bell.set(ctx.doorbell.clone());
             if !shared.errors.is_fatal() {
-                orchestrator::Orchestrator::new(
+                let mut o = orchestrator::Orchestrator::new(
                     &shared,
                     ctx.doorbell.clone(),
                     ctx.topology.clusters,
-                )
-                .run();
+                );
+                o.tracer = crate::trace::Tracer::for_aicpu(&mem, ctx.thread_idx);
+                crate::trace::align_clocks(&mem);
+                o.run();
             } else {
                 shared.orch_done.store(true, Ordering::Release);
                 shared.ring_schedulers();

@@ -23,6 +23,7 @@ use super::ring::{HeapRing, HEAP_ALIGN, RING_COUNT};
 use super::state::{RunShared, DEFAULT_TENSOR_WAIT_TIMEOUT_MS};
 use super::task::{TaskId, NO_TASK};
 use super::tensormap::{Region, TensorMap};
+use crate::trace::Tracer;
 
 /// Most nested scopes (`PTO2_MAX_SCOPE_DEPTH`).
 pub const MAX_SCOPE_DEPTH: usize = 64;
@@ -65,6 +66,10 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) scope_tasks_cap: usize,
     pub(crate) heaps: [HeapRing; RING_COUNT],
     pub(crate) deps: Vec<TaskId>,
+    /// `TRACE_EDGE_*` kind of each entry of `deps`, filled only when the run is traced.
+    pub(crate) dep_kinds: Vec<u32>,
+    /// This thread's trace recorder (`None`: the run records nothing).
+    pub(crate) tracer: Option<Tracer>,
     pub(crate) clusters: u32,
     pub(crate) tensor_wait_ms: u64,
     /// Set while a submit is being served: its index in the run and its kernel ids per
@@ -115,6 +120,8 @@ impl<'a> Orchestrator<'a> {
             scope_tasks_cap: window_total,
             heaps: std::array::from_fn(|r| HeapRing::new(starts[r], sizes[r])),
             deps: Vec::with_capacity(64),
+            dep_kinds: Vec::new(),
+            tracer: None,
             clusters,
             submitting: None,
             submit_calls: 0,

@@ -24,7 +24,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use simpler_abi::{CoreType, SCHED_KERNEL_FATAL};
+use simpler_abi::*;
 use simpler_device::AicpuContext;
 
 use super::idle::preload_allowance;
@@ -34,6 +34,10 @@ use super::watchdog::{self, RunningDispatch};
 use crate::handshake::{
     ack, dispatch_state, next_dispatch_id, ready, DispatchState, EXITED, EXIT_SIGNAL,
 };
+use crate::trace::{self, Tracer, NONE32, NONE64};
+
+#[path = "scheduler_trace.rs"]
+mod scheduler_trace;
 
 /// How long one park lasts before the thread looks around anyway.
 const PARK_SLICE: Duration = Duration::from_millis(20);
@@ -52,6 +56,8 @@ struct Sub {
     block: u32,
     /// When it became the core's running dispatch (the start of its op-execute clock).
     started: Instant,
+    /// Its ACK was recorded (level dispatch).
+    acked: bool,
 }
 
 /// One core as its scheduler sees it.
@@ -97,6 +103,8 @@ struct Scheduler<'a, 'c> {
     clusters: Vec<[usize; 3]>,
     /// When this scheduler first saw the run failed (the start of the orchestrator's grace).
     failed_at: Option<Instant>,
+    /// This thread's trace recorder (`None`: the run records nothing).
+    tracer: Option<Tracer>,
 }
 
 /// Runs scheduler `index` of `schedulers` until the run is over.
@@ -111,6 +119,7 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
         cores: Vec::new(),
         clusters: Vec::new(),
         failed_at: None,
+        tracer: Tracer::for_aicpu(&shared.mem, ctx.thread_idx),
     };
     for c in (0..topo.clusters).filter(|c| c % schedulers == index) {
         let base = s.cores.len();
@@ -162,19 +171,31 @@ impl Scheduler<'_, '_> {
     /// abandoned).
     fn serve(&mut self) {
         let mut idle_passes = 0u32;
+        // Level scheduler: the start of the current run of idle passes.
+        let mut idle_since: Option<u64> = None;
         loop {
             self.pass += 1;
+            let t0 = trace::start(&self.tracer, TRACE_LEVEL_SCHEDULER);
             let mut progress = self.collect();
+            if let (Some(t), Some(t0), true) = (self.tracer.as_mut(), t0, progress) {
+                t.phase(TRACE_PHASE_SCHED_COLLECT, NONE64, NONE32, t0);
+            }
             let busy = self.cores.iter().any(CoreExec::busy);
             let fatal = self.shared.errors.is_fatal();
             if !busy && (self.shared.all_done() || (fatal && self.orchestrator_finished())) {
                 return;
             }
             if !fatal {
-                progress |= self.dispatch();
+                let t0 = trace::start(&self.tracer, TRACE_LEVEL_SCHEDULER);
+                let placed = self.dispatch();
+                if let (Some(t0), true) = (t0, placed) {
+                    self.record_place(t0);
+                }
+                progress |= placed;
             }
             if progress {
                 idle_passes = 0;
+                self.end_idle(&mut idle_since);
                 continue;
             }
             // Nothing moved this pass: look at the clocks. After either fires the run is
@@ -189,15 +210,23 @@ impl Scheduler<'_, '_> {
             }
             if idle_passes < IDLE_YIELDS && simpler_device::wait::polling_pays() {
                 idle_passes += 1;
+                if idle_since.is_none() {
+                    idle_since = trace::start(&self.tracer, TRACE_LEVEL_SCHEDULER);
+                }
                 simpler_device::wait::yield_now();
                 continue;
             }
+            self.end_idle(&mut idle_since);
             let bell = self.ctx.doorbell;
             bell.prepare_park();
             if self.has_work() {
                 bell.cancel_park();
             } else {
+                let t0 = trace::start(&self.tracer, TRACE_LEVEL_SCHEDULER);
                 bell.park(PARK_SLICE);
+                if let (Some(t), Some(t0)) = (self.tracer.as_mut(), t0) {
+                    t.phase(TRACE_PHASE_SCHED_PARK, NONE64, NONE32, t0);
+                }
             }
         }
     }
@@ -264,9 +293,21 @@ impl Scheduler<'_, '_> {
                 continue;
             };
             let cond = self.regs(i).read_cond();
+            if self.tracer.is_some() && !run.acked && cond == ack(run.id) {
+                self.instant(TRACE_PHASE_ACK, i, run.task);
+                if let Some(r) = self.cores[i].running.as_mut() {
+                    r.acked = true;
+                }
+            }
             if let Some(p) = self.cores[i].pending {
                 let both = match dispatch_state(cond, p.id) {
                     DispatchState::Running if cond == ack(p.id) => {
+                        if self.tracer.is_some() {
+                            self.instant(TRACE_PHASE_ACK, i, p.task);
+                            if let Some(q) = self.cores[i].pending.as_mut() {
+                                q.acked = true;
+                            }
+                        }
                         self.finish(i, run, false);
                         self.advance(i);
                         any = true;
@@ -309,6 +350,9 @@ impl Scheduler<'_, '_> {
     }
 
     fn finish(&mut self, core: usize, sub: Sub, failed: bool) {
+        if self.tracer.is_some() {
+            self.instant(TRACE_PHASE_FIN, core, sub.task);
+        }
         self.cores[core].warm = self.pass;
         let shared = self.shared;
         // Progress first: whoever then sees nothing running sees this progress too.
@@ -508,6 +552,12 @@ impl Scheduler<'_, '_> {
         if block >= body.block_num {
             return None;
         }
+        if block == 0 {
+            if let Some(t) = trace::at(&mut self.tracer, TRACE_LEVEL_DISPATCH) {
+                let ready = slot.ready_ns.load(Ordering::Relaxed);
+                t.phase(TRACE_PHASE_READY_WAIT, task, NONE32, ready);
+            }
+        }
         match shape {
             Shape::Mix => {
                 for (lane, &bit) in LANE_BITS.iter().enumerate() {
@@ -527,6 +577,7 @@ impl Scheduler<'_, '_> {
 
     /// Writes one subtask into the core's next payload buffer and publishes its id.
     fn place(&mut self, core: usize, task: TaskId, lane: usize, block: u32) {
+        let t0 = trace::start(&self.tracer, TRACE_LEVEL_DISPATCH);
         let body = self.shared.task(task).body();
         let c = &mut self.cores[core];
         let id = next_dispatch_id(c.last_dispatch);
@@ -556,6 +607,7 @@ impl Scheduler<'_, '_> {
             lane: lane as u8,
             block,
             started: Instant::now(),
+            acked: false,
         });
         if c.running.is_none() {
             c.running = sub;
@@ -565,7 +617,11 @@ impl Scheduler<'_, '_> {
         }
         self.shared.running.fetch_add(1, Ordering::AcqRel);
         self.shared.progress();
-        self.ctx.cores[c.id as usize].write_dmb(u64::from(id));
+        let core_id = c.id;
+        self.ctx.cores[core_id as usize].write_dmb(u64::from(id));
+        if let (Some(t), Some(t0)) = (self.tracer.as_mut(), t0) {
+            t.phase(TRACE_PHASE_DISPATCH, task, core_id, t0);
+        }
     }
 
     /// Sync-start drain step; true if this scheduler dispatched blocks.

@@ -156,6 +156,9 @@ pub(crate) struct RunShared {
     /// kernel may still read its task's arguments, which live in this state, so the state is
     /// never freed.
     pub(crate) abandoned_cores: AtomicU32,
+    /// The device clock's origin when the run records level dispatch or more (tasks are
+    /// stamped with the time they became ready), else `None`.
+    pub(crate) trace_ready_origin: Option<u64>,
 }
 
 impl RunShared {
@@ -206,6 +209,10 @@ impl RunShared {
             schedulers_exited: AtomicU32::new(0),
             published: AtomicBool::new(false),
             abandoned_cores: AtomicU32::new(0),
+            trace_ready_origin: mem
+                .trace_control()
+                .filter(|c| c.level >= simpler_abi::TRACE_LEVEL_DISPATCH)
+                .map(|c| c.clock_origin_ns),
         }
     }
 
@@ -294,6 +301,11 @@ impl RunShared {
         let shape = self.task(id).body().shape;
         if shape == Shape::Dummy {
             return false;
+        }
+        if let Some(origin) = self.trace_ready_origin {
+            self.task(id)
+                .ready_ns
+                .store(simpler_device::clock::device_ns(origin), Ordering::Relaxed);
         }
         self.ready[shape as usize].push(id);
         self.ring_schedulers();

@@ -20,7 +20,8 @@ use simpler_abi::*;
 use super::orchestrator::Orchestrator;
 use super::ring::{HEAP_ALIGN, RING_COUNT};
 use super::task::{local_of, ring_of, Shape, TaskId, LANE_BITS, NO_TASK};
-use super::tensormap::Region;
+use super::tensormap::{ConflictKind, Region};
+use crate::trace::{self, NONE32};
 
 /// What `check_desc` resolved.
 struct Kind {
@@ -130,10 +131,14 @@ impl<'a> Orchestrator<'a> {
         }
         self.submit_calls += 1;
         self.submitting = Some((self.submit_calls, d.kernel_ids));
+        let t0 = trace::start(&self.tracer, TRACE_LEVEL_ORCHESTRATOR);
         let rc = match self.try_submit(d, outputs) {
             Ok(()) => 0,
             Err(code) => code,
         };
+        if let (Some(t), Some(t0)) = (self.tracer.as_mut(), t0) {
+            t.phase(TRACE_PHASE_SUBMIT, trace::NONE64, NONE32, t0);
+        }
         self.submitting = None;
         rc
     }
@@ -219,7 +224,12 @@ impl<'a> Orchestrator<'a> {
         // Dependencies: explicit, creator retention, then the tensor map.
         let mut deps = std::mem::take(&mut self.deps);
         deps.clear();
+        self.dep_kinds.clear();
+        let t0 = trace::start(&self.tracer, TRACE_LEVEL_ORCHESTRATOR);
         let result = self.collect_deps(d, &tags, &regions, &mut deps);
+        if let (Some(t), Some(t0)) = (self.tracer.as_mut(), t0) {
+            t.phase(TRACE_PHASE_TENSOR_MAP_LOOKUP, trace::NONE64, NONE32, t0);
+        }
         let result = result
             .and_then(|_| self.wait_for_room(r, Resource::Slot))
             .and_then(|_| self.wait_for_room(r, Resource::DepPool(deps.len() as u32)));
@@ -234,10 +244,14 @@ impl<'a> Orchestrator<'a> {
         let id: TaskId = (r as u64) << 32 | u64::from(local);
         let mut heap_at = 0;
         if heap_bytes > 0 {
-            match self
-                .wait_for_room(r, Resource::Heap(heap_bytes))
-                .map(|_| self.heaps[r].alloc(id, heap_bytes))
-            {
+            match self.wait_for_room(r, Resource::Heap(heap_bytes)).map(|_| {
+                let t0 = trace::start(&self.tracer, TRACE_LEVEL_ORCHESTRATOR);
+                let at = self.heaps[r].alloc(id, heap_bytes);
+                if let (Some(t), Some(t0)) = (self.tracer.as_mut(), t0) {
+                    t.phase(TRACE_PHASE_HEAP_ALLOC, id, NONE32, t0);
+                }
+                at
+            }) {
                 Ok(Some(addr)) => heap_at = addr,
                 Ok(None) => unreachable!("wait_for_room returned with room"),
                 Err(code) => {
@@ -301,7 +315,9 @@ impl<'a> Orchestrator<'a> {
             }
         }
 
+        self.trace_task(id, &kind, &deps);
         // Wire: pin each live producer until this task completes; wait for those not done.
+        let t0 = trace::start(&self.tracer, TRACE_LEVEL_ORCHESTRATOR);
         let mut edges = 0;
         for &p in &deps {
             let producer = self.shared.task(p);
@@ -318,6 +334,9 @@ impl<'a> Orchestrator<'a> {
         }
         body.edges = edges;
         ring.edges_live.fetch_add(edges, Ordering::AcqRel);
+        if let (Some(t), Some(t0)) = (self.tracer.as_mut(), t0) {
+            t.phase(TRACE_PHASE_DEPENDENCY_WIRING, id, NONE32, t0);
+        }
         self.deps = deps;
 
         if let Some(out) = outputs {
@@ -362,6 +381,7 @@ impl<'a> Orchestrator<'a> {
             }
             if !deps.contains(&dep) {
                 deps.push(dep);
+                self.note_kind(TRACE_EDGE_EXPLICIT);
             }
         }
         let n = d.tensor_count as usize;
@@ -383,10 +403,18 @@ impl<'a> Orchestrator<'a> {
             }
             if !deps.contains(&owner) {
                 deps.push(owner);
+                // Creator retention: the task uses the owner's output.
+                self.note_kind(if tag == TensorArgType::OutputExisting {
+                    TRACE_EDGE_WAW
+                } else {
+                    TRACE_EDGE_RAW
+                });
             }
         }
         if !self.manual() {
             let shared = self.shared;
+            let traced = self.tracer.is_some();
+            let kinds = &mut self.dep_kinds;
             for i in 0..n {
                 let (Some(region), tag) = (regions[i], tags[i]) else {
                     continue;
@@ -394,16 +422,56 @@ impl<'a> Orchestrator<'a> {
                 if tag == TensorArgType::NoDep {
                     continue;
                 }
-                self.map.conflicts(
+                self.map.conflicts_by_kind(
                     d.tensors[i].buffer_addr,
                     &region,
                     tag.writes(),
                     |t| shared.task(t).is_done(t),
                     deps,
+                    |k| {
+                        if traced {
+                            kinds.push(match k {
+                                ConflictKind::Raw => TRACE_EDGE_RAW,
+                                ConflictKind::Waw => TRACE_EDGE_WAW,
+                                ConflictKind::War => TRACE_EDGE_WAR,
+                            });
+                        }
+                    },
                 );
             }
         }
         Ok(())
+    }
+
+    /// Notes the kind of the dependency just added (traced runs only).
+    fn note_kind(&mut self, kind: u32) {
+        if self.tracer.is_some() {
+            self.dep_kinds.push(kind);
+        }
+    }
+
+    /// Level tasks: the task just published (its func ids, submit number and blocks) and
+    /// its dependency edges with their kinds.
+    fn trace_task(&mut self, id: TaskId, kind: &Kind, deps: &[TaskId]) {
+        let Some(t) = trace::at(&mut self.tracer, TRACE_LEVEL_TASKS) else {
+            return;
+        };
+        let f = kind.func_ids.map(|f| if f < 0 { NONE32 } else { f as u32 });
+        t.push(
+            TRACE_TASK,
+            f,
+            id,
+            self.submit_calls,
+            u64::from(kind.block_num),
+        );
+        for (i, &p) in deps.iter().enumerate() {
+            let k = self
+                .dep_kinds
+                .get(i)
+                .copied()
+                .unwrap_or(TRACE_EDGE_EXPLICIT);
+            t.push(TRACE_EDGE, [k, 0, 0], id, p, 0);
+        }
     }
 
     /// Whether ring `r` has room for `res` right now (without reclaiming).
@@ -426,6 +494,8 @@ impl<'a> Orchestrator<'a> {
         }
         let mut announced = false;
         let mut reclaimed = false;
+        let t0 = trace::start(&self.tracer, TRACE_LEVEL_ORCHESTRATOR);
+        let mut parked = false;
         loop {
             // Reclaiming scans the rings: do it only once room runs short.
             if reclaimed || !self.has_room(r, res) {
@@ -437,6 +507,9 @@ impl<'a> Orchestrator<'a> {
             if room {
                 if announced {
                     self.bell.cancel_park();
+                }
+                if let (Some(t), Some(t0), true) = (self.tracer.as_mut(), t0, parked) {
+                    t.phase(TRACE_PHASE_BACK_PRESSURE, trace::NONE64, NONE32, t0);
                 }
                 return Ok(());
             }
@@ -487,6 +560,7 @@ impl<'a> Orchestrator<'a> {
                 continue;
             }
             self.park();
+            parked = true;
             announced = false;
         }
     }

@@ -127,6 +127,9 @@ pub(crate) struct Task {
     pub(crate) next_block: AtomicU32,
     /// Subtasks finished.
     pub(crate) done_subtasks: AtomicU32,
+    /// Device clock (ns) at which the task was queued ready (set only when the run records
+    /// level dispatch or more).
+    pub(crate) ready_ns: AtomicU64,
 }
 
 // SAFETY: `body` is written only by the orchestrator thread while the slot is free (no other
@@ -149,6 +152,7 @@ impl Default for Task {
             fanout: Mutex::new(Fanout::default()),
             next_block: AtomicU32::new(0),
             done_subtasks: AtomicU32::new(0),
+            ready_ns: AtomicU64::new(0),
         }
     }
 }

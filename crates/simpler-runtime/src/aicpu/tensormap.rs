@@ -13,6 +13,17 @@ use std::collections::HashMap;
 
 use simpler_abi::{ChipTensor, MAX_TENSOR_DIMS};
 
+/// Why a new access must wait for an earlier one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConflictKind {
+    /// A read after an overlapping write.
+    Raw,
+    /// A write after an overlapping write.
+    Waw,
+    /// A write after an overlapping read.
+    War,
+}
+
 /// The part of a buffer a view touches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Region {
@@ -138,20 +149,40 @@ impl TensorMap {
         is_done: impl Fn(u64) -> bool,
         deps: &mut Vec<u64>,
     ) {
+        self.conflicts_by_kind(base, region, write, is_done, deps, |_| {});
+    }
+
+    /// [`conflicts`](TensorMap::conflicts), also calling `kind` once for every task it
+    /// adds to `deps`, in the order added, with the kind of the conflict that added it.
+    pub fn conflicts_by_kind(
+        &mut self,
+        base: u64,
+        region: &Region,
+        write: bool,
+        is_done: impl Fn(u64) -> bool,
+        deps: &mut Vec<u64>,
+        mut kind: impl FnMut(ConflictKind),
+    ) {
         let Some(list) = self.buffers.get_mut(&base) else {
             return;
         };
-        let mut scan = |accesses: &mut Vec<Access>| {
+        let mut scan = |accesses: &mut Vec<Access>, k: ConflictKind| {
             accesses.retain(|a| !is_done(a.task));
             for a in accesses.iter() {
                 if a.region.overlaps(region) && !deps.contains(&a.task) {
                     deps.push(a.task);
+                    kind(k);
                 }
             }
         };
-        scan(&mut list.writes);
+        let on_writes = if write {
+            ConflictKind::Waw
+        } else {
+            ConflictKind::Raw
+        };
+        scan(&mut list.writes, on_writes);
         if write {
-            scan(&mut list.reads);
+            scan(&mut list.reads, ConflictKind::War);
         }
     }
 

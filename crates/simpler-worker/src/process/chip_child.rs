@@ -31,6 +31,8 @@ pub(crate) struct ChipProcess {
     index: usize,
     device_id: u32,
     link: Link,
+    /// The last traced run's trace, as the child sent it back, until the lane takes it.
+    last_trace: Option<Box<simpler_host::trace_model::Trace>>,
 }
 
 /// Starts chip `index`, labelled `device_id`, in a child process (see
@@ -60,6 +62,7 @@ pub(crate) fn start(
         index,
         device_id,
         link,
+        last_trace: None,
     })
 }
 
@@ -261,7 +264,18 @@ impl Endpoint for ChipProcess {
             args: chip_args(self.index, args)?,
             config: WireCallConfig::from(config),
         };
-        expect_ok(self.link.call(&request)?, "run")
+        match self.link.call(&request)? {
+            // A trace that does not decode is lost, never the run's result.
+            Response::Traced(json) => {
+                self.last_trace = serde_json::from_slice(&json).ok().map(Box::new);
+                Ok(())
+            }
+            other => expect_ok(other, "run"),
+        }
+    }
+
+    fn take_trace(&mut self) -> Option<Box<simpler_host::trace_model::Trace>> {
+        self.last_trace.take()
     }
 
     fn malloc(&mut self, nbytes: u64) -> Result<DevicePtr, EndpointError> {

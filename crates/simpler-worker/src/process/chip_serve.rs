@@ -139,10 +139,15 @@ impl ChipServer {
                     .map(|(i, a)| self.task_arg(i, a, regions))
                     .collect::<Result<Vec<_>, _>>()?;
                 let owned = owned_args(self.index, &args)?;
-                self.worker
+                let out = self
+                    .worker
                     .submit_with(id, owned, &config.into())?
                     .result()?;
-                Ok(Response::Ok)
+                // A traced run's trace goes back with its result (`docs/tracing.md`).
+                Ok(match out.report.trace {
+                    Some(t) => Response::Traced(serde_json::to_vec(&*t).unwrap_or_default()),
+                    None => Response::Ok,
+                })
             }
             Request::Malloc { nbytes } => Ok(Response::Ptr(self.worker.malloc(nbytes)?.addr())),
             Request::Free { ptr } => {

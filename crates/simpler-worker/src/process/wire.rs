@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use simpler_abi::DataType;
 use simpler_device::sim::{ExecutorKind, Memcheck};
 use simpler_device::Topology;
+use simpler_host::trace_model::TraceLevel;
 use simpler_host::{CallConfig, RingValue, RuntimeEnv, WorkerConfig};
 
 use crate::memory::SharedRef;
@@ -205,6 +206,8 @@ pub(crate) enum Response {
     Ptr(u64),
     /// Bytes (copy_from, inline).
     Data(Vec<u8>),
+    /// Done, with the run's trace (a traced run): the trace model as JSON.
+    Traced(Vec<u8>),
     /// Failed.
     Err(WireError),
 }
@@ -371,6 +374,11 @@ pub(crate) struct WireCallConfig {
     ring_task_window: Option<WireRingValue>,
     ring_heap: Option<WireRingValue>,
     ring_dep_pool: Option<WireRingValue>,
+    /// [`CallConfig::trace_level`] as its number (0 off .. 4 orchestrator).
+    #[serde(default)]
+    trace_level: u8,
+    #[serde(default)]
+    trace_buffer_records: u32,
 }
 
 impl From<&CallConfig> for WireCallConfig {
@@ -383,12 +391,16 @@ impl From<&CallConfig> for WireCallConfig {
                     ring_heap,
                     ring_dep_pool,
                 },
+            trace_level,
+            trace_buffer_records,
         } = *c;
         WireCallConfig {
             aicpu_thread_num,
             ring_task_window: ring_task_window.map(Into::into),
             ring_heap: ring_heap.map(Into::into),
             ring_dep_pool: ring_dep_pool.map(Into::into),
+            trace_level: trace_level as u8,
+            trace_buffer_records,
         }
     }
 }
@@ -402,6 +414,8 @@ impl From<WireCallConfig> for CallConfig {
                 ring_heap: c.ring_heap.map(Into::into),
                 ring_dep_pool: c.ring_dep_pool.map(Into::into),
             },
+            trace_level: TraceLevel::from_u8(c.trace_level).unwrap_or_default(),
+            trace_buffer_records: c.trace_buffer_records,
         }
     }
 }
@@ -437,6 +451,8 @@ mod tests {
                 ring_heap: Some(RingValue::All(4096)),
                 ring_dep_pool: None,
             },
+            trace_level: TraceLevel::Scheduler,
+            trace_buffer_records: 64,
         };
         let wire: WireCallConfig = decode(&encode(&WireCallConfig::from(&call)), "c").unwrap();
         assert_eq!(CallConfig::from(wire), call);

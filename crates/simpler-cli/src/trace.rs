@@ -1,0 +1,158 @@
+//! `simpler trace summary|svg|convert`: the tools that read a trace file simpler wrote.
+//!
+//! Owns reading a trace file (Perfetto protobuf or Chrome JSON, told apart by content), the
+//! three subcommands, and writing their outputs atomically ([`simpler_host::fsio`]), so a
+//! failed write leaves no partial file. The formats and figures themselves are
+//! [`simpler_trace`]'s (docs/tracing.md, "Export and tools").
+
+use std::path::{Path, PathBuf};
+
+use simpler_trace::{summary::Summary, Format, Trace, TraceError};
+
+use crate::{files, EXIT_FAILURE, EXIT_USAGE};
+
+/// Why a `simpler trace` subcommand failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceCommandError {
+    /// The trace file could not be read.
+    #[error("cannot read trace file `{}`", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The trace file is not a trace simpler wrote.
+    #[error("cannot decode trace file `{}`", path.display())]
+    Decode {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        #[source]
+        source: TraceError,
+    },
+    /// The output would replace the input.
+    #[error("output `{}` is the trace file being read", path.display())]
+    OutputIsInput {
+        /// The output path.
+        path: PathBuf,
+    },
+    /// The output could not be written (nothing was left at the path).
+    #[error("cannot write `{}`", path.display())]
+    Write {
+        /// The output path.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl TraceCommandError {
+    /// `1` for a failed write, `2` for a bad input or output path.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            TraceCommandError::Write { .. } => EXIT_FAILURE,
+            _ => EXIT_USAGE,
+        }
+    }
+}
+
+/// Reads and decodes the trace file at `path`.
+///
+/// Errors: [`TraceCommandError::Read`], [`TraceCommandError::Decode`] naming `path`.
+pub fn read_trace(path: &Path) -> Result<Trace, TraceCommandError> {
+    let bytes = std::fs::read(path).map_err(|source| TraceCommandError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    simpler_trace::read(&bytes).map_err(|source| TraceCommandError::Decode {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Renders with `render` into memory, then writes `out` atomically.
+///
+/// Errors: [`TraceCommandError::Write`] naming `out`.
+pub fn write_output(
+    out: &Path,
+    render: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>,
+) -> Result<(), TraceCommandError> {
+    let werr = |source| TraceCommandError::Write {
+        path: out.to_path_buf(),
+        source,
+    };
+    let mut bytes = Vec::new();
+    render(&mut bytes).map_err(werr)?;
+    simpler_host::fsio::write_atomic(out, &bytes).map_err(werr)
+}
+
+fn refuse_input_as_output(input: &Path, out: &Path) -> Result<(), TraceCommandError> {
+    if files::same_file(input, out) {
+        return Err(TraceCommandError::OutputIsInput {
+            path: out.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// `simpler trace summary FILE`: prints the timing breakdown of every run in the file.
+pub fn summary(file: &Path) -> Result<(), TraceCommandError> {
+    let trace = read_trace(file)?;
+    print!("{}", Summary::of(&trace));
+    Ok(())
+}
+
+/// `simpler trace svg FILE -o OUT`: writes the swimlane picture.
+pub fn svg(file: &Path, out: &Path) -> Result<(), TraceCommandError> {
+    refuse_input_as_output(file, out)?;
+    let trace = read_trace(file)?;
+    write_output(out, |w| simpler_trace::svg::write(&trace, w))?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
+
+/// `simpler trace convert FILE -o OUT [--format F]`: rewrites the trace in `format`, by
+/// default the one `out`'s extension implies (`.json` Chrome, else Perfetto).
+pub fn convert(file: &Path, out: &Path, format: Option<Format>) -> Result<(), TraceCommandError> {
+    refuse_input_as_output(file, out)?;
+    let trace = read_trace(file)?;
+    let format = format.unwrap_or_else(|| Format::of_path(out));
+    write_output(out, |w| simpler_trace::write(&trace, format, w))?;
+    eprintln!("wrote {} ({format})", out.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_render_leaves_no_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("x.svg");
+        let e = write_output(&out, |w| {
+            w.extend_from_slice(b"partial");
+            Err(std::io::Error::other("boom"))
+        })
+        .unwrap_err();
+        assert_eq!(e.exit_code(), EXIT_FAILURE);
+        assert!(e.to_string().contains("x.svg"), "{e}");
+        assert!(!out.exists());
+    }
+
+    #[test]
+    fn reading_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.json");
+        std::fs::write(&p, b"{\"traceEvents\": 3}").unwrap();
+        let e = read_trace(&p).unwrap_err();
+        assert!(matches!(e, TraceCommandError::Decode { .. }));
+        assert!(e.to_string().contains("t.json"));
+        assert_eq!(e.exit_code(), EXIT_USAGE);
+        let e = read_trace(&dir.path().join("missing")).unwrap_err();
+        assert!(matches!(e, TraceCommandError::Read { .. }));
+    }
+}
