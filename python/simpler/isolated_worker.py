@@ -63,6 +63,11 @@ class IsolatedWorker(Worker):
         self.chip_isolation = "process"
         self._startup_timeout_s = None if startup is None else float(startup)
 
+    @property
+    def borrowed_context_generation(self) -> Optional[int]:
+        """Always ``None``: a chip in a child process never borrows a caller's context."""
+        return None
+
     def init(
         self,
         prewarm_config: Optional[CallConfig] = None,
