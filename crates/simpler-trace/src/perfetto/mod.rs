@@ -60,11 +60,12 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
         let mut flow = next_flow(&mut flow_counter);
         for p in &trace.processes {
             let layout = Layout::new(p, &mut next_uuid);
-            for packet in layout.descriptors(p) {
+            let pending = layout.events(p, &mut events, &mut flow);
+            let overflow = layout.place(pending, &mut events, &mut next_uuid);
+            for packet in layout.descriptors(p).into_iter().chain(overflow) {
                 os.write_message(PACKET_FIELD, &packet)
                     .map_err(io::Error::other)?;
             }
-            layout.events(p, &mut events, &mut flow);
         }
         // Perfetto sorts, but pairs begin/end per track in file order: keep each track's events
         // time-ordered, ends before begins at one instant (zero-length slices excepted).
@@ -165,10 +166,7 @@ impl Layout {
             t.set_pid(pid);
             let tid = i64::from(pid) * 10_000 + i as i64 + 1;
             t.set_tid(i32::try_from(tid).unwrap_or(i32::MAX));
-            t.set_thread_name(match ThreadKind::of(name) {
-                ThreadKind::Aicpu(n) => aicpu_label(n),
-                _ => name.clone(),
-            });
+            t.set_thread_name(thread_label(name));
             let mut d = TrackDescriptor::new();
             d.set_uuid(*uuid);
             d.thread = MessageField::some(t);
@@ -185,7 +183,15 @@ impl Layout {
         out
     }
 
-    fn events(&self, p: &ProcessTrace, out: &mut Vec<Event>, flow: &mut impl FnMut() -> u64) {
+    /// Pushes the instants and counters of `p` onto `out` and returns its slices
+    /// `(event, start, end)` (host clock) for [`Layout::place`].
+    fn events(
+        &self,
+        p: &ProcessTrace,
+        out: &mut Vec<Event>,
+        flow: &mut impl FnMut() -> u64,
+    ) -> Vec<(TrackEvent, u64, u64)> {
+        let mut pending = Vec::new();
         let clock = p.clock;
         for run in &p.runs {
             let epoch = ann_u("epoch", run.epoch);
@@ -197,7 +203,7 @@ impl Layout {
                 ann_u("clock_device_ns", clock.device_ns),
                 ann_u("clock_host_ns", clock.host_ns),
             ];
-            push_slice(out, e, clock.to_host(lo), clock.to_host(hi));
+            pending.push((e, clock.to_host(lo), clock.to_host(hi)));
 
             let (outs, ins) = flows(run, flow);
             let index = TaskIndex::new(run);
@@ -227,7 +233,7 @@ impl Layout {
                         .collect();
                     e.debug_annotations.push(ann_s("deps", &deps.join("; ")));
                 }
-                push_slice(out, e, clock.to_host(s.start_ns), clock.to_host(s.end_ns));
+                pending.push((e, clock.to_host(s.start_ns), clock.to_host(s.end_ns)));
             }
             for a in &run.aicpu {
                 let mut e = event(
@@ -244,7 +250,7 @@ impl Layout {
                 if a.start_ns == a.end_ns {
                     push_instant(out, e, clock.to_host(a.start_ns));
                 } else {
-                    push_slice(out, e, clock.to_host(a.start_ns), clock.to_host(a.end_ns));
+                    pending.push((e, clock.to_host(a.start_ns), clock.to_host(a.end_ns)));
                 }
             }
             for c in &run.counters {
@@ -275,8 +281,78 @@ impl Layout {
             if let Some(ep) = h.epoch {
                 e.debug_annotations = vec![ann_u("epoch", ep)];
             }
-            push_slice(out, e, h.start_ns, h.end_ns);
+            pending.push((e, h.start_ns, h.end_ns));
         }
+        pending
+    }
+
+    /// Places `slices` on their tracks so that every track's slices nest (Perfetto pairs a
+    /// track's begins and ends like brackets): a slice that would cross one already on its
+    /// track goes to an overflow track under it ("AICPU 1 (scheduler) +1", ...), the first
+    /// one where it nests. Returns the overflow tracks' descriptors.
+    fn place(
+        &self,
+        mut slices: Vec<(TrackEvent, u64, u64)>,
+        out: &mut Vec<Event>,
+        next_uuid: &mut u64,
+    ) -> Vec<TracePacket> {
+        slices.sort_by_key(|(e, s, end)| (e.track_uuid(), *s, std::cmp::Reverse(*end)));
+        let mut descriptors = Vec::new();
+        // Per track: its lanes, each (uuid, stack of open slice ends).
+        let mut lanes: BTreeMap<u64, Vec<(u64, Vec<u64>)>> = BTreeMap::new();
+        for (mut e, start, end) in slices {
+            let end = end.max(start);
+            let track = e.track_uuid();
+            let track_lanes = lanes
+                .entry(track)
+                .or_insert_with(|| vec![(track, Vec::new())]);
+            let mut chosen = None;
+            for (uuid, stack) in track_lanes.iter_mut() {
+                while stack.last().is_some_and(|&top| top <= start) {
+                    stack.pop();
+                }
+                if stack.last().map_or(true, |&top| top >= end) {
+                    stack.push(end);
+                    chosen = Some(*uuid);
+                    break;
+                }
+            }
+            let uuid = chosen.unwrap_or_else(|| {
+                let uuid = *next_uuid;
+                *next_uuid += 1;
+                let mut d = TrackDescriptor::new();
+                d.set_uuid(uuid);
+                d.set_parent_uuid(track);
+                d.set_name(format!("{} +{}", self.label(track), track_lanes.len()));
+                descriptors.push(descriptor(d));
+                track_lanes.push((uuid, vec![end]));
+                uuid
+            });
+            e.set_track_uuid(uuid);
+            push_slice(out, e, start, end);
+        }
+        descriptors
+    }
+
+    /// The shown name of track `uuid` of this layout.
+    fn label(&self, uuid: u64) -> String {
+        if uuid == self.runs_uuid {
+            return RUNS_TRACK.to_string();
+        }
+        let name = self
+            .threads
+            .iter()
+            .find(|(_, u)| *u == uuid)
+            .map_or("", |(n, _)| n.as_str());
+        thread_label(name)
+    }
+}
+
+/// The thread track label of thread `name`: "AICPU 0 (orchestrator)" etc., else the name.
+fn thread_label(name: &str) -> String {
+    match ThreadKind::of(name) {
+        ThreadKind::Aicpu(n) => aicpu_label(n),
+        _ => name.to_string(),
     }
 }
 
