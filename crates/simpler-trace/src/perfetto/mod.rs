@@ -311,7 +311,11 @@ impl Layout {
                 while stack.last().is_some_and(|&top| top <= start) {
                     stack.pop();
                 }
-                if stack.last().map_or(true, |&top| top >= end) {
+                let fits = match stack.last() {
+                    None => true,
+                    Some(&top) => top >= end,
+                };
+                if fits {
                     stack.push(end);
                     chosen = Some(*uuid);
                     break;
