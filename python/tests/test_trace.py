@@ -1,5 +1,5 @@
 """Traces from Python: Worker(trace=...), run(trace=path), CallConfig.trace_level, the report's
-trace, and the scene plugin's --trace DIR (docs/tracing.md)."""
+trace, and the scene plugin's --trace-dir DIR (docs/tracing.md)."""
 
 import json
 import textwrap
@@ -102,7 +102,7 @@ SCENE = textwrap.dedent(
 def test_scene_plugin_writes_one_trace_per_case(pytester, tmp_path):
     pytester.makepyfile(test_scene_case=SCENE)
     out = tmp_path / "traces"
-    result = pytester.runpytest("-p", "no:cacheprovider", "--trace", str(out))
+    result = pytester.runpytest("-p", "no:cacheprovider", "--trace-dir", str(out))
     result.assert_outcomes(passed=2)
     names = sorted(p.name for p in out.iterdir())
     assert names == ["TestScale.double.perfetto-trace", "TestScale.half.perfetto-trace"]

@@ -12,11 +12,11 @@ Options:
 ``--device ID``
     Device id of the pooled worker (default 0); a level-3 case's chips are the device ids
     from it on.
-``--trace DIR``
+``--trace-dir DIR``
     Record every level-2 case at trace level ``tasks`` and write its trace (Perfetto) to
     ``DIR/<Class>.<case>.perfetto-trace``, one file per case (the last round's);
     ``simpler trace summary|svg`` read them (``docs/tracing.md``). Level-3 cases are not
-    traced.
+    traced. (pytest's own ``--trace`` starts the debugger, hence the name.)
 
 Every ``SceneTestCase`` subclass gets one test per selected case. Workers are pooled for the
 whole session: one level-2 worker per (platform, runtime, device), and one level-3 worker per
@@ -50,7 +50,8 @@ def pytest_addoption(parser: Any) -> None:
     )
     group.addoption("--device", type=int, default=0, help="device id of the pooled worker")
     group.addoption(
-        "--trace",
+        "--trace-dir",
+        dest="simpler_trace_dir",
         default=None,
         metavar="DIR",
         help="write each level-2 case's trace to DIR/<Class>.<case>.perfetto-trace",
@@ -60,7 +61,7 @@ def pytest_addoption(parser: Any) -> None:
 def pytest_configure(config: Any) -> None:
     if config.getoption("rounds") < 1:
         raise pytest.UsageError("--rounds must be at least 1")
-    trace_dir = config.getoption("trace")
+    trace_dir = config.getoption("simpler_trace_dir")
     if trace_dir is not None:
         os.makedirs(trace_dir, exist_ok=True)
     platform = config.getoption("platform")
@@ -161,8 +162,8 @@ def scene_rounds(request: Any) -> int:
 
 @pytest.fixture
 def scene_trace(request: Any) -> Optional[str]:
-    """The trace file of this case under --trace DIR, or None without --trace."""
-    trace_dir = request.config.getoption("trace")
+    """The trace file of this case under --trace-dir DIR, or None without it."""
+    trace_dir = request.config.getoption("simpler_trace_dir")
     if trace_dir is None:
         return None
     case = request.node.callspec.params["scene_case"]["name"]
