@@ -141,7 +141,8 @@ pub const TRACE_EDGE_RAW: u32 = 0;
 pub const TRACE_EDGE_WAW: u32 = 1;
 /// Edge kind: write after read.
 pub const TRACE_EDGE_WAR: u32 = 2;
-/// Edge kind: an explicit dependency of the task descriptor (or creator retention).
+/// Edge kind: an explicit dependency of the task descriptor (`TaskDesc::deps`). Creator
+/// retention through `owner_task_id` is recorded as RAW (or WAW for an output into it).
 pub const TRACE_EDGE_EXPLICIT: u32 = 3;
 
 /// AICPU phase: a subtask written to a core's payload and its id published (level dispatch).

@@ -329,6 +329,18 @@ fn level_tasks_records_every_subtask_and_edge_and_nothing_of_the_aicpu() {
             &run.aicpu[..3.min(run.aicpu.len())]
         );
         assert!(run.counters.is_empty());
+        // The exporters carry the captured trace through: Perfetto and Chrome JSON read
+        // back to the same subtasks and edges.
+        let mut bytes = Vec::new();
+        simpler_host::trace_model::perfetto::write(&trace, &mut bytes).unwrap();
+        let back = simpler_host::trace_model::perfetto::read(&bytes).unwrap();
+        let (_, r) = only_run(&back);
+        assert_eq!(r.subtasks.len(), run.subtasks.len());
+        assert_eq!(r.edges.len(), run.edges.len());
+        let mut json = Vec::new();
+        simpler_host::trace_model::chrome::write(&trace, &mut json).unwrap();
+        let back = simpler_host::trace_model::chrome::read(&json).unwrap();
+        assert_eq!(only_run(&back).1.subtasks.len(), run.subtasks.len());
     }
 }
 

@@ -293,7 +293,7 @@ impl Scheduler<'_, '_> {
                 continue;
             };
             let cond = self.regs(i).read_cond();
-            if !run.acked && cond == ack(run.id) && self.tracer.is_some() {
+            if self.tracer.is_some() && !run.acked && cond == ack(run.id) {
                 self.instant(TRACE_PHASE_ACK, i, run.task);
                 if let Some(r) = self.cores[i].running.as_mut() {
                     r.acked = true;
