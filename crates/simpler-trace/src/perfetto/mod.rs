@@ -25,7 +25,7 @@ use perfetto_protos::trace_packet::TracePacket;
 use perfetto_protos::track_descriptor::TrackDescriptor;
 use perfetto_protos::track_event::track_event::Type;
 use perfetto_protos::track_event::TrackEvent;
-use protobuf::{CodedOutputStream, MessageField};
+use protobuf::{CodedOutputStream, Message, MessageField};
 
 use crate::model::{ProcessTrace, RunTrace, TaskIndex, Trace};
 use crate::tracks::{self, aicpu_label, ThreadKind};
@@ -71,7 +71,7 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
         // time-ordered, ends before begins at one instant (zero-length slices excepted).
         events.sort_by_key(|e| (e.ts, e.rank, e.seq));
         for e in events {
-            os.write_message(PACKET_FIELD, &e.packet)
+            os.write_bytes(PACKET_FIELD, &e.packet)
                 .map_err(io::Error::other)?;
         }
         os.flush().map_err(io::Error::other)?;
@@ -92,7 +92,9 @@ struct Event {
     ts: u64,
     rank: u8,
     seq: u64,
-    packet: TracePacket,
+    /// The encoded `TracePacket` (encoded at once: the message structs are large, and a
+    /// trace holds a million of them).
+    packet: Vec<u8>,
 }
 
 /// Sort ranks at one timestamp.
@@ -190,7 +192,7 @@ impl Layout {
         p: &ProcessTrace,
         out: &mut Vec<Event>,
         flow: &mut impl FnMut() -> u64,
-    ) -> Vec<(TrackEvent, u64, u64)> {
+    ) -> Vec<(Box<TrackEvent>, u64, u64)> {
         let mut pending = Vec::new();
         let clock = p.clock;
         for run in &p.runs {
@@ -203,7 +205,7 @@ impl Layout {
                 ann_u("clock_device_ns", clock.device_ns),
                 ann_u("clock_host_ns", clock.host_ns),
             ];
-            pending.push((e, clock.to_host(lo), clock.to_host(hi)));
+            pending.push((Box::new(e), clock.to_host(lo), clock.to_host(hi)));
 
             let (outs, ins) = flows(run, flow);
             let index = TaskIndex::new(run);
@@ -233,7 +235,11 @@ impl Layout {
                         .collect();
                     e.debug_annotations.push(ann_s("deps", &deps.join("; ")));
                 }
-                pending.push((e, clock.to_host(s.start_ns), clock.to_host(s.end_ns)));
+                pending.push((
+                    Box::new(e),
+                    clock.to_host(s.start_ns),
+                    clock.to_host(s.end_ns),
+                ));
             }
             for a in &run.aicpu {
                 let mut e = event(
@@ -250,7 +256,11 @@ impl Layout {
                 if a.start_ns == a.end_ns {
                     push_instant(out, e, clock.to_host(a.start_ns));
                 } else {
-                    pending.push((e, clock.to_host(a.start_ns), clock.to_host(a.end_ns)));
+                    pending.push((
+                        Box::new(e),
+                        clock.to_host(a.start_ns),
+                        clock.to_host(a.end_ns),
+                    ));
                 }
             }
             for c in &run.counters {
@@ -281,7 +291,7 @@ impl Layout {
             if let Some(ep) = h.epoch {
                 e.debug_annotations = vec![ann_u("epoch", ep)];
             }
-            pending.push((e, h.start_ns, h.end_ns));
+            pending.push((Box::new(e), h.start_ns, h.end_ns));
         }
         pending
     }
@@ -292,7 +302,7 @@ impl Layout {
     /// one where it nests. Returns the overflow tracks' descriptors.
     fn place(
         &self,
-        mut slices: Vec<(TrackEvent, u64, u64)>,
+        mut slices: Vec<(Box<TrackEvent>, u64, u64)>,
         out: &mut Vec<Event>,
         next_uuid: &mut u64,
     ) -> Vec<TracePacket> {
@@ -333,7 +343,7 @@ impl Layout {
                 uuid
             });
             e.set_track_uuid(uuid);
-            push_slice(out, e, start, end);
+            push_slice(out, *e, start, end);
         }
         descriptors
     }
@@ -419,12 +429,14 @@ fn descriptor(d: TrackDescriptor) -> TracePacket {
     p
 }
 
-fn packet(ts: u64, e: TrackEvent) -> TracePacket {
+/// The encoded packet of event `e` at `ts`.
+fn packet(ts: u64, e: TrackEvent) -> Vec<u8> {
     let mut p = TracePacket::new();
     p.set_timestamp(ts);
     p.set_trusted_packet_sequence_id(SEQUENCE_ID);
     p.set_track_event(e);
-    p
+    p.write_to_bytes()
+        .expect("a TracePacket has no required field left unset")
 }
 
 fn event(track: u64, name: String) -> TrackEvent {
