@@ -36,6 +36,8 @@ pub use read::read;
 const SEQUENCE_ID: u32 = 1;
 /// Field number of `Trace.packet`.
 const PACKET_FIELD: u32 = 1;
+/// Field number of `TracePacket.track_event`.
+const TRACK_EVENT_FIELD: u32 = 11;
 /// Name of the per-process track holding one slice per run.
 const RUNS_TRACK: &str = "runs";
 /// Name prefix of the instant that states a thread's dropped events.
@@ -192,7 +194,7 @@ impl Layout {
         p: &ProcessTrace,
         out: &mut Vec<Event>,
         flow: &mut impl FnMut() -> u64,
-    ) -> Vec<(Box<TrackEvent>, u64, u64)> {
+    ) -> Vec<Pending> {
         let mut pending = Vec::new();
         let clock = p.clock;
         for run in &p.runs {
@@ -205,7 +207,7 @@ impl Layout {
                 ann_u("clock_device_ns", clock.device_ns),
                 ann_u("clock_host_ns", clock.host_ns),
             ];
-            pending.push((Box::new(e), clock.to_host(lo), clock.to_host(hi)));
+            pending.push(Pending::new(e, clock.to_host(lo), clock.to_host(hi)));
 
             let (outs, ins) = flows(run, flow);
             let index = TaskIndex::new(run);
@@ -235,8 +237,8 @@ impl Layout {
                         .collect();
                     e.debug_annotations.push(ann_s("deps", &deps.join("; ")));
                 }
-                pending.push((
-                    Box::new(e),
+                pending.push(Pending::new(
+                    e,
                     clock.to_host(s.start_ns),
                     clock.to_host(s.end_ns),
                 ));
@@ -256,8 +258,8 @@ impl Layout {
                 if a.start_ns == a.end_ns {
                     push_instant(out, e, clock.to_host(a.start_ns));
                 } else {
-                    pending.push((
-                        Box::new(e),
+                    pending.push(Pending::new(
+                        e,
                         clock.to_host(a.start_ns),
                         clock.to_host(a.end_ns),
                     ));
@@ -291,7 +293,7 @@ impl Layout {
             if let Some(ep) = h.epoch {
                 e.debug_annotations = vec![ann_u("epoch", ep)];
             }
-            pending.push((Box::new(e), h.start_ns, h.end_ns));
+            pending.push(Pending::new(e, h.start_ns, h.end_ns));
         }
         pending
     }
@@ -302,17 +304,16 @@ impl Layout {
     /// one where it nests. Returns the overflow tracks' descriptors.
     fn place(
         &self,
-        mut slices: Vec<(Box<TrackEvent>, u64, u64)>,
+        mut slices: Vec<Pending>,
         out: &mut Vec<Event>,
         next_uuid: &mut u64,
     ) -> Vec<TracePacket> {
-        slices.sort_by_key(|(e, s, end)| (e.track_uuid(), *s, std::cmp::Reverse(*end)));
+        slices.sort_by_key(|p| (p.track, p.start, std::cmp::Reverse(p.end)));
         let mut descriptors = Vec::new();
         // Per track: its lanes, each (uuid, stack of open slice ends).
         let mut lanes: BTreeMap<u64, Vec<(u64, Vec<u64>)>> = BTreeMap::new();
-        for (mut e, start, end) in slices {
-            let end = end.max(start);
-            let track = e.track_uuid();
+        for p in slices {
+            let (start, end, track) = (p.start, p.end.max(p.start), p.track);
             let track_lanes = lanes
                 .entry(track)
                 .or_insert_with(|| vec![(track, Vec::new())]);
@@ -342,8 +343,7 @@ impl Layout {
                 track_lanes.push((uuid, vec![end]));
                 uuid
             });
-            e.set_track_uuid(uuid);
-            push_slice(out, *e, start, end);
+            push_slice(out, p, uuid);
         }
         descriptors
     }
@@ -446,32 +446,82 @@ fn event(track: u64, name: String) -> TrackEvent {
     e
 }
 
-fn push_slice(out: &mut Vec<Event>, mut begin: TrackEvent, start: u64, end: u64) {
-    let track = begin.track_uuid();
-    begin.set_type(Type::TYPE_SLICE_BEGIN);
+/// A slice's begin event, encoded at once (the message structs are large), waiting for
+/// [`Layout::place`] to choose its track.
+struct Pending {
+    track: u64,
+    start: u64,
+    end: u64,
+    /// The encoded `TrackEvent` (type begin, on `track`).
+    begin: Vec<u8>,
+}
+
+impl Pending {
+    fn new(mut begin: TrackEvent, start: u64, end: u64) -> Pending {
+        begin.set_type(Type::TYPE_SLICE_BEGIN);
+        Pending {
+            track: begin.track_uuid(),
+            start,
+            end,
+            begin: begin
+                .write_to_bytes()
+                .expect("a TrackEvent has no required field left unset"),
+        }
+    }
+}
+
+/// Pushes slice `p`'s begin and end on track `uuid`.
+fn push_slice(out: &mut Vec<Event>, p: Pending, uuid: u64) {
+    let (start, end) = (p.start, p.end.max(p.start));
+    let mut begin = p.begin;
+    if uuid != p.track {
+        // A later occurrence of a field overrides an earlier one when protobuf parses
+        // concatenated messages: this moves the encoded event to its overflow track.
+        let mut moved = TrackEvent::new();
+        moved.set_track_uuid(uuid);
+        begin.extend(
+            moved
+                .write_to_bytes()
+                .expect("a TrackEvent has no required field left unset"),
+        );
+    }
     // At one instant: longer slices begin first and later-begun slices end first (nesting).
-    let seq = u64::MAX - (end.max(start) - start);
     out.push(Event {
         ts: start,
         rank: RANK_BEGIN,
-        seq,
-        packet: packet(start, begin),
+        seq: u64::MAX - (end - start),
+        packet: packet_of_encoded(start, &begin),
     });
-    let seq = u64::MAX - start;
     let mut e = TrackEvent::new();
     e.set_type(Type::TYPE_SLICE_END);
-    e.set_track_uuid(track);
+    e.set_track_uuid(uuid);
     let rank = if end <= start {
         RANK_END_ZERO
     } else {
         RANK_END
     };
     out.push(Event {
-        ts: end.max(start),
+        ts: end,
         rank,
-        seq,
-        packet: packet(end.max(start), e),
+        seq: u64::MAX - start,
+        packet: packet(end, e),
     });
+}
+
+/// The encoded packet at `ts` holding the encoded `TrackEvent` `event`.
+fn packet_of_encoded(ts: u64, event: &[u8]) -> Vec<u8> {
+    let mut p = TracePacket::new();
+    p.set_timestamp(ts);
+    p.set_trusted_packet_sequence_id(SEQUENCE_ID);
+    let mut bytes = p
+        .write_to_bytes()
+        .expect("a TracePacket has no required field left unset");
+    let mut os = CodedOutputStream::vec(&mut bytes);
+    os.write_bytes(TRACK_EVENT_FIELD, event)
+        .and_then(|_| os.flush())
+        .expect("writing to a Vec cannot fail");
+    drop(os);
+    bytes
 }
 
 fn push_instant(out: &mut Vec<Event>, mut e: TrackEvent, ts: u64) {
