@@ -61,6 +61,9 @@ class CallConfig:
     enable_dep_gen: bool = False
     enable_scope_stats: bool = False
     output_prefix: str = ""
+    trace_level: Union[str, int] = "off"
+    """How much the run records (``"off"``, ``"tasks"``, ``"dispatch"``, ``"scheduler"``,
+    ``"orchestrator"`` or 0..4; ``docs/tracing.md``); the report then carries the trace."""
 
     _DIAGNOSTICS = (
         "enable_chip_swimlane",
@@ -86,7 +89,9 @@ class CallConfig:
                 f"runtime_env must be a RuntimeEnv, got {type(self.runtime_env).__name__}"
             )
         native = _native.CallConfig(
-            aicpu_thread_num=self.aicpu_thread_num, runtime_env=self.runtime_env._to_native()
+            aicpu_thread_num=self.aicpu_thread_num,
+            runtime_env=self.runtime_env._to_native(),
+            trace_level=str(self.trace_level),
         )
         native.check_fields()
         if not isinstance(self.output_prefix, str) or len(self.output_prefix.encode()) > 1023:

@@ -37,9 +37,10 @@ completes (the handle keeps them alive): do not modify them meanwhile.
 from __future__ import annotations
 
 import math
+import os
 import threading
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -88,7 +89,7 @@ _IGNORED_POSITIVE = ("startup_timeout_s", "py_control_timeout_s")
 
 @dataclass(frozen=True)
 class RunReport:
-    """What a successful run reports."""
+    """What a successful run reports; a traced run's report also holds its trace."""
 
     epoch: int
     """The run's epoch (process-unique, non-zero)."""
@@ -99,10 +100,34 @@ class RunReport:
     tasks: Optional[int] = None
     """Tasks the orchestration submitted, allocation-only and other kernel-less tasks
     included; None for a chip in a child process (``chip_isolation="process"``)."""
+    _native: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def has_trace(self) -> bool:
+        """True when the run ran at a trace level other than off."""
+        return self._native is not None and bool(self._native.has_trace)
+
+    def write_trace(self, path: Union[str, "os.PathLike[str]"], format: Optional[str] = None) -> None:
+        """Writes the trace atomically: Perfetto protobuf, or Chrome JSON for a ``.json``
+        path or ``format="chrome"``. ``ValueError`` for an untraced run."""
+        if self._native is None:
+            raise ValueError("the run was not traced (its trace level was off)")
+        self._native.write_trace(os.fspath(path), format)
+
+    def trace_summary(self) -> str:
+        """The timing breakdown ``simpler trace summary`` prints (``docs/tracing.md``)."""
+        if self._native is None:
+            raise ValueError("the run was not traced (its trace level was off)")
+        return str(self._native.trace_summary())
 
 
 class Worker:
     """One chip (level 2). See the module docs for the lifecycle and argument rules.
+
+    ``trace`` (a trace level: ``"tasks"``, ``"dispatch"``, ``"scheduler"``,
+    ``"orchestrator"`` or 1..4) records every run whose :class:`CallConfig` leaves
+    ``trace_level`` off; the report then has ``write_trace(path)`` and ``trace_summary()``
+    (``docs/tracing.md``).
 
     Options: ``platform`` (``"sim"``; ``"a2a3sim"`` is an alias), ``runtime``
     (``"tensormap_and_ringbuffer"``), ``device_id``, and the chip's shape and sizes:
@@ -173,6 +198,12 @@ class Worker:
                     f"{key}: several chips and sub workers are a level-3 worker: "
                     "Worker(level=3, ...)"
                 )
+        # The trace level of runs whose CallConfig leaves it off (docs/tracing.md).
+        self.trace_level = str(config.pop("trace", None) or "off")
+        try:
+            _native.CallConfig(trace_level=self.trace_level)
+        except Exception as e:
+            raise InvalidConfigError(f"trace: {e}") from None
         if config.pop("enable_sdma", False):
             raise UnsupportedError("enable_sdma: there is no SDMA engine on the sim platform")
         # "process" is python/simpler/isolated_worker.py (Worker.__new__ makes one).
@@ -490,15 +521,42 @@ class Worker:
     # -- runs ----------------------------------------------------------------------------------
 
     def run(
-        self, callable: CallableHandle, args: Any = None, config: Optional[CallConfig] = None
+        self,
+        callable: CallableHandle,
+        args: Any = None,
+        config: Optional[CallConfig] = None,
+        *,
+        trace: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> RunReport:
         """Runs a registered callable and waits for it, with the GIL released.
 
         This is ``submit(...).result()``: host arrays are lent to the run in place, device
         tensors are used in place, and Ctrl-C raises ``KeyboardInterrupt`` while the run goes
         on (its outputs land when it completes; ``close`` waits for it).
+
+        ``trace=path`` records the run (at the config's trace level, else the worker's, else
+        ``"tasks"``) and writes its trace there atomically (Perfetto, or Chrome JSON for a
+        ``.json`` path; ``docs/tracing.md``).
         """
-        return self._submit(*self._prepare(callable, args, config)).result()
+        if trace is not None:
+            config = self._traced_config(config, default="tasks")
+        report = self._submit(*self._prepare(callable, args, config)).result()
+        if trace is not None:
+            report.write_trace(trace)
+        return report
+
+    def _traced_config(self, config: Optional[CallConfig], default: str) -> CallConfig:
+        """``config`` with a trace level: its own, else the worker's, else ``default``."""
+        import dataclasses
+
+        if config is not None and not isinstance(config, CallConfig):
+            raise ArgumentTypeError(f"config must be a CallConfig, got {type(config).__name__}")
+        base = config if config is not None else CallConfig()
+        if str(base.trace_level) not in ("off", "0"):
+            return base
+        worker_level = getattr(self, "trace_level", "off")
+        level = worker_level if worker_level not in ("off", "0") else default
+        return dataclasses.replace(base, trace_level=level)
 
     def submit(
         self,
@@ -546,6 +604,9 @@ class Worker:
             handle = self._own_handle(callable)
             native_id = handle._native_id
         native_config = None
+        worker_level = getattr(self, "trace_level", "off")
+        if worker_level not in ("off", "0") and (config is None or isinstance(config, CallConfig)):
+            config = self._traced_config(config, default=worker_level)
         if config is not None:
             if not isinstance(config, CallConfig):
                 raise ArgumentTypeError(f"config must be a CallConfig, got {type(config).__name__}")
@@ -665,7 +726,10 @@ class RunHandle:
         """Waits (see :meth:`wait`) and returns the run's report."""
         self.wait(timeout)
         report = self._native.result()
-        return RunReport(report.epoch, report.device_time_s, report.total_time_s, report.tasks)
+        traced = report if getattr(report, "has_trace", False) else None
+        return RunReport(
+            report.epoch, report.device_time_s, report.total_time_s, report.tasks, traced
+        )
 
     def __repr__(self) -> str:
         return f"RunHandle(epoch={self.epoch}, done={self.done})"

@@ -227,6 +227,20 @@ struct RunArgs {
     /// Absolute tolerance of --check.
     #[arg(long, default_value_t = 1e-5)]
     atol: f64,
+    /// Record the run and write its trace to FILE (Perfetto protobuf, or Chrome JSON for a
+    /// .json FILE); read it with `simpler trace` or load it in Perfetto.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// How much --trace/--deps record: off, tasks, dispatch, scheduler, orchestrator or 0..4
+    /// [default: tasks].
+    #[arg(long, value_name = "L")]
+    trace_level: Option<simpler_trace::TraceLevel>,
+    /// The format of --trace: perfetto or chrome [default: from FILE's extension].
+    #[arg(long, value_name = "FORMAT", requires = "trace")]
+    trace_format: Option<simpler_trace::Format>,
+    /// Write the run's task graph to FILE: Graphviz dot, or JSON for a .json FILE.
+    #[arg(long, value_name = "FILE")]
+    deps: Option<PathBuf>,
 }
 
 fn parse_named_value(s: &str) -> Result<(String, String), String> {
@@ -354,6 +368,12 @@ fn main() -> ExitCode {
                 scalars: a.scalars,
                 rtol: a.rtol,
                 atol: a.atol,
+                trace: run::TraceRequest {
+                    trace: a.trace,
+                    level: a.trace_level,
+                    format: a.trace_format,
+                    deps: a.deps,
+                },
             };
             run::command(&req).map_err(|e| (e.exit_code(), e.into()))
         }

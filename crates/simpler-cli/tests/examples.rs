@@ -805,3 +805,177 @@ fn failed_check_exits_1_naming_the_first_mismatch() {
     o.succeeded();
     assert!(o.stdout.contains("PASS y"), "{}", o.context());
 }
+
+// ---- traces --------------------------------------------------------------------------------
+
+/// `simpler run gemm --trace` at level orchestrator: the Perfetto file holds every subtask
+/// once with start < end, every edge's consumer starts after its producer ended, the AICPU
+/// threads and host spans are there; `--deps` writes dot and JSON; `simpler trace summary` and
+/// `svg` read the file.
+#[test]
+fn gemm_trace_and_deps() {
+    let w = Workdir::new("gemm");
+    let bundle = w.build();
+    let trace = w.path("gemm.perfetto-trace");
+    let dot = w.path("gemm.dot");
+    let mut flags = w.full_flags();
+    flags.extend([
+        "--trace".into(),
+        trace.display().to_string(),
+        "--trace-level".into(),
+        "orchestrator".into(),
+        "--deps".into(),
+        dot.display().to_string(),
+    ]);
+    let o = w.run(&bundle, &flags);
+    w.assert_passed(&o);
+    assert!(
+        o.stdout.contains("gemm.perfetto-trace (perfetto)"),
+        "{}",
+        o.context()
+    );
+    let t = simpler_trace::read(&std::fs::read(&trace).unwrap()).unwrap();
+    assert_eq!(t.processes.len(), 1);
+    let p = &t.processes[0];
+    assert_eq!(p.runs.len(), 1);
+    let run = &p.runs[0];
+    assert_eq!(run.level, simpler_trace::TraceLevel::Orchestrator);
+    assert!(run.dropped.is_empty(), "{:?}", run.dropped);
+    assert!(!run.subtasks.is_empty() && !run.tasks.is_empty());
+    let mut seen = std::collections::BTreeSet::new();
+    for s in &run.subtasks {
+        assert!(s.start_ns < s.end_ns, "{s:?}");
+        assert!(seen.insert((s.task, s.func_id, s.block)), "twice: {s:?}");
+    }
+    for task in &run.tasks {
+        assert!(
+            run.subtasks.iter().any(|s| s.task == task.task),
+            "task {} ran nowhere",
+            task.task
+        );
+    }
+    for e in &run.edges {
+        let end = run
+            .subtasks
+            .iter()
+            .filter(|s| s.task == e.producer)
+            .map(|s| s.end_ns)
+            .max();
+        let start = run
+            .subtasks
+            .iter()
+            .filter(|s| s.task == e.consumer)
+            .map(|s| s.start_ns)
+            .min();
+        assert!(end.unwrap() <= start.unwrap(), "{e:?}");
+    }
+    assert!(
+        run.aicpu.iter().any(|a| a.thread == 0),
+        "orchestrator phases recorded"
+    );
+    assert!(p.host_spans.iter().any(|h| h.name == "wait"));
+
+    let dot_text = std::fs::read_to_string(&dot).unwrap();
+    assert!(dot_text.starts_with("digraph "), "{dot_text}");
+    for task in &run.tasks {
+        assert!(
+            dot_text.contains(&format!("  t{} [label=", task.task)),
+            "{dot_text}"
+        );
+    }
+
+    let summary = run_simpler(
+        &[
+            "trace".into(),
+            "summary".into(),
+            trace.display().to_string(),
+        ],
+        w.dir.path(),
+    );
+    summary.succeeded();
+    assert!(
+        summary.stdout.contains("Effective"),
+        "{}",
+        summary.context()
+    );
+    let svg = w.path("gemm.svg");
+    run_simpler(
+        &[
+            "trace".into(),
+            "svg".into(),
+            trace.display().to_string(),
+            "-o".into(),
+            svg.display().to_string(),
+        ],
+        w.dir.path(),
+    )
+    .succeeded();
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("AIC "));
+
+    // The graph as JSON, and Chrome JSON by --trace-format.
+    let json = w.path("gemm-deps.json");
+    let chrome = w.path("gemm.trace");
+    let mut flags = w.full_flags();
+    flags.extend([
+        "--deps".into(),
+        json.display().to_string(),
+        "--trace".into(),
+        chrome.display().to_string(),
+        "--trace-format".into(),
+        "chrome".into(),
+    ]);
+    w.run(&bundle, &flags).succeeded();
+    let g: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(g["callable"], "gemm");
+    assert!(!g["tasks"].as_array().unwrap().is_empty());
+    let c = simpler_trace::chrome::read(&std::fs::read(&chrome).unwrap()).unwrap();
+    assert_eq!(
+        c.processes[0].runs[0].level,
+        simpler_trace::TraceLevel::Tasks
+    );
+}
+
+/// `--trace` at level off, or into a missing directory, is refused before the run.
+#[test]
+fn trace_flags_are_checked_before_the_run() {
+    let w = Workdir::new("gemm");
+    let bundle = w.build();
+    let mut flags = w.full_flags();
+    flags.extend([
+        "--trace".into(),
+        w.path("t.pftrace").display().to_string(),
+        "--trace-level".into(),
+        "off".into(),
+    ]);
+    let o = w.run(&bundle, &flags);
+    assert_eq!(o.code, Some(2), "{}", o.context());
+    assert!(
+        o.stderr
+            .contains("--trace needs a trace level other than off"),
+        "{}",
+        o.context()
+    );
+    assert!(!w.out_file().exists());
+    let mut flags = w.full_flags();
+    flags.extend([
+        "--deps".into(),
+        w.path("no/dir/g.dot").display().to_string(),
+    ]);
+    let o = w.run(&bundle, &flags);
+    assert_eq!(o.code, Some(2), "{}", o.context());
+    assert!(
+        o.stderr.contains("--deps") && o.stderr.contains("does not exist"),
+        "{}",
+        o.context()
+    );
+    let mut flags = w.full_flags();
+    flags.extend([
+        "--trace-level".into(),
+        "verbose".into(),
+        "--trace".into(),
+        "x".into(),
+    ]);
+    let o = w.run(&bundle, &flags);
+    assert_eq!(o.code, Some(2), "{}", o.context());
+    assert!(o.stderr.contains("unknown trace level"), "{}", o.context());
+}

@@ -411,13 +411,27 @@ impl NativeCallConfig {
     /// `aicpu_thread_num` left out takes the host's default (`CallConfig::default()`: 0, the
     /// worker's setting); `runtime_env` left out sizes no ring.
     #[new]
-    #[pyo3(signature = (*, aicpu_thread_num=None, runtime_env=None))]
+    /// `trace_level` is a level name or number (`simpler_trace::TraceLevel`); a bad one
+    /// raises `InvalidConfigError`.
+    #[pyo3(signature = (*, aicpu_thread_num=None, runtime_env=None, trace_level=None))]
     fn new(
         py: Python<'_>,
         aicpu_thread_num: Option<Bound<'_, PyAny>>,
         runtime_env: Option<PyRef<'_, NativeRuntimeEnv>>,
+        trace_level: Option<&str>,
     ) -> PyResult<NativeCallConfig> {
         let d = CallConfig::default();
+        let trace_level = match trace_level {
+            Some(t) => t
+                .parse()
+                .map_err(|e: simpler_trace::ParseTraceLevelError| {
+                    error::host_error(
+                        py,
+                        simpler_host::HostError::InvalidConfig(format!("trace_level: {e}")),
+                    )
+                })?,
+            None => d.trace_level,
+        };
         Ok(NativeCallConfig {
             config: CallConfig {
                 aicpu_thread_num: match &aicpu_thread_num {
@@ -425,6 +439,7 @@ impl NativeCallConfig {
                     None => d.aicpu_thread_num,
                 },
                 runtime_env: runtime_env.map_or(d.runtime_env, |e| e.env),
+                trace_level,
                 ..d
             },
         })
@@ -434,6 +449,12 @@ impl NativeCallConfig {
     #[getter]
     fn aicpu_thread_num(&self) -> u32 {
         self.config.aicpu_thread_num
+    }
+
+    /// The run's trace level name ("off", "tasks", ...).
+    #[getter]
+    fn trace_level(&self) -> &'static str {
+        self.config.trace_level.name()
     }
 
     /// The ring sizing.

@@ -87,14 +87,16 @@ pub(crate) fn wait_in_slices<T>(
     }
 }
 
-/// What a successful run reports: the host's [`simpler_host::RunReport`] in seconds.
+/// What a successful run reports: the host's [`simpler_host::RunReport`] in seconds, and
+/// its trace when the run was traced.
 #[pyclass(module = "simpler._native", name = "RunReport", frozen)]
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct NativeRunReport {
     epoch: u64,
     device_time_s: f64,
     total_time_s: f64,
     tasks: Option<u64>,
+    trace: Option<Arc<simpler_trace::Trace>>,
 }
 
 impl NativeRunReport {
@@ -106,7 +108,18 @@ impl NativeRunReport {
             device_time_s,
             total_time_s,
             tasks: None,
+            trace: None,
         }
+    }
+}
+
+impl NativeRunReport {
+    fn traced(&self) -> PyResult<&simpler_trace::Trace> {
+        self.trace.as_deref().ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(
+                "the run was not traced (its trace level was off)",
+            )
+        })
     }
 }
 
@@ -117,6 +130,7 @@ impl From<&simpler_host::RunReport> for NativeRunReport {
             device_time_s: r.device_time.as_secs_f64(),
             total_time_s: r.total_time.as_secs_f64(),
             tasks: Some(r.tasks),
+            trace: r.trace.as_ref().map(|t| Arc::new((**t).clone())),
         }
     }
 }
@@ -146,6 +160,46 @@ impl NativeRunReport {
     #[getter]
     fn tasks(&self) -> Option<u64> {
         self.tasks
+    }
+
+    /// Whether the run brought a trace back (it ran at a trace level other than off).
+    #[getter]
+    fn has_trace(&self) -> bool {
+        self.trace.is_some()
+    }
+
+    /// Writes the run's trace to `path` atomically: `format` "perfetto" or "chrome", default
+    /// from the extension (`.json` Chrome). Raises `ValueError` for an untraced run or an
+    /// unknown format, `OSError` naming the path when the write fails (nothing is left).
+    #[pyo3(signature = (path, format=None))]
+    fn write_trace(&self, path: std::path::PathBuf, format: Option<&str>) -> PyResult<()> {
+        let trace = self.traced()?;
+        let format = match format {
+            Some(f) => f.parse().map_err(pyo3::exceptions::PyValueError::new_err)?,
+            None => simpler_trace::Format::of_path(&path),
+        };
+        let mut bytes = Vec::new();
+        simpler_trace::write(trace, format, &mut bytes)
+            .and_then(|_| simpler_host::fsio::write_atomic(&path, &bytes))
+            .map_err(|e| {
+                pyo3::exceptions::PyOSError::new_err(format!(
+                    "cannot write trace `{}`: {e}",
+                    path.display()
+                ))
+            })
+    }
+
+    /// The run's timing breakdown as `simpler trace summary` prints it; `ValueError` for an
+    /// untraced run.
+    fn trace_summary(&self) -> PyResult<String> {
+        Ok(simpler_trace::summary::Summary::of(self.traced()?).to_string())
+    }
+
+    /// The run's trace as the model's JSON (`simpler_trace::Trace`); `ValueError` for an
+    /// untraced run.
+    fn trace_json(&self) -> PyResult<String> {
+        serde_json::to_string(self.traced()?)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
     }
 
     fn __repr__(&self) -> String {

@@ -2,13 +2,14 @@
 //!
 //! Owns the picture's layout (docs/tracing.md, "SVG"): per process a title, then one lane per
 //! AICore and AICPU thread in track order (host threads too when they have spans), each
-//! subtask a box coloured by kernel (AICPU phases by phase), a time axis in host-clock µs from
+//! subtask a box coloured by kernel (AICPU phases by phase; waiting phases — ready-queue
+//! waits, idle turns, parks, back-pressure, the host's wait — as a thin strip), a time axis in host-clock µs from
 //! the first event shown, and a legend of the colours. Plain SVG 1.1 text; no renderer.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use crate::model::{ProcessTrace, Trace};
+use crate::model::{AicpuPhase, ProcessTrace, Trace};
 use crate::summary::fmt_ns;
 use crate::tracks::{self, aicpu_label, ThreadKind};
 
@@ -42,6 +43,8 @@ struct Bar {
     end: u64,
     key: String,
     title: String,
+    /// A waiting phase: drawn as a thin strip at the lane's foot so busy boxes stay visible.
+    thin: bool,
 }
 
 /// Writes the swimlane SVG of `trace` (all processes, stacked).
@@ -102,12 +105,17 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
             )?;
         }
         for b in bars {
-            let ly = top + b.lane as f64 * (LANE_H + LANE_GAP);
+            let (dy, h) = if b.thin {
+                (LANE_H * 2.0 / 3.0, LANE_H / 3.0)
+            } else {
+                (0.0, LANE_H)
+            };
+            let ly = top + b.lane as f64 * (LANE_H + LANE_GAP) + dy;
             let x = x_of(b.start);
             let bw = (x_of(b.end) - x).max(0.5);
             writeln!(
                 w,
-                r#"<rect x="{x:.2}" y="{ly:.1}" width="{bw:.2}" height="{LANE_H}" fill="{}"><title>{}</title></rect>"#,
+                r#"<rect x="{x:.2}" y="{ly:.1}" width="{bw:.2}" height="{h:.1}" fill="{}"><title>{}</title></rect>"#,
                 colours[&b.key],
                 esc(&b.title)
             )?;
@@ -173,6 +181,7 @@ fn layout(p: &ProcessTrace) -> (Vec<String>, Vec<Bar>) {
                     fmt_ns(s.duration_ns())
                 ),
                 key: kernel,
+                thin: false,
             });
         }
         for a in run.aicpu.iter().filter(|a| a.end_ns > a.start_ns) {
@@ -182,6 +191,13 @@ fn layout(p: &ProcessTrace) -> (Vec<String>, Vec<Bar>) {
                 end: p.clock.to_host(a.end_ns),
                 key: a.phase.name().to_string(),
                 title: format!("{} ({})", a.phase, fmt_ns(a.duration_ns())),
+                thin: matches!(
+                    a.phase,
+                    AicpuPhase::ReadyWait
+                        | AicpuPhase::SchedIdle
+                        | AicpuPhase::SchedPark
+                        | AicpuPhase::BackPressure
+                ),
             });
         }
     }
@@ -192,6 +208,7 @@ fn layout(p: &ProcessTrace) -> (Vec<String>, Vec<Bar>) {
             end: h.end_ns,
             key: format!("host: {}", h.name),
             title: format!("{} ({})", h.name, fmt_ns(h.duration_ns())),
+            thin: h.name == "wait",
         });
     }
     let labels = names

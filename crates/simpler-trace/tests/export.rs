@@ -42,6 +42,21 @@ fn fixture() -> Trace {
         c.ts_ns += shift;
     }
     t.processes[0].runs.push(second);
+    // Ready-queue waits of several tasks overlap on one thread without nesting.
+    let wait = |task: u64, start_ns: u64, end_ns: u64| AicpuSpan {
+        thread: 1,
+        phase: AicpuPhase::ReadyWait,
+        task: Some(task),
+        core: None,
+        start_ns,
+        end_ns,
+    };
+    t.processes[0].runs[0].aicpu.extend([
+        wait(1, 100, 5_000),
+        wait(2, 200, 6_000),
+        wait(3, 300, 400),
+        wait(4, 5_500, 5_600),
+    ]);
     let mut other = synthetic(&SampleSpec {
         tasks: 10,
         aic: 3,
@@ -132,6 +147,7 @@ fn perfetto_file_has_every_subtask_once_on_its_core_and_a_flow_per_edge() {
     let mut slices: BTreeMap<u64, Vec<Slice>> = BTreeMap::new();
     let mut instants: BTreeMap<u64, Vec<Slice>> = BTreeMap::new();
     let mut counter_values = 0usize;
+    let mut overflow: Vec<String> = Vec::new();
     for p in &pb.packet {
         if p.has_track_descriptor() {
             let d = p.track_descriptor();
@@ -144,6 +160,9 @@ fn perfetto_file_has_every_subtask_once_on_its_core_and_a_flow_per_edge() {
             }
             if d.counter.is_some() {
                 counter_tracks.insert(d.uuid(), d.name().to_string());
+            }
+            if d.name().ends_with(" +1") {
+                overflow.push(d.name().to_string());
             }
             continue;
         }
@@ -184,6 +203,8 @@ fn perfetto_file_has_every_subtask_once_on_its_core_and_a_flow_per_edge() {
         }
     }
     assert!(open.values().all(Vec::is_empty), "unclosed slices");
+    // The crossing ready-queue waits of chip 0 need a second track under AICPU 1.
+    assert_eq!(overflow, ["AICPU 1 (scheduler) +1"]);
     assert_eq!(processes.len(), 2);
     assert_eq!(processes[&1], "chip 0 (device 0)");
     assert_eq!(processes[&2], "chip 1 (device 1)");

@@ -12,6 +12,11 @@ Options:
 ``--device ID``
     Device id of the pooled worker (default 0); a level-3 case's chips are the device ids
     from it on.
+``--trace-dir DIR``
+    Record every level-2 case at trace level ``tasks`` and write its trace (Perfetto) to
+    ``DIR/<Class>.<case>.perfetto-trace``, one file per case (the last round's);
+    ``simpler trace summary|svg`` read them (``docs/tracing.md``). Level-3 cases are not
+    traced. (pytest's own ``--trace`` starts the debugger, hence the name.)
 
 Every ``SceneTestCase`` subclass gets one test per selected case. Workers are pooled for the
 whole session: one level-2 worker per (platform, runtime, device), and one level-3 worker per
@@ -20,7 +25,9 @@ whole session: one level-2 worker per (platform, runtime, device), and one level
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+import os
+import re
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -42,11 +49,21 @@ def pytest_addoption(parser: Any) -> None:
         help="select scene cases: NAME, Class::NAME or Class:: (repeatable)",
     )
     group.addoption("--device", type=int, default=0, help="device id of the pooled worker")
+    group.addoption(
+        "--trace-dir",
+        dest="simpler_trace_dir",
+        default=None,
+        metavar="DIR",
+        help="write each level-2 case's trace to DIR/<Class>.<case>.perfetto-trace",
+    )
 
 
 def pytest_configure(config: Any) -> None:
     if config.getoption("rounds") < 1:
         raise pytest.UsageError("--rounds must be at least 1")
+    trace_dir = config.getoption("simpler_trace_dir")
+    if trace_dir is not None:
+        os.makedirs(trace_dir, exist_ok=True)
     platform = config.getoption("platform")
     if normalize_platform(platform) not in PLATFORMS:
         raise pytest.UsageError(f"--platform {platform}: only {', '.join(PLATFORMS)} are available")
@@ -141,3 +158,15 @@ def st_worker(request: Any, _simpler_worker_pool: Dict[Tuple[Any, ...], Worker])
 def scene_rounds(request: Any) -> int:
     """The --rounds option."""
     return int(request.config.getoption("rounds"))
+
+
+@pytest.fixture
+def scene_trace(request: Any) -> Optional[str]:
+    """The trace file of this case under --trace-dir DIR, or None without it."""
+    trace_dir = request.config.getoption("simpler_trace_dir")
+    if trace_dir is None:
+        return None
+    case = request.node.callspec.params["scene_case"]["name"]
+    cls = request.cls.__name__ if request.cls is not None else "scene"
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{cls}.{case}")
+    return os.path.join(trace_dir, f"{name}.perfetto-trace")

@@ -397,9 +397,12 @@ class SceneTestCase:
             f"got {got_value!r}, expected {want_value!r}"
         )
 
-    def run_case(self, worker: Any, case: Dict[str, Any], rounds: int = 1) -> None:
+    def run_case(
+        self, worker: Any, case: Dict[str, Any], rounds: int = 1, trace: Optional[str] = None
+    ) -> None:
         """Runs one case on ``worker`` ``rounds`` times and checks each round (a level-3 case
-        on a level-3 worker, see ``scene_l3.py``)."""
+        on a level-3 worker, see ``scene_l3.py``). ``trace``: a level-2 case's runs are
+        traced and the last round's trace is written to this path."""
         params = case.get("params", {})
         level3 = self.build_callables() if self.LEVEL == 3 else None
         callable = self.build_callable() if level3 is None else None
@@ -443,15 +446,24 @@ class SceneTestCase:
                     )
                 for s in args.scalars:
                     task_args.add_scalar(s.value)
-                worker.run(handle, task_args, config)
+                if trace is None:
+                    worker.run(handle, task_args, config)
+                else:
+                    worker.run(handle, task_args, config, trace=trace)
                 if golden is not None:
                     self.compare_outputs(args, golden, case)
         finally:
             worker.unregister(handle)
 
-    def test_scene(self, scene_case: Dict[str, Any], st_worker: Any, scene_rounds: int) -> None:
+    def test_scene(
+        self,
+        scene_case: Dict[str, Any],
+        st_worker: Any,
+        scene_rounds: int,
+        scene_trace: Optional[str],
+    ) -> None:
         """The pytest entry point (parametrized by the simpler pytest plugin)."""
-        self.run_case(st_worker, scene_case, rounds=scene_rounds)
+        self.run_case(st_worker, scene_case, rounds=scene_rounds, trace=scene_trace)
 
     @classmethod
     def run_module(cls, module_name: str, argv: Optional[Iterable[str]] = None) -> int:

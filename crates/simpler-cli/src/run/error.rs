@@ -32,6 +32,33 @@ pub enum RunError {
         #[source]
         source: Box<BuildError>,
     },
+    /// `--trace` or `--deps` at `--trace-level off`.
+    #[error("{flag} needs a trace level other than off")]
+    TraceLevelOff {
+        /// The flag.
+        flag: &'static str,
+    },
+    /// A `--trace` or `--deps` path may not be written.
+    #[error("{flag} `{}`: {reason}", path.display())]
+    TracePath {
+        /// The flag.
+        flag: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+    /// Writing `--trace` or `--deps` failed (nothing was left at the path).
+    #[error("cannot write {flag} `{}`", path.display())]
+    WriteTrace {
+        /// The flag.
+        flag: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// Reading the bundle failed.
     #[error("cannot load bundle `{}`", path.display())]
     Bundle {
@@ -280,6 +307,7 @@ impl RunError {
         match self {
             RunError::Execute { .. }
             | RunError::WriteOutput { .. }
+            | RunError::WriteTrace { .. }
             | RunError::CheckFailed { .. } => 1,
             _ => 2,
         }

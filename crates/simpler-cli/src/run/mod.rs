@@ -10,6 +10,9 @@
 //!   ([`RunConfig`]), checked before anything is built;
 //! - `finish`: after the run, writing the outputs (atomically, only after a successful run)
 //!   and comparing them with reference files ([`simpler_toolchain::compare`]);
+//! - `trace_out`: `--trace` and `--deps` ([`TraceRequest`]): their paths checked before the
+//!   run like an output's, the files written (atomically) after a successful run, before
+//!   the outputs and checks;
 //! - `error`: [`RunError`] and its exit codes.
 //!
 //! `.npy` files and scalars are read by [`simpler_toolchain`].
@@ -44,6 +47,7 @@ mod outputs;
 mod prepare;
 #[cfg(test)]
 mod tests;
+mod trace_out;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -59,6 +63,7 @@ pub use finish::finish;
 pub use prepare::prepare;
 #[cfg(test)]
 use prepare::prepare_with;
+pub use trace_out::TraceRequest;
 
 /// What `simpler run` was asked to do, as parsed from the command line.
 #[derive(Debug, Clone)]
@@ -77,6 +82,8 @@ pub struct RunRequest {
     pub rtol: f64,
     /// Absolute tolerance of `--check`.
     pub atol: f64,
+    /// `--trace`, `--trace-level`, `--trace-format`, `--deps`.
+    pub trace: TraceRequest,
 }
 
 /// One argument's value, positional with the signature.
@@ -104,10 +111,12 @@ pub struct PreparedRun {
     pub rtol: f64,
     /// Absolute tolerance.
     pub atol: f64,
+    /// The trace outputs asked for.
+    pub trace: TraceRequest,
 }
 
 /// What the execution reports.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunReport {
     /// From the call to the return, staging and copy-back included.
     pub total_time: Duration,
@@ -115,6 +124,8 @@ pub struct RunReport {
     pub device_time: Duration,
     /// Tasks the orchestration submitted.
     pub tasks: u64,
+    /// The run's trace, when it ran at a trace level other than off.
+    pub trace: Option<Box<simpler_trace::Trace>>,
 }
 
 /// Loads the callable named by `target`: an example directory (or manifest) is built in
@@ -209,6 +220,7 @@ pub fn execute(prepared: &mut PreparedRun, config: &RunConfig) -> Result<RunRepo
         total_time: report.total_time,
         device_time: report.device_time,
         tasks: report.tasks,
+        trace: report.trace,
     })
 }
 
@@ -217,8 +229,9 @@ pub fn execute(prepared: &mut PreparedRun, config: &RunConfig) -> Result<RunRepo
 /// # Errors
 /// [`RunError`]; see [`RunError::exit_code`].
 pub fn command(req: &RunRequest) -> Result<(), RunError> {
-    let config = RunConfig::from_env()?;
+    let mut config = RunConfig::from_env()?;
     let mut prepared = prepare(req)?;
+    config.call.trace_level = prepared.trace.level();
     let report = execute(&mut prepared, &config)?;
     if let Some(warning) = no_task_warning(&prepared, report.tasks) {
         eprintln!("{warning}");
@@ -232,6 +245,7 @@ pub fn command(req: &RunRequest) -> Result<(), RunError> {
     if let Some(note) = unused_result_note(&prepared) {
         println!("{note}");
     }
+    trace_out::write(&prepared.trace, report.trace.as_deref())?;
     finish(&prepared)
 }
 

@@ -216,6 +216,7 @@ pub fn prepare_with(spec: CallableSpec, req: &RunRequest) -> Result<PreparedRun,
         }));
     }
     outputs::check(&req.outputs, &reads)?;
+    super::trace_out::check(&req.trace, &req.outputs, &reads)?;
     // Allocate every `out` argument.
     for (i, a) in args.iter().enumerate() {
         if a.direction != ArgDirection::Out {
@@ -269,5 +270,6 @@ pub fn prepare_with(spec: CallableSpec, req: &RunRequest) -> Result<PreparedRun,
         checks,
         rtol: req.rtol,
         atol: req.atol,
+        trace: req.trace.clone(),
     })
 }

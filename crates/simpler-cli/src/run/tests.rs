@@ -87,6 +87,7 @@ impl Files {
             scalars: vec![("alpha".into(), "0.5".into()), ("n".into(), "-3".into())],
             rtol: 1e-5,
             atol: 1e-5,
+            trace: Default::default(),
         }
     }
 }

@@ -25,7 +25,7 @@ use perfetto_protos::trace_packet::TracePacket;
 use perfetto_protos::track_descriptor::TrackDescriptor;
 use perfetto_protos::track_event::track_event::Type;
 use perfetto_protos::track_event::TrackEvent;
-use protobuf::{CodedOutputStream, MessageField};
+use protobuf::{CodedOutputStream, Message, MessageField};
 
 use crate::model::{ProcessTrace, RunTrace, TaskIndex, Trace};
 use crate::tracks::{self, aicpu_label, ThreadKind};
@@ -36,6 +36,8 @@ pub use read::read;
 const SEQUENCE_ID: u32 = 1;
 /// Field number of `Trace.packet`.
 const PACKET_FIELD: u32 = 1;
+/// Field number of `TracePacket.track_event`.
+const TRACK_EVENT_FIELD: u32 = 11;
 /// Name of the per-process track holding one slice per run.
 const RUNS_TRACK: &str = "runs";
 /// Name prefix of the instant that states a thread's dropped events.
@@ -60,17 +62,18 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
         let mut flow = next_flow(&mut flow_counter);
         for p in &trace.processes {
             let layout = Layout::new(p, &mut next_uuid);
-            for packet in layout.descriptors(p) {
+            let pending = layout.events(p, &mut events, &mut flow);
+            let overflow = layout.place(pending, &mut events, &mut next_uuid);
+            for packet in layout.descriptors(p).into_iter().chain(overflow) {
                 os.write_message(PACKET_FIELD, &packet)
                     .map_err(io::Error::other)?;
             }
-            layout.events(p, &mut events, &mut flow);
         }
         // Perfetto sorts, but pairs begin/end per track in file order: keep each track's events
         // time-ordered, ends before begins at one instant (zero-length slices excepted).
         events.sort_by_key(|e| (e.ts, e.rank, e.seq));
         for e in events {
-            os.write_message(PACKET_FIELD, &e.packet)
+            os.write_bytes(PACKET_FIELD, &e.packet)
                 .map_err(io::Error::other)?;
         }
         os.flush().map_err(io::Error::other)?;
@@ -91,7 +94,9 @@ struct Event {
     ts: u64,
     rank: u8,
     seq: u64,
-    packet: TracePacket,
+    /// The encoded `TracePacket` (encoded at once: the message structs are large, and a
+    /// trace holds a million of them).
+    packet: Vec<u8>,
 }
 
 /// Sort ranks at one timestamp.
@@ -165,10 +170,7 @@ impl Layout {
             t.set_pid(pid);
             let tid = i64::from(pid) * 10_000 + i as i64 + 1;
             t.set_tid(i32::try_from(tid).unwrap_or(i32::MAX));
-            t.set_thread_name(match ThreadKind::of(name) {
-                ThreadKind::Aicpu(n) => aicpu_label(n),
-                _ => name.clone(),
-            });
+            t.set_thread_name(thread_label(name));
             let mut d = TrackDescriptor::new();
             d.set_uuid(*uuid);
             d.thread = MessageField::some(t);
@@ -185,7 +187,15 @@ impl Layout {
         out
     }
 
-    fn events(&self, p: &ProcessTrace, out: &mut Vec<Event>, flow: &mut impl FnMut() -> u64) {
+    /// Pushes the instants and counters of `p` onto `out` and returns its slices
+    /// `(event, start, end)` (host clock) for [`Layout::place`].
+    fn events(
+        &self,
+        p: &ProcessTrace,
+        out: &mut Vec<Event>,
+        flow: &mut impl FnMut() -> u64,
+    ) -> Vec<Pending> {
+        let mut pending = Vec::new();
         let clock = p.clock;
         for run in &p.runs {
             let epoch = ann_u("epoch", run.epoch);
@@ -197,7 +207,7 @@ impl Layout {
                 ann_u("clock_device_ns", clock.device_ns),
                 ann_u("clock_host_ns", clock.host_ns),
             ];
-            push_slice(out, e, clock.to_host(lo), clock.to_host(hi));
+            pending.push(Pending::new(e, clock.to_host(lo), clock.to_host(hi)));
 
             let (outs, ins) = flows(run, flow);
             let index = TaskIndex::new(run);
@@ -227,7 +237,11 @@ impl Layout {
                         .collect();
                     e.debug_annotations.push(ann_s("deps", &deps.join("; ")));
                 }
-                push_slice(out, e, clock.to_host(s.start_ns), clock.to_host(s.end_ns));
+                pending.push(Pending::new(
+                    e,
+                    clock.to_host(s.start_ns),
+                    clock.to_host(s.end_ns),
+                ));
             }
             for a in &run.aicpu {
                 let mut e = event(
@@ -244,7 +258,11 @@ impl Layout {
                 if a.start_ns == a.end_ns {
                     push_instant(out, e, clock.to_host(a.start_ns));
                 } else {
-                    push_slice(out, e, clock.to_host(a.start_ns), clock.to_host(a.end_ns));
+                    pending.push(Pending::new(
+                        e,
+                        clock.to_host(a.start_ns),
+                        clock.to_host(a.end_ns),
+                    ));
                 }
             }
             for c in &run.counters {
@@ -275,8 +293,80 @@ impl Layout {
             if let Some(ep) = h.epoch {
                 e.debug_annotations = vec![ann_u("epoch", ep)];
             }
-            push_slice(out, e, h.start_ns, h.end_ns);
+            pending.push(Pending::new(e, h.start_ns, h.end_ns));
         }
+        pending
+    }
+
+    /// Places `slices` on their tracks so that every track's slices nest (Perfetto pairs a
+    /// track's begins and ends like brackets): a slice that would cross one already on its
+    /// track goes to an overflow track under it ("AICPU 1 (scheduler) +1", ...), the first
+    /// one where it nests. Returns the overflow tracks' descriptors.
+    fn place(
+        &self,
+        mut slices: Vec<Pending>,
+        out: &mut Vec<Event>,
+        next_uuid: &mut u64,
+    ) -> Vec<TracePacket> {
+        slices.sort_by_key(|p| (p.track, p.start, std::cmp::Reverse(p.end)));
+        let mut descriptors = Vec::new();
+        // Per track: its lanes, each (uuid, stack of open slice ends).
+        let mut lanes: BTreeMap<u64, Vec<(u64, Vec<u64>)>> = BTreeMap::new();
+        for p in slices {
+            let (start, end, track) = (p.start, p.end.max(p.start), p.track);
+            let track_lanes = lanes
+                .entry(track)
+                .or_insert_with(|| vec![(track, Vec::new())]);
+            let mut chosen = None;
+            for (uuid, stack) in track_lanes.iter_mut() {
+                while stack.last().is_some_and(|&top| top <= start) {
+                    stack.pop();
+                }
+                let fits = match stack.last() {
+                    None => true,
+                    Some(&top) => top >= end,
+                };
+                if fits {
+                    stack.push(end);
+                    chosen = Some(*uuid);
+                    break;
+                }
+            }
+            let uuid = chosen.unwrap_or_else(|| {
+                let uuid = *next_uuid;
+                *next_uuid += 1;
+                let mut d = TrackDescriptor::new();
+                d.set_uuid(uuid);
+                d.set_parent_uuid(track);
+                d.set_name(format!("{} +{}", self.label(track), track_lanes.len()));
+                descriptors.push(descriptor(d));
+                track_lanes.push((uuid, vec![end]));
+                uuid
+            });
+            push_slice(out, p, uuid);
+        }
+        descriptors
+    }
+
+    /// The shown name of track `uuid` of this layout.
+    fn label(&self, uuid: u64) -> String {
+        if uuid == self.runs_uuid {
+            return RUNS_TRACK.to_string();
+        }
+        let name = self
+            .threads
+            .iter()
+            .find(|(_, u)| *u == uuid)
+            .map_or("", |(n, _)| n.as_str());
+        thread_label(name)
+    }
+}
+
+/// The thread track label of thread `name`: "AICPU 0 (orchestrator)" etc., else the name.
+fn thread_label(name: &str) -> String {
+    match ThreadKind::of(name) {
+        ThreadKind::Aicpu(n) => aicpu_label(n),
+        _ => name.to_string(),
     }
 }
 
@@ -339,12 +429,14 @@ fn descriptor(d: TrackDescriptor) -> TracePacket {
     p
 }
 
-fn packet(ts: u64, e: TrackEvent) -> TracePacket {
+/// The encoded packet of event `e` at `ts`.
+fn packet(ts: u64, e: TrackEvent) -> Vec<u8> {
     let mut p = TracePacket::new();
     p.set_timestamp(ts);
     p.set_trusted_packet_sequence_id(SEQUENCE_ID);
     p.set_track_event(e);
-    p
+    p.write_to_bytes()
+        .expect("a TracePacket has no required field left unset")
 }
 
 fn event(track: u64, name: String) -> TrackEvent {
@@ -354,32 +446,82 @@ fn event(track: u64, name: String) -> TrackEvent {
     e
 }
 
-fn push_slice(out: &mut Vec<Event>, mut begin: TrackEvent, start: u64, end: u64) {
-    let track = begin.track_uuid();
-    begin.set_type(Type::TYPE_SLICE_BEGIN);
+/// A slice's begin event, encoded at once (the message structs are large), waiting for
+/// [`Layout::place`] to choose its track.
+struct Pending {
+    track: u64,
+    start: u64,
+    end: u64,
+    /// The encoded `TrackEvent` (type begin, on `track`).
+    begin: Vec<u8>,
+}
+
+impl Pending {
+    fn new(mut begin: TrackEvent, start: u64, end: u64) -> Pending {
+        begin.set_type(Type::TYPE_SLICE_BEGIN);
+        Pending {
+            track: begin.track_uuid(),
+            start,
+            end,
+            begin: begin
+                .write_to_bytes()
+                .expect("a TrackEvent has no required field left unset"),
+        }
+    }
+}
+
+/// Pushes slice `p`'s begin and end on track `uuid`.
+fn push_slice(out: &mut Vec<Event>, p: Pending, uuid: u64) {
+    let (start, end) = (p.start, p.end.max(p.start));
+    let mut begin = p.begin;
+    if uuid != p.track {
+        // A later occurrence of a field overrides an earlier one when protobuf parses
+        // concatenated messages: this moves the encoded event to its overflow track.
+        let mut moved = TrackEvent::new();
+        moved.set_track_uuid(uuid);
+        begin.extend(
+            moved
+                .write_to_bytes()
+                .expect("a TrackEvent has no required field left unset"),
+        );
+    }
     // At one instant: longer slices begin first and later-begun slices end first (nesting).
-    let seq = u64::MAX - (end.max(start) - start);
     out.push(Event {
         ts: start,
         rank: RANK_BEGIN,
-        seq,
-        packet: packet(start, begin),
+        seq: u64::MAX - (end - start),
+        packet: packet_of_encoded(start, &begin),
     });
-    let seq = u64::MAX - start;
     let mut e = TrackEvent::new();
     e.set_type(Type::TYPE_SLICE_END);
-    e.set_track_uuid(track);
+    e.set_track_uuid(uuid);
     let rank = if end <= start {
         RANK_END_ZERO
     } else {
         RANK_END
     };
     out.push(Event {
-        ts: end.max(start),
+        ts: end,
         rank,
-        seq,
-        packet: packet(end.max(start), e),
+        seq: u64::MAX - start,
+        packet: packet(end, e),
     });
+}
+
+/// The encoded packet at `ts` holding the encoded `TrackEvent` `event`.
+fn packet_of_encoded(ts: u64, event: &[u8]) -> Vec<u8> {
+    let mut p = TracePacket::new();
+    p.set_timestamp(ts);
+    p.set_trusted_packet_sequence_id(SEQUENCE_ID);
+    let mut bytes = p
+        .write_to_bytes()
+        .expect("a TracePacket has no required field left unset");
+    let mut os = CodedOutputStream::vec(&mut bytes);
+    os.write_bytes(TRACK_EVENT_FIELD, event)
+        .and_then(|_| os.flush())
+        .expect("writing to a Vec cannot fail");
+    drop(os);
+    bytes
 }
 
 fn push_instant(out: &mut Vec<Event>, mut e: TrackEvent, ts: u64) {

@@ -82,15 +82,22 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
                 let pid = model_pid(t.pid())?;
                 roles.insert(uuid, Role::Thread(pid, canonical_thread(t.thread_name())));
             } else {
-                let pid = *process_of_uuid.get(&d.parent_uuid()).ok_or_else(|| {
-                    TraceError::Shape(format!("track {:?} has no process parent", d.name()))
-                })?;
-                let role = if d.counter.is_some() {
-                    Role::Counter(pid, d.name().to_string())
-                } else if d.name() == RUNS_TRACK {
-                    Role::Runs(pid)
-                } else {
-                    return Err(TraceError::Shape(format!("unknown track {:?}", d.name())));
+                // A track under a thread or the runs track is its overflow (super::Layout::place).
+                let role = match roles.get(&d.parent_uuid()) {
+                    Some(Role::Thread(pid, name)) => Role::Thread(*pid, name.clone()),
+                    Some(Role::Runs(pid)) => Role::Runs(*pid),
+                    _ => {
+                        let pid = *process_of_uuid.get(&d.parent_uuid()).ok_or_else(|| {
+                            TraceError::Shape(format!("track {:?} has no process parent", d.name()))
+                        })?;
+                        if d.counter.is_some() {
+                            Role::Counter(pid, d.name().to_string())
+                        } else if d.name() == RUNS_TRACK {
+                            Role::Runs(pid)
+                        } else {
+                            return Err(TraceError::Shape(format!("unknown track {:?}", d.name())));
+                        }
+                    }
                 };
                 roles.insert(uuid, role);
             }
