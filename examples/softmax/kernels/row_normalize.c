@@ -9,43 +9,13 @@
  * submitted with other argument counts fails with code 1000 + its tensor count).
  */
 #include "simpler/kernel.h"
+#include "simpler/kernel_math.h"
 
 #define KERNEL_BAD_TENSOR 1 /* wrong dtype or ndims not 1 or 2 (1-D is one row) */
 #define KERNEL_BAD_SHAPE 2  /* x and y differ, or stats is not [R, 2] */
 
-/*
- * exp(x) in double without libm: the kernel library is dlopen'ed into a host process
- * that need not have libm loaded, so an undefined `expf` could fail to bind.
- * x = k*ln2 + r with |r| <= ln2/2; exp(r) by its Taylor series to degree 13
- * (truncation error < 1e-16 relative); then scaled by 2^k in two steps so that each
- * factor is a normal double.
- */
-static double pow2i(int64_t e) { /* 2^e for -1022 <= e <= 1023 */
-    const uint64_t bits = (uint64_t)(e + 1023) << 52;
-    double d;
-    memcpy(&d, &bits, sizeof d);
-    return d;
-}
-
-static double exp_d(double x) {
-    if (x != x) return x;              /* NaN */
-    if (x > 709.78) return __builtin_inf();
-    if (x < -745.2) return 0.0;
-    const double log2e = 1.4426950408889634;
-    const double ln2_hi = 6.93147180369123816490e-01;
-    const double ln2_lo = 1.90821492927058770002e-10;
-    const double t = x * log2e;
-    const int64_t k = (int64_t)(t < 0.0 ? t - 0.5 : t + 0.5);
-    const double r = (x - (double)k * ln2_hi) - (double)k * ln2_lo;
-    double p = 1.0 / 6227020800.0; /* 1/13! */
-    static const double inv_fact[13] = {
-        1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
-        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 1.0 / 2.0, 1.0, 1.0,
-    };
-    for (int i = 0; i < 13; ++i) p = p * r + inv_fact[i];
-    const int64_t k1 = k / 2, k2 = k - k1;
-    return p * pow2i(k1) * pow2i(k2);
-}
+/* exp in double without libm (the kernel library is dlopen'ed into a host process that
+ * need not have libm loaded): simpler_exp_d from simpler/kernel_math.h. */
 
 SIMPLER_KERNEL void kernel_entry(int64_t *args) {
     if (!simpler_expect_args(args, 3, 0)) return;
@@ -66,6 +36,6 @@ SIMPLER_KERNEL void kernel_entry(int64_t *args) {
         const float *xr = SIMPLER_VIEW2D_ROW(float, &x, r);
         float *yr = SIMPLER_VIEW2D_ROW(float, &y, r);
         for (uint64_t c = 0; c < x.cols; ++c)
-            yr[c * y.col_stride] = (float)(exp_d((double)xr[c * x.col_stride] - mx) * inv_sum);
+            yr[c * y.col_stride] = (float)(simpler_exp_d((double)xr[c * x.col_stride] - mx) * inv_sum);
     }
 }
