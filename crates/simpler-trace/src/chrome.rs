@@ -343,7 +343,7 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
             ..Default::default()
         });
     }
-    let mut submit: BTreeMap<(u32, u64, u64), (u64, Vec<KernelRef>)> = BTreeMap::new();
+    let mut submit = crate::model::ReadTasks::new();
     for e in &file.trace_events {
         if e.ph == "M" || e.cat == "run" || e.ph == "f" {
             continue;
@@ -378,7 +378,7 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
                 let epoch = need(e, "epoch")?;
                 let task = need(e, "task")?;
                 let func_id = u32::try_from(need(e, "func_id")?).unwrap_or(u32::MAX);
-                run_of(p, epoch).subtasks.push(SubtaskSpan {
+                p.run_mut(epoch).subtasks.push(SubtaskSpan {
                     task,
                     func_id,
                     core,
@@ -408,7 +408,7 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
                 let phase = AicpuPhase::from_name(&e.name).ok_or_else(|| {
                     TraceError::Shape(format!("unknown AICPU phase {:?}", e.name))
                 })?;
-                run_of(p, need(e, "epoch")?).aicpu.push(AicpuSpan {
+                p.run_mut(need(e, "epoch")?).aicpu.push(AicpuSpan {
                     thread,
                     phase,
                     task: arg_u(e, "task"),
@@ -421,7 +421,7 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
                 let value = e.args.get("value").and_then(Value::as_i64).ok_or_else(|| {
                     TraceError::Shape(format!("counter {:?} has no integer value", e.name))
                 })?;
-                run_of(p, e.epoch.unwrap_or(0))
+                p.run_mut(e.epoch.unwrap_or(0))
                     .counters
                     .push(CounterSample {
                         name: e.name.clone(),
@@ -431,7 +431,7 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
             }
             ("i", "dropped") => {
                 let thread = thread()?;
-                run_of(p, need(e, "epoch")?).dropped.push(DroppedEvents {
+                p.run_mut(need(e, "epoch")?).dropped.push(DroppedEvents {
                     thread,
                     count: need(e, "count")?,
                 });
@@ -447,27 +447,12 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
                     kind,
                 };
                 let epoch = need(e, "epoch")?;
-                run_of(p, epoch).edges.push(edge);
+                p.run_mut(epoch).edges.push(edge);
             }
             _ => {}
         }
     }
-    for ((pid, epoch, task), (submit_index, kernels)) in submit {
-        let p = process(&mut procs, pid)?;
-        run_of(p, epoch).tasks.push(TaskInfo {
-            task,
-            submit_index,
-            kernels,
-        });
-    }
-    for p in procs.values_mut() {
-        for r in &mut p.runs {
-            r.tasks.sort_by_key(|t| (t.submit_index, t.task));
-        }
-    }
-    Ok(Trace {
-        processes: procs.into_values().collect(),
-    })
+    crate::model::assemble(procs, submit)
 }
 
 fn process(
@@ -477,17 +462,4 @@ fn process(
     procs.get_mut(&pid).ok_or_else(|| {
         TraceError::Shape(format!("event of process {pid} that has no process_name"))
     })
-}
-
-fn run_of(p: &mut ProcessTrace, epoch: u64) -> &mut RunTrace {
-    match p.runs.iter().position(|r| r.epoch == epoch) {
-        Some(i) => &mut p.runs[i],
-        None => {
-            p.runs.push(RunTrace {
-                epoch,
-                ..Default::default()
-            });
-            p.runs.last_mut().expect("just pushed")
-        }
-    }
 }

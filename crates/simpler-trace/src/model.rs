@@ -141,6 +141,52 @@ pub struct ProcessTrace {
     pub host_spans: Vec<HostSpan>,
 }
 
+impl ProcessTrace {
+    /// The run of `epoch`, added (empty) if the process has none yet: how the readers
+    /// gather a run's events as they meet them.
+    pub fn run_mut(&mut self, epoch: u64) -> &mut RunTrace {
+        match self.runs.iter().position(|r| r.epoch == epoch) {
+            Some(i) => &mut self.runs[i],
+            None => {
+                self.runs.push(RunTrace {
+                    epoch,
+                    ..Default::default()
+                });
+                self.runs.last_mut().expect("just pushed")
+            }
+        }
+    }
+}
+
+/// Tasks a reader gathered, keyed by (pid, epoch, task): submit index and kernels.
+pub(crate) type ReadTasks = std::collections::BTreeMap<(u32, u64, u64), (u64, Vec<KernelRef>)>;
+
+/// The trace a reader gathered: `tasks` placed into their processes' runs (each run's tasks
+/// in submit order), processes in pid order. A task of an unknown pid is a shape error.
+pub(crate) fn assemble(
+    mut procs: std::collections::BTreeMap<u32, ProcessTrace>,
+    tasks: ReadTasks,
+) -> Result<Trace, crate::error::TraceError> {
+    for ((pid, epoch, task), (submit_index, kernels)) in tasks {
+        let p = procs.get_mut(&pid).ok_or_else(|| {
+            crate::error::TraceError::Shape(format!("task {task} of unknown process {pid}"))
+        })?;
+        p.run_mut(epoch).tasks.push(TaskInfo {
+            task,
+            submit_index,
+            kernels,
+        });
+    }
+    for p in procs.values_mut() {
+        for r in &mut p.runs {
+            r.tasks.sort_by_key(|t| (t.submit_index, t.task));
+        }
+    }
+    Ok(Trace {
+        processes: procs.into_values().collect(),
+    })
+}
+
 /// One simultaneous reading of both clocks: `host_ns = device_ns - clock.device_ns + clock.host_ns`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockAlignment {

@@ -198,7 +198,7 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
             ..Default::default()
         });
     }
-    let mut submit: BTreeMap<(u32, u64, u64), (u64, Vec<KernelRef>)> = BTreeMap::new();
+    let mut submit = crate::model::ReadTasks::new();
     for r in &raws {
         let (pid, thread) = match roles.get(&r.track) {
             Some(Role::Thread(pid, t)) => (*pid, t.as_str()),
@@ -220,7 +220,7 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
         }
         let clock = p.clock;
         let epoch = r.need("epoch")?;
-        let run = run_of(p, epoch);
+        let run = p.run_mut(epoch);
         if r.instant && r.name.starts_with(DROPPED) {
             run.dropped.push(DroppedEvents {
                 thread: thread.to_string(),
@@ -283,29 +283,14 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
             .get_mut(pid)
             .expect("a counter track has a process");
         let clock = p.clock;
-        let run = run_of(p, epoch.unwrap_or(0));
+        let run = p.run_mut(epoch.unwrap_or(0));
         run.counters.push(CounterSample {
             name: name.clone(),
             ts_ns: clock.to_device(ts),
             value,
         });
     }
-    for ((pid, epoch, task), (submit_index, kernels)) in submit {
-        let p = processes.get_mut(&pid).expect("known process");
-        run_of(p, epoch).tasks.push(TaskInfo {
-            task,
-            submit_index,
-            kernels,
-        });
-    }
-    for p in processes.values_mut() {
-        for r in &mut p.runs {
-            r.tasks.sort_by_key(|t| (t.submit_index, t.task));
-        }
-    }
-    Ok(Trace {
-        processes: processes.into_values().collect(),
-    })
+    crate::model::assemble(processes, submit)
 }
 
 fn model_pid(pid: i32) -> Result<u32, TraceError> {
@@ -320,20 +305,6 @@ fn canonical_thread(name: &str) -> String {
     match ThreadKind::of(name) {
         ThreadKind::Aicpu(n) => aicpu_thread_name(n),
         _ => name.to_string(),
-    }
-}
-
-/// The run of `p` with `epoch`, created when a device event names an epoch with no run slice.
-fn run_of(p: &mut ProcessTrace, epoch: u64) -> &mut RunTrace {
-    match p.runs.iter().position(|r| r.epoch == epoch) {
-        Some(i) => &mut p.runs[i],
-        None => {
-            p.runs.push(RunTrace {
-                epoch,
-                ..Default::default()
-            });
-            p.runs.last_mut().expect("just pushed")
-        }
     }
 }
 
