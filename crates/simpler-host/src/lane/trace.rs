@@ -63,7 +63,7 @@ impl LaneEngine {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;
