@@ -43,8 +43,8 @@ import math
 import os
 import sys
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -62,7 +62,15 @@ from .errors import (
 )
 from .tensor import ChildTensor, Tensor, as_array
 from .types import DataType, shape_tuple
-from .worker import _OPTIONS, PLATFORMS, RUNTIMES, Worker, wait_timeout
+from .worker import (
+    _OPTIONS,
+    PLATFORMS,
+    RUNTIMES,
+    Worker,
+    _trace_option,
+    _TracedReport,
+    wait_timeout,
+)
 
 __all__ = ["HostWorker", "HostRunHandle", "HostRunReport", "SharedBuffer"]
 
@@ -99,8 +107,11 @@ def _index_list(value: Any, what: str) -> List[int]:
 
 
 @dataclass(frozen=True)
-class HostRunReport:
-    """What a successful level-3 run reports."""
+class HostRunReport(_TracedReport):
+    """What a successful level-3 run reports. A traced run's report holds its merged trace
+    (the "L3 host" process, then one process per chip): ``has_trace``,
+    ``write_trace(path, format=None)`` and ``trace_summary()`` as level 2's
+    :class:`~simpler.RunReport` (``docs/tracing.md``)."""
 
     run: int
     """The run's id (per worker, from 1)."""
@@ -108,6 +119,7 @@ class HostRunReport:
     """Tasks the run executed."""
     total_time_s: float
     """From ``submit`` to the run's end."""
+    _native: Any = field(default=None, repr=False, compare=False)
 
 
 class HostRunHandle:
@@ -136,7 +148,10 @@ class HostRunHandle:
     def result(self, timeout: Optional[float] = None) -> HostRunReport:
         """Waits (see :meth:`wait`) and returns the run's report."""
         report = self._native.wait(wait_timeout(timeout))
-        return HostRunReport(int(report.run), int(report.tasks), float(report.total_time_s))
+        traced = report if report.has_trace else None
+        return HostRunReport(
+            int(report.run), int(report.tasks), float(report.total_time_s), traced
+        )
 
     def __repr__(self) -> str:
         return f"HostRunHandle(run={self.run}, done={self.done})"
@@ -262,6 +277,8 @@ class HostWorker(Worker):
                 raise InvalidConfigError(f"{key} must be positive and finite, got {value!r}")
         if config.pop("enable_sdma", False):
             raise UnsupportedError("enable_sdma: there is no SDMA engine on the sim platform")
+        # The trace level of runs whose CallConfig leaves it off (docs/tracing.md).
+        self.trace_level = _trace_option(config)
         options = {field: config.pop(key) for key, field in _CHIP_OPTIONS.items() if key in config}
         if config:
             raise ArgumentTypeError(f"Worker() got unknown option(s): {', '.join(sorted(config))}")
@@ -440,7 +457,23 @@ class HostWorker(Worker):
         """Runs the orchestration ``orch_fn(orch, args, config)`` on this thread and returns
         the run's handle once it has returned (the run's tasks go on). Blocks while two runs
         are in flight. An exception raised by ``orch_fn`` fails the run and is re-raised
-        here as it is."""
+        here as it is.
+
+        The run is traced at ``config.trace_level`` when it is not off, else at the worker's
+        ``trace=`` level: every chip task runs at that level at least, and the report holds
+        the merged trace (``docs/tracing.md``, Level 3). ``orch_fn`` gets ``config`` as
+        given."""
+        return self._submit_run(orch_fn, args, config, default_level=self.trace_level)
+
+    def _submit_run(
+        self,
+        orch_fn: Callable[..., Any],
+        args: Any,
+        config: Optional[CallConfig],
+        default_level: str,
+    ) -> HostRunHandle:
+        """:meth:`submit`, traced at ``config``'s level, else the worker's, else
+        ``default_level``."""
         from .orchestrator import Orchestrator
 
         if isinstance(orch_fn, (CallableHandle, ChipCallable)) or not callable(orch_fn):
@@ -451,23 +484,31 @@ class HostWorker(Worker):
             )
         if config is None:
             config = CallConfig()
-        elif not isinstance(config, CallConfig):
-            raise ArgumentTypeError(f"config must be a CallConfig, got {type(config).__name__}")
+        level = str(self._traced_config(config, default=default_level).trace_level)
         host = self._live()
 
         def body(native_orch: "_native.Orchestrator") -> None:
             orch_fn(Orchestrator(native_orch, self), args, config)
 
-        return HostRunHandle(host.submit(body))
+        return HostRunHandle(host.submit(body, trace_level=level))
 
     def run(  # type: ignore[override]
         self,
         orch_fn: Callable[..., Any],
         args: Any = None,
         config: Optional[CallConfig] = None,
+        *,
+        trace: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> HostRunReport:
-        """``submit(orch_fn, args, config).result()``."""
-        return self.submit(orch_fn, args, config).result()
+        """``submit(orch_fn, args, config).result()``. ``trace=path`` records the run (at
+        the config's trace level, else the worker's, else ``"tasks"``) and writes its merged
+        trace there atomically (Perfetto, or Chrome JSON for a ``.json`` path), as level 2's
+        ``Worker.run(trace=)``."""
+        if trace is None:
+            return self.submit(orch_fn, args, config).result()
+        report = self._submit_run(orch_fn, args, config, default_level="tasks").result()
+        report.write_trace(trace)
+        return report
 
     # -- memory --------------------------------------------------------------------------------
 

@@ -23,7 +23,10 @@ run and device call is refused with the same error. Close the worker and make a 
 **Reports.** ``RunReport.epoch`` is process-unique among runs of isolated workers;
 ``device_time_s`` is the chip task's wall time, measured around its request to the child (the
 copies are not in it); ``total_time_s`` runs from the submission to the run's end, copies
-included.
+included; ``tasks`` is the chip run's task count, as the child reports it. A traced run
+(``CallConfig.trace_level``, ``Worker(trace=...)``, ``run(..., trace=path)``) brings the
+engine's merged trace back: an "L3 host" process with the staging copies, then the chip's
+process with its run (``docs/tracing.md``).
 
 See ``docs/python.md`` section 2 and ``docs/l3-worker.md`` section 9.
 """

@@ -87,20 +87,27 @@ _DEVICE_OPTIONS = ("clusters", "aicpu_threads", "sim_memcheck", "sim_executor", 
 _IGNORED_POSITIVE = ("startup_timeout_s", "py_control_timeout_s")
 
 
-@dataclass(frozen=True)
-class RunReport:
-    """What a successful run reports; a traced run's report also holds its trace."""
+def _trace_option(config: Dict[str, Any]) -> str:
+    """Pops a worker's ``trace`` option from ``config``: the trace level of its runs whose
+    :class:`CallConfig` leaves ``trace_level`` off (``"off"`` when not given;
+    ``docs/tracing.md``). ``InvalidConfigError`` naming ``trace`` for a bad level."""
+    level = str(config.pop("trace", None) or "off")
+    try:
+        _native.CallConfig(trace_level=level)
+    except Exception as e:
+        raise InvalidConfigError(f"trace: {e}") from None
+    return level
 
-    epoch: int
-    """The run's epoch (process-unique, non-zero)."""
-    device_time_s: float
-    """From the launch of the first kernel to the proof of completion."""
-    total_time_s: float
-    """From the call to the return, including staging and copy-back."""
-    tasks: Optional[int] = None
-    """Tasks the orchestration submitted, allocation-only and other kernel-less tasks
-    included; None for a chip in a child process (``chip_isolation="process"``)."""
-    _native: Any = field(default=None, repr=False, compare=False)
+
+_UNTRACED = "the run was not traced (its trace level was off)"
+
+
+class _TracedReport:
+    """The trace of a run report, level 2's :class:`RunReport` and level 3's
+    ``HostRunReport`` alike: ``_native`` is the native report of a traced run (else
+    ``None``), which holds the trace (``docs/tracing.md``)."""
+
+    _native: Any
 
     @property
     def has_trace(self) -> bool:
@@ -111,14 +118,31 @@ class RunReport:
         """Writes the trace atomically: Perfetto protobuf, or Chrome JSON for a ``.json``
         path or ``format="chrome"``. ``ValueError`` for an untraced run."""
         if self._native is None:
-            raise ValueError("the run was not traced (its trace level was off)")
+            raise ValueError(_UNTRACED)
         self._native.write_trace(os.fspath(path), format)
 
     def trace_summary(self) -> str:
-        """The timing breakdown ``simpler trace summary`` prints (``docs/tracing.md``)."""
+        """The timing breakdown ``simpler trace summary`` prints (``docs/tracing.md``);
+        ``ValueError`` for an untraced run."""
         if self._native is None:
-            raise ValueError("the run was not traced (its trace level was off)")
+            raise ValueError(_UNTRACED)
         return str(self._native.trace_summary())
+
+
+@dataclass(frozen=True)
+class RunReport(_TracedReport):
+    """What a successful run reports; a traced run's report also holds its trace."""
+
+    epoch: int
+    """The run's epoch (process-unique, non-zero)."""
+    device_time_s: float
+    """From the launch of the first kernel to the proof of completion."""
+    total_time_s: float
+    """From the call to the return, including staging and copy-back."""
+    tasks: Optional[int] = None
+    """Tasks the orchestration submitted, allocation-only and other kernel-less tasks
+    included (for a chip in a child process, as the child reports them)."""
+    _native: Any = field(default=None, repr=False, compare=False)
 
 
 class Worker:
@@ -199,11 +223,7 @@ class Worker:
                     "Worker(level=3, ...)"
                 )
         # The trace level of runs whose CallConfig leaves it off (docs/tracing.md).
-        self.trace_level = str(config.pop("trace", None) or "off")
-        try:
-            _native.CallConfig(trace_level=self.trace_level)
-        except Exception as e:
-            raise InvalidConfigError(f"trace: {e}") from None
+        self.trace_level = _trace_option(config)
         if config.pop("enable_sdma", False):
             raise UnsupportedError("enable_sdma: there is no SDMA engine on the sim platform")
         # "process" is python/simpler/isolated_worker.py (Worker.__new__ makes one).
@@ -554,7 +574,7 @@ class Worker:
         base = config if config is not None else CallConfig()
         if str(base.trace_level) not in ("off", "0"):
             return base
-        worker_level = getattr(self, "trace_level", "off")
+        worker_level = self.trace_level
         level = worker_level if worker_level not in ("off", "0") else default
         return dataclasses.replace(base, trace_level=level)
 
@@ -604,7 +624,7 @@ class Worker:
             handle = self._own_handle(callable)
             native_id = handle._native_id
         native_config = None
-        worker_level = getattr(self, "trace_level", "off")
+        worker_level = self.trace_level
         if worker_level not in ("off", "0") and (config is None or isinstance(config, CallConfig)):
             config = self._traced_config(config, default=worker_level)
         if config is not None:

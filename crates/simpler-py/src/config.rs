@@ -400,6 +400,22 @@ impl NativeRuntimeEnv {
     }
 }
 
+/// A trace level from its name or number (`simpler_trace::TraceLevel`, `docs/tracing.md`
+/// §1); `InvalidConfigError` naming `trace_level` for anything else.
+pub(crate) fn parse_trace_level(
+    py: Python<'_>,
+    level: &str,
+) -> PyResult<simpler_trace::TraceLevel> {
+    level
+        .parse()
+        .map_err(|e: simpler_trace::ParseTraceLevelError| {
+            error::host_error(
+                py,
+                simpler_host::HostError::InvalidConfig(format!("trace_level: {e}")),
+            )
+        })
+}
+
 /// Options of one run: the host's [`CallConfig`].
 #[pyclass(module = "simpler._native", name = "CallConfig", frozen)]
 pub struct NativeCallConfig {
@@ -422,14 +438,7 @@ impl NativeCallConfig {
     ) -> PyResult<NativeCallConfig> {
         let d = CallConfig::default();
         let trace_level = match trace_level {
-            Some(t) => t
-                .parse()
-                .map_err(|e: simpler_trace::ParseTraceLevelError| {
-                    error::host_error(
-                        py,
-                        simpler_host::HostError::InvalidConfig(format!("trace_level: {e}")),
-                    )
-                })?,
+            Some(t) => parse_trace_level(py, t)?,
             None => d.trace_level,
         };
         Ok(NativeCallConfig {

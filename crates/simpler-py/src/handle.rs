@@ -1,4 +1,6 @@
-//! `simpler._native.RunHandle`: a submitted run, seen from Python.
+//! `simpler._native.RunHandle`: a submitted run, seen from Python; `RunReport`, its report;
+//! and `TraceOwner`, the trace a level-2 or level-3 report carries with the calls that
+//! read it (`docs/tracing.md`).
 //!
 //! # State
 //!
@@ -87,6 +89,65 @@ pub(crate) fn wait_in_slices<T>(
     }
 }
 
+/// A report's trace, when its run was traced: what `has_trace`, `write_trace`,
+/// `trace_summary` and `trace_json` of the level-2 and level-3 reports answer (one
+/// implementation for both; `docs/tracing.md`). Cloning shares the trace.
+#[derive(Clone, Default)]
+pub(crate) struct TraceOwner(Option<Arc<simpler_trace::Trace>>);
+
+impl TraceOwner {
+    /// Owns `trace` (moved, not copied).
+    pub(crate) fn new(trace: Option<Box<simpler_trace::Trace>>) -> TraceOwner {
+        TraceOwner(trace.map(Arc::from))
+    }
+
+    /// Whether the run brought a trace back.
+    pub(crate) fn has(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn traced(&self) -> PyResult<&simpler_trace::Trace> {
+        self.0.as_deref().ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(
+                "the run was not traced (its trace level was off)",
+            )
+        })
+    }
+
+    /// Writes the trace to `path` atomically: `format` "perfetto" or "chrome", default from
+    /// the extension (`.json` Chrome). `ValueError` for an untraced run or an unknown
+    /// format, `OSError` naming the path when the write fails (nothing is left).
+    pub(crate) fn write(&self, path: &std::path::Path, format: Option<&str>) -> PyResult<()> {
+        let trace = self.traced()?;
+        let format = match format {
+            Some(f) => f.parse().map_err(pyo3::exceptions::PyValueError::new_err)?,
+            None => simpler_trace::Format::of_path(path),
+        };
+        let mut bytes = Vec::new();
+        simpler_trace::write(trace, format, &mut bytes)
+            .and_then(|_| simpler_host::fsio::write_atomic(path, &bytes))
+            .map_err(|e| {
+                pyo3::exceptions::PyOSError::new_err(format!(
+                    "cannot write trace `{}`: {e}",
+                    path.display()
+                ))
+            })
+    }
+
+    /// The timing breakdown as `simpler trace summary` prints it; `ValueError` for an
+    /// untraced run.
+    pub(crate) fn summary(&self) -> PyResult<String> {
+        Ok(simpler_trace::summary::Summary::of(self.traced()?).to_string())
+    }
+
+    /// The trace as the model's JSON (`simpler_trace::Trace`); `ValueError` for an untraced
+    /// run.
+    pub(crate) fn json(&self) -> PyResult<String> {
+        serde_json::to_string(self.traced()?)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+    }
+}
+
 /// What a successful run reports: the host's [`simpler_host::RunReport`] in seconds, and
 /// its trace when the run was traced.
 #[pyclass(module = "simpler._native", name = "RunReport", frozen)]
@@ -96,41 +157,31 @@ pub struct NativeRunReport {
     device_time_s: f64,
     total_time_s: f64,
     tasks: Option<u64>,
-    trace: Option<Arc<simpler_trace::Trace>>,
+    trace: TraceOwner,
 }
 
-impl NativeRunReport {
-    /// A report of epoch `epoch` with these times, in seconds, and no task count (a chip in
-    /// a child process reports none).
-    pub(crate) fn new(epoch: u64, device_time_s: f64, total_time_s: f64) -> NativeRunReport {
-        NativeRunReport {
-            epoch,
-            device_time_s,
-            total_time_s,
-            tasks: None,
-            trace: None,
-        }
-    }
-}
-
-impl NativeRunReport {
-    fn traced(&self) -> PyResult<&simpler_trace::Trace> {
-        self.trace.as_deref().ok_or_else(|| {
-            pyo3::exceptions::PyValueError::new_err(
-                "the run was not traced (its trace level was off)",
-            )
-        })
-    }
-}
-
-impl From<&simpler_host::RunReport> for NativeRunReport {
-    fn from(r: &simpler_host::RunReport) -> NativeRunReport {
+impl From<simpler_host::RunReport> for NativeRunReport {
+    fn from(r: simpler_host::RunReport) -> NativeRunReport {
         NativeRunReport {
             epoch: r.epoch,
             device_time_s: r.device_time.as_secs_f64(),
             total_time_s: r.total_time.as_secs_f64(),
             tasks: Some(r.tasks),
-            trace: r.trace.as_ref().map(|t| Arc::new((**t).clone())),
+            trace: TraceOwner::new(r.trace),
+        }
+    }
+}
+
+impl From<simpler_worker::IsolatedReport> for NativeRunReport {
+    /// A run of a chip in a child process: its tasks are the chip run's, as the child
+    /// reported them, and its trace the engine's merged one.
+    fn from(r: simpler_worker::IsolatedReport) -> NativeRunReport {
+        NativeRunReport {
+            epoch: r.epoch,
+            device_time_s: r.device_time.as_secs_f64(),
+            total_time_s: r.total_time.as_secs_f64(),
+            tasks: Some(r.chip_tasks),
+            trace: TraceOwner::new(r.trace),
         }
     }
 }
@@ -156,7 +207,7 @@ impl NativeRunReport {
     }
 
     /// Tasks the orchestration submitted (allocation-only and other kernel-less tasks
-    /// included); None when the chip ran in a child process.
+    /// included), for a chip in a child process as the child reported them.
     #[getter]
     fn tasks(&self) -> Option<u64> {
         self.tasks
@@ -165,41 +216,25 @@ impl NativeRunReport {
     /// Whether the run brought a trace back (it ran at a trace level other than off).
     #[getter]
     fn has_trace(&self) -> bool {
-        self.trace.is_some()
+        self.trace.has()
     }
 
-    /// Writes the run's trace to `path` atomically: `format` "perfetto" or "chrome", default
-    /// from the extension (`.json` Chrome). Raises `ValueError` for an untraced run or an
-    /// unknown format, `OSError` naming the path when the write fails (nothing is left).
+    /// Writes the run's trace to `path` atomically (see [`TraceOwner::write`]).
     #[pyo3(signature = (path, format=None))]
     fn write_trace(&self, path: std::path::PathBuf, format: Option<&str>) -> PyResult<()> {
-        let trace = self.traced()?;
-        let format = match format {
-            Some(f) => f.parse().map_err(pyo3::exceptions::PyValueError::new_err)?,
-            None => simpler_trace::Format::of_path(&path),
-        };
-        let mut bytes = Vec::new();
-        simpler_trace::write(trace, format, &mut bytes)
-            .and_then(|_| simpler_host::fsio::write_atomic(&path, &bytes))
-            .map_err(|e| {
-                pyo3::exceptions::PyOSError::new_err(format!(
-                    "cannot write trace `{}`: {e}",
-                    path.display()
-                ))
-            })
+        self.trace.write(&path, format)
     }
 
     /// The run's timing breakdown as `simpler trace summary` prints it; `ValueError` for an
     /// untraced run.
     fn trace_summary(&self) -> PyResult<String> {
-        Ok(simpler_trace::summary::Summary::of(self.traced()?).to_string())
+        self.trace.summary()
     }
 
     /// The run's trace as the model's JSON (`simpler_trace::Trace`); `ValueError` for an
     /// untraced run.
     fn trace_json(&self) -> PyResult<String> {
-        serde_json::to_string(self.traced()?)
-            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+        self.trace.json()
     }
 
     fn __repr__(&self) -> String {
@@ -266,7 +301,7 @@ impl NativeRunHandle {
         // The run is terminal: `result` only takes the cached outcome and the arguments.
         let outcome = handle
             .result()
-            .map(|output| NativeRunReport::from(&output.report));
+            .map(|output| NativeRunReport::from(output.report));
         *lock(&self.outcome) = Some(outcome);
         true
     }

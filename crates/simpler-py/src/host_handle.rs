@@ -1,4 +1,5 @@
-//! `simpler._native.HostRunHandle`: a submitted level-3 run, seen from Python.
+//! `simpler._native.HostRunHandle`: a submitted level-3 run, seen from Python, and
+//! `HostRunReport`, its report (with the run's merged trace: `crate::handle::TraceOwner`).
 //!
 //! The engine's [`RunHandle`] answers every wait with the same outcome, so this wrapper keeps
 //! no state of its own. A wait detaches from the interpreter and waits in slices of at most
@@ -14,23 +15,26 @@ use pyo3::prelude::*;
 use simpler_worker::{RunHandle, RunReport, WorkerError};
 
 use crate::error::{self, Raise};
-use crate::handle::{wait_in_slices, Slice};
+use crate::handle::{wait_in_slices, Slice, TraceOwner};
 
-/// What a successful level-3 run reports.
+/// What a successful level-3 run reports, with its merged trace when the run was traced
+/// (`docs/tracing.md`, Level 3).
 #[pyclass(module = "simpler._native", name = "HostRunReport", frozen)]
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct NativeHostRunReport {
     run: u64,
     tasks: usize,
     total_time_s: f64,
+    trace: TraceOwner,
 }
 
-impl From<&RunReport> for NativeHostRunReport {
-    fn from(r: &RunReport) -> NativeHostRunReport {
+impl From<RunReport> for NativeHostRunReport {
+    fn from(r: RunReport) -> NativeHostRunReport {
         NativeHostRunReport {
             run: r.run,
             tasks: r.tasks,
             total_time_s: r.total_time.as_secs_f64(),
+            trace: TraceOwner::new(r.trace),
         }
     }
 }
@@ -53,6 +57,32 @@ impl NativeHostRunReport {
     #[getter]
     fn total_time_s(&self) -> f64 {
         self.total_time_s
+    }
+
+    /// Whether the run brought a trace back (it ran at a trace level other than off).
+    #[getter]
+    fn has_trace(&self) -> bool {
+        self.trace.has()
+    }
+
+    /// Writes the run's merged trace to `path` atomically: `format` "perfetto" or "chrome",
+    /// default from the extension (`.json` Chrome). Raises `ValueError` for an untraced run
+    /// or an unknown format, `OSError` naming the path when the write fails.
+    #[pyo3(signature = (path, format=None))]
+    fn write_trace(&self, path: std::path::PathBuf, format: Option<&str>) -> PyResult<()> {
+        self.trace.write(&path, format)
+    }
+
+    /// The timing breakdown of each chip run in the trace, as `simpler trace summary` prints
+    /// it; `ValueError` for an untraced run.
+    fn trace_summary(&self) -> PyResult<String> {
+        self.trace.summary()
+    }
+
+    /// The run's merged trace as the model's JSON (`simpler_trace::Trace`); `ValueError` for
+    /// an untraced run.
+    fn trace_json(&self) -> PyResult<String> {
+        self.trace.json()
     }
 
     fn __repr__(&self) -> String {
@@ -85,7 +115,7 @@ pub(crate) fn wait_sliced(
     timeout: Option<f64>,
 ) -> PyResult<NativeHostRunReport> {
     let slice = |d: Duration| match py.detach(|| handle.wait(Some(d))) {
-        Ok(report) => Slice::Done(Ok(NativeHostRunReport::from(&report))),
+        Ok(report) => Slice::Done(Ok(NativeHostRunReport::from(report))),
         Err(WorkerError::WaitTimeout(_)) => Slice::Pending,
         Err(e) => Slice::Done(Err(error::worker_error(py, e))),
     };

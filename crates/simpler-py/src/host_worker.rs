@@ -18,7 +18,9 @@
 //! flight), re-attached for the body. Those waits, and a registration waiting behind a busy
 //! endpoint, run the signal handlers every 50 ms: Ctrl-C raises `KeyboardInterrupt` and
 //! nothing is submitted or registered. An exception raised by the body is kept aside and re-raised as it is once the engine
-//! has failed the run (after its dispatched tasks are over), rather than its text.
+//! has failed the run (after its dispatched tasks are over), rather than its text. A
+//! `trace_level` other than off is the run's [`RunConfig`]: its report carries the merged
+//! trace (`crate::host_handle`).
 //!
 //! # Memory
 //!
@@ -32,13 +34,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::prelude::*;
+use simpler_host::trace_model::TraceLevel;
 use simpler_worker::{
-    Callable, ChildProgram, ChipIsolation, HostMemory, SubWorkers, Worker, WorkerError,
+    Callable, ChildProgram, ChipIsolation, HostMemory, RunConfig, SubWorkers, Worker, WorkerError,
     WorkerOptions,
 };
 
 use crate::callable::NativeCallable;
-use crate::config::NativeWorkerConfig;
+use crate::config::{parse_trace_level, NativeWorkerConfig};
 use crate::error::detached;
 use crate::error::{self, Raise};
 use crate::host_callable::NativeHostCallable;
@@ -231,8 +234,22 @@ impl NativeHostWorker {
     }
 
     /// Runs `body(orchestrator)` as a run's orchestration and returns the run's handle (see
-    /// the module docs).
-    fn submit(&self, py: Python<'_>, body: Py<PyAny>) -> PyResult<NativeHostRunHandle> {
+    /// the module docs). `trace_level` (a level name or number; `None`: off) traces the run:
+    /// every chip task runs at that level at least, and the report holds the merged trace
+    /// (`docs/tracing.md`, Level 3); a bad one is an `InvalidConfigError`.
+    #[pyo3(signature = (body, trace_level=None))]
+    fn submit(
+        &self,
+        py: Python<'_>,
+        body: Py<PyAny>,
+        trace_level: Option<&str>,
+    ) -> PyResult<NativeHostRunHandle> {
+        let config = RunConfig {
+            trace_level: match trace_level {
+                Some(t) => parse_trace_level(py, t)?,
+                None => TraceLevel::Off,
+            },
+        };
         let worker = self.live(py)?;
         let known = self.known.clone();
         let raised: Mutex<Option<PyErr>> = Mutex::new(None);
@@ -260,7 +277,7 @@ impl NativeHostWorker {
                     outcome.map(drop).map_err(&keep)
                 })
             };
-            worker.submit_interruptible(orchestration, signals_check(&interrupted))
+            worker.submit_interruptible_with(orchestration, signals_check(&interrupted), &config)
         });
         if let Some(e) = lock(&interrupted).take() {
             return Err(e); // nothing was submitted

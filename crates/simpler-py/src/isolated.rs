@@ -349,11 +349,7 @@ impl NativeIsolatedRunHandle {
     fn wait_report(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<NativeRunReport> {
         let handle = &self.handle;
         let slice = |d: Duration| match py.detach(|| handle.wait(Some(d))) {
-            Ok(r) => Slice::Done(Ok(NativeRunReport::new(
-                r.epoch,
-                r.device_time.as_secs_f64(),
-                r.total_time.as_secs_f64(),
-            ))),
+            Ok(r) => Slice::Done(Ok(NativeRunReport::from(r))),
             Err(WorkerError::WaitTimeout(_)) => Slice::Pending,
             Err(e) => Slice::Done(Err(error::worker_error(py, e))),
         };

@@ -165,7 +165,7 @@ impl NativeWorker {
                     .map(|out| out.report)
             })
             .map_err(|e| error::host_error(py, e))?;
-        Ok(NativeRunReport::from(&report))
+        Ok(NativeRunReport::from(report))
     }
 
     /// Submits a run of callable `id` on `args` and returns its handle at once. The run

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use simpler_device::DevicePtr;
 use simpler_host::{CallConfig, CallableId, ChipWorker, WorkerConfig};
 
-use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind};
+use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind, RunFacts};
 use crate::tensor::TaskArg;
 use crate::WorkerError;
 
@@ -19,8 +19,8 @@ pub(crate) struct ChipLocal {
     device: u32,
     chip: ChipWorker,
     ids: HashMap<CallableKey, CallableId>,
-    /// The last traced run's trace, until the lane takes it.
-    last_trace: Option<Box<simpler_host::trace_model::Trace>>,
+    /// What the last run reported, until the lane takes it.
+    last_run: RunFacts,
 }
 
 impl ChipLocal {
@@ -42,7 +42,7 @@ impl ChipLocal {
             device,
             chip,
             ids: HashMap::new(),
-            last_trace: None,
+            last_run: RunFacts::default(),
         })
     }
 
@@ -93,12 +93,16 @@ impl Endpoint for ChipLocal {
         let id = self.id(key)?;
         let owned = crate::owned_args(self.index, args)?;
         let handle = self.chip.submit_with(id, owned, config)?;
-        self.last_trace = handle.result()?.report.trace;
+        let report = handle.result()?.report;
+        self.last_run = RunFacts {
+            tasks: Some(report.tasks),
+            trace: report.trace,
+        };
         Ok(())
     }
 
-    fn take_trace(&mut self) -> Option<Box<simpler_host::trace_model::Trace>> {
-        self.last_trace.take()
+    fn take_run_facts(&mut self) -> RunFacts {
+        std::mem::take(&mut self.last_run)
     }
 
     fn malloc(&mut self, nbytes: u64) -> Result<DevicePtr, EndpointError> {

@@ -22,6 +22,18 @@ use crate::WorkerError;
 /// A callable's key, the same in every endpoint of one worker (and in its children).
 pub type CallableKey = u32;
 
+/// What a chip endpoint reports of one run besides its verdict
+/// ([`Endpoint::take_run_facts`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunFacts {
+    /// Tasks the chip run's orchestration submitted (`simpler_host::RunReport::tasks`);
+    /// `None` where the endpoint does not know (sub workers).
+    pub tasks: Option<u64>,
+    /// The chip run's trace, when its `CallConfig::trace_level` was not Off
+    /// (`docs/tracing.md`).
+    pub trace: Option<Box<simpler_host::trace_model::Trace>>,
+}
+
 /// What kind of worker an endpoint is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EndpointKind {
@@ -195,10 +207,12 @@ pub trait Endpoint: Send + 'static {
         config: &CallConfig,
     ) -> Result<(), EndpointError>;
 
-    /// The trace of the last [`run`](Endpoint::run) when its config asked for one (chips;
-    /// `docs/tracing.md`), taken: a second call answers `None`. The default has none.
-    fn take_trace(&mut self) -> Option<Box<simpler_host::trace_model::Trace>> {
-        None
+    /// What the endpoint knows of its last successful [`run`](Endpoint::run) (chips: the
+    /// chip run's task count, and its trace when its config asked for one;
+    /// `docs/tracing.md`), taken: a second call answers [`RunFacts::default`]. The default
+    /// knows nothing.
+    fn take_run_facts(&mut self) -> RunFacts {
+        RunFacts::default()
     }
 
     /// Allocates `nbytes` of zeroed device memory (chips only).

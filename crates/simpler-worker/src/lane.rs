@@ -85,6 +85,10 @@ pub(crate) enum Event {
         took: Duration,
         /// Set for a traced call (its config's trace level is not Off).
         trace: Option<MemberTrace>,
+        /// The tasks a chip run's orchestration submitted (the endpoint's
+        /// [`RunFacts::tasks`](crate::endpoint::RunFacts)); `None` for a copy, a sub task,
+        /// or a call that failed.
+        chip_tasks: Option<u64>,
     },
     /// The endpoint of `lane` died; `report` is what is known.
     Died { lane: usize, report: String },
@@ -163,13 +167,15 @@ impl Lane {
                     } else {
                         Duration::ZERO
                     };
-                    let trace = start_ns.map(|start_ns| MemberTrace {
+                    let end_ns = start_ns.map(|_| simpler_device::clock::monotonic_ns());
+                    let facts = match self.dead {
+                        None if timed => self.endpoint.take_run_facts(),
+                        _ => crate::endpoint::RunFacts::default(),
+                    };
+                    let trace = start_ns.zip(end_ns).map(|(start_ns, end_ns)| MemberTrace {
                         start_ns,
-                        end_ns: simpler_device::clock::monotonic_ns(),
-                        chip: match self.dead {
-                            None => self.endpoint.take_trace(),
-                            Some(_) => None,
-                        },
+                        end_ns,
+                        chip: facts.trace,
                     });
                     let _ = self.events.send(Event::Done {
                         lane: self.index,
@@ -178,6 +184,7 @@ impl Lane {
                         result: result.map(|_| ()),
                         took,
                         trace,
+                        chip_tasks: facts.tasks,
                     });
                 }
                 WorkItem::Control { op, reply } => {

@@ -62,7 +62,8 @@ mod worker;
 
 pub use chip_args::owned_args;
 pub use endpoint::{
-    Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch, SubArgs, SubClosure,
+    Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch, RunFacts, SubArgs,
+    SubClosure,
 };
 pub use error::WorkerError;
 pub use isolated::{

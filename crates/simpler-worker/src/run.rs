@@ -37,6 +37,10 @@ pub struct RunReport {
     /// each measured on its lane around the endpoint's run call (copies not counted). For a
     /// chip in a child process it includes the request's trip through the mailbox.
     pub chip_time: Duration,
+    /// Tasks the orchestrations of its chip tasks' runs submitted
+    /// (`simpler_host::RunReport::tasks`), summed over tasks and group members: the chips'
+    /// own task count, beside [`tasks`](RunReport::tasks), the engine's.
+    pub chip_tasks: u64,
     /// The merged trace of a run whose [`RunConfig::trace_level`](crate::RunConfig) is not
     /// Off: the "L3 host" process, then one process per chip (`docs/tracing.md`).
     pub trace: Option<Box<simpler_host::trace_model::Trace>>,
@@ -183,6 +187,8 @@ pub(crate) struct Run {
     pub(crate) allocs: HashMap<usize, HeapAlloc>,
     /// The summed wall time of its chip tasks' callable runs so far.
     pub(crate) chip_time: Duration,
+    /// The summed task count of its chip tasks' runs so far.
+    pub(crate) chip_tasks: u64,
     /// What a traced run collects (`None`: untraced).
     pub(crate) trace: Option<crate::trace::RunCapture>,
 }
@@ -205,6 +211,7 @@ impl Run {
             scopes: vec![Vec::new()],
             allocs: HashMap::new(),
             chip_time: Duration::ZERO,
+            chip_tasks: 0,
             trace: None,
         }
     }
@@ -240,6 +247,7 @@ impl Run {
                 edges: self.graph.edges(),
                 total_time: self.started.elapsed(),
                 chip_time: self.chip_time,
+                chip_tasks: self.chip_tasks,
                 trace: None,
             }),
         }

@@ -55,9 +55,14 @@ fn handle(engine: &Engine, st: &mut State, event: Event) -> bool {
             result,
             took,
             trace,
+            chip_tasks,
         } => {
-            let traced = trace.map(|t| (lane, t));
-            member_done(engine, st, lane, run, task, result, took, traced)
+            let facts = MemberFacts {
+                took,
+                chip_tasks,
+                trace,
+            };
+            member_done(engine, st, lane, run, task, result, facts)
         }
         Event::Died { lane, report } => {
             st.lanes[lane].dead.get_or_insert(report);
@@ -68,7 +73,16 @@ fn handle(engine: &Engine, st: &mut State, event: Event) -> bool {
     false
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a task member's lane measured and its endpoint reported, besides the verdict.
+struct MemberFacts {
+    /// The wall time of its callable's run (zero for a copy).
+    took: std::time::Duration,
+    /// The tasks a chip run's orchestration submitted.
+    chip_tasks: Option<u64>,
+    /// The traced call's span and chip trace.
+    trace: Option<crate::lane::MemberTrace>,
+}
+
 fn member_done(
     engine: &Engine,
     st: &mut State,
@@ -76,8 +90,7 @@ fn member_done(
     run: u64,
     task: TaskId,
     result: Result<(), WorkerError>,
-    took: std::time::Duration,
-    traced: Option<(usize, crate::lane::MemberTrace)>,
+    facts: MemberFacts,
 ) {
     st.lanes[lane].busy = false;
     let describe = st.lanes[lane].describe.clone();
@@ -86,9 +99,10 @@ fn member_done(
         panic!("a member of task {task} ended for run {run}, which is not in flight");
     };
     if lane < engine.chips {
-        r.chip_time += took;
+        r.chip_time += facts.took;
+        r.chip_tasks += facts.chip_tasks.unwrap_or(0);
     }
-    if let (Some(c), Some((lane, m))) = (r.trace.as_mut(), traced) {
+    if let (Some(c), Some(m)) = (r.trace.as_mut(), facts.trace) {
         c.push_span(simpler_host::trace_model::HostSpan {
             thread: describe.clone(),
             name: r.graph.task(task).name.clone(),

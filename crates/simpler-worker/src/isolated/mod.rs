@@ -10,7 +10,9 @@
 //! after the run before it is over: chained submits on the same arrays see each other's
 //! results. A chip task that fails poisons its copies back, so a failed run leaves the host
 //! arrays as they were. Host memory may be private to this process: copies carry bytes
-//! through the child's mailbox, never a mapping.
+//! through the child's mailbox, never a mapping. The engine run is submitted at the run's
+//! `CallConfig::trace_level`, so a traced run's report holds the engine's merged trace, and
+//! every report the chip run's task count as the child sent it back (`docs/tracing.md`).
 //!
 //! A child that dies fails its run with [`WorkerError::EndpointFailure`] carrying the crash
 //! report; from then on [`IsolatedChip::health`] says why, and every run and device call is
@@ -39,6 +41,7 @@ use crate::process::ChildProgram;
 use crate::registry::CallableHandle;
 use crate::run::RunHandle;
 use crate::tensor::{c_strides, Memory, Tag, TaskArgs, Tensor};
+use crate::trace::RunConfig;
 use crate::{Orchestrator, Worker, WorkerError};
 use plan::{Allocations, Planned};
 use staging::Staging;
@@ -88,7 +91,7 @@ pub enum ChipHealth {
 }
 
 /// What a successful level-2 run reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct IsolatedReport {
     /// The run's epoch: process-unique among isolated runs, non-zero, increasing in
     /// submission order.
@@ -100,6 +103,13 @@ pub struct IsolatedReport {
     pub total_time: Duration,
     /// Tasks of the engine run: the copies and the chip task.
     pub tasks: usize,
+    /// Tasks the chip run's orchestration submitted (`simpler_host::RunReport::tasks`, as
+    /// the child reports it): what a level-2 run in this process reports as its tasks.
+    pub chip_tasks: u64,
+    /// The run's trace when its `CallConfig::trace_level` is not Off: the engine's merged
+    /// trace (`docs/tracing.md`, Level 3) — the "L3 host" process with the staging copies
+    /// and the chip task's call, then the chip's process with its run.
+    pub trace: Option<Box<simpler_host::trace_model::Trace>>,
 }
 
 /// A submitted level-2 run. `Clone + Send + Sync`; waiting again answers the same.
@@ -134,6 +144,8 @@ impl IsolatedRunHandle {
             device_time: report.chip_time,
             total_time: report.total_time,
             tasks: report.tasks,
+            chip_tasks: report.chip_tasks,
+            trace: report.trace,
         })
     }
 
@@ -335,7 +347,10 @@ impl IsolatedChip {
         }
         let evicted = staging.evict(run);
         let epoch = EPOCHS.fetch_add(1, Ordering::Relaxed);
-        let handle = self.submit_engine_run(|o| {
+        let traced = RunConfig {
+            trace_level: config.trace_level,
+        };
+        let handle = self.submit_engine_run(&traced, |o| {
             for slot in &evicted {
                 o.free(slot)?;
             }
@@ -358,16 +373,18 @@ impl IsolatedChip {
         self.submit(key, args, config)?.result()
     }
 
-    /// Submits one engine run built by `build`; an error `build` returns is the caller's
-    /// (typed), once the run's dispatched tasks are over.
+    /// Submits one engine run built by `build`, with `config` (its trace level); an error
+    /// `build` returns is the caller's (typed), once the run's dispatched tasks are over.
     fn submit_engine_run(
         &self,
+        config: &RunConfig,
         build: impl FnOnce(&Orchestrator) -> Result<(), WorkerError>,
     ) -> Result<RunHandle, WorkerError> {
         let mut refused = None;
-        let handle = self
-            .worker
-            .submit(|o| build(o).inspect_err(|e| refused = Some(e.clone())))?;
+        let handle = self.worker.submit_with(
+            |o| build(o).inspect_err(|e| refused = Some(e.clone())),
+            config,
+        )?;
         if let Some(e) = refused {
             let _ = handle.wait(None);
             return Err(e);
@@ -452,7 +469,9 @@ impl IsolatedChip {
         let memory: Arc<dyn HostMemory> = Arc::new(VecMemory::new(src.to_vec()));
         let host = Tensor::new(Memory::Host(memory), &[n], DataType::Uint8)?;
         let serial = self.staging.lock();
-        let run = self.submit_engine_run(|o| o.copy_to(&device, &host).map(drop))?;
+        let run = self.submit_engine_run(&RunConfig::default(), |o| {
+            o.copy_to(&device, &host).map(drop)
+        })?;
         drop(serial);
         run.wait(None).map(drop)
     }
@@ -473,7 +492,9 @@ impl IsolatedChip {
         let shared: Arc<dyn HostMemory> = memory.clone();
         let host = Tensor::new(Memory::Host(shared), &[n], DataType::Uint8)?;
         let serial = self.staging.lock();
-        let run = self.submit_engine_run(|o| o.copy_from(&host, &device).map(drop))?;
+        let run = self.submit_engine_run(&RunConfig::default(), |o| {
+            o.copy_from(&host, &device).map(drop)
+        })?;
         drop(serial);
         run.wait(None)?;
         dst.copy_from_slice(&memory.to_vec());

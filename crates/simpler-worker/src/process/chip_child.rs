@@ -12,7 +12,9 @@ use std::time::Instant;
 use simpler_device::DevicePtr;
 use simpler_host::{Bundle, BundleCode, BundleKernel, CallConfig, CallableSpec, CodeImage};
 
-use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch};
+use crate::endpoint::{
+    Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch, RunFacts,
+};
 use crate::memory::{HostMemory, SharedRegion};
 use crate::process::link::Link;
 use crate::process::wire::{
@@ -31,8 +33,8 @@ pub(crate) struct ChipProcess {
     index: usize,
     device_id: u32,
     link: Link,
-    /// The last traced run's trace, as the child sent it back, until the lane takes it.
-    last_trace: Option<Box<simpler_host::trace_model::Trace>>,
+    /// What the child sent back with the last run's result, until the lane takes it.
+    last_run: RunFacts,
 }
 
 /// Starts chip `index`, labelled `device_id`, in a child process (see
@@ -62,7 +64,7 @@ pub(crate) fn start(
         index,
         device_id,
         link,
-        last_trace: None,
+        last_run: RunFacts::default(),
     })
 }
 
@@ -266,16 +268,19 @@ impl Endpoint for ChipProcess {
         };
         match self.link.call(&request)? {
             // A trace that does not decode is lost, never the run's result.
-            Response::Traced(json) => {
-                self.last_trace = serde_json::from_slice(&json).ok().map(Box::new);
+            Response::Ran { tasks, trace } => {
+                self.last_run = RunFacts {
+                    tasks: Some(tasks),
+                    trace: trace.and_then(|json| serde_json::from_slice(&json).ok().map(Box::new)),
+                };
                 Ok(())
             }
-            other => expect_ok(other, "run"),
+            other => Err(unexpected(other, "run")),
         }
     }
 
-    fn take_trace(&mut self) -> Option<Box<simpler_host::trace_model::Trace>> {
-        self.last_trace.take()
+    fn take_run_facts(&mut self) -> RunFacts {
+        std::mem::take(&mut self.last_run)
     }
 
     fn malloc(&mut self, nbytes: u64) -> Result<DevicePtr, EndpointError> {

@@ -15,8 +15,8 @@ use simpler_host::{Bundle, CallableId, ChipWorker};
 
 use crate::memory::{HostMemory, SharedRegion};
 use crate::process::child::{Connection, RegionCache};
-use crate::process::mailbox::ChildState;
-use crate::process::wire::{ChipArg, Payload, Request, Response, Start, WireCallable};
+use crate::process::mailbox::{ChildState, AREA_LEN};
+use crate::process::wire::{encode, ChipArg, Payload, Request, Response, Start, WireCallable};
 use crate::process::wire_error::{WireError, WireHost};
 use crate::tensor::{ChildAllocation, Memory, TaskArg, Tensor};
 use crate::{owned_args, CallableKey, WorkerError};
@@ -110,6 +110,23 @@ pub fn serve_chip_child_status() -> u8 {
     }
 }
 
+/// The response to a chip run that succeeded: `Ran` with its task count and its trace. A
+/// trace that does not fit the response area is left out with a warning on stderr (the
+/// parent forwards it): a trace never changes a run's verdict (`docs/tracing.md` §2).
+fn ran(tasks: u64, trace: Option<&simpler_host::trace_model::Trace>) -> Response {
+    let json = trace.and_then(|t| serde_json::to_vec(t).ok());
+    let response = Response::Ran { tasks, trace: json };
+    let len = encode(&response).len();
+    if len <= AREA_LEN {
+        return response;
+    }
+    eprintln!(
+        "simpler chip child: warning: the run's trace ({len} bytes) does not fit the mailbox's \
+         {AREA_LEN}-byte response area; the run's result goes back without it"
+    );
+    Response::Ran { tasks, trace: None }
+}
+
 /// A chip and the callables registered on it, by the engine's keys.
 struct ChipServer {
     worker: ChipWorker,
@@ -143,11 +160,9 @@ impl ChipServer {
                     .worker
                     .submit_with(id, owned, &config.into())?
                     .result()?;
-                // A traced run's trace goes back with its result (`docs/tracing.md`).
-                Ok(match out.report.trace {
-                    Some(t) => Response::Traced(serde_json::to_vec(&*t).unwrap_or_default()),
-                    None => Response::Ok,
-                })
+                // The task count, and a traced run's trace, go back with the result
+                // (`docs/tracing.md`).
+                Ok(ran(out.report.tasks, out.report.trace.as_deref()))
             }
             Request::Malloc { nbytes } => Ok(Response::Ptr(self.worker.malloc(nbytes)?.addr())),
             Request::Free { ptr } => {
@@ -303,4 +318,58 @@ fn map_staged(
             arg: "data".into(),
             reason,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::wire::decode;
+    use simpler_host::trace_model::{ProcessTrace, Trace};
+
+    fn trace_named(name: String) -> Trace {
+        Trace {
+            processes: vec![ProcessTrace {
+                pid: 0,
+                name,
+                clock: Default::default(),
+                runs: Vec::new(),
+                host_spans: Vec::new(),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_run_answers_its_tasks_and_a_trace_that_fits() {
+        let trace = trace_named("chip 0 (device 0)".into());
+        let response = ran(7, Some(&trace));
+        let back: Response = decode(&encode(&response), "response").unwrap();
+        let Response::Ran {
+            tasks,
+            trace: Some(json),
+        } = back
+        else {
+            panic!("{back:?}")
+        };
+        assert_eq!(tasks, 7);
+        assert_eq!(serde_json::from_slice::<Trace>(&json).unwrap(), trace);
+        assert_eq!(
+            ran(3, None),
+            Response::Ran {
+                tasks: 3,
+                trace: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_trace_too_big_for_the_response_area_is_left_out_not_the_result() {
+        let trace = trace_named("x".repeat(AREA_LEN));
+        assert_eq!(
+            ran(5, Some(&trace)),
+            Response::Ran {
+                tasks: 5,
+                trace: None
+            }
+        );
+    }
 }

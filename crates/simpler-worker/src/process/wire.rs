@@ -206,8 +206,15 @@ pub(crate) enum Response {
     Ptr(u64),
     /// Bytes (copy_from, inline).
     Data(Vec<u8>),
-    /// Done, with the run's trace (a traced run): the trace model as JSON.
-    Traced(Vec<u8>),
+    /// A chip run done: the tasks its orchestration submitted and, for a traced run, its
+    /// trace (the trace model as JSON; `None` for an untraced run, or a trace too big for
+    /// the response area).
+    Ran {
+        /// `simpler_host::RunReport::tasks`.
+        tasks: u64,
+        /// `serde_json` of the run's `simpler_host::trace_model::Trace`.
+        trace: Option<Vec<u8>>,
+    },
     /// Failed.
     Err(WireError),
 }
