@@ -23,6 +23,10 @@
 //! [`trace_cost`] is what tracing costs: the same no-op workloads untraced and at one trace
 //! level, per run and per task, beside the level's target (`simpler bench --trace-level`).
 //!
+//! [`trace_write`] is what writing a trace file costs: a synthetic 100k-task trace written to
+//! memory as Perfetto protobuf and as Chrome JSON, beside the 1 s target
+//! (`simpler bench --trace-write`).
+//!
 //! [`balance`] is the scheduler-balance workload: as many independent sleeping tasks as the
 //! chip has cores, over a grid of scheduler and cluster counts (`simpler bench --balance`).
 
@@ -30,8 +34,10 @@ pub mod balance;
 pub mod executor;
 pub mod l3;
 pub mod trace_cost;
+pub mod trace_write;
 
 pub use trace_cost::{trace_cost, TraceCost};
+pub use trace_write::{trace_write, TraceWrite};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;

@@ -3,7 +3,8 @@
 //! the scheduler-balance sweep (makespan ÷ task time per scheduler and cluster count). It
 //! reports numbers; it never judges them. With `--executor`, [`executor`] measures the sim
 //! executors instead; with `--l3`, [`l3`] the level-3 engine's overhead sweep; with
-//! `--trace-level L`, what tracing at level L costs per run and per task ([`trace_cost`]).
+//! `--trace-level L`, what tracing at level L costs per run and per task ([`trace_cost`]);
+//! with `--trace-write`, how long writing a trace file takes in each format ([`trace_write`]).
 
 pub(crate) mod executor;
 pub(crate) mod l3;
@@ -133,6 +134,42 @@ pub(crate) fn trace_cost(
             c.cost_us_per_task,
             c.target_us_per_task
                 .map_or("-".to_string(), |t| format!("<= {t}")),
+        );
+    }
+    Ok(())
+}
+
+/// `simpler bench --trace-write`: the time to write the synthetic trace of `tasks` tasks in
+/// each format (median of `runs`), per task, the file size, and the target beside them.
+pub(crate) fn trace_write(
+    tasks: u64,
+    runs: u32,
+    json: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if tasks == 0 || runs == 0 {
+        return Err("--tasks and --runs must be at least 1".into());
+    }
+    let figures = simpler_bench::trace_write(tasks, runs)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+        return Ok(());
+    }
+    let subtasks = figures.first().map_or(0, |f| f.subtasks);
+    println!(
+        "simpler bench --trace-write: synthetic trace of {tasks} tasks ({subtasks} subtasks, 72 cores) written to memory, median of {runs} writes"
+    );
+    println!(
+        "{:<10} {:>12} {:>14} {:>10} {:>14}",
+        "format", "write (ms)", "per task (us)", "size (MiB)", "target (ms)"
+    );
+    for f in &figures {
+        println!(
+            "{:<10} {:>12.1} {:>14.3} {:>10.1} {:>14}",
+            f.format,
+            f.median_ms,
+            f.us_per_task,
+            f.mib,
+            format!("<= {:.0}", f.target_ms),
         );
     }
     Ok(())

@@ -92,7 +92,8 @@ enum Command {
     /// Measure runtime overhead with no-op task graphs and print the figures.
     Bench {
         /// Tasks per run, at least 1 [default: 16384; with --executor, 4096 per throughput
-        /// run; with --l3, the largest k of the sweep, at least 2, default 256].
+        /// run; with --l3, the largest k of the sweep, at least 2, default 256; with
+        /// --trace-write, the synthetic trace's tasks, default 100000].
         #[arg(
             long,
             value_parser = clap::value_parser!(u64).range(1..),
@@ -153,6 +154,15 @@ enum Command {
             conflicts_with_all = ["balance", "executor", "l3"]
         )]
         trace_level: Option<simpler_host::trace_model::TraceLevel>,
+        /// Measure how long writing a trace file takes instead: a synthetic trace of --tasks
+        /// tasks [default: 100000] on 72 cores written to memory as Perfetto protobuf and as
+        /// Chrome JSON, median of --runs writes each; prints ms per format, us per task, the
+        /// size in MiB and the target beside them (<= 1 s for 100k tasks; docs/tracing.md).
+        #[arg(
+            long,
+            conflicts_with_all = ["balance", "executor", "l3", "trace_level"]
+        )]
+        trace_write: bool,
         /// Measure scheduler balance instead: one sleeping task per core, makespan ÷ task
         /// time for 1, 3, 6 schedulers × 1, 5, 8, 24 clusters.
         #[arg(long)]
@@ -351,6 +361,18 @@ fn main() -> ExitCode {
             json,
         )
         .map_err(|e| (bench_exit_code(e.as_ref()), e)),
+        Command::Bench {
+            trace_write: true,
+            tasks,
+            runs,
+            json,
+            ..
+        } => bench::trace_write(
+            tasks.unwrap_or(simpler_bench::trace_write::TARGET_TASKS),
+            runs.unwrap_or(DEFAULT_BENCH_RUNS),
+            json,
+        )
+        .map_err(|e| (EXIT_FAILURE, e)),
         Command::Bench {
             tasks, runs, json, ..
         } => bench::command(

@@ -1,276 +1,371 @@
 //! The Chrome JSON trace format (`chrome://tracing`, Perfetto's JSON importer): write and read.
 //!
-//! Owns the JSON layout (docs/tracing.md, "Export and tools"): a `{"traceEvents": [...]}`
-//! object; "M" metadata events name each process and thread; each subtask, AICPU phase, host
-//! span and run is an "X" complete event (`ts`/`dur` in µs, host clock); AICPU instants and
-//! drop counts are "i" events; each dependency edge is a flow, "s" at the producer's
-//! last-ending subtask's end and "f" (`bp: "e"`) at the consumer's first-starting subtask's
-//! start, named by the edge kind; counters are "C" events. Thread ids follow the same track
-//! order as the Perfetto export; a "runs" thread (tid 0) holds one event per run with its
-//! epoch, level and clock alignment.
+//! Owns the JSON layout (docs/tracing.md §7): a `{"traceEvents": [...]}` object; "M" metadata
+//! events name each process and thread; each subtask, AICPU phase, host span and run is an "X"
+//! complete event (`ts`/`dur` in µs, host clock); AICPU instants and drop counts are "i"
+//! events; each dependency edge is a flow, "s" at the producer's last-ending subtask's end and
+//! "f" (`bp: "e"`) at the consumer's first-starting subtask's start, named by the edge kind;
+//! counters are "C" events. Thread ids follow the same track order as the Perfetto export; a
+//! "runs" thread (tid 0) holds one event per run with its epoch, level and clock alignment.
+//! The writer writes the JSON text itself, event by event, into one buffer handed to the
+//! writer in chunks; the reader decodes with serde.
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use crate::error::TraceError;
+use crate::export::{run_window, FastMap, Flows, SubtaskNames};
 use crate::model::*;
-use crate::perfetto::{flows, run_window};
-use crate::tracks::{self, aicpu_label, ThreadKind};
+use crate::tracks::{thread_label, ThreadIndex, ThreadKind};
 
-/// One Chrome trace event; fields the format leaves out are `None`.
-#[derive(Debug, Serialize, Deserialize)]
+/// One Chrome trace event as read; fields the format leaves out are `None`.
+#[derive(Debug, Deserialize)]
 struct Event {
     name: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default)]
     cat: String,
     ph: String,
     #[serde(default)]
     ts: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     dur: Option<f64>,
     pid: u32,
     #[serde(default)]
     tid: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    id: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    bp: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    s: Option<String>,
     /// Non-standard: the run a counter sample belongs to (viewers ignore it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     epoch: Option<u64>,
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    #[serde(default)]
     args: Map<String, Value>,
 }
 
-/// The top-level object.
-#[derive(Debug, Serialize, Deserialize)]
+/// The top-level object as read.
+#[derive(Debug, Deserialize)]
 struct File {
     #[serde(rename = "traceEvents")]
     trace_events: Vec<Event>,
-    #[serde(rename = "displayTimeUnit", default)]
-    display_time_unit: String,
 }
 
 const RUNS_TID: u32 = 0;
-
-fn us(ns: u64) -> f64 {
-    ns as f64 / 1_000.0
-}
+/// Output bytes gathered before they are handed to the writer.
+const CHUNK: usize = 1 << 20;
 
 fn ns(us: f64) -> u64 {
     (us * 1_000.0).round().max(0.0) as u64
 }
 
-fn base(name: impl Into<String>, cat: &str, ph: &str, ts: u64, pid: u32, tid: u32) -> Event {
-    Event {
-        name: name.into(),
-        cat: cat.to_string(),
-        ph: ph.to_string(),
-        ts: us(ts),
-        dur: None,
-        pid,
-        tid,
-        id: None,
-        bp: None,
-        s: None,
-        epoch: None,
-        args: Map::new(),
-    }
-}
-
-fn args(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    }
-}
-
-/// Writes `trace` as Chrome JSON. Times are host-clock µs with ns precision.
+/// Writes `trace` as Chrome JSON. Times are host-clock µs with ns precision (exact decimals:
+/// `1000000.5` is 1 000 000 500 ns).
 ///
 /// Errors: those of `w`.
 pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
-    let mut events = Vec::new();
-    let mut flow_id = 0u64;
+    let mut j = Json::new(w);
+    j.buf.extend_from_slice(b"{\"traceEvents\":[");
+    let mut last_flow = 0u64;
     for p in &trace.processes {
         let pid = p.pid + 1;
         let clock = p.clock;
-        let threads = tracks::threads(p);
-        let tid_of = |name: &str| -> u32 {
-            threads
-                .iter()
-                .position(|t| t == name)
-                .expect("tracks::threads lists it") as u32
-                + 1
-        };
-        let mut m = base("process_name", "", "M", 0, pid, 0);
-        m.args = args(json!({ "name": p.name }));
-        events.push(m);
-        let mut m = base("thread_name", "", "M", 0, pid, RUNS_TID);
-        m.args = args(json!({ "name": "runs" }));
-        events.push(m);
-        for (i, t) in threads.iter().enumerate() {
-            let label = match ThreadKind::of(t) {
-                ThreadKind::Aicpu(n) => aicpu_label(n),
-                _ => t.clone(),
-            };
-            let mut m = base("thread_name", "", "M", 0, pid, i as u32 + 1);
-            m.args = args(json!({ "name": label }));
-            events.push(m);
-            let mut m = base("thread_sort_index", "", "M", 0, pid, i as u32 + 1);
-            m.args = args(json!({ "sort_index": i + 1 }));
-            events.push(m);
+        let threads = ThreadIndex::new(p);
+        let tid = |i: usize| i as u32 + 1;
+        j.start("process_name", "", "M", 0);
+        j.pid_tid(pid, 0);
+        j.arg_s("name", &p.name);
+        j.end()?;
+        j.start("thread_name", "", "M", 0);
+        j.pid_tid(pid, RUNS_TID);
+        j.arg_s("name", "runs");
+        j.end()?;
+        for (i, t) in threads.names().iter().enumerate() {
+            j.start("thread_name", "", "M", 0);
+            j.pid_tid(pid, tid(i));
+            j.arg_s("name", &thread_label(t));
+            j.end()?;
+            j.start("thread_sort_index", "", "M", 0);
+            j.pid_tid(pid, tid(i));
+            j.arg_u("sort_index", i as u64 + 1);
+            j.end()?;
         }
         for run in &p.runs {
+            let epoch = run.epoch;
             let (lo, hi) = run_window(run);
-            let mut e = base(
-                run.callable.clone(),
-                "run",
-                "X",
-                clock.to_host(lo),
-                pid,
-                RUNS_TID,
-            );
-            e.dur = Some(us(clock.to_host(hi) - clock.to_host(lo)));
-            e.args = args(json!({
-                "epoch": run.epoch, "level": run.level.name(),
-                "clock_device_ns": clock.device_ns, "clock_host_ns": clock.host_ns,
-            }));
-            events.push(e);
-            let mut next = || {
-                flow_id += 1;
-                flow_id
-            };
-            let (outs, ins) = flows(run, &mut next);
-            let index = TaskIndex::new(run);
-            let mut flow_start: BTreeMap<u64, &SubtaskSpan> = BTreeMap::new();
-            for (i, ids) in &outs {
-                for id in ids {
-                    flow_start.insert(*id, &run.subtasks[*i]);
-                }
-            }
+            let (lo_host, hi_host) = (clock.to_host(lo), clock.to_host(hi));
+            j.start(&run.callable, "run", "X", lo_host);
+            j.us("dur", hi_host - lo_host);
+            j.pid_tid(pid, RUNS_TID);
+            j.arg_u("epoch", epoch);
+            j.arg_s("level", run.level.name());
+            j.arg_u("clock_device_ns", clock.device_ns);
+            j.arg_u("clock_host_ns", clock.host_ns);
+            j.end()?;
+            let flows = Flows::new(run, &mut last_flow);
+            let mut names = SubtaskNames::new(run, |n| j.intern(n));
             for (i, s) in run.subtasks.iter().enumerate() {
-                let tid = tid_of(&s.core_name());
+                let t = tid(threads.core(s.core_kind, s.core));
                 let start = clock.to_host(s.start_ns);
-                let mut e = base(
-                    index.kernel_name(s.task, s.func_id),
-                    "subtask",
-                    "X",
-                    start,
-                    pid,
-                    tid,
-                );
-                e.dur = Some(us(clock.to_host(s.end_ns).saturating_sub(start)));
-                e.args = args(json!({
-                    "epoch": run.epoch, "task": s.task, "func_id": s.func_id,
-                    "block": s.block, "core": s.core,
-                }));
-                if let Some(t) = index.task(s.task) {
-                    e.args.insert("submit".into(), json!(t.submit_index));
+                let (name, submit) = names.get(s.task, s.func_id, |n| j.intern(n));
+                j.start_interned(name, "subtask", "X", start);
+                j.us("dur", clock.to_host(s.end_ns).saturating_sub(start));
+                j.pid_tid(pid, t);
+                j.arg_u("epoch", epoch);
+                j.arg_u("task", s.task);
+                j.arg_u("func_id", u64::from(s.func_id));
+                j.arg_u("block", u64::from(s.block));
+                j.arg_u("core", u64::from(s.core));
+                if let Some(submit) = submit {
+                    j.arg_u("submit", submit);
                 }
-                events.push(e);
-                for (id, dep) in ins.get(&i).into_iter().flatten() {
-                    let from = flow_start[id];
-                    let mut f = base(
-                        dep.kind.name(),
-                        "dep",
-                        "s",
-                        clock.to_host(from.end_ns),
-                        pid,
-                        tid_of(&from.core_name()),
-                    );
-                    f.id = Some(*id);
-                    f.args = args(json!({
-                        "epoch": run.epoch, "producer": dep.producer, "consumer": dep.consumer,
-                    }));
-                    events.push(f);
-                    let mut f = base(dep.kind.name(), "dep", "f", start, pid, tid);
-                    f.id = Some(*id);
-                    f.bp = Some("e".into());
-                    events.push(f);
+                j.end()?;
+                for f in flows.incoming(i) {
+                    let from = &run.subtasks[f.from];
+                    let kind = f.edge.kind.name();
+                    j.start(kind, "dep", "s", clock.to_host(from.end_ns));
+                    j.pid_tid(pid, tid(threads.core(from.core_kind, from.core)));
+                    j.u("id", f.id);
+                    j.arg_u("epoch", epoch);
+                    j.arg_u("producer", f.edge.producer);
+                    j.arg_u("consumer", f.edge.consumer);
+                    j.end()?;
+                    j.start(kind, "dep", "f", start);
+                    j.pid_tid(pid, t);
+                    j.u("id", f.id);
+                    j.s("bp", "e");
+                    j.end()?;
                 }
             }
             for a in &run.aicpu {
-                let tid = tid_of(&a.thread_name());
                 let start = clock.to_host(a.start_ns);
                 let instant = a.start_ns == a.end_ns;
-                let mut e = base(
+                j.start(
                     a.phase.name(),
                     "aicpu",
                     if instant { "i" } else { "X" },
                     start,
-                    pid,
-                    tid,
                 );
-                if instant {
-                    e.s = Some("t".into());
-                } else {
-                    e.dur = Some(us(clock.to_host(a.end_ns).saturating_sub(start)));
+                if !instant {
+                    j.us("dur", clock.to_host(a.end_ns).saturating_sub(start));
                 }
-                e.args = args(json!({ "epoch": run.epoch }));
+                j.pid_tid(pid, tid(threads.aicpu(a.thread)));
+                if instant {
+                    j.s("s", "t");
+                }
+                j.arg_u("epoch", epoch);
                 if let Some(t) = a.task {
-                    e.args.insert("task".into(), json!(t));
+                    j.arg_u("task", t);
                 }
                 if let Some(c) = a.core {
-                    e.args.insert("core".into(), json!(c));
+                    j.arg_u("core", u64::from(c));
                 }
-                events.push(e);
+                j.end()?;
             }
             for c in &run.counters {
-                let mut e = base(
-                    c.name.clone(),
-                    "counter",
-                    "C",
-                    clock.to_host(c.ts_ns),
-                    pid,
-                    0,
-                );
-                e.epoch = Some(run.epoch);
-                e.args = args(json!({ "value": c.value }));
-                events.push(e);
+                j.start(&c.name, "counter", "C", clock.to_host(c.ts_ns));
+                j.pid_tid(pid, 0);
+                j.u("epoch", epoch);
+                j.arg_i("value", c.value);
+                j.end()?;
             }
             for d in &run.dropped {
                 let name = format!("dropped {} events on {}", d.count, d.thread);
-                let mut e = base(
-                    name,
-                    "dropped",
-                    "i",
-                    clock.to_host(lo),
-                    pid,
-                    tid_of(&d.thread),
-                );
-                e.s = Some("t".into());
-                e.args = args(json!({ "epoch": run.epoch, "count": d.count, "thread": d.thread }));
-                events.push(e);
+                j.start(&name, "dropped", "i", lo_host);
+                j.pid_tid(pid, tid(threads.named(&d.thread)));
+                j.s("s", "t");
+                j.arg_u("epoch", epoch);
+                j.arg_u("count", d.count);
+                j.arg_s("thread", &d.thread);
+                j.end()?;
             }
         }
         for h in &p.host_spans {
-            let mut e = base(
-                h.name.clone(),
-                "host",
-                "X",
-                h.start_ns,
-                pid,
-                tid_of(&h.thread),
-            );
-            e.dur = Some(us(h.end_ns.saturating_sub(h.start_ns)));
-            if let Some(ep) = h.epoch {
-                e.args = args(json!({ "epoch": ep }));
+            j.start(&h.name, "host", "X", h.start_ns);
+            j.us("dur", h.end_ns.saturating_sub(h.start_ns));
+            j.pid_tid(pid, tid(threads.named(&h.thread)));
+            if let Some(epoch) = h.epoch {
+                j.arg_u("epoch", epoch);
             }
-            events.push(e);
+            j.end()?;
         }
     }
-    let file = File {
-        trace_events: events,
-        display_time_unit: "ns".into(),
-    };
-    let mut w = io::BufWriter::new(w);
-    serde_json::to_writer(&mut w, &file).map_err(io::Error::other)?;
-    w.flush()
+    j.buf.extend_from_slice(b"],\"displayTimeUnit\":\"ns\"}");
+    j.finish()
+}
+
+/// The JSON text of one [`write`], written by hand in the order serde would: per event
+/// `start`, then its optional fields in the format's order (`dur`, `pid`/`tid`, `id`, `bp`,
+/// `s`, `epoch`), its `args`, `end`. Keys are ours and need no escaping; every string value is
+/// escaped (interned names once).
+struct Json<W: Write> {
+    w: W,
+    buf: Vec<u8>,
+    /// Events started so far (a comma goes before all but the first).
+    events: usize,
+    /// Whether the current event's `args` object is open.
+    args_open: bool,
+    digits: itoa::Buffer,
+    /// Interned names, escaped with their quotes, and their ids.
+    names: Vec<Vec<u8>>,
+    ids: FastMap<String, usize>,
+}
+
+impl<W: Write> Json<W> {
+    fn new(w: W) -> Json<W> {
+        Json {
+            w,
+            buf: Vec::with_capacity(CHUNK + (CHUNK >> 4)),
+            events: 0,
+            args_open: false,
+            digits: itoa::Buffer::new(),
+            names: Vec::new(),
+            ids: FastMap::default(),
+        }
+    }
+
+    /// The id of name `name`, escaping and keeping it on first use.
+    fn intern(&mut self, name: &str) -> usize {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let mut text = Vec::with_capacity(name.len() + 2);
+        escape(&mut text, name);
+        self.names.push(text);
+        self.ids.insert(name.to_string(), self.names.len() - 1);
+        self.names.len() - 1
+    }
+
+    /// Starts an event named `name`: its `name`, `cat` (left out when empty), `ph`, `ts`.
+    /// Every name is interned (a trace repeats a few names many times).
+    fn start(&mut self, name: &str, cat: &str, ph: &str, ts_ns: u64) {
+        let name = self.intern(name);
+        self.start_interned(name, cat, ph, ts_ns);
+    }
+
+    /// As [`Json::start`], the name being interned name `name`.
+    fn start_interned(&mut self, name: usize, cat: &str, ph: &str, ts_ns: u64) {
+        self.open();
+        self.buf.extend_from_slice(&self.names[name]);
+        self.rest(cat, ph, ts_ns);
+    }
+
+    fn open(&mut self) {
+        if self.events > 0 {
+            self.buf.push(b',');
+        }
+        self.events += 1;
+        self.buf.extend_from_slice(b"{\"name\":");
+    }
+
+    fn rest(&mut self, cat: &str, ph: &str, ts_ns: u64) {
+        if !cat.is_empty() {
+            self.s("cat", cat);
+        }
+        self.s("ph", ph);
+        self.us("ts", ts_ns);
+    }
+
+    fn key(&mut self, key: &str) {
+        self.buf.extend_from_slice(b",\"");
+        self.buf.extend_from_slice(key.as_bytes());
+        self.buf.extend_from_slice(b"\":");
+    }
+
+    /// Field `key` = `ns` in µs, as an exact decimal.
+    fn us(&mut self, key: &str, ns: u64) {
+        self.key(key);
+        self.buf
+            .extend_from_slice(self.digits.format(ns / 1_000).as_bytes());
+        let frac = ns % 1_000;
+        if frac != 0 {
+            let digits = [
+                b'0' + (frac / 100) as u8,
+                b'0' + (frac / 10 % 10) as u8,
+                b'0' + (frac % 10) as u8,
+            ];
+            // Trailing zeros left out (frac is not 0: one digit at least stays).
+            let mut keep = 3;
+            while digits[keep - 1] == b'0' {
+                keep -= 1;
+            }
+            self.buf.push(b'.');
+            self.buf.extend_from_slice(&digits[..keep]);
+        }
+    }
+
+    fn pid_tid(&mut self, pid: u32, tid: u32) {
+        self.u("pid", u64::from(pid));
+        self.u("tid", u64::from(tid));
+    }
+
+    /// Field `key` = `v`.
+    fn u(&mut self, key: &str, v: u64) {
+        self.key(key);
+        self.buf.extend_from_slice(self.digits.format(v).as_bytes());
+    }
+
+    /// Field `key` = string `v`, one of our own tokens ("X", "subtask", ...): written as it
+    /// is, without escaping.
+    fn s(&mut self, key: &str, v: &str) {
+        debug_assert!(
+            !v.contains(['"', '\\']) && v.is_ascii(),
+            "{v:?} needs escaping"
+        );
+        self.key(key);
+        self.buf.push(b'"');
+        self.buf.extend_from_slice(v.as_bytes());
+        self.buf.push(b'"');
+    }
+
+    /// Opens the `args` object, or separates its next entry; then the entry's key.
+    fn arg_key(&mut self, key: &str) {
+        if self.args_open {
+            self.buf.extend_from_slice(b",\"");
+        } else {
+            self.args_open = true;
+            self.buf.extend_from_slice(b",\"args\":{\"");
+        }
+        self.buf.extend_from_slice(key.as_bytes());
+        self.buf.extend_from_slice(b"\":");
+    }
+
+    fn arg_u(&mut self, key: &str, v: u64) {
+        self.arg_key(key);
+        self.buf.extend_from_slice(self.digits.format(v).as_bytes());
+    }
+
+    fn arg_i(&mut self, key: &str, v: i64) {
+        self.arg_key(key);
+        self.buf.extend_from_slice(self.digits.format(v).as_bytes());
+    }
+
+    fn arg_s(&mut self, key: &str, v: &str) {
+        self.arg_key(key);
+        escape(&mut self.buf, v);
+    }
+
+    /// Ends the event; hands the buffer to the writer once it holds a chunk.
+    fn end(&mut self) -> io::Result<()> {
+        if self.args_open {
+            self.buf.push(b'}');
+            self.args_open = false;
+        }
+        self.buf.push(b'}');
+        if self.buf.len() >= CHUNK {
+            self.w.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<()> {
+        self.w.write_all(&self.buf)?;
+        self.w.flush()
+    }
+}
+
+/// Appends `s` as a JSON string (quoted, escaped).
+fn escape(buf: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(&mut *buf, s).expect("writing a JSON string into a Vec cannot fail");
 }
 
 fn arg_u(e: &Event, key: &str) -> Option<u64> {

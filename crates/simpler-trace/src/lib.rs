@@ -9,6 +9,7 @@
 pub mod chrome;
 pub mod deps;
 pub mod error;
+mod export;
 pub mod model;
 pub mod perfetto;
 pub mod sample;

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 
 use perfetto_protos::trace::Trace as PbTrace;
+use perfetto_protos::trace_packet::trace_packet::SequenceFlags;
+use perfetto_protos::trace_packet::TracePacket;
 use perfetto_protos::track_event::track_event::Type;
 use protobuf::Message;
 use serde_json::Value;
@@ -121,6 +123,9 @@ fn assert_same(got: Trace, want: Trace) {
     assert_eq!(got, want);
 }
 
+const SEQ_INCREMENTAL_STATE_CLEARED: u32 = SequenceFlags::SEQ_INCREMENTAL_STATE_CLEARED as u32;
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE as u32;
+
 /// A slice decoded straight from the protobuf.
 #[derive(Debug, Clone)]
 struct Slice {
@@ -148,7 +153,52 @@ fn perfetto_file_has_every_subtask_once_on_its_core_and_a_flow_per_edge() {
     let mut instants: BTreeMap<u64, Vec<Slice>> = BTreeMap::new();
     let mut counter_values = 0usize;
     let mut overflow: Vec<String> = Vec::new();
-    for p in &pb.packet {
+    // Interned names: the first packet clears the sequence's state and carries every name once.
+    let first = &pb.packet[0];
+    assert_eq!(first.trusted_packet_sequence_id(), 1);
+    assert_eq!(first.sequence_flags(), SEQ_INCREMENTAL_STATE_CLEARED);
+    let interned = first.interned_data.as_ref().expect("interned names first");
+    let event_names: BTreeMap<u64, String> = interned
+        .event_names
+        .iter()
+        .map(|n| (n.iid(), n.name().to_string()))
+        .collect();
+    let ann_names: BTreeMap<u64, String> = interned
+        .debug_annotation_names
+        .iter()
+        .map(|n| (n.iid(), n.name().to_string()))
+        .collect();
+    assert_eq!(
+        interned.event_names.len(),
+        event_names.len(),
+        "an iid used twice"
+    );
+    for (list, what) in [(&event_names, "event"), (&ann_names, "annotation")] {
+        let distinct: std::collections::BTreeSet<&String> = list.values().collect();
+        assert_eq!(distinct.len(), list.len(), "an {what} name interned twice");
+        assert!(!list.contains_key(&0), "iid 0 is not an iid");
+    }
+    for name in [
+        "gemm",
+        "gemm_small",
+        "gemm_tile",
+        "relu",
+        "dispatch",
+        "prepare",
+    ] {
+        assert!(
+            event_names.values().any(|n| n == name),
+            "{name} not interned"
+        );
+    }
+    for name in ["epoch", "task", "block", "func_id", "core", "deps"] {
+        assert!(ann_names.values().any(|n| n == name), "{name} not interned");
+    }
+    for p in &pb.packet[1..] {
+        assert!(
+            p.interned_data.is_none(),
+            "names are interned once, up front"
+        );
         if p.has_track_descriptor() {
             let d = p.track_descriptor();
             if let Some(proc_) = d.process.as_ref() {
@@ -168,15 +218,28 @@ fn perfetto_file_has_every_subtask_once_on_its_core_and_a_flow_per_edge() {
         }
         assert!(p.has_track_event());
         assert_eq!(p.trusted_packet_sequence_id(), 1);
+        assert_eq!(p.sequence_flags(), SEQ_NEEDS_INCREMENTAL_STATE);
         let e = p.track_event();
+        // Names by iid only: every event and annotation name is sent once, in the first packet.
+        assert!(!e.has_name(), "{e:?}");
+        for a in &e.debug_annotations {
+            assert!(a.has_name_iid() && !a.has_name(), "{a:?}");
+        }
         let ann = e
             .debug_annotations
             .iter()
             .filter(|a| a.has_uint_value())
-            .map(|a| (a.name().to_string(), a.uint_value()))
+            .map(|a| (ann_names[&a.name_iid()].clone(), a.uint_value()))
             .collect();
+        let name = match e.type_() {
+            Type::TYPE_SLICE_BEGIN | Type::TYPE_INSTANT => event_names[&e.name_iid()].clone(),
+            _ => {
+                assert!(!e.has_name_iid(), "ends and counters have no name");
+                String::new()
+            }
+        };
         let s = Slice {
-            name: e.name().to_string(),
+            name,
             start: p.timestamp(),
             end: p.timestamp(),
             ann,
@@ -335,6 +398,39 @@ fn perfetto_round_trip() {
 }
 
 #[test]
+fn perfetto_reader_resolves_names_by_the_sequence_state() {
+    let mut bytes = Vec::new();
+    perfetto::write(&fixture(), &mut bytes).unwrap();
+    let pb = PbTrace::parse_from_bytes(&bytes).unwrap();
+    let instant = pb
+        .packet
+        .iter()
+        .rev()
+        .find(|p| p.has_track_event() && p.track_event().type_() == Type::TYPE_INSTANT)
+        .unwrap()
+        .clone();
+    let with_tail = |head: TracePacket| {
+        let mut tail = PbTrace::new();
+        tail.packet = vec![head, instant.clone()];
+        // Concatenated messages merge: the packets are appended to the file's.
+        let mut b = bytes.clone();
+        b.extend(tail.write_to_bytes().unwrap());
+        b
+    };
+    // Clearing the state forgets the names: the instant's iids no longer resolve.
+    let mut clear = TracePacket::new();
+    clear.set_trusted_packet_sequence_id(1);
+    clear.set_sequence_flags(SEQ_INCREMENTAL_STATE_CLEARED);
+    match perfetto::read(&with_tail(clear.clone())) {
+        Err(TraceError::Shape(m)) => assert!(m.contains("never interned"), "{m}"),
+        other => panic!("read a forgotten iid: {other:?}"),
+    }
+    // Interned again in the clearing packet, they do.
+    clear.interned_data = pb.packet[0].interned_data.clone();
+    assert!(perfetto::read(&with_tail(clear)).is_ok());
+}
+
+#[test]
 fn chrome_file_has_every_subtask_once_and_a_flow_per_edge() {
     let trace = fixture();
     let mut bytes = Vec::new();
@@ -450,6 +546,11 @@ fn readers_refuse_what_simpler_did_not_write() {
         Err(TraceError::Protobuf(_) | TraceError::Shape(_))
     ));
     assert_eq!(read(b"").unwrap(), Trace::default());
+    for format in [Format::Perfetto, Format::Chrome] {
+        let mut bytes = Vec::new();
+        write(&Trace::default(), format, &mut bytes).unwrap();
+        assert_eq!(read(&bytes).unwrap(), Trace::default(), "{format}");
+    }
 }
 
 #[test]
@@ -506,29 +607,4 @@ fn summary_reads_back_from_either_file() {
     }
     assert_eq!(want.runs.len(), 3);
     assert_eq!(want.runs[2].dropped, 17);
-}
-
-/// Prints how long writing a 100k-task trace takes (the target is ≤ 1 s in release builds);
-/// run with `cargo test --release -p simpler-trace --test export -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn write_speed_100k_tasks() {
-    let trace = synthetic(&SampleSpec {
-        tasks: 100_000,
-        aic: 24,
-        aiv: 48,
-        dropped: 0,
-    });
-    let subtasks = trace.processes[0].runs[0].subtasks.len();
-    for format in [Format::Perfetto, Format::Chrome] {
-        let mut bytes = Vec::new();
-        let t0 = std::time::Instant::now();
-        write(&trace, format, &mut bytes).unwrap();
-        let dt = t0.elapsed();
-        println!(
-            "{format}: 100000 tasks, {subtasks} subtasks, {} MB in {:.3} s",
-            bytes.len() / 1_000_000,
-            dt.as_secs_f64()
-        );
-    }
 }

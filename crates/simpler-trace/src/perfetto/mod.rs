@@ -1,102 +1,122 @@
 //! Perfetto's native protobuf trace format: writing a [`Trace`] and reading our own files back.
 //!
-//! Owns the track layout in Perfetto terms (docs/tracing.md, "Export and tools"): per
-//! [`ProcessTrace`] one process track; per AICore, AICPU thread and host thread one thread
-//! track; a "runs" track with one slice per run (carrying its epoch, level and the clock
-//! alignment); one counter track per counter name. Subtasks and AICPU phases are slices (or
-//! instants) on their thread's track, times converted from the device clock to the host clock
-//! with the process's [`ClockAlignment`](crate::ClockAlignment); host spans are already in the
-//! host clock. Each dependency edge is one flow from the producer's last-ending subtask to the
-//! consumer's first-starting subtask; the consumer's slice names its edges in a "deps"
+//! Owns the track layout in Perfetto terms (docs/tracing.md §6): per [`ProcessTrace`] one
+//! process track; per AICore, AICPU thread and host thread one thread track; a "runs" track
+//! with one slice per run (carrying its epoch, level and the clock alignment); one counter
+//! track per counter name. Subtasks and AICPU phases are slices (or instants) on their
+//! thread's track, times converted from the device clock to the host clock with the process's
+//! [`ClockAlignment`](crate::ClockAlignment); host spans are already in the host clock. Each
+//! dependency edge is one flow from the producer's last-ending subtask to the consumer's
+//! first-starting subtask (`crate::export::Flows`); the consumer's slice names its edges in a "deps"
 //! annotation ("RAW from task 3; WAR from task 0"). A thread that dropped events gets an
-//! instant "dropped N events" with a `count` annotation. No interned data: every packet stands
-//! alone. The types are those of the `perfetto_protos` crate.
+//! instant "dropped N events" with a `count` annotation.
+//!
+//! All packets are on one trusted packet sequence. Event names and debug annotation names are
+//! interned: the first packet clears the sequence's incremental state and carries every name
+//! once (`interned_data`); each event packet needs that state and names its event and
+//! annotations by iid. The writer encodes straight into one output buffer ([`pb`]); the reader
+//! decodes with the `perfetto_protos` crate's types.
 
+mod pb;
 mod read;
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use perfetto_protos::counter_descriptor::CounterDescriptor;
-use perfetto_protos::debug_annotation::DebugAnnotation;
-use perfetto_protos::process_descriptor::ProcessDescriptor;
-use perfetto_protos::thread_descriptor::ThreadDescriptor;
-use perfetto_protos::trace_packet::TracePacket;
-use perfetto_protos::track_descriptor::TrackDescriptor;
-use perfetto_protos::track_event::track_event::Type;
-use perfetto_protos::track_event::TrackEvent;
-use protobuf::{CodedOutputStream, Message, MessageField};
-
-use crate::model::{ProcessTrace, RunTrace, TaskIndex, Trace};
-use crate::tracks::{self, aicpu_label, ThreadKind};
+use crate::export::{run_window, FastMap, Flows, Incoming, SubtaskNames};
+use crate::model::{AicpuPhase, ProcessTrace, Trace};
+use crate::tracks::{thread_label, ThreadIndex};
+use pb::{annotation, descriptor, event, interned, packet};
 
 pub use read::read;
 
 /// The packet sequence every packet we write belongs to.
-const SEQUENCE_ID: u32 = 1;
-/// Field number of `Trace.packet`.
-const PACKET_FIELD: u32 = 1;
-/// Field number of `TracePacket.track_event`.
-const TRACK_EVENT_FIELD: u32 = 11;
+const SEQUENCE_ID: u64 = 1;
 /// Name of the per-process track holding one slice per run.
 const RUNS_TRACK: &str = "runs";
 /// Name prefix of the instant that states a thread's dropped events.
 const DROPPED: &str = "dropped ";
+/// Output bytes gathered before they are handed to the writer.
+const CHUNK: usize = 1 << 20;
+
+/// The debug annotations we write; interned with iid = the discriminant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ann {
+    Epoch = 1,
+    Task,
+    FuncId,
+    Block,
+    Core,
+    Submit,
+    Deps,
+    Level,
+    ClockDeviceNs,
+    ClockHostNs,
+    Count,
+}
+
+impl Ann {
+    const ALL: [Ann; 11] = [
+        Ann::Epoch,
+        Ann::Task,
+        Ann::FuncId,
+        Ann::Block,
+        Ann::Core,
+        Ann::Submit,
+        Ann::Deps,
+        Ann::Level,
+        Ann::ClockDeviceNs,
+        Ann::ClockHostNs,
+        Ann::Count,
+    ];
+
+    /// The annotation's name as viewers show it.
+    fn name(self) -> &'static str {
+        match self {
+            Ann::Epoch => "epoch",
+            Ann::Task => "task",
+            Ann::FuncId => "func_id",
+            Ann::Block => "block",
+            Ann::Core => "core",
+            Ann::Submit => "submit",
+            Ann::Deps => "deps",
+            Ann::Level => "level",
+            Ann::ClockDeviceNs => "clock_device_ns",
+            Ann::ClockHostNs => "clock_host_ns",
+            Ann::Count => "count",
+        }
+    }
+}
 
 /// The Perfetto pid of model pid `pid` (Perfetto reserves pid 0).
 fn perfetto_pid(pid: u32) -> i32 {
     i32::try_from(u64::from(pid) + 1).unwrap_or(i32::MAX)
 }
 
-/// Writes `trace` as a Perfetto protobuf trace (a `perfetto.protos.Trace` message, streamed
-/// packet by packet). Times are host-clock ns.
+/// Writes `trace` as a Perfetto protobuf trace (a `perfetto.protos.Trace` message: the
+/// interned names, the track descriptors, then the events in time order). Times are
+/// host-clock ns.
 ///
 /// Errors: those of `w`.
-pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
-    let mut w = io::BufWriter::new(w);
-    {
-        let mut os = CodedOutputStream::new(&mut w);
-        let mut next_uuid = 1u64;
-        let mut events: Vec<Event> = Vec::new();
-        let mut flow_counter = 0u64;
-        let mut flow = next_flow(&mut flow_counter);
-        for p in &trace.processes {
-            let layout = Layout::new(p, &mut next_uuid);
-            let pending = layout.events(p, &mut events, &mut flow);
-            let overflow = layout.place(pending, &mut events, &mut next_uuid);
-            for packet in layout.descriptors(p).into_iter().chain(overflow) {
-                os.write_message(PACKET_FIELD, &packet)
-                    .map_err(io::Error::other)?;
-            }
-        }
-        // Perfetto sorts, but pairs begin/end per track in file order: keep each track's events
-        // time-ordered, ends before begins at one instant (zero-length slices excepted).
-        events.sort_by_key(|e| (e.ts, e.rank, e.seq));
-        for e in events {
-            os.write_bytes(PACKET_FIELD, &e.packet)
-                .map_err(io::Error::other)?;
-        }
-        os.flush().map_err(io::Error::other)?;
+pub fn write(trace: &Trace, mut w: impl Write) -> io::Result<()> {
+    let mut enc = Encoder::default();
+    for p in &trace.processes {
+        enc.process(p);
     }
+    enc.finish(&mut w)?;
     w.flush()
 }
 
-/// A flow id source: unique within one written file.
-fn next_flow(counter: &mut u64) -> impl FnMut() -> u64 + '_ {
-    move || {
-        *counter += 1;
-        *counter
-    }
-}
-
-/// One event packet with its sort key.
+/// One event packet waiting for the time sort: its sort key, its track and type, and the
+/// encoded rest of its `TrackEvent` in [`Encoder::bodies`].
 struct Event {
     ts: u64,
-    rank: u8,
     seq: u64,
-    /// The encoded `TracePacket` (encoded at once: the message structs are large, and a
-    /// trace holds a million of them).
-    packet: Vec<u8>,
+    track: u64,
+    body: usize,
+    body_len: u32,
+    rank: u8,
+    kind: u8,
 }
 
 /// Sort ranks at one timestamp.
@@ -105,446 +125,441 @@ const RANK_INSTANT: u8 = 1;
 const RANK_BEGIN: u8 = 2;
 const RANK_END_ZERO: u8 = 3;
 
-/// The tracks of one process.
-struct Layout {
-    process_uuid: u64,
-    runs_uuid: u64,
-    threads: Vec<(String, u64)>,
-    thread_uuids: std::collections::HashMap<String, u64>,
-    counters: BTreeMap<String, u64>,
+/// A slice (host clock) waiting for [`Encoder::place`] to choose its track: its begin's
+/// encoded body (name and annotations) in [`Encoder::bodies`].
+#[derive(Clone, Copy)]
+struct Pending {
+    track: u64,
+    start: u64,
+    end: u64,
+    body: (usize, u32),
 }
 
-impl Layout {
-    fn new(p: &ProcessTrace, next_uuid: &mut u64) -> Layout {
-        let mut take = || {
-            let u = *next_uuid;
-            *next_uuid += 1;
-            u
-        };
-        let process_uuid = take();
-        let runs_uuid = take();
-        let threads: Vec<(String, u64)> = tracks::threads(p)
-            .into_iter()
-            .map(|t| (t, take()))
-            .collect();
-        let mut counters = BTreeMap::new();
+/// The state of one [`write`].
+#[derive(Default)]
+struct Encoder {
+    /// Interned event names; iid = position + 1.
+    names: Vec<String>,
+    iids: FastMap<String, u64>,
+    /// The iids of the AICPU phase names met so far (a handful: searched in order).
+    phases: Vec<(AicpuPhase, u64)>,
+    /// The descriptor packets, encoded (each a `Trace.packet` field).
+    descriptors: Vec<u8>,
+    /// Every event's `TrackEvent` fields but its type and track, encoded back to back.
+    bodies: Vec<u8>,
+    events: Vec<Event>,
+    /// The last track uuid and flow id given out (both unique within the file).
+    last_uuid: u64,
+    last_flow: u64,
+}
+
+impl Encoder {
+    fn uuid(&mut self) -> u64 {
+        self.last_uuid += 1;
+        self.last_uuid
+    }
+
+    /// The iid of event name `name`, interning it on first use.
+    fn intern(&mut self, name: &str) -> u64 {
+        if let Some(&iid) = self.iids.get(name) {
+            return iid;
+        }
+        self.names.push(name.to_string());
+        let iid = self.names.len() as u64;
+        self.iids.insert(name.to_string(), iid);
+        iid
+    }
+
+    /// The iid of AICPU phase `phase`'s name.
+    fn phase(&mut self, phase: AicpuPhase) -> u64 {
+        if let Some(&(_, iid)) = self.phases.iter().find(|(p, _)| *p == phase) {
+            return iid;
+        }
+        let iid = self.intern(phase.name());
+        self.phases.push((phase, iid));
+        iid
+    }
+
+    /// Encodes an event body with `write` onto [`Encoder::bodies`]; returns where it lies.
+    fn body(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> (usize, u32) {
+        let at = self.bodies.len();
+        write(&mut self.bodies);
+        let len = u32::try_from(self.bodies.len() - at).expect("one event body is under 4 GiB");
+        (at, len)
+    }
+
+    /// Appends a descriptor packet whose `TrackDescriptor` `write` encodes.
+    fn descriptor(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        pb::nested(&mut self.descriptors, pb::trace::PACKET, |p| {
+            pb::uint(p, packet::SEQUENCE_ID, SEQUENCE_ID);
+            pb::nested(p, packet::TRACK_DESCRIPTOR, write);
+        });
+    }
+
+    /// Queues an instant or counter event (`kind`) at `ts`.
+    fn point(&mut self, kind: u64, track: u64, ts: u64, body: (usize, u32)) {
+        let seq = self.events.len() as u64;
+        self.events.push(Event {
+            ts,
+            seq,
+            track,
+            body: body.0,
+            body_len: body.1,
+            rank: RANK_INSTANT,
+            kind: kind as u8,
+        });
+    }
+
+    /// Lays out the tracks of `p` and queues its events.
+    fn process(&mut self, p: &ProcessTrace) {
+        let threads = ThreadIndex::new(p);
+        let process_uuid = self.uuid();
+        let runs_uuid = self.uuid();
+        let first_thread = self.last_uuid + 1;
+        self.last_uuid += threads.names().len() as u64;
+        let thread_uuid = |i: usize| first_thread + i as u64;
+        let mut counters: BTreeMap<&str, u64> = BTreeMap::new();
         for c in p.runs.iter().flat_map(|r| r.counters.iter()) {
-            if !counters.contains_key(&c.name) {
-                counters.insert(c.name.clone(), take());
+            if !counters.contains_key(c.name.as_str()) {
+                let uuid = self.uuid();
+                counters.insert(&c.name, uuid);
             }
         }
-        let thread_uuids = threads.iter().cloned().collect();
-        Layout {
-            process_uuid,
-            runs_uuid,
-            threads,
-            thread_uuids,
-            counters,
-        }
-    }
 
-    fn thread_uuid(&self, name: &str) -> u64 {
-        *self
-            .thread_uuids
-            .get(name)
-            .expect("tracks::threads lists every thread the process names")
-    }
-
-    fn descriptors(&self, p: &ProcessTrace) -> Vec<TracePacket> {
-        let pid = perfetto_pid(p.pid);
-        let mut out = Vec::new();
-        let mut process = ProcessDescriptor::new();
-        process.set_pid(pid);
-        process.set_process_name(p.name.clone());
-        let mut d = TrackDescriptor::new();
-        d.set_uuid(self.process_uuid);
-        d.process = MessageField::some(process);
-        out.push(descriptor(d));
-        let mut d = TrackDescriptor::new();
-        d.set_uuid(self.runs_uuid);
-        d.set_parent_uuid(self.process_uuid);
-        d.set_name(RUNS_TRACK.to_string());
-        out.push(descriptor(d));
-        for (i, (name, uuid)) in self.threads.iter().enumerate() {
-            let mut t = ThreadDescriptor::new();
-            t.set_pid(pid);
-            let tid = i64::from(pid) * 10_000 + i as i64 + 1;
-            t.set_tid(i32::try_from(tid).unwrap_or(i32::MAX));
-            t.set_thread_name(thread_label(name));
-            let mut d = TrackDescriptor::new();
-            d.set_uuid(*uuid);
-            d.thread = MessageField::some(t);
-            out.push(descriptor(d));
+        let pid = i64::from(perfetto_pid(p.pid));
+        self.descriptor(|d| {
+            pb::uint(d, descriptor::UUID, process_uuid);
+            pb::nested(d, descriptor::PROCESS, |m| {
+                pb::int(m, descriptor::PID, pid);
+                pb::bytes(m, descriptor::PROCESS_NAME, p.name.as_bytes());
+            });
+        });
+        self.descriptor(|d| {
+            pb::uint(d, descriptor::UUID, runs_uuid);
+            pb::uint(d, descriptor::PARENT_UUID, process_uuid);
+            pb::bytes(d, descriptor::NAME, RUNS_TRACK.as_bytes());
+        });
+        for (i, name) in threads.names().iter().enumerate() {
+            let tid = (pid * 10_000 + i as i64 + 1).min(i64::from(i32::MAX));
+            self.descriptor(|d| {
+                pb::uint(d, descriptor::UUID, thread_uuid(i));
+                pb::nested(d, descriptor::THREAD, |t| {
+                    pb::int(t, descriptor::PID, pid);
+                    pb::int(t, descriptor::TID, tid);
+                    pb::bytes(t, descriptor::THREAD_NAME, thread_label(name).as_bytes());
+                });
+            });
         }
-        for (name, uuid) in &self.counters {
-            let mut d = TrackDescriptor::new();
-            d.set_uuid(*uuid);
-            d.set_parent_uuid(self.process_uuid);
-            d.set_name(name.clone());
-            d.counter = MessageField::some(CounterDescriptor::new());
-            out.push(descriptor(d));
+        for (name, uuid) in &counters {
+            self.descriptor(|d| {
+                pb::uint(d, descriptor::UUID, *uuid);
+                pb::uint(d, descriptor::PARENT_UUID, process_uuid);
+                pb::bytes(d, descriptor::NAME, name.as_bytes());
+                pb::nested(d, descriptor::COUNTER, |_| {});
+            });
         }
-        out
-    }
 
-    /// Pushes the instants and counters of `p` onto `out` and returns its slices
-    /// `(event, start, end)` (host clock) for [`Layout::place`].
-    fn events(
-        &self,
-        p: &ProcessTrace,
-        out: &mut Vec<Event>,
-        flow: &mut impl FnMut() -> u64,
-    ) -> Vec<Pending> {
-        let mut pending = Vec::new();
         let clock = p.clock;
+        let slices = p.host_spans.len()
+            + p.runs
+                .iter()
+                .map(|r| 1 + r.subtasks.len() + r.aicpu.len())
+                .sum::<usize>();
+        let points: usize = p
+            .runs
+            .iter()
+            .map(|r| r.counters.len() + r.dropped.len())
+            .sum();
+        let mut pending = Vec::with_capacity(slices);
+        self.events.reserve(2 * slices + points);
+        // About what a subtask's body takes (its annotations, a flow or two).
+        self.bodies.reserve(48 * (slices + points));
         for run in &p.runs {
-            let epoch = ann_u("epoch", run.epoch);
+            let epoch = run.epoch;
             let (lo, hi) = run_window(run);
-            let mut e = event(self.runs_uuid, run.callable.clone());
-            e.debug_annotations = vec![
-                epoch.clone(),
-                ann_s("level", run.level.name()),
-                ann_u("clock_device_ns", clock.device_ns),
-                ann_u("clock_host_ns", clock.host_ns),
-            ];
-            pending.push(Pending::new(e, clock.to_host(lo), clock.to_host(hi)));
+            let name = self.intern(&run.callable);
+            let body = self.body(|b| {
+                pb::uint(b, event::NAME_IID, name);
+                ann_u(b, Ann::Epoch, epoch);
+                ann_s(b, Ann::Level, run.level.name());
+                ann_u(b, Ann::ClockDeviceNs, clock.device_ns);
+                ann_u(b, Ann::ClockHostNs, clock.host_ns);
+            });
+            pending.push(Pending {
+                track: runs_uuid,
+                start: clock.to_host(lo),
+                end: clock.to_host(hi),
+                body,
+            });
 
-            let (outs, ins) = flows(run, flow);
-            let index = TaskIndex::new(run);
+            let flows = Flows::new(run, &mut self.last_flow);
+            let mut names = SubtaskNames::new(run, |n| self.intern(n));
             for (i, s) in run.subtasks.iter().enumerate() {
-                let mut e = event(
-                    self.thread_uuid(&s.core_name()),
-                    index.kernel_name(s.task, s.func_id),
-                );
-                e.debug_annotations = vec![
-                    epoch.clone(),
-                    ann_u("task", s.task),
-                    ann_u("func_id", u64::from(s.func_id)),
-                    ann_u("block", u64::from(s.block)),
-                    ann_u("core", u64::from(s.core)),
-                ];
-                if let Some(t) = index.task(s.task) {
-                    e.debug_annotations.push(ann_u("submit", t.submit_index));
-                }
-                if let Some(o) = outs.get(&i) {
-                    e.flow_ids = o.clone();
-                }
-                if let Some(list) = ins.get(&i) {
-                    e.terminating_flow_ids = list.iter().map(|(id, _)| *id).collect();
-                    let deps: Vec<String> = list
-                        .iter()
-                        .map(|(_, d)| format!("{} from task {}", d.kind, d.producer))
-                        .collect();
-                    e.debug_annotations.push(ann_s("deps", &deps.join("; ")));
-                }
-                pending.push(Pending::new(
-                    e,
-                    clock.to_host(s.start_ns),
-                    clock.to_host(s.end_ns),
-                ));
+                let (name, submit) = names.get(s.task, s.func_id, |n| self.intern(n));
+                let (outs, ins) = (flows.outgoing(i), flows.incoming(i));
+                let body = self.body(|b| {
+                    pb::uint(b, event::NAME_IID, name);
+                    ann_u(b, Ann::Epoch, epoch);
+                    ann_u(b, Ann::Task, s.task);
+                    ann_u(b, Ann::FuncId, u64::from(s.func_id));
+                    ann_u(b, Ann::Block, u64::from(s.block));
+                    ann_u(b, Ann::Core, u64::from(s.core));
+                    if let Some(submit) = submit {
+                        ann_u(b, Ann::Submit, submit);
+                    }
+                    for id in outs {
+                        pb::fixed64(b, event::FLOW_IDS, *id);
+                    }
+                    for f in ins {
+                        pb::fixed64(b, event::TERMINATING_FLOW_IDS, f.id);
+                    }
+                    if !ins.is_empty() {
+                        ann_deps(b, ins);
+                    }
+                });
+                pending.push(Pending {
+                    track: thread_uuid(threads.core(s.core_kind, s.core)),
+                    start: clock.to_host(s.start_ns),
+                    end: clock.to_host(s.end_ns),
+                    body,
+                });
             }
             for a in &run.aicpu {
-                let mut e = event(
-                    self.thread_uuid(&a.thread_name()),
-                    a.phase.name().to_string(),
-                );
-                e.debug_annotations = vec![epoch.clone()];
-                if let Some(t) = a.task {
-                    e.debug_annotations.push(ann_u("task", t));
-                }
-                if let Some(c) = a.core {
-                    e.debug_annotations.push(ann_u("core", u64::from(c)));
-                }
+                let name = self.phase(a.phase);
+                let body = self.body(|b| {
+                    pb::uint(b, event::NAME_IID, name);
+                    ann_u(b, Ann::Epoch, epoch);
+                    if let Some(t) = a.task {
+                        ann_u(b, Ann::Task, t);
+                    }
+                    if let Some(c) = a.core {
+                        ann_u(b, Ann::Core, u64::from(c));
+                    }
+                });
+                let track = thread_uuid(threads.aicpu(a.thread));
                 if a.start_ns == a.end_ns {
-                    push_instant(out, e, clock.to_host(a.start_ns));
+                    self.point(event::INSTANT, track, clock.to_host(a.start_ns), body);
                 } else {
-                    pending.push(Pending::new(
-                        e,
-                        clock.to_host(a.start_ns),
-                        clock.to_host(a.end_ns),
-                    ));
+                    pending.push(Pending {
+                        track,
+                        start: clock.to_host(a.start_ns),
+                        end: clock.to_host(a.end_ns),
+                        body,
+                    });
                 }
             }
             for c in &run.counters {
-                let mut e = TrackEvent::new();
-                e.set_type(Type::TYPE_COUNTER);
-                e.set_track_uuid(self.counters[&c.name]);
-                e.set_counter_value(c.value);
-                e.debug_annotations = vec![epoch.clone()];
-                let ts = clock.to_host(c.ts_ns);
-                out.push(Event {
-                    ts,
-                    rank: RANK_INSTANT,
-                    seq: out.len() as u64,
-                    packet: packet(ts, e),
+                let body = self.body(|b| {
+                    pb::int(b, event::COUNTER_VALUE, c.value);
+                    ann_u(b, Ann::Epoch, epoch);
                 });
+                let track = counters[c.name.as_str()];
+                self.point(event::COUNTER, track, clock.to_host(c.ts_ns), body);
             }
             for d in &run.dropped {
-                let mut e = event(
-                    self.thread_uuid(&d.thread),
-                    format!("{DROPPED}{} events on {}", d.count, d.thread),
-                );
-                e.debug_annotations = vec![epoch.clone(), ann_u("count", d.count)];
-                push_instant(out, e, clock.to_host(lo));
+                let name = self.intern(&format!("{DROPPED}{} events on {}", d.count, d.thread));
+                let body = self.body(|b| {
+                    pb::uint(b, event::NAME_IID, name);
+                    ann_u(b, Ann::Epoch, epoch);
+                    ann_u(b, Ann::Count, d.count);
+                });
+                let track = thread_uuid(threads.named(&d.thread));
+                self.point(event::INSTANT, track, clock.to_host(lo), body);
             }
         }
         for h in &p.host_spans {
-            let mut e = event(self.thread_uuid(&h.thread), h.name.clone());
-            if let Some(ep) = h.epoch {
-                e.debug_annotations = vec![ann_u("epoch", ep)];
-            }
-            pending.push(Pending::new(e, h.start_ns, h.end_ns));
+            let name = self.intern(&h.name);
+            let body = self.body(|b| {
+                pb::uint(b, event::NAME_IID, name);
+                if let Some(epoch) = h.epoch {
+                    ann_u(b, Ann::Epoch, epoch);
+                }
+            });
+            pending.push(Pending {
+                track: thread_uuid(threads.named(&h.thread)),
+                start: h.start_ns,
+                end: h.end_ns,
+                body,
+            });
         }
-        pending
+        let label = |track: u64| -> String {
+            if track == runs_uuid {
+                RUNS_TRACK.to_string()
+            } else {
+                thread_label(&threads.names()[(track - first_thread) as usize])
+            }
+        };
+        self.place(pending, runs_uuid, 1 + threads.names().len(), label);
     }
 
     /// Places `slices` on their tracks so that every track's slices nest (Perfetto pairs a
     /// track's begins and ends like brackets): a slice that would cross one already on its
     /// track goes to an overflow track under it ("AICPU 1 (scheduler) +1", ...), the first
-    /// one where it nests. Returns the overflow tracks' descriptors.
+    /// one where it nests, its descriptor named after `label` of the track. Every slice's
+    /// track is one of `tracks` uuids from `first_track` on.
     fn place(
-        &self,
-        mut slices: Vec<Pending>,
-        out: &mut Vec<Event>,
-        next_uuid: &mut u64,
-    ) -> Vec<TracePacket> {
-        slices.sort_by_key(|p| (p.track, p.start, std::cmp::Reverse(p.end)));
-        let mut descriptors = Vec::new();
-        // Per track: its lanes, each (uuid, stack of open slice ends).
-        let mut lanes: BTreeMap<u64, Vec<(u64, Vec<u64>)>> = BTreeMap::new();
-        for p in slices {
+        &mut self,
+        slices: Vec<Pending>,
+        first_track: u64,
+        tracks: usize,
+        label: impl Fn(u64) -> String,
+    ) {
+        // By track (a counting sort), then by start, longest first (stable: most tracks come
+        // in order already).
+        let of = |p: &Pending| (p.track - first_track) as usize;
+        let (at, order) = crate::export::bucket(tracks, slices.iter().map(of));
+        let mut sorted: Vec<Pending> = order.iter().map(|&k| slices[k]).collect();
+        for t in 0..tracks {
+            sorted[at[t]..at[t + 1]].sort_by_key(|p| (p.start, std::cmp::Reverse(p.end)));
+        }
+        // The lanes of the current track, each (uuid, stack of open slice ends).
+        let mut lanes: Vec<(u64, Vec<u64>)> = Vec::new();
+        for p in sorted {
             let (start, end, track) = (p.start, p.end.max(p.start), p.track);
-            let track_lanes = lanes
-                .entry(track)
-                .or_insert_with(|| vec![(track, Vec::new())]);
+            if lanes.first().is_none_or(|(uuid, _)| *uuid != track) {
+                lanes.clear();
+                lanes.push((track, Vec::new()));
+            }
             let mut chosen = None;
-            for (uuid, stack) in track_lanes.iter_mut() {
+            for (uuid, stack) in lanes.iter_mut() {
                 while stack.last().is_some_and(|&top| top <= start) {
                     stack.pop();
                 }
-                let fits = match stack.last() {
-                    None => true,
-                    Some(&top) => top >= end,
-                };
-                if fits {
+                if stack.last().is_none_or(|&top| top >= end) {
                     stack.push(end);
                     chosen = Some(*uuid);
                     break;
                 }
             }
-            let uuid = chosen.unwrap_or_else(|| {
-                let uuid = *next_uuid;
-                *next_uuid += 1;
-                let mut d = TrackDescriptor::new();
-                d.set_uuid(uuid);
-                d.set_parent_uuid(track);
-                d.set_name(format!("{} +{}", self.label(track), track_lanes.len()));
-                descriptors.push(descriptor(d));
-                track_lanes.push((uuid, vec![end]));
-                uuid
+            let uuid = match chosen {
+                Some(uuid) => uuid,
+                None => {
+                    let uuid = self.uuid();
+                    let name = format!("{} +{}", label(track), lanes.len());
+                    self.descriptor(|d| {
+                        pb::uint(d, descriptor::UUID, uuid);
+                        pb::uint(d, descriptor::PARENT_UUID, track);
+                        pb::bytes(d, descriptor::NAME, name.as_bytes());
+                    });
+                    lanes.push((uuid, vec![end]));
+                    uuid
+                }
+            };
+            // At one instant: longer slices begin first and later-begun slices end first.
+            self.events.push(Event {
+                ts: start,
+                seq: u64::MAX - (end - start),
+                track: uuid,
+                body: p.body.0,
+                body_len: p.body.1,
+                rank: RANK_BEGIN,
+                kind: event::SLICE_BEGIN as u8,
             });
-            push_slice(out, p, uuid);
-        }
-        descriptors
-    }
-
-    /// The shown name of track `uuid` of this layout.
-    fn label(&self, uuid: u64) -> String {
-        if uuid == self.runs_uuid {
-            return RUNS_TRACK.to_string();
-        }
-        let name = self
-            .threads
-            .iter()
-            .find(|(_, u)| *u == uuid)
-            .map_or("", |(n, _)| n.as_str());
-        thread_label(name)
-    }
-}
-
-/// The thread track label of thread `name`: "AICPU 0 (orchestrator)" etc., else the name.
-fn thread_label(name: &str) -> String {
-    match ThreadKind::of(name) {
-        ThreadKind::Aicpu(n) => aicpu_label(n),
-        _ => name.to_string(),
-    }
-}
-
-/// The device-clock window of a run: first to last recorded device time (0..0 when empty).
-pub(crate) fn run_window(run: &RunTrace) -> (u64, u64) {
-    let times = run
-        .subtasks
-        .iter()
-        .flat_map(|s| [s.start_ns, s.end_ns])
-        .chain(run.aicpu.iter().flat_map(|a| [a.start_ns, a.end_ns]))
-        .chain(run.counters.iter().map(|c| c.ts_ns));
-    let (lo, hi) = times.fold((u64::MAX, 0), |(lo, hi), t| (lo.min(t), hi.max(t)));
-    if lo > hi {
-        (0, 0)
-    } else {
-        (lo, hi)
-    }
-}
-
-/// Per edge of `run` with subtasks on both sides, a flow id: the outgoing ids keyed by the
-/// producer's last-ending subtask index, the incoming (id, edge) keyed by the consumer's
-/// first-starting subtask index.
-#[allow(clippy::type_complexity)]
-pub(crate) fn flows<'r>(
-    run: &'r RunTrace,
-    flow: &mut impl FnMut() -> u64,
-) -> (
-    BTreeMap<usize, Vec<u64>>,
-    BTreeMap<usize, Vec<(u64, &'r crate::DepEdge)>>,
-) {
-    let mut last: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut first: BTreeMap<u64, usize> = BTreeMap::new();
-    for (i, s) in run.subtasks.iter().enumerate() {
-        let l = last.entry(s.task).or_insert(i);
-        if run.subtasks[*l].end_ns < s.end_ns {
-            *l = i;
-        }
-        let f = first.entry(s.task).or_insert(i);
-        if run.subtasks[*f].start_ns > s.start_ns {
-            *f = i;
+            self.events.push(Event {
+                ts: end,
+                seq: u64::MAX - start,
+                track: uuid,
+                body: 0,
+                body_len: 0,
+                rank: if end <= start {
+                    RANK_END_ZERO
+                } else {
+                    RANK_END
+                },
+                kind: event::SLICE_END as u8,
+            });
         }
     }
-    let mut outs: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    let mut ins: BTreeMap<usize, Vec<(u64, &crate::DepEdge)>> = BTreeMap::new();
-    for e in &run.edges {
-        let (Some(&p), Some(&c)) = (last.get(&e.producer), first.get(&e.consumer)) else {
-            continue;
-        };
-        let id = flow();
-        outs.entry(p).or_default().push(id);
-        ins.entry(c).or_default().push((id, e));
-    }
-    (outs, ins)
-}
 
-fn descriptor(d: TrackDescriptor) -> TracePacket {
-    let mut p = TracePacket::new();
-    p.set_trusted_packet_sequence_id(SEQUENCE_ID);
-    p.set_track_descriptor(d);
-    p
-}
-
-/// The encoded packet of event `e` at `ts`.
-fn packet(ts: u64, e: TrackEvent) -> Vec<u8> {
-    let mut p = TracePacket::new();
-    p.set_timestamp(ts);
-    p.set_trusted_packet_sequence_id(SEQUENCE_ID);
-    p.set_track_event(e);
-    p.write_to_bytes()
-        .expect("a TracePacket has no required field left unset")
-}
-
-fn event(track: u64, name: String) -> TrackEvent {
-    let mut e = TrackEvent::new();
-    e.set_track_uuid(track);
-    e.set_name(name);
-    e
-}
-
-/// A slice's begin event, encoded at once (the message structs are large), waiting for
-/// [`Layout::place`] to choose its track.
-struct Pending {
-    track: u64,
-    start: u64,
-    end: u64,
-    /// The encoded `TrackEvent` (type begin, on `track`).
-    begin: Vec<u8>,
-}
-
-impl Pending {
-    fn new(mut begin: TrackEvent, start: u64, end: u64) -> Pending {
-        begin.set_type(Type::TYPE_SLICE_BEGIN);
-        Pending {
-            track: begin.track_uuid(),
-            start,
-            end,
-            begin: begin
-                .write_to_bytes()
-                .expect("a TrackEvent has no required field left unset"),
+    /// Writes the file (nothing for a trace without processes): the interned names (clearing
+    /// the sequence's incremental state), the descriptors, then the events sorted by time
+    /// (Perfetto sorts, but pairs a track's begins and ends in file order: ends before begins
+    /// at one instant, zero-length slices excepted).
+    fn finish(mut self, w: &mut impl Write) -> io::Result<()> {
+        if self.descriptors.is_empty() {
+            // No process: an empty file (what the reader reads as an empty trace).
+            return Ok(());
         }
+        let mut out = Vec::with_capacity(CHUNK + (CHUNK >> 4));
+        pb::nested(&mut out, pb::trace::PACKET, |p| {
+            pb::uint(p, packet::SEQUENCE_ID, SEQUENCE_ID);
+            pb::uint(
+                p,
+                packet::SEQUENCE_FLAGS,
+                packet::SEQ_INCREMENTAL_STATE_CLEARED,
+            );
+            pb::nested(p, packet::INTERNED_DATA, |d| {
+                for (i, name) in self.names.iter().enumerate() {
+                    pb::nested(d, interned::EVENT_NAMES, |e| {
+                        pb::uint(e, interned::IID, i as u64 + 1);
+                        pb::bytes(e, interned::NAME, name.as_bytes());
+                    });
+                }
+                for a in Ann::ALL {
+                    pb::nested(d, interned::DEBUG_ANNOTATION_NAMES, |e| {
+                        pb::uint(e, interned::IID, a as u64);
+                        pb::bytes(e, interned::NAME, a.name().as_bytes());
+                    });
+                }
+            });
+        });
+        out.extend_from_slice(&self.descriptors);
+        self.events.sort_by_key(|e| (e.ts, e.rank, e.seq));
+        for e in &self.events {
+            let body = &self.bodies[e.body..e.body + e.body_len as usize];
+            pb::nested(&mut out, pb::trace::PACKET, |p| {
+                pb::uint(p, packet::TIMESTAMP, e.ts);
+                pb::uint(p, packet::SEQUENCE_ID, SEQUENCE_ID);
+                pb::uint(
+                    p,
+                    packet::SEQUENCE_FLAGS,
+                    packet::SEQ_NEEDS_INCREMENTAL_STATE,
+                );
+                pb::nested(p, packet::TRACK_EVENT, |t| {
+                    pb::uint(t, event::TYPE, u64::from(e.kind));
+                    pb::uint(t, event::TRACK_UUID, e.track);
+                    t.extend_from_slice(body);
+                });
+            });
+            if out.len() >= CHUNK {
+                w.write_all(&out)?;
+                out.clear();
+            }
+        }
+        w.write_all(&out)
     }
 }
 
-/// Pushes slice `p`'s begin and end on track `uuid`.
-fn push_slice(out: &mut Vec<Event>, p: Pending, uuid: u64) {
-    let (start, end) = (p.start, p.end.max(p.start));
-    let mut begin = p.begin;
-    if uuid != p.track {
-        // A later occurrence of a field overrides an earlier one when protobuf parses
-        // concatenated messages: this moves the encoded event to its overflow track.
-        let mut moved = TrackEvent::new();
-        moved.set_track_uuid(uuid);
-        begin.extend(
-            moved
-                .write_to_bytes()
-                .expect("a TrackEvent has no required field left unset"),
-        );
-    }
-    // At one instant: longer slices begin first and later-begun slices end first (nesting).
-    out.push(Event {
-        ts: start,
-        rank: RANK_BEGIN,
-        seq: u64::MAX - (end - start),
-        packet: packet_of_encoded(start, &begin),
-    });
-    let mut e = TrackEvent::new();
-    e.set_type(Type::TYPE_SLICE_END);
-    e.set_track_uuid(uuid);
-    let rank = if end <= start {
-        RANK_END_ZERO
-    } else {
-        RANK_END
-    };
-    out.push(Event {
-        ts: end,
-        rank,
-        seq: u64::MAX - start,
-        packet: packet(end, e),
+/// Appends debug annotation `a` = `v`.
+fn ann_u(b: &mut Vec<u8>, a: Ann, v: u64) {
+    pb::nested(b, event::DEBUG_ANNOTATIONS, |b| {
+        pb::uint(b, annotation::NAME_IID, a as u64);
+        pb::uint(b, annotation::UINT_VALUE, v);
     });
 }
 
-/// The encoded packet at `ts` holding the encoded `TrackEvent` `event`.
-fn packet_of_encoded(ts: u64, event: &[u8]) -> Vec<u8> {
-    let mut p = TracePacket::new();
-    p.set_timestamp(ts);
-    p.set_trusted_packet_sequence_id(SEQUENCE_ID);
-    let mut bytes = p
-        .write_to_bytes()
-        .expect("a TracePacket has no required field left unset");
-    let mut os = CodedOutputStream::vec(&mut bytes);
-    os.write_bytes(TRACK_EVENT_FIELD, event)
-        .and_then(|_| os.flush())
-        .expect("writing to a Vec cannot fail");
-    drop(os);
-    bytes
-}
-
-fn push_instant(out: &mut Vec<Event>, mut e: TrackEvent, ts: u64) {
-    e.set_type(Type::TYPE_INSTANT);
-    let seq = out.len() as u64;
-    out.push(Event {
-        ts,
-        rank: RANK_INSTANT,
-        seq,
-        packet: packet(ts, e),
+/// Appends debug annotation `a` = `v`.
+fn ann_s(b: &mut Vec<u8>, a: Ann, v: &str) {
+    pb::nested(b, event::DEBUG_ANNOTATIONS, |b| {
+        pb::uint(b, annotation::NAME_IID, a as u64);
+        pb::bytes(b, annotation::STRING_VALUE, v.as_bytes());
     });
 }
 
-fn ann_u(name: &str, v: u64) -> DebugAnnotation {
-    let mut a = DebugAnnotation::new();
-    a.set_name(name.to_string());
-    a.set_uint_value(v);
-    a
-}
-
-fn ann_s(name: &str, v: &str) -> DebugAnnotation {
-    let mut a = DebugAnnotation::new();
-    a.set_name(name.to_string());
-    a.set_string_value(v.to_string());
-    a
+/// Appends the "deps" annotation of a consumer's slice: "RAW from task 3; WAR from task 0".
+fn ann_deps(b: &mut Vec<u8>, ins: &[Incoming]) {
+    pb::nested(b, event::DEBUG_ANNOTATIONS, |b| {
+        pb::uint(b, annotation::NAME_IID, Ann::Deps as u64);
+        pb::nested(b, annotation::STRING_VALUE, |b| {
+            let mut digits = itoa::Buffer::new();
+            for (k, f) in ins.iter().enumerate() {
+                if k > 0 {
+                    b.extend_from_slice(b"; ");
+                }
+                b.extend_from_slice(f.edge.kind.name().as_bytes());
+                b.extend_from_slice(b" from task ");
+                b.extend_from_slice(digits.format(f.edge.producer).as_bytes());
+            }
+        });
+    });
 }

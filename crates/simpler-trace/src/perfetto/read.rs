@@ -4,15 +4,19 @@
 //! producers are refused with [`TraceError::Shape`] where they lack what we need. What comes
 //! back: every process with its name and clock alignment, every run (epoch, callable, level),
 //! its tasks (as far as their subtasks name them), subtasks, AICPU spans and instants, counters,
-//! drop counts, the edges that have a flow, and the host spans.
+//! drop counts, the edges that have a flow, and the host spans. Interned event and debug
+//! annotation names are resolved per packet sequence, as Perfetto does: a packet with
+//! `SEQ_INCREMENTAL_STATE_CLEARED` forgets its sequence's names, `interned_data` adds to them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use perfetto_protos::debug_annotation::DebugAnnotation;
 use perfetto_protos::trace::Trace as PbTrace;
 use perfetto_protos::track_event::track_event::Type;
+use perfetto_protos::track_event::TrackEvent;
 use protobuf::Message;
 
+use super::pb::packet::SEQ_INCREMENTAL_STATE_CLEARED;
 use super::{perfetto_pid, DROPPED, RUNS_TRACK};
 use crate::error::TraceError;
 use crate::model::*;
@@ -56,11 +60,53 @@ impl Raw {
     }
 }
 
+/// The interned names of one packet sequence, by iid.
+#[derive(Default)]
+struct Interned {
+    events: HashMap<u64, String>,
+    annotations: HashMap<u64, String>,
+}
+
+impl Interned {
+    /// The name of `e`: its own, else its interned one.
+    fn event_name(&self, e: &TrackEvent) -> Result<String, TraceError> {
+        if e.has_name_iid() {
+            let iid = e.name_iid();
+            self.events.get(&iid).cloned().ok_or_else(|| {
+                TraceError::Shape(format!("event name iid {iid} was never interned"))
+            })
+        } else {
+            Ok(e.name().to_string())
+        }
+    }
+
+    /// The annotations of `e` with their interned names resolved.
+    fn annotations(&self, e: &TrackEvent) -> Result<Vec<DebugAnnotation>, TraceError> {
+        e.debug_annotations
+            .iter()
+            .map(|a| {
+                let mut a = a.clone();
+                if a.has_name_iid() {
+                    let iid = a.name_iid();
+                    let name = self.annotations.get(&iid).ok_or_else(|| {
+                        TraceError::Shape(format!(
+                            "debug annotation name iid {iid} was never interned"
+                        ))
+                    })?;
+                    a.set_name(name.clone());
+                }
+                Ok(a)
+            })
+            .collect()
+    }
+}
+
 /// Decodes a Perfetto protobuf trace written by [`super::write`].
 ///
 /// Errors: [`TraceError::Protobuf`] when the bytes are not a `perfetto.protos.Trace`;
-/// [`TraceError::Shape`] when non-empty bytes hold no process track, an event names an unknown track, a slice end has no begin, or an
-/// annotation we wrote is missing.
+/// [`TraceError::Shape`] when non-empty bytes hold no process track, an event names an unknown
+/// track or an iid its sequence never interned, a slice end has no begin, or an annotation we
+/// wrote is missing.
 pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
     let pb = PbTrace::parse_from_bytes(bytes).map_err(|e| TraceError::Protobuf(e.to_string()))?;
     let mut roles: BTreeMap<u64, Role> = BTreeMap::new();
@@ -69,7 +115,22 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
     let mut raws: Vec<Raw> = Vec::new();
     let mut counters: Vec<(u64, u64, i64, Option<u64>)> = Vec::new();
     let mut open: BTreeMap<u64, Vec<Raw>> = BTreeMap::new();
+    let mut interned: HashMap<u32, Interned> = HashMap::new();
     for packet in &pb.packet {
+        let seq = interned
+            .entry(packet.trusted_packet_sequence_id())
+            .or_default();
+        if packet.sequence_flags() & SEQ_INCREMENTAL_STATE_CLEARED as u32 != 0 {
+            *seq = Interned::default();
+        }
+        if let Some(d) = packet.interned_data.as_ref() {
+            for n in &d.event_names {
+                seq.events.insert(n.iid(), n.name().to_string());
+            }
+            for n in &d.debug_annotation_names {
+                seq.annotations.insert(n.iid(), n.name().to_string());
+            }
+        }
         if packet.has_track_descriptor() {
             let d = packet.track_descriptor();
             let uuid = d.uuid();
@@ -115,11 +176,11 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
         match e.type_() {
             Type::TYPE_SLICE_BEGIN => open.entry(track).or_default().push(Raw {
                 track,
-                name: e.name().to_string(),
+                name: seq.event_name(e)?,
                 start: ts,
                 end: ts,
                 instant: false,
-                ann: e.debug_annotations.clone(),
+                ann: seq.annotations(e)?,
             }),
             Type::TYPE_SLICE_END => {
                 let mut r = open.get_mut(&track).and_then(|v| v.pop()).ok_or_else(|| {
@@ -130,15 +191,15 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
             }
             Type::TYPE_INSTANT => raws.push(Raw {
                 track,
-                name: e.name().to_string(),
+                name: seq.event_name(e)?,
                 start: ts,
                 end: ts,
                 instant: true,
-                ann: e.debug_annotations.clone(),
+                ann: seq.annotations(e)?,
             }),
             Type::TYPE_COUNTER => {
-                let epoch = e
-                    .debug_annotations
+                let epoch = seq
+                    .annotations(e)?
                     .iter()
                     .find(|a| a.name() == "epoch")
                     .map(|a| a.uint_value());
