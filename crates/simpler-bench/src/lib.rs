@@ -40,15 +40,15 @@ pub use trace_cost::{trace_cost, TraceCost};
 pub use trace_write::{trace_write, TraceWrite};
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use simpler_abi::*;
 use simpler_device::sim::ExecutorKind;
 use simpler_device::Topology;
 use simpler_host::{
-    ArgDirection, ArgSpec, CallConfig, CallableSpec, ChipWorker, CodeImage, HostArg, HostError,
-    HostTensor, KernelSpec, Signature, WorkerConfig,
+    ArgDirection, ArgSpec, CallConfig, CallableId, CallableSpec, ChipWorker, CodeImage, HostArg,
+    HostError, HostTensor, KernelSpec, RunReport, Signature, WorkerConfig,
 };
 
 /// Tasks per inner scope in the workloads (well under a ring's window).
@@ -217,31 +217,10 @@ pub fn measure_samples_with(
     aicpu_threads: u32,
     config: &CallConfig,
 ) -> Result<Samples, HostError> {
-    let worker = ChipWorker::new(WorkerConfig {
-        topology: Topology {
-            clusters,
-            aicpu_threads,
-        },
-        sim_executor: executor,
-        ..WorkerConfig::default()
-    })?;
-    let id = worker.register(&noop_callable())?;
-    let mut token = [0u8; 4];
-    let chain = u64::from(graph == Graph::Chain);
+    let (worker, id) = noop_worker(executor, clusters, aicpu_threads)?;
     let mut out = Samples::default();
     for i in 0..=runs {
-        let mut args = [
-            HostArg::Tensor(HostTensor {
-                bytes: &mut token,
-                shape: vec![1],
-                dtype: DataType::Uint32,
-            }),
-            HostArg::Scalar(tasks),
-            HostArg::Scalar(chain),
-        ];
-        let start = Instant::now();
-        worker.run_with(id, &mut args, config)?;
-        let wall = start.elapsed();
+        let (wall, _) = run_noop(&worker, id, graph, tasks, config)?;
         if i > 0 {
             out.run_us.push(wall.as_secs_f64() * 1e6);
             let submit_ns = SUBMIT_NS.load(Ordering::Relaxed) as f64;
@@ -253,6 +232,55 @@ pub fn measure_samples_with(
         }
     }
     Ok(out)
+}
+
+/// A worker of `clusters` clusters and `aicpu_threads` AICPU threads on `executor`, with
+/// [`noop_callable`] registered.
+///
+/// # Errors
+/// The worker's or the registration's [`HostError`].
+pub fn noop_worker(
+    executor: ExecutorKind,
+    clusters: u32,
+    aicpu_threads: u32,
+) -> Result<(ChipWorker, CallableId), HostError> {
+    let worker = ChipWorker::new(WorkerConfig {
+        topology: Topology {
+            clusters,
+            aicpu_threads,
+        },
+        sim_executor: executor,
+        ..WorkerConfig::default()
+    })?;
+    let id = worker.register(&noop_callable())?;
+    Ok((worker, id))
+}
+
+/// One run of `graph` with `tasks` tasks under `config` on a [`noop_worker`]: its wall
+/// time (host call to return) and report.
+///
+/// # Errors
+/// The run's [`HostError`].
+pub fn run_noop(
+    worker: &ChipWorker,
+    id: CallableId,
+    graph: Graph,
+    tasks: u64,
+    config: &CallConfig,
+) -> Result<(Duration, RunReport), HostError> {
+    let mut token = [0u8; 4];
+    let mut args = [
+        HostArg::Tensor(HostTensor {
+            bytes: &mut token,
+            shape: vec![1],
+            dtype: DataType::Uint32,
+        }),
+        HostArg::Scalar(tasks),
+        HostArg::Scalar(u64::from(graph == Graph::Chain)),
+    ];
+    let start = Instant::now();
+    let report = worker.run_with(id, &mut args, config)?;
+    Ok((start.elapsed(), report))
 }
 
 /// Runs `graph` with `tasks` tasks `runs` times (after a warm-up) on a chip of `clusters`

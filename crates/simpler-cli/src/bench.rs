@@ -114,18 +114,21 @@ pub(crate) fn trace_cost(
         "simpler bench --trace-level {level}: {tasks} no-op tasks per run, median of {runs} interleaved runs each"
     );
     println!(
-        "{:<12} {:>6} {:>14} {:>14} {:>14} {:>16} {:>14}",
+        "{:<12} {:>6} {:>11} {:>12} {:>14} {:>15} {:>12} {:>17} {:>16} {:>9}",
         "graph",
         "cores",
         "off (ms)",
         "traced (ms)",
         "cost/run (us)",
         "cost/task (us)",
-        "target (us)"
+        "target (us)",
+        "capture/task (us)",
+        "decode/task (us)",
+        "events"
     );
     for c in &costs {
         println!(
-            "{:<12} {:>6} {:>14.3} {:>14.3} {:>14.1} {:>16.3} {:>14}",
+            "{:<12} {:>6} {:>11.3} {:>12.3} {:>14.1} {:>15.3} {:>12} {:>17.3} {:>16.3} {:>9}",
             format!("{:?}", c.graph).to_lowercase(),
             c.cores,
             c.untraced_run_us / 1e3,
@@ -134,8 +137,16 @@ pub(crate) fn trace_cost(
             c.cost_us_per_task,
             c.target_us_per_task
                 .map_or("-".to_string(), |t| format!("<= {t}")),
+            c.capture_us_per_task,
+            c.decode_us_per_task,
+            c.records,
         );
     }
+    println!(
+        "cost: the traced run's wall time less the untraced one's (medians); capture: copying the \
+         records back at the run's end (part of cost); decode: building the model on first use \
+         (paid by whoever reads the trace, not by the run)"
+    );
     Ok(())
 }
 

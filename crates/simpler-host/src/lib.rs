@@ -83,6 +83,6 @@ pub use signature::{ArgDirection, ArgSpec, Signature, SignatureError};
 /// The trace model runs report ([`RunReport::trace`]), re-exported for callers.
 pub use simpler_trace as trace_model;
 pub use timeouts::Timeouts;
-pub use trace::DEFAULT_TRACE_RECORDS;
+pub use trace::{CapturedTrace, DEFAULT_TRACE_RECORDS};
 pub use worker::ChipWorker;
 pub use worker_config::WorkerConfig;

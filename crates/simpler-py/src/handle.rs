@@ -93,12 +93,17 @@ pub(crate) fn wait_in_slices<T>(
 /// `trace_summary` and `trace_json` of the level-2 and level-3 reports answer (one
 /// implementation for both; `docs/tracing.md`). Cloning shares the trace.
 #[derive(Clone, Default)]
-pub(crate) struct TraceOwner(Option<Arc<simpler_trace::Trace>>);
+pub(crate) struct TraceOwner(Option<Arc<simpler_host::CapturedTrace>>);
 
 impl TraceOwner {
-    /// Owns `trace` (moved, not copied).
+    /// Owns a model `trace` (moved, not copied).
     pub(crate) fn new(trace: Option<Box<simpler_trace::Trace>>) -> TraceOwner {
-        TraceOwner(trace.map(Arc::from))
+        TraceOwner(trace.map(|t| Arc::new(simpler_host::CapturedTrace::from(*t))))
+    }
+
+    /// Shares a level-2 run's trace, whose records are decoded when first used.
+    pub(crate) fn captured(trace: Option<Arc<simpler_host::CapturedTrace>>) -> TraceOwner {
+        TraceOwner(trace)
     }
 
     /// Whether the run brought a trace back.
@@ -107,7 +112,7 @@ impl TraceOwner {
     }
 
     fn traced(&self) -> PyResult<&simpler_trace::Trace> {
-        self.0.as_deref().ok_or_else(|| {
+        self.0.as_deref().map(|t| t.model()).ok_or_else(|| {
             pyo3::exceptions::PyValueError::new_err(
                 "the run was not traced (its trace level was off)",
             )
@@ -167,7 +172,7 @@ impl From<simpler_host::RunReport> for NativeRunReport {
             device_time_s: r.device_time.as_secs_f64(),
             total_time_s: r.total_time.as_secs_f64(),
             tasks: Some(r.tasks),
-            trace: TraceOwner::new(r.trace),
+            trace: TraceOwner::captured(r.trace),
         }
     }
 }

@@ -16,11 +16,16 @@ pub(crate) const NONE32: u32 = u32::MAX;
 /// "None" in a record's task field.
 pub(crate) const NONE64: u64 = u64::MAX;
 
+/// Counters a tracer remembers the last sample of (`TRACE_COUNTER_*` below this).
+const COUNTERS: usize = 8;
+
 /// One thread's recorder.
 pub(crate) struct Tracer {
     level: TraceLevelRaw,
     origin: u64,
     buf: TraceBuffer,
+    /// The value this thread last sampled of each counter (`None`: never sampled).
+    last: [Option<i64>; COUNTERS],
 }
 
 impl Tracer {
@@ -44,6 +49,7 @@ impl Tracer {
             level: c.level,
             origin: c.clock_origin_ns,
             buf: mem.trace_buffer(index)?,
+            last: [None; COUNTERS],
         })
     }
 
@@ -80,10 +86,17 @@ impl Tracer {
         self.push(TRACE_AICPU, [phase, core, 0], task, start_ns, end);
     }
 
-    /// Records a counter sample taken now.
+    /// Records a sample of `counter` taken at `now`, unless this thread's last sample of
+    /// it had the same value: a counter holds its value until the next sample, so an
+    /// unchanged one adds nothing.
     #[inline]
-    pub(crate) fn counter(&mut self, counter: u32, value: i64) {
-        let now = self.now();
+    pub(crate) fn sample(&mut self, counter: u32, value: i64, now: u64) {
+        if let Some(last) = self.last.get_mut(counter as usize) {
+            if *last == Some(value) {
+                return;
+            }
+            *last = Some(value);
+        }
         self.push(TRACE_COUNTER, [counter, 0, 0], NONE64, now, value as u64);
     }
 }

@@ -96,7 +96,9 @@ impl Endpoint for ChipLocal {
         let report = handle.result()?.report;
         self.last_run = RunFacts {
             tasks: Some(report.tasks),
-            trace: report.trace,
+            trace: report
+                .trace
+                .map(|t| Box::new(std::sync::Arc::unwrap_or_clone(t).into_model())),
         };
         Ok(())
     }

@@ -125,7 +125,7 @@ pub struct RunReport {
     /// Tasks the orchestration submitted.
     pub tasks: u64,
     /// The run's trace, when it ran at a trace level other than off.
-    pub trace: Option<Box<simpler_trace::Trace>>,
+    pub trace: Option<std::sync::Arc<simpler_host::CapturedTrace>>,
 }
 
 /// Loads the callable named by `target`: an example directory (or manifest) is built in
@@ -245,7 +245,7 @@ pub fn command(req: &RunRequest) -> Result<(), RunError> {
     if let Some(note) = unused_result_note(&prepared) {
         println!("{note}");
     }
-    trace_out::write(&prepared.trace, report.trace.as_deref())?;
+    trace_out::write(&prepared.trace, report.trace.as_deref().map(|t| t.model()))?;
     finish(&prepared)
 }
 

@@ -113,8 +113,10 @@ pub struct RunReport {
     pub tasks: u64,
     /// The run's trace when its [`CallConfig::trace_level`](crate::CallConfig::trace_level)
     /// is not Off: one process (the chip) holding this run's device records and its host
-    /// spans (`docs/tracing.md`). `None` for an untraced run.
-    pub trace: Option<Box<simpler_trace::Trace>>,
+    /// spans (`docs/tracing.md`), its records decoded into the model on first use (it
+    /// dereferences to [`simpler_trace::Trace`]); shared, so a clone of the report is cheap.
+    /// `None` for an untraced run.
+    pub trace: Option<std::sync::Arc<crate::trace::CapturedTrace>>,
 }
 
 /// The two device kernels a run launches.

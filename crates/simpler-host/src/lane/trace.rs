@@ -1,21 +1,22 @@
 //! The end of a traced run in the lane (`docs/tracing.md`, Capture): after the proof of
-//! completion and the copy back, the slot's trace area is read back and decoded, and the
-//! run's trace (the chip's process with this run and its host spans) is assembled for its
-//! [`RunReport`](super::RunReport). Reading or decoding never changes the verdict: a trace
+//! completion and the copy back, the slot's trace area is read back, and the run's trace
+//! (the chip's process with this run, decoded on first use, and its host spans) is assembled
+//! for its [`RunReport`](super::RunReport). Reading or decoding never changes the verdict: a trace
 //! that cannot be read back has no run in it, and is still returned with its host spans.
 
-use simpler_abi::CoreType;
-use simpler_trace::{ClockAlignment, CoreKind, Trace};
+use std::sync::Arc;
+
+use simpler_trace::ClockAlignment;
 
 use super::LaneEngine;
 use crate::registry::Registered;
 use crate::trace::area;
-use crate::trace::decode::{decode, RunFacts};
-use crate::trace::RunCapture;
+use crate::trace::{CapturedTrace, RunCapture};
 
 impl LaneEngine {
     /// The trace of run `epoch`, which ran in slot `slot`; `finalize_start` opens its
-    /// "finalize" span, which ends here.
+    /// "finalize" span, which ends here. The records are copied back now and decoded on
+    /// the trace's first use.
     pub(super) fn run_trace(
         &mut self,
         slot: usize,
@@ -23,17 +24,12 @@ impl LaneEngine {
         epoch: u64,
         mut capture: RunCapture,
         finalize_start: Option<u64>,
-    ) -> Box<Trace> {
+    ) -> Arc<CapturedTrace> {
         let read_start = capture.now();
         let raw = self.slots[slot]
             .trace_area
             .as_ref()
             .and_then(|a| area::read(&*self.device, a));
-        let topology = self.device.topology();
-        let core_kind = |core: u32| match topology.core_type(core) {
-            CoreType::Aic => CoreKind::Aic,
-            CoreType::Aiv => CoreKind::Aiv,
-        };
         let clock = raw.as_ref().map_or(
             ClockAlignment {
                 device_ns: 0,
@@ -44,22 +40,19 @@ impl LaneEngine {
                 host_ns: r.control.align_host_ns,
             },
         );
-        let run = raw.as_ref().map(|r| {
-            decode(
-                r,
-                &RunFacts {
-                    epoch,
-                    callable: &callable.name,
-                    level: capture.level(),
-                    kernel_names: &callable.kernel_names,
-                    core_kind: &core_kind,
-                },
-            )
-        });
+        let level = capture.level();
         capture.span("trace read", epoch, read_start);
         capture.span("finalize", epoch, finalize_start);
         let name = format!("chip 0 (device {})", self.device.device_id());
-        Box::new(capture.into_trace(name, clock, run))
+        Arc::new(CapturedTrace::new(
+            capture.into_frame(name, clock),
+            raw,
+            epoch,
+            &callable.name,
+            level,
+            &callable.kernel_names,
+            *self.device.topology(),
+        ))
     }
 }
 

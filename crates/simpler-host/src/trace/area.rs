@@ -10,7 +10,7 @@ use simpler_abi::{TraceBufferHeader, TraceControl, TraceRecord, TRACE_MAGIC};
 use simpler_device::{Device, DevicePtr};
 
 use super::decode::{RawArea, RawBuffer};
-use crate::pod::{bytes_of, from_bytes};
+use crate::pod::{bytes_of, from_bytes, slice_bytes_mut};
 use crate::HostError;
 
 /// One slot's trace area.
@@ -107,19 +107,17 @@ pub(crate) fn read(device: &dyn Device, area: &TraceArea) -> Option<RawArea> {
         let header: TraceBufferHeader =
             from_bytes(&read(at, std::mem::size_of::<TraceBufferHeader>())?)?;
         let len = header.len.min(u64::from(control.capacity)) as usize;
-        let size = std::mem::size_of::<TraceRecord>();
-        let raw = if len == 0 {
-            Vec::new()
-        } else {
-            read(
-                at + std::mem::size_of::<TraceBufferHeader>() as u64,
-                len * size,
-            )?
-        };
-        let records = raw
-            .chunks_exact(size)
-            .filter_map(from_bytes::<TraceRecord>)
-            .collect();
+        // Read straight into the records (one copy, no per-record parsing).
+        let mut records = vec![TraceRecord::default(); len];
+        if len > 0 {
+            device
+                .copy_from_device(
+                    slice_bytes_mut(&mut records),
+                    area.ptr
+                        .offset(at + std::mem::size_of::<TraceBufferHeader>() as u64),
+                )
+                .ok()?;
+        }
         buffers.push(RawBuffer { header, records });
     }
     Some(RawArea { control, buffers })

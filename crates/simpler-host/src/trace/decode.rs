@@ -44,19 +44,25 @@ pub(crate) struct RunFacts<'a> {
 pub(crate) fn decode(area: &RawArea, facts: &RunFacts<'_>) -> RunTrace {
     let c = &area.control;
     let aicpu_threads = c.buffer_count.saturating_sub(c.core_count);
+    // Sized up front: one event per record of its kind, no growth on the way.
+    let mut count = [0usize; 8];
+    for r in area.buffers.iter().flat_map(|b| &b.records) {
+        count[(r.kind as usize).min(7)] += 1;
+    }
+    let of = |kind: u32| count[(kind as usize).min(7)];
     let mut run = RunTrace {
         epoch: facts.epoch,
         callable: facts.callable.to_string(),
         level: facts.level,
-        tasks: Vec::new(),
-        subtasks: Vec::new(),
-        edges: Vec::new(),
-        aicpu: Vec::new(),
-        counters: Vec::new(),
+        tasks: Vec::with_capacity(of(TRACE_TASK)),
+        subtasks: Vec::with_capacity(of(TRACE_SUBTASK)),
+        edges: Vec::with_capacity(of(TRACE_EDGE)),
+        aicpu: Vec::with_capacity(of(TRACE_AICPU)),
+        counters: Vec::with_capacity(of(TRACE_COUNTER)),
         dropped: Vec::new(),
     };
     // Task records first: subtasks name their kernel through their task's lanes.
-    let mut lanes: HashMap<u64, [u32; 3]> = HashMap::new();
+    let mut lanes: HashMap<u64, [u32; 3]> = HashMap::with_capacity(of(TRACE_TASK));
     let mut garbled = vec![0u64; area.buffers.len()];
     for (i, b) in area.buffers.iter().enumerate() {
         for r in b.records.iter().filter(|r| r.kind == TRACE_TASK) {
@@ -147,6 +153,7 @@ pub(crate) fn decode(area: &RawArea, facts: &RunFacts<'_>) -> RunTrace {
             });
         }
     }
+    // Stable sorts: records of one thread are already in order, and equal keys keep it.
     run.subtasks.sort_by_key(|s| (s.start_ns, s.core));
     run.aicpu.sort_by_key(|s| (s.thread, s.start_ns));
     run.counters.sort_by_key(|s| s.ts_ns);

@@ -1,7 +1,8 @@
 //! Capture of a run's trace on the host side (`docs/tracing.md`, Capture): the per-run
 //! [`RunCapture`] (level, buffer size, host spans), the slot's device trace area (`area`:
-//! allocate, arm before the launch, read back after the proof of completion) and the decoder
-//! from records to the trace model (`decode`).
+//! allocate, arm before the launch, read back after the proof of completion), the decoder
+//! from records to the trace model (`decode`) and the run's trace that defers decoding to
+//! its first use ([`CapturedTrace`]).
 //!
 //! An untraced run ([`TraceLevel::Off`]) allocates nothing, arms nothing, reads no clock:
 //! every entry point here first asks [`RunCapture::on`]. A trace never changes a run's
@@ -9,10 +10,13 @@
 //! failure to read back or decode only loses (or counts as garbled) the trace.
 
 pub(crate) mod area;
+mod captured;
 pub(crate) mod decode;
 
+pub use captured::CapturedTrace;
+
 use simpler_device::clock;
-use simpler_trace::{ClockAlignment, HostSpan, ProcessTrace, RunTrace, Trace, TraceLevel};
+use simpler_trace::{ClockAlignment, HostSpan, ProcessTrace, Trace, TraceLevel};
 
 /// Default records per trace buffer: 32 Ki records of 40 bytes (1.25 MiB per AICore and per
 /// AICPU thread, allocated once per pipeline slot the first time a traced run uses it).
@@ -81,20 +85,16 @@ impl RunCapture {
         }
     }
 
-    /// The run's trace: one process (the chip) holding `run` (absent when the area could not
-    /// be read back) and the host spans, with the clock alignment the runtime recorded.
-    pub(crate) fn into_trace(
-        self,
-        process: String,
-        clock: ClockAlignment,
-        run: Option<RunTrace>,
-    ) -> Trace {
+    /// The frame of the run's trace: one process (the chip) with the host spans and the
+    /// clock alignment the runtime recorded, and no run yet ([`CapturedTrace`] adds the
+    /// decoded run).
+    pub(crate) fn into_frame(self, process: String, clock: ClockAlignment) -> Trace {
         Trace {
             processes: vec![ProcessTrace {
                 pid: 0,
                 name: process,
                 clock,
-                runs: run.into_iter().collect(),
+                runs: Vec::new(),
                 host_spans: self.spans,
             }],
         }

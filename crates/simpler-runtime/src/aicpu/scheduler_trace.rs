@@ -16,21 +16,23 @@ impl Scheduler<'_, '_> {
     }
 
     /// Level scheduler: a placing phase from `t0` to now, then the ready-queue depths and
-    /// the rings' live tasks.
+    /// the rings' live tasks that changed since this thread last sampled them, all stamped
+    /// with the phase's end (one clock reading).
     pub(super) fn record_place(&mut self, t0: u64) {
         let Some(t) = self.tracer.as_mut() else {
             return;
         };
-        t.phase(TRACE_PHASE_SCHED_PLACE, NONE64, NONE32, t0);
+        let now = t.now();
+        t.push(TRACE_AICPU, [TRACE_PHASE_SCHED_PLACE, NONE32, 0], NONE64, t0, now);
         for (q, counter) in [
             (Shape::Aic, TRACE_COUNTER_READY_AIC),
             (Shape::Aiv, TRACE_COUNTER_READY_AIV),
             (Shape::Mix, TRACE_COUNTER_READY_MIX),
         ] {
-            t.counter(counter, self.shared.ready[q as usize].len() as i64);
+            t.sample(counter, self.shared.ready[q as usize].len() as i64, now);
         }
         for (r, ring) in self.shared.rings.iter().enumerate() {
-            t.counter(TRACE_COUNTER_RING0 + r as u32, i64::from(ring.alive()));
+            t.sample(TRACE_COUNTER_RING0 + r as u32, i64::from(ring.alive()), now);
         }
     }
 

@@ -494,7 +494,8 @@ impl<'a> Orchestrator<'a> {
         }
         let mut announced = false;
         let mut reclaimed = false;
-        let t0 = trace::start(&self.tracer, TRACE_LEVEL_ORCHESTRATOR);
+        // Level orchestrator: when room first ran short (read then, not on every call).
+        let mut t0 = None;
         let mut parked = false;
         loop {
             // Reclaiming scans the rings: do it only once room runs short.
@@ -512,6 +513,9 @@ impl<'a> Orchestrator<'a> {
                     t.phase(TRACE_PHASE_BACK_PRESSURE, trace::NONE64, NONE32, t0);
                 }
                 return Ok(());
+            }
+            if t0.is_none() {
+                t0 = trace::start(&self.tracer, TRACE_LEVEL_ORCHESTRATOR);
             }
             if let Some(code) = self.shared.errors.code() {
                 return Err(code);

@@ -162,7 +162,10 @@ impl ChipServer {
                     .result()?;
                 // The task count, and a traced run's trace, go back with the result
                 // (`docs/tracing.md`).
-                Ok(ran(out.report.tasks, out.report.trace.as_deref()))
+                Ok(ran(
+                    out.report.tasks,
+                    out.report.trace.as_deref().map(|t| t.model()),
+                ))
             }
             Request::Malloc { nbytes } => Ok(Response::Ptr(self.worker.malloc(nbytes)?.addr())),
             Request::Free { ptr } => {
