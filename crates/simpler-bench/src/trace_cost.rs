@@ -90,7 +90,12 @@ pub fn trace_cost(level: TraceLevel, tasks: u64, runs: u32) -> Result<Vec<TraceC
         let (mut off, mut on) = (Vec::new(), Vec::new());
         let (mut capture, mut decode, mut records) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..runs {
-            off.push(run_noop(&worker, id, graph, tasks, &untraced)?.0.as_secs_f64() * 1e6);
+            off.push(
+                run_noop(&worker, id, graph, tasks, &untraced)?
+                    .0
+                    .as_secs_f64()
+                    * 1e6,
+            );
             let (wall, report) = run_noop(&worker, id, graph, tasks, &traced)?;
             on.push(wall.as_secs_f64() * 1e6);
             if let Some(trace) = report.trace {
@@ -101,7 +106,11 @@ pub fn trace_cost(level: TraceLevel, tasks: u64, runs: u32) -> Result<Vec<TraceC
                 let read = p.host_spans.iter().find(|s| s.name == "trace read");
                 capture.push(read.map_or(0.0, |s| (s.end_ns - s.start_ns) as f64 / 1e3));
                 let events = p.runs.iter().map(|r| {
-                    r.tasks.len() + r.subtasks.len() + r.edges.len() + r.aicpu.len() + r.counters.len()
+                    r.tasks.len()
+                        + r.subtasks.len()
+                        + r.edges.len()
+                        + r.aicpu.len()
+                        + r.counters.len()
                 });
                 records.push(events.sum::<usize>() as f64);
             }

@@ -47,7 +47,5 @@ pub(crate) fn from_bytes<T: Plain>(b: &[u8]) -> Option<T> {
 pub(crate) fn slice_bytes_mut<T: Plain>(v: &mut [T]) -> &mut [u8] {
     // SAFETY: `T: Plain` has no padding and every bit pattern is a valid `T`, so any bytes
     // written through the view leave valid records; the view covers exactly the slice.
-    unsafe {
-        std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v))
-    }
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
 }

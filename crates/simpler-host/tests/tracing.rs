@@ -173,7 +173,11 @@ fn traced(level: TraceLevel, records: u32) -> CallConfig {
 }
 
 /// Runs the graph at `level`; returns its trace.
-fn run_graph(w: &ChipWorker, id: CallableId, level: TraceLevel) -> Option<std::sync::Arc<simpler_host::CapturedTrace>> {
+fn run_graph(
+    w: &ChipWorker,
+    id: CallableId,
+    level: TraceLevel,
+) -> Option<std::sync::Arc<simpler_host::CapturedTrace>> {
     let (mut a, mut b) = (vec![0f32; 256], vec![0f32; 256]);
     let report = w
         .run_with(

@@ -23,7 +23,13 @@ impl Scheduler<'_, '_> {
             return;
         };
         let now = t.now();
-        t.push(TRACE_AICPU, [TRACE_PHASE_SCHED_PLACE, NONE32, 0], NONE64, t0, now);
+        t.push(
+            TRACE_AICPU,
+            [TRACE_PHASE_SCHED_PLACE, NONE32, 0],
+            NONE64,
+            t0,
+            now,
+        );
         for (q, counter) in [
             (Shape::Aic, TRACE_COUNTER_READY_AIC),
             (Shape::Aiv, TRACE_COUNTER_READY_AIV),
