@@ -2,7 +2,9 @@
 //!
 //! Owns the wire encoding (varints, field keys, length-delimited fields) and the field numbers
 //! of the Perfetto messages we write (`perfetto.protos.TracePacket` and the messages under it,
-//! as the `perfetto_protos` crate's .proto files number them). Knows nothing of the track
+//! as the `perfetto_protos` crate's .proto files number them; a test checks every number and
+//! enum value against that crate's descriptors, and the export tests decode what the writer
+//! writes with that crate's parser). Knows nothing of the track
 //! layout. A nested message is written in place: its length is reserved as one byte and the
 //! body moved along in the rare case it needs more.
 
@@ -187,7 +189,174 @@ pub(super) fn nested(buf: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protobuf::Message;
+    use protobuf::{Enum, Message, MessageFull};
+
+    /// The number of field `name` of message `M` in the `perfetto_protos` schema.
+    fn field<M: MessageFull>(name: &str) -> u32 {
+        let d = M::descriptor();
+        let f = d
+            .field_by_name(name)
+            .unwrap_or_else(|| panic!("{} has no field `{name}`", d.full_name()));
+        f.number() as u32
+    }
+
+    /// Every field number and enum value written here is the one the maintained schema
+    /// (`perfetto_protos`) gives: the encoder writes the wire format, the schema is theirs.
+    #[test]
+    fn field_numbers_are_the_schema_s() {
+        use perfetto_protos::debug_annotation::{DebugAnnotation, DebugAnnotationName};
+        use perfetto_protos::interned_data::InternedData;
+        use perfetto_protos::process_descriptor::ProcessDescriptor;
+        use perfetto_protos::thread_descriptor::ThreadDescriptor;
+        use perfetto_protos::trace::Trace;
+        use perfetto_protos::trace_packet::trace_packet::SequenceFlags;
+        use perfetto_protos::trace_packet::TracePacket;
+        use perfetto_protos::track_descriptor::TrackDescriptor;
+        use perfetto_protos::track_event::track_event::Type;
+        use perfetto_protos::track_event::{EventName, TrackEvent};
+        let checks: [(u32, u32, &str); 32] = [
+            (trace::PACKET, field::<Trace>("packet"), "Trace.packet"),
+            (
+                packet::TIMESTAMP,
+                field::<TracePacket>("timestamp"),
+                "timestamp",
+            ),
+            (
+                packet::SEQUENCE_ID,
+                field::<TracePacket>("trusted_packet_sequence_id"),
+                "seq",
+            ),
+            (
+                packet::TRACK_EVENT,
+                field::<TracePacket>("track_event"),
+                "track_event",
+            ),
+            (
+                packet::INTERNED_DATA,
+                field::<TracePacket>("interned_data"),
+                "interned",
+            ),
+            (
+                packet::SEQUENCE_FLAGS,
+                field::<TracePacket>("sequence_flags"),
+                "flags",
+            ),
+            (
+                packet::TRACK_DESCRIPTOR,
+                field::<TracePacket>("track_descriptor"),
+                "td",
+            ),
+            (
+                interned::EVENT_NAMES,
+                field::<InternedData>("event_names"),
+                "event_names",
+            ),
+            (
+                interned::DEBUG_ANNOTATION_NAMES,
+                field::<InternedData>("debug_annotation_names"),
+                "annotation names",
+            ),
+            (interned::IID, field::<EventName>("iid"), "EventName.iid"),
+            (interned::NAME, field::<EventName>("name"), "EventName.name"),
+            (
+                interned::IID,
+                field::<DebugAnnotationName>("iid"),
+                "DAN.iid",
+            ),
+            (
+                interned::NAME,
+                field::<DebugAnnotationName>("name"),
+                "DAN.name",
+            ),
+            (
+                event::DEBUG_ANNOTATIONS,
+                field::<TrackEvent>("debug_annotations"),
+                "da",
+            ),
+            (event::TYPE, field::<TrackEvent>("type"), "type"),
+            (event::NAME_IID, field::<TrackEvent>("name_iid"), "name_iid"),
+            (
+                event::TRACK_UUID,
+                field::<TrackEvent>("track_uuid"),
+                "track_uuid",
+            ),
+            (
+                event::COUNTER_VALUE,
+                field::<TrackEvent>("counter_value"),
+                "counter",
+            ),
+            (event::FLOW_IDS, field::<TrackEvent>("flow_ids"), "flow_ids"),
+            (
+                event::TERMINATING_FLOW_IDS,
+                field::<TrackEvent>("terminating_flow_ids"),
+                "terminating",
+            ),
+            (
+                annotation::NAME_IID,
+                field::<DebugAnnotation>("name_iid"),
+                "DA.name_iid",
+            ),
+            (
+                annotation::UINT_VALUE,
+                field::<DebugAnnotation>("uint_value"),
+                "uint",
+            ),
+            (
+                annotation::STRING_VALUE,
+                field::<DebugAnnotation>("string_value"),
+                "str",
+            ),
+            (descriptor::UUID, field::<TrackDescriptor>("uuid"), "uuid"),
+            (descriptor::NAME, field::<TrackDescriptor>("name"), "name"),
+            (
+                descriptor::PROCESS,
+                field::<TrackDescriptor>("process"),
+                "process",
+            ),
+            (
+                descriptor::THREAD,
+                field::<TrackDescriptor>("thread"),
+                "thread",
+            ),
+            (
+                descriptor::PARENT_UUID,
+                field::<TrackDescriptor>("parent_uuid"),
+                "parent",
+            ),
+            (
+                descriptor::COUNTER,
+                field::<TrackDescriptor>("counter"),
+                "counter",
+            ),
+            (descriptor::PID, field::<ProcessDescriptor>("pid"), "pd.pid"),
+            (descriptor::PID, field::<ThreadDescriptor>("pid"), "td.pid"),
+            (descriptor::TID, field::<ThreadDescriptor>("tid"), "tid"),
+        ];
+        for (ours, schema, what) in checks {
+            assert_eq!(ours, schema, "{what}");
+        }
+        assert_eq!(
+            descriptor::THREAD_NAME,
+            field::<ThreadDescriptor>("thread_name")
+        );
+        assert_eq!(
+            descriptor::PROCESS_NAME,
+            field::<ProcessDescriptor>("process_name")
+        );
+        let value = |v: i32| v as u64;
+        assert_eq!(event::SLICE_BEGIN, value(Type::TYPE_SLICE_BEGIN.value()));
+        assert_eq!(event::SLICE_END, value(Type::TYPE_SLICE_END.value()));
+        assert_eq!(event::INSTANT, value(Type::TYPE_INSTANT.value()));
+        assert_eq!(event::COUNTER, value(Type::TYPE_COUNTER.value()));
+        assert_eq!(
+            packet::SEQ_INCREMENTAL_STATE_CLEARED,
+            value(SequenceFlags::SEQ_INCREMENTAL_STATE_CLEARED.value())
+        );
+        assert_eq!(
+            packet::SEQ_NEEDS_INCREMENTAL_STATE,
+            value(SequenceFlags::SEQ_NEEDS_INCREMENTAL_STATE.value())
+        );
+    }
 
     #[test]
     fn varints_and_nested_lengths_decode() {
