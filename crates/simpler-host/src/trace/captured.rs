@@ -226,22 +226,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_records_are_decoded_once_on_first_use() {
+    /// Run 7 of "gemm" (func 3 is "matmul") on a one-cluster chip, from `area`.
+    fn captured(area: Option<RawArea>) -> CapturedTrace {
         let names: BTreeMap<u32, String> = [(3, "matmul".to_string())].into();
         let topology = Topology {
             clusters: 1,
             aicpu_threads: 1,
         };
-        let t = CapturedTrace::new(
+        CapturedTrace::new(
             frame(),
-            Some(area()),
+            area,
             7,
             "gemm",
             TraceLevel::Tasks,
             &names,
             topology,
-        );
+        )
+    }
+
+    #[test]
+    fn the_records_are_decoded_once_on_first_use() {
+        let t = captured(Some(area()));
         assert!(!t.is_decoded());
         assert!(format!("{t:?}").contains("records: 2"));
         let run = &t.processes[0].runs[0];
@@ -255,32 +260,13 @@ mod tests {
         assert_eq!(copy, t);
         assert_eq!(copy.into_model(), *t.model());
         // Not yet decoded: into_model decodes.
-        let fresh = CapturedTrace::new(
-            frame(),
-            Some(area()),
-            7,
-            "gemm",
-            TraceLevel::Tasks,
-            &names,
-            topology,
-        );
+        let fresh = captured(Some(area()));
         assert_eq!(fresh.into_model(), *t.model());
     }
 
     #[test]
     fn a_trace_whose_area_was_not_read_back_has_no_run() {
-        let t = CapturedTrace::new(
-            frame(),
-            None,
-            7,
-            "gemm",
-            TraceLevel::Tasks,
-            &BTreeMap::new(),
-            Topology {
-                clusters: 1,
-                aicpu_threads: 1,
-            },
-        );
+        let t = captured(None);
         assert_eq!(t.processes.len(), 1);
         assert!(t.processes[0].runs.is_empty());
         let json = serde_json::to_string(&t).unwrap();
