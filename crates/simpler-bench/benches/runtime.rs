@@ -5,10 +5,8 @@
 #![allow(missing_docs)] // criterion_group! generates an undocumented public function.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use simpler_abi::DataType;
-use simpler_bench::{noop_callable, Graph};
-use simpler_device::Topology;
-use simpler_host::{ChipWorker, HostArg, HostTensor, WorkerConfig};
+use simpler_bench::{noop_worker, run_noop, Graph};
+use simpler_host::{CallConfig, WorkerConfig};
 
 const TASKS: u64 = 16_384;
 
@@ -17,31 +15,13 @@ fn runs(c: &mut Criterion) {
     group.throughput(Throughput::Elements(TASKS));
     group.sample_size(10);
     for (clusters, threads) in [(8u32, 4u32), (24, 6)] {
-        let worker = ChipWorker::new(WorkerConfig {
-            topology: Topology {
-                clusters,
-                aicpu_threads: threads,
-            },
-            ..WorkerConfig::default()
-        })
-        .unwrap();
-        let id = worker.register(&noop_callable()).unwrap();
+        let (worker, id) =
+            noop_worker(WorkerConfig::default().sim_executor, clusters, threads).unwrap();
         for graph in [Graph::Independent, Graph::Chain] {
             let name = format!("{graph:?}/{}cores", clusters * 3);
+            let config = CallConfig::default();
             group.bench_function(name, |b| {
-                let mut token = [0u8; 4];
-                b.iter(|| {
-                    let mut args = [
-                        HostArg::Tensor(HostTensor {
-                            bytes: &mut token,
-                            shape: vec![1],
-                            dtype: DataType::Uint32,
-                        }),
-                        HostArg::Scalar(TASKS),
-                        HostArg::Scalar(u64::from(graph == Graph::Chain)),
-                    ];
-                    worker.run(id, &mut args).unwrap();
-                });
+                b.iter(|| run_noop(&worker, id, graph, TASKS, &config).unwrap());
             });
         }
     }
