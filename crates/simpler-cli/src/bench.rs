@@ -31,11 +31,17 @@ struct Report {
     scaling_72_over_24: Vec<(String, f64)>,
 }
 
-/// Runs the suite and prints it.
-pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn std::error::Error>> {
+/// Refuses `--tasks 0` and `--runs 0`, which every measurement here does.
+fn at_least_one(tasks: u64, runs: u32) -> Result<(), Box<dyn std::error::Error>> {
     if tasks == 0 || runs == 0 {
         return Err("--tasks and --runs must be at least 1".into());
     }
+    Ok(())
+}
+
+/// Runs the suite and prints it.
+pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn std::error::Error>> {
+    at_least_one(tasks, runs)?;
     let measurements = suite(tasks, runs)?;
     let empty = empty_run_us(runs.max(20))?;
     let scaling = measurements
@@ -102,9 +108,7 @@ pub(crate) fn trace_cost(
     runs: u32,
     json: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    if tasks == 0 || runs == 0 {
-        return Err("--tasks and --runs must be at least 1".into());
-    }
+    at_least_one(tasks, runs)?;
     let costs = simpler_bench::trace_cost(level, tasks, runs)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&costs)?);
@@ -157,9 +161,7 @@ pub(crate) fn trace_write(
     runs: u32,
     json: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    if tasks == 0 || runs == 0 {
-        return Err("--tasks and --runs must be at least 1".into());
-    }
+    at_least_one(tasks, runs)?;
     let figures = simpler_bench::trace_write(tasks, runs)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&figures)?);
