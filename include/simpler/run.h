@@ -10,13 +10,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "simpler/types.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define SIMPLER_RUN_RESULT_PAYLOAD_BYTES 256
 #define SIMPLER_RUN_LAUNCH_MAGIC 0x4c504d53u
-#define SIMPLER_RUN_LAUNCH_VERSION 1u
+#define SIMPLER_RUN_LAUNCH_VERSION 2u
+#define SIMPLER_RUNTIME_TMR 0u
+#define SIMPLER_RUNTIME_HBG 1u
 
 typedef enum SimplerRunVerdict { SIMPLER_VERDICT_NONE = 0, SIMPLER_VERDICT_OK = 1, SIMPLER_VERDICT_ERROR = 2 } SimplerRunVerdict;
 typedef enum SimplerCodeSource {
@@ -67,8 +71,16 @@ typedef struct SimplerRunLaunchDesc {
     uint32_t tensor_wait_timeout_ms;
     uint32_t op_execute_timeout_ms; /* one kernel dispatch at most; 0 = default (45 s) */
     uint64_t trace_addr;            /* SimplerTraceControl and its buffers; 0 = no trace */
+    uint32_t runtime;               /* SIMPLER_RUNTIME_TMR or SIMPLER_RUNTIME_HBG */
+    uint32_t ready_queue;           /* HBG: ready tasks per shape at most; 0 = 8192 */
+    uint64_t graph_addr;            /* HBG: the SimplerGraphImageHeader; 0 under TMR */
+    uint64_t graph_bytes;
+    uint64_t graph_generation;      /* the callable generation the image must carry */
 } SimplerRunLaunchDesc;
-_Static_assert(sizeof(SimplerRunLaunchDesc) == 184, "RunLaunchDesc is 184 bytes");
+_Static_assert(sizeof(SimplerRunLaunchDesc) == 216, "RunLaunchDesc is 216 bytes");
+_Static_assert(offsetof(SimplerRunLaunchDesc, runtime) == 184, "RunLaunchDesc.runtime");
+_Static_assert(offsetof(SimplerRunLaunchDesc, graph_addr) == 192, "RunLaunchDesc.graph_addr");
+_Static_assert(offsetof(SimplerRunLaunchDesc, graph_generation) == 208, "RunLaunchDesc.graph_generation");
 _Static_assert(offsetof(SimplerRunLaunchDesc, trace_addr) == 176, "RunLaunchDesc.trace_addr");
 _Static_assert(offsetof(SimplerRunLaunchDesc, ring_task_window) == 104, "RunLaunchDesc.ring_task_window");
 _Static_assert(offsetof(SimplerRunLaunchDesc, ring_heap) == 120, "RunLaunchDesc.ring_heap");
@@ -151,6 +163,59 @@ typedef struct SimplerCoreMailbox {
 } SimplerCoreMailbox;
 _Static_assert(sizeof(SimplerCoreMailbox) == 1344, "CoreMailbox is 1344 bytes");
 _Static_assert(offsetof(SimplerCoreMailbox, fatal_code) == 1292, "CoreMailbox.global.fatal_code");
+
+/* host_build_graph graph image (docs/chip-runtime.md §17): a header, then task_count
+ * SimplerGraphTask, tensor_count SimplerGraphTensor and wake_count uint32_t wake entries.
+ * checksum is the CRC-32 (IEEE) of every byte after the header. */
+#define SIMPLER_GRAPH_IMAGE_MAGIC 0x52474d53u
+#define SIMPLER_GRAPH_IMAGE_VERSION 1u
+#define SIMPLER_GRAPH_RELOC_ABSOLUTE 0u
+#define SIMPLER_GRAPH_RELOC_ARG 1u
+#define SIMPLER_GRAPH_RELOC_HEAP 2u
+
+typedef struct SimplerGraphImageHeader {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t checksum;
+    uint32_t reserved;
+    uint64_t generation;
+    uint64_t total_bytes;
+    uint32_t task_count;
+    uint32_t tensor_count;
+    uint32_t wake_count;
+    uint32_t arg_tensor_count;
+    uint64_t heap_bytes;
+    uint64_t reserved2;
+} SimplerGraphImageHeader;
+_Static_assert(sizeof(SimplerGraphImageHeader) == 64, "GraphImageHeader is 64 bytes");
+_Static_assert(offsetof(SimplerGraphImageHeader, heap_bytes) == 48, "GraphImageHeader.heap_bytes");
+
+typedef struct SimplerGraphTask {
+    int32_t func_ids[3];
+    uint32_t shape;         /* 0 AIC, 1 AIV, 2 MIX, 3 dummy */
+    uint32_t lanes;
+    uint32_t block_num;
+    uint32_t flags;         /* 1 = require_sync_start */
+    uint32_t fanin;
+    uint32_t wake_first;
+    uint32_t wake_count;
+    uint32_t tensor_first;
+    uint32_t tensor_count;
+    uint32_t scalar_count;
+    uint32_t reserved;
+    uint64_t submit;
+    uint64_t scalars[16];
+} SimplerGraphTask;
+_Static_assert(sizeof(SimplerGraphTask) == 192, "GraphTask is 192 bytes");
+_Static_assert(offsetof(SimplerGraphTask, submit) == 56, "GraphTask.submit");
+_Static_assert(offsetof(SimplerGraphTask, scalars) == 64, "GraphTask.scalars");
+
+typedef struct SimplerGraphTensor {
+    SimplerChipTensor tensor;   /* buffer_addr relative to what reloc names */
+    uint32_t reloc;             /* SIMPLER_GRAPH_RELOC_* */
+    uint32_t arg;               /* the orchestration tensor argument, for RELOC_ARG */
+} SimplerGraphTensor;
+_Static_assert(sizeof(SimplerGraphTensor) == 136, "GraphTensor is 136 bytes");
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,9 @@ pub const ORCH_FLOW_CONTROL_DEADLOCK: i32 = 3;
 pub const ORCH_DEP_POOL_OVERFLOW: i32 = 4;
 /// Orchestrator: a submission's arguments are invalid.
 pub const ORCH_INVALID_ARGS: i32 = 5;
+/// Orchestrator, `host_build_graph` only: a task has more producers than a task may wait
+/// for, or the graph's edges exceed the dependency pool.
+pub const ORCH_DEPENDENCY_OVERFLOW: i32 = 6;
 /// Orchestrator: `require_sync_start` asked for more blocks than can co-launch.
 pub const ORCH_REQUIRE_SYNC_START_INVALID: i32 = 7;
 /// Orchestrator: `get/set_tensor_data` timed out.
@@ -49,6 +52,7 @@ pub fn code_name(code: i32) -> &'static str {
         ORCH_FLOW_CONTROL_DEADLOCK => "FLOW_CONTROL_DEADLOCK",
         ORCH_DEP_POOL_OVERFLOW => "DEP_POOL_OVERFLOW",
         ORCH_INVALID_ARGS => "INVALID_ARGS",
+        ORCH_DEPENDENCY_OVERFLOW => "DEPENDENCY_OVERFLOW",
         ORCH_REQUIRE_SYNC_START_INVALID => "REQUIRE_SYNC_START_INVALID",
         ORCH_TENSOR_WAIT_TIMEOUT => "TENSOR_WAIT_TIMEOUT",
         ORCH_EXPLICIT_FATAL => "EXPLICIT_ORCH_FATAL",

@@ -4,7 +4,7 @@
 //! AICore kernel) or a user's C code (kernels, orchestration) reads after another wrote it:
 //! tensors ([`ChipTensor`]), the kernel argument array ([`KernelArgs`]), the versioned
 //! orchestration operations table ([`OrchOps`]), the run launch descriptor
-//! ([`RunLaunchDesc`]) and the device run result record ([`RunResult`]) and the run's trace area
+//! ([`RunLaunchDesc`]), the `host_build_graph` graph image ([`GraphImageHeader`]), the device run result record ([`RunResult`]) and the run's trace area
 //! ([`TraceControl`], [`TraceBufferHeader`], [`TraceRecord`]).
 //!
 //! It must not hold logic beyond trivial accessors: no allocation, no threads, no I/O.
@@ -13,6 +13,7 @@
 //! the headers and compares the numbers, so the two cannot drift apart silently.
 
 pub mod codes;
+pub mod graph;
 pub mod kernel;
 pub mod orch;
 pub mod result;
@@ -21,6 +22,7 @@ pub mod tensor;
 pub mod trace;
 
 pub use codes::*;
+pub use graph::*;
 pub use kernel::*;
 pub use orch::*;
 pub use result::*;

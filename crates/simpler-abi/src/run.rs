@@ -7,7 +7,7 @@ use crate::assert_layout;
 /// [`RunLaunchDesc::magic`]: "SMPL".
 pub const RUN_LAUNCH_MAGIC: u32 = 0x4c50_4d53;
 /// Current [`RunLaunchDesc::version`].
-pub const RUN_LAUNCH_VERSION: u32 = 1;
+pub const RUN_LAUNCH_VERSION: u32 = 2;
 /// Most kernel func ids a callable may use (`RUNTIME_MAX_FUNC_ID`).
 pub const MAX_FUNC_ID: usize = 1024;
 
@@ -67,11 +67,33 @@ pub struct RunLaunchDesc {
     /// Address of the run's trace area ([`TraceControl`](crate::TraceControl) and its
     /// buffers, `docs/tracing.md`); 0 = the run records nothing.
     pub trace_addr: u64,
+    /// Which runtime variant runs the graph: [`RUNTIME_TMR`] (the orchestration runs on the
+    /// top AICPU thread) or [`RUNTIME_HBG`] (the host built the graph before launch; every
+    /// AICPU thread is a scheduler; `docs/chip-runtime.md` §17).
+    pub runtime: u32,
+    /// `host_build_graph`: ready tasks a ready queue (one per shape) holds at most; past it
+    /// the run fails with READY_QUEUE_OVERFLOW. 0 = [`DEFAULT_HBG_READY_QUEUE`].
+    pub ready_queue: u32,
+    /// `host_build_graph`: address of the run's [`GraphImageHeader`](crate::GraphImageHeader)
+    /// and the image behind it; 0 under `tensormap_and_ringbuffer`.
+    pub graph_addr: u64,
+    /// Bytes of the image at `graph_addr`.
+    pub graph_bytes: u64,
+    /// The callable generation the image must have been built for (a stale image is
+    /// refused).
+    pub graph_generation: u64,
 }
+
+/// [`RunLaunchDesc::runtime`]: `tensormap_and_ringbuffer`.
+pub const RUNTIME_TMR: u32 = 0;
+/// [`RunLaunchDesc::runtime`]: `host_build_graph`.
+pub const RUNTIME_HBG: u32 = 1;
+/// Default [`RunLaunchDesc::ready_queue`] (upstream's HBG ready queue per shape).
+pub const DEFAULT_HBG_READY_QUEUE: u32 = 8192;
 
 assert_layout!(
     RunLaunchDesc,
-    size = 184,
+    size = 216,
     magic = 0,
     version = 4,
     epoch = 8,
@@ -93,5 +115,10 @@ assert_layout!(
     ring_dep_pool = 152,
     tensor_wait_timeout_ms = 168,
     op_execute_timeout_ms = 172,
-    trace_addr = 176
+    trace_addr = 176,
+    runtime = 184,
+    ready_queue = 188,
+    graph_addr = 192,
+    graph_bytes = 200,
+    graph_generation = 208
 );

@@ -33,6 +33,14 @@ int main(void) {
     O(SimplerRunResult, tasks);
     S(SimplerRunLaunchDesc); O(SimplerRunLaunchDesc, heap_size); O(SimplerRunLaunchDesc, task_window);
     O(SimplerRunLaunchDesc, runtime_state_addr); O(SimplerRunLaunchDesc, trace_addr);
+    O(SimplerRunLaunchDesc, runtime); O(SimplerRunLaunchDesc, ready_queue);
+    O(SimplerRunLaunchDesc, graph_addr); O(SimplerRunLaunchDesc, graph_bytes);
+    O(SimplerRunLaunchDesc, graph_generation);
+    S(SimplerGraphImageHeader); O(SimplerGraphImageHeader, generation); O(SimplerGraphImageHeader, task_count);
+    O(SimplerGraphImageHeader, arg_tensor_count); O(SimplerGraphImageHeader, heap_bytes);
+    S(SimplerGraphTask); O(SimplerGraphTask, fanin); O(SimplerGraphTask, wake_first);
+    O(SimplerGraphTask, tensor_first); O(SimplerGraphTask, submit); O(SimplerGraphTask, scalars);
+    S(SimplerGraphTensor); O(SimplerGraphTensor, reloc); O(SimplerGraphTensor, arg);
     S(SimplerTraceControl); O(SimplerTraceControl, clock_origin_ns); O(SimplerTraceControl, align_host_ns);
     S(SimplerTraceBufferHeader); O(SimplerTraceBufferHeader, dropped);
     S(SimplerTraceRecord); O(SimplerTraceRecord, task); O(SimplerTraceRecord, end_ns);
@@ -163,6 +171,25 @@ fn c_headers_agree_with_rust_layouts() {
             "SimplerRunLaunchDesc.trace_addr",
             offset_of!(RunLaunchDesc, trace_addr),
         ),
+        ("SimplerRunLaunchDesc.runtime", offset_of!(RunLaunchDesc, runtime)),
+        ("SimplerRunLaunchDesc.ready_queue", offset_of!(RunLaunchDesc, ready_queue)),
+        ("SimplerRunLaunchDesc.graph_addr", offset_of!(RunLaunchDesc, graph_addr)),
+        ("SimplerRunLaunchDesc.graph_bytes", offset_of!(RunLaunchDesc, graph_bytes)),
+        ("SimplerRunLaunchDesc.graph_generation", offset_of!(RunLaunchDesc, graph_generation)),
+        ("SimplerGraphImageHeader", size_of::<GraphImageHeader>()),
+        ("SimplerGraphImageHeader.generation", offset_of!(GraphImageHeader, generation)),
+        ("SimplerGraphImageHeader.task_count", offset_of!(GraphImageHeader, task_count)),
+        ("SimplerGraphImageHeader.arg_tensor_count", offset_of!(GraphImageHeader, arg_tensor_count)),
+        ("SimplerGraphImageHeader.heap_bytes", offset_of!(GraphImageHeader, heap_bytes)),
+        ("SimplerGraphTask", size_of::<GraphTask>()),
+        ("SimplerGraphTask.fanin", offset_of!(GraphTask, fanin)),
+        ("SimplerGraphTask.wake_first", offset_of!(GraphTask, wake_first)),
+        ("SimplerGraphTask.tensor_first", offset_of!(GraphTask, tensor_first)),
+        ("SimplerGraphTask.submit", offset_of!(GraphTask, submit)),
+        ("SimplerGraphTask.scalars", offset_of!(GraphTask, scalars)),
+        ("SimplerGraphTensor", size_of::<GraphTensor>()),
+        ("SimplerGraphTensor.reloc", offset_of!(GraphTensor, reloc)),
+        ("SimplerGraphTensor.arg", offset_of!(GraphTensor, arg)),
         ("SimplerTraceControl", size_of::<TraceControl>()),
         (
             "SimplerTraceControl.clock_origin_ns",

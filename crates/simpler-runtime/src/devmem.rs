@@ -2,7 +2,7 @@
 //! memory lives here, each with its justification: the launch descriptor, the run-state
 //! word, the cores' mailboxes (including the call of the kernel a dispatch payload names,
 //! recorded for crash reports while it runs: `simpler_device::crash`),
-//! the function tables, the result record, the trace area ([`TraceBuffer`]) and tensor views. Callers receive references,
+//! the function tables, the `host_build_graph` graph image, the result record, the trace area ([`TraceBuffer`]) and tensor views. Callers receive references,
 //! copies or typed accessors; no other module of the runtime turns an address into a
 //! pointer.
 //!
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use simpler_abi::{
-    ChipTensor, CoreMailbox, KernelArgs, KernelEntry, LocalContext, RunLaunchDesc, RunResult,
+    graph_image_layout, ChipTensor, CoreMailbox, GraphImageHeader, GraphTask, GraphTensor, KernelArgs, KernelEntry, LocalContext, RunLaunchDesc, RunResult,
     TraceBufferHeader, TraceControl, TraceRecord, DISPATCH_FLAG_MAY_WAIT, GLOBAL_CONTEXT_SLOT,
     LOCAL_CONTEXT_SLOT, MAX_TENSOR_DIMS, TRACE_MAGIC,
 };
@@ -66,6 +66,70 @@ impl RunMemory {
     /// dereferenced by the runtime).
     pub(crate) fn orch_args(&self) -> *const simpler_abi::OrchArgs {
         self.desc.orch_args_addr as *const simpler_abi::OrchArgs
+    }
+
+    /// The `(buffer_addr, buffer_size)` of each orchestration tensor argument, in order.
+    pub(crate) fn orch_arg_buffers(&self) -> Vec<(u64, u64)> {
+        let p = self.orch_args();
+        if p.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: a non-null `orch_args_addr` names the run's `OrchArgs`, written before the
+        // launch and alive until both kernels finish (launch argument contract).
+        let args = unsafe { &*p };
+        let n = (args.tensor_count as usize).min(args.tensors.len());
+        args.tensors[..n]
+            .iter()
+            .map(|t| (t.buffer_addr, t.buffer_size))
+            .collect()
+    }
+
+    /// The run's `host_build_graph` image, split into its tables; an error says what is
+    /// malformed about it (no image, misaligned, sizes that do not add up). Its contents are
+    /// not checked here.
+    pub(crate) fn graph(&self) -> Result<GraphView<'_>, String> {
+        let (addr, bytes) = (self.desc.graph_addr, self.desc.graph_bytes);
+        let header_bytes = std::mem::size_of::<GraphImageHeader>() as u64;
+        if addr == 0 || !addr.is_multiple_of(8) || bytes < header_bytes {
+            return Err(format!(
+                "the run names no usable graph image ({bytes} bytes at {addr:#x})"
+            ));
+        }
+        // SAFETY: a non-zero, aligned `graph_addr` names `graph_bytes` bytes of a graph image
+        // the host wrote before the launch and nobody writes until both kernels finish
+        // (launch argument contract), at least a header long (checked above).
+        let header = unsafe { std::ptr::read(addr as *const GraphImageHeader) };
+        let layout = graph_image_layout(header.task_count, header.tensor_count, header.wake_count)
+            .filter(|l| l.total == header.total_bytes && l.total == bytes);
+        let Some(layout) = layout else {
+            return Err(format!(
+                "the graph image's tables ({} tasks, {} tensors, {} wake entries) do not add up to its {bytes} bytes",
+                header.task_count, header.tensor_count, header.wake_count
+            ));
+        };
+        let at = |off: u64| (addr + off) as *const u8;
+        // SAFETY: as above; the layout check puts every table inside the image, each at an
+        // offset that is a multiple of 8 (64-byte header, 192-byte tasks, 136-byte tensors)
+        // from an 8-aligned start, and the three types are plain `repr(C)` integers for
+        // which every bit pattern is valid.
+        unsafe {
+            Ok(GraphView {
+                header,
+                body: std::slice::from_raw_parts(at(header_bytes), (bytes - header_bytes) as usize),
+                tasks: std::slice::from_raw_parts(
+                    at(layout.tasks_at) as *const GraphTask,
+                    header.task_count as usize,
+                ),
+                tensors: std::slice::from_raw_parts(
+                    at(layout.tensors_at) as *const GraphTensor,
+                    header.tensor_count as usize,
+                ),
+                wakes: std::slice::from_raw_parts(
+                    at(layout.wakes_at) as *const u32,
+                    header.wake_count as usize,
+                ),
+            })
+        }
     }
 
     /// The func id → kernel entry address table, copied out (`func_count` entries).
@@ -343,6 +407,16 @@ impl Mailbox {
             (*p).args.slots[GLOBAL_CONTEXT_SLOT] = std::ptr::addr_of!((*mailbox).global) as u64;
         }
     }
+}
+
+/// A run's graph image in device memory, split into its tables (`simpler_abi::graph`).
+pub(crate) struct GraphView<'a> {
+    pub(crate) header: GraphImageHeader,
+    /// Every byte after the header (what the checksum covers).
+    pub(crate) body: &'a [u8],
+    pub(crate) tasks: &'a [GraphTask],
+    pub(crate) tensors: &'a [GraphTensor],
+    pub(crate) wakes: &'a [u32],
 }
 
 /// A `[T; count]` table in device memory, copied out.

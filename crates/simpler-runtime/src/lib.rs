@@ -1,7 +1,9 @@
 //! # simpler-runtime — what runs on the chip
 //!
-//! The `tensormap_and_ringbuffer` runtime as two device kernels, launched by the host for
-//! every run (`docs/chip-runtime.md`):
+//! The two runtime variants as two device kernels, launched by the host for every run
+//! (`docs/chip-runtime.md`): `tensormap_and_ringbuffer`, whose orchestration runs on an
+//! AICPU thread while its graph is scheduled, and `host_build_graph`, whose orchestration
+//! the host runs first ([`hbg`]) and whose graph image every AICPU thread then schedules:
 //!
 //! - [`aicore_kernel`] runs on every AICore: it reports ready, then executes the kernels the
 //!   AICPU dispatches to it through its handshake registers until told to exit
@@ -50,6 +52,7 @@ pub mod aicore;
 pub mod aicpu;
 mod devmem;
 pub mod handshake;
+pub mod hbg;
 mod trace;
 
 pub use aicore::aicore_kernel;

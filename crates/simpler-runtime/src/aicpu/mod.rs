@@ -15,6 +15,7 @@
 //! publishes nothing more); when a core was abandoned with a kernel still running, the run
 //! state that kernel reads is never freed.
 
+mod graph;
 mod idle;
 mod ops;
 mod orchestrator;
@@ -33,11 +34,13 @@ use std::time::Duration;
 
 use simpler_abi::{
     CodeSource, RunLaunchDesc, RunResult, RunVerdict, ORCH_EXPLICIT_FATAL, ORCH_INVALID_ARGS,
-    RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION, RUN_RESULT_PAYLOAD_BYTES, SCHED_KERNEL_FATAL,
+    RUNTIME_HBG, RUNTIME_TMR, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION, RUN_RESULT_PAYLOAD_BYTES,
+    SCHED_KERNEL_FATAL,
 };
 use simpler_device::{AicpuContext, DevicePtr};
 
 pub use self::ring::RING_COUNT;
+pub(crate) use self::orchestrator::Orchestrator;
 pub(crate) use self::state::RunShared;
 pub use self::state::{
     DEFAULT_DEP_POOL, DEFAULT_OP_EXECUTE_TIMEOUT_MS, DEFAULT_SCHEDULER_TIMEOUT_MS,
@@ -59,6 +62,7 @@ fn usable(d: &RunLaunchDesc, thread_num: u32) -> bool {
         && d.core_mailbox_addr != 0
         && d.result_addr != 0
         && thread_num >= 2
+        && (d.runtime == RUNTIME_TMR || (d.runtime == RUNTIME_HBG && d.graph_addr != 0))
 }
 
 /// The AICPU kernel of a run; `arg` is the address of its
@@ -86,6 +90,9 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
     };
     let desc = *mem.desc();
     simpler_device::crash::set_run(desc.epoch, desc.func_table_addr, desc.func_count);
+    if desc.runtime == RUNTIME_HBG {
+        return graph_kernel(ctx, mem);
+    }
     let schedulers = ctx.thread_num - 1;
     let orchestrator_thread = ctx.thread_num - 1;
     let orchestrator = ctx.thread_idx == orchestrator_thread;
@@ -109,22 +116,7 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
         }
         mem.share_state(shared)
     } else {
-        // The orchestrator thread publishes the state within microseconds of the launch:
-        // yield to it first (a sleep costs tens of microseconds), sleep only if it is late.
-        // A run ended by a device reset may leave its state behind (its threads unwound
-        // without releasing it): wait for this run's own.
-        let mut polls = 0u32;
-        mem.find_state(
-            |s| s.desc.epoch == desc.epoch,
-            || {
-                if polls < 1000 {
-                    simpler_device::wait::yield_now();
-                } else {
-                    simpler_device::wait::sleep(Duration::from_micros(50));
-                }
-                polls += 1;
-            },
-        )
+        find_state(&mem, desc.epoch)
     };
 
     take_part(ctx, &mem, &shared, orchestrator, || {
@@ -146,6 +138,42 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
         } else {
             scheduler::run(ctx, &shared, ctx.thread_idx, schedulers);
         }
+    });
+    0
+}
+
+/// The state of run `epoch`, once the thread that builds it has shared it. That thread
+/// publishes the state within microseconds of the launch: yield to it first (a sleep costs
+/// tens of microseconds), sleep only if it is late. A run ended by a device reset may leave
+/// its state behind (its threads unwound without releasing it): wait for this run's own.
+fn find_state(mem: &RunMemory, epoch: u64) -> Arc<RunShared> {
+    let mut polls = 0u32;
+    mem.find_state(
+        |s| s.desc.epoch == epoch,
+        || {
+            if polls < 1000 {
+                simpler_device::wait::yield_now();
+            } else {
+                simpler_device::wait::sleep(Duration::from_micros(50));
+            }
+            polls += 1;
+        },
+    )
+}
+
+/// A `host_build_graph` run (`docs/chip-runtime.md` §17): the top thread attaches the
+/// graph image, then every thread is a scheduler.
+fn graph_kernel(ctx: &AicpuContext<'_>, mem: RunMemory) -> i32 {
+    let schedulers = ctx.thread_num;
+    let shared = if ctx.thread_idx == ctx.thread_num - 1 {
+        let shared = graph::attach(mem, ctx.topology.clusters, schedulers as usize);
+        crate::trace::align_clocks(&mem);
+        mem.share_state(shared)
+    } else {
+        find_state(&mem, mem.desc().epoch)
+    };
+    take_part(ctx, &mem, &shared, false, || {
+        scheduler::run(ctx, &shared, ctx.thread_idx, schedulers);
     });
     0
 }

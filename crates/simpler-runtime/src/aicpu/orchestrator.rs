@@ -77,6 +77,8 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) submitting: Option<(u64, [i32; 3])>,
     /// Submit calls so far (accepted or not).
     pub(crate) submit_calls: u64,
+    /// `get/set_tensor_data` calls so far.
+    pub(crate) tensor_data_calls: u64,
     /// Unwind payload caught inside an op (a device reset), resumed after the entry returns.
     killed: Option<Box<dyn std::any::Any + Send>>,
     /// Tasks reclaimed since the tensor map was last swept.
@@ -95,7 +97,14 @@ impl<'a> Orchestrator<'a> {
         let base = d.heap_addr.div_ceil(HEAP_ALIGN) * HEAP_ALIGN;
         let usable = d.heap_size.saturating_sub(base - d.heap_addr);
         // Per-ring heap sizes (aligned down), carved in ring order; all zero = equal split.
-        let sizes: [u64; RING_COUNT] = if d.ring_heap.iter().all(|&h| h == 0) {
+        let sizes: [u64; RING_COUNT] = if shared.build {
+            // A host build's one ring takes the whole heap, or what ring 0 was given.
+            let h = match d.ring_heap[0] {
+                0 => usable,
+                h => h,
+            };
+            [h / HEAP_ALIGN * HEAP_ALIGN, 0, 0, 0]
+        } else if d.ring_heap.iter().all(|&h| h == 0) {
             [usable / RING_COUNT as u64 / HEAP_ALIGN * HEAP_ALIGN; RING_COUNT]
         } else {
             d.ring_heap.map(|h| h / HEAP_ALIGN * HEAP_ALIGN)
@@ -125,6 +134,7 @@ impl<'a> Orchestrator<'a> {
             clusters,
             submitting: None,
             submit_calls: 0,
+            tensor_data_calls: 0,
             killed: None,
             reclaimed_since_sweep: 0,
             sweep_every: (window_total / MAP_SWEEP_PER_SLOTS)
@@ -328,6 +338,26 @@ impl<'a> Orchestrator<'a> {
         }
     }
 
+    /// A host build runs no task before the orchestration returns: a tensor-data call that
+    /// would wait for one (or reads a runtime allocation, which nothing has written yet)
+    /// fails at once, naming the task.
+    fn refuse_unrun(&self, waits: &[TaskId], owner: u64, what: &str) -> Result<(), i32> {
+        let shared = self.shared;
+        let unrun = waits.iter().find(|&&t| !shared.task(t).is_done(t));
+        match unrun {
+            Some(&t) => Err(self.invalid(|| {
+                format!(
+                    "{what}: under host_build_graph the tensor's producer, {}, has not run (the graph runs after the orchestration returns); use tensormap_and_ringbuffer",
+                    super::watchdog::describe(shared, t, None)
+                )
+            })),
+            None if owner != NO_OWNER_TASK && owner != NO_TASK => Err(self.invalid(|| {
+                format!("{what}: under host_build_graph the tensor is a runtime allocation of task {owner:#x} that nothing has written yet; use tensormap_and_ringbuffer")
+            })),
+            None => Ok(()),
+        }
+    }
+
     /// Shared front of get/set tensor data: checks the view and waits for the tasks it
     /// conflicts with (writers for a read; readers and writers for a write).
     pub(super) fn tensor_access(
@@ -336,6 +366,7 @@ impl<'a> Orchestrator<'a> {
         bytes: u64,
         write: bool,
     ) -> Result<ChipTensor, i32> {
+        self.tensor_data_calls += 1;
         let what = if write {
             "set_tensor_data"
         } else {
@@ -393,7 +424,11 @@ impl<'a> Orchestrator<'a> {
             |id| shared.task(id).is_done(id),
             &mut waits,
         );
-        let r = self.wait_done(&waits, what);
+        let r = if self.shared.build {
+            self.refuse_unrun(&waits, owner, what)
+        } else {
+            self.wait_done(&waits, what)
+        };
         self.deps = waits;
         r.map(|_| t)
     }

@@ -159,6 +159,14 @@ pub(crate) struct RunShared {
     /// The device clock's origin when the run records level dispatch or more (tasks are
     /// stamped with the time they became ready), else `None`.
     pub(crate) trace_ready_origin: Option<u64>,
+    /// Set while the host builds a `host_build_graph` image (`hbg`): nothing is queued
+    /// (the device finds the ready tasks in the image) and nothing is reclaimed.
+    pub(crate) build: bool,
+    /// `host_build_graph` on the device: each task's wake list, from the image; completions
+    /// release these instead of fanout lists.
+    pub(crate) wakes: Option<super::graph::WakeLists>,
+    /// Most tasks a ready queue may hold (`host_build_graph`); 0 = unbounded.
+    pub(crate) ready_cap: u32,
 }
 
 impl RunShared {
@@ -213,6 +221,9 @@ impl RunShared {
                 .trace_control()
                 .filter(|c| c.level >= simpler_abi::TRACE_LEVEL_DISPATCH)
                 .map(|c| c.clock_origin_ns),
+            build: false,
+            wakes: None,
+            ready_cap: 0,
         }
     }
 
@@ -302,12 +313,24 @@ impl RunShared {
         if shape == Shape::Dummy {
             return false;
         }
+        if self.build {
+            return true;
+        }
+        let queue = &self.ready[shape as usize];
+        if self.ready_cap != 0 && queue.len() >= self.ready_cap as usize {
+            let cap = self.ready_cap;
+            self.errors.sched_fail(simpler_abi::SCHED_READY_QUEUE_OVERFLOW, || {
+                format!("the {shape:?} ready queue is full ({cap} tasks): raise PTO2_READY_QUEUE")
+            });
+            self.ring_schedulers();
+            return true;
+        }
         if let Some(origin) = self.trace_ready_origin {
             self.task(id)
                 .ready_ns
                 .store(simpler_device::clock::device_ns(origin), Ordering::Relaxed);
         }
-        self.ready[shape as usize].push(id);
+        queue.push(id);
         self.ring_schedulers();
         true
     }
@@ -324,7 +347,18 @@ impl RunShared {
     /// producers, its dependency-pool entries and its own not-completed pin.
     fn complete(&self, id: TaskId, dummies: &mut Vec<TaskId>) {
         let task = self.task(id);
-        {
+        if let Some(wakes) = &self.wakes {
+            // host_build_graph: no wiring races a completion; the image says who waits.
+            task.completed.store(true, Ordering::Release);
+            for &c in wakes.of(local_of(id)) {
+                let c = TaskId::from(c);
+                if self.task(c).fanin.fetch_sub(1, Ordering::AcqRel) == 1
+                    && !self.enqueue_unless_dummy(c)
+                {
+                    dummies.push(c);
+                }
+            }
+        } else {
             let mut f = task.fanout.lock();
             f.completed = true;
             task.completed.store(true, Ordering::Release);

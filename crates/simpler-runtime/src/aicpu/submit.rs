@@ -205,7 +205,12 @@ impl<'a> Orchestrator<'a> {
             }
             regions[i] = region;
         }
-        let r = self.depth().min(RING_COUNT - 1);
+        // A host build has one forward-only ring.
+        let r = if self.shared.build {
+            0
+        } else {
+            self.depth().min(RING_COUNT - 1)
+        };
         if heap_bytes > self.heaps[r].size {
             let size = self.heaps[r].size;
             return Err(self.fail(ORCH_HEAP_RING_DEADLOCK, || {
@@ -231,6 +236,7 @@ impl<'a> Orchestrator<'a> {
             t.phase(TRACE_PHASE_TENSOR_MAP_LOOKUP, trace::NONE64, NONE32, t0);
         }
         let result = result
+            .and_then(|_| self.check_fanin(&deps))
             .and_then(|_| self.wait_for_room(r, Resource::Slot))
             .and_then(|_| self.wait_for_room(r, Resource::DepPool(deps.len() as u32)));
         if let Err(code) = result {
@@ -484,8 +490,57 @@ impl<'a> Orchestrator<'a> {
         }
     }
 
+    /// A host build: the task may wait for at most [`HBG_MAX_FANIN`] producers.
+    fn check_fanin(&self, deps: &[TaskId]) -> Result<(), i32> {
+        if !self.shared.build {
+            return Ok(());
+        }
+        let waits = deps
+            .iter()
+            .filter(|&&p| !self.shared.task(p).is_done(p))
+            .count();
+        if waits > HBG_MAX_FANIN as usize {
+            return Err(self.fail(ORCH_DEPENDENCY_OVERFLOW, || {
+                format!("the task waits for {waits} producers; host_build_graph allows {HBG_MAX_FANIN} (HBG_MAX_FANIN). Fix: join them through a dummy task, or use tensormap_and_ringbuffer")
+            }));
+        }
+        Ok(())
+    }
+
+    /// A host build reclaims nothing and waits for nothing: a graph that does not fit its
+    /// one ring fails at once, naming the limit and the variable that raises it.
+    fn graph_does_not_fit(&self, res: Resource) -> i32 {
+        let ring = &self.shared.rings[0];
+        match res {
+            Resource::Slot => {
+                let window = ring.window;
+                self.fail(ORCH_FLOW_CONTROL_DEADLOCK, || {
+                    format!("host_build_graph: the graph has more than {} tasks, what its one ring holds; raise PTO2_RING_TASK_WINDOW (runtime_env.ring_task_window, now {window})", window - 1)
+                })
+            }
+            Resource::DepPool(e) => {
+                let (live, pool) = (ring.edges_live.load(Ordering::Relaxed), ring.dep_pool);
+                self.fail(ORCH_DEPENDENCY_OVERFLOW, || {
+                    format!("host_build_graph: the graph's {} dependency edges exceed the pool of {pool}; raise PTO2_RING_DEP_POOL (runtime_env.ring_dep_pool)", live + e)
+                })
+            }
+            Resource::Heap(bytes) => {
+                let size = self.heaps[0].size;
+                self.fail(ORCH_HEAP_RING_DEADLOCK, || {
+                    format!("host_build_graph: the graph's OUTPUTs need {bytes} more bytes of the {size}-byte output heap (nothing is reclaimed mid-run); raise PTO2_RING_HEAP (runtime_env.ring_heap) or the worker's heap_size")
+                })
+            }
+        }
+    }
+
     /// Waits until ring `r` has room for `res`, reclaiming as it goes.
     fn wait_for_room(&mut self, r: usize, res: Resource) -> Result<(), i32> {
+        if self.shared.build {
+            return match self.has_room(r, res) {
+                true => Ok(()),
+                false => Err(self.graph_does_not_fit(res)),
+            };
+        }
         if let Resource::DepPool(edges) = res {
             let pool = self.shared.rings[r].dep_pool;
             if edges > pool {
