@@ -101,6 +101,7 @@ fn callable() -> CallableSpec {
             .expect("a valid signature"),
         orchestration: CodeImage::Orchestration(balance_orch),
         kernels: vec![kernel(0, CoreType::Aic), kernel(1, CoreType::Aiv)],
+        runtime: None,
     }
 }
 

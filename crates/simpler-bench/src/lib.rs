@@ -160,6 +160,7 @@ pub fn noop_callable() -> CallableSpec {
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(noop_kernel),
         }],
+        runtime: None,
     }
 }
 

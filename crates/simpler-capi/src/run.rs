@@ -206,6 +206,7 @@ fn call_config(cfg: Option<SimplerRunConfig>) -> Result<CallConfig, Failure> {
             ring_task_window: ring(c.ring_task_window),
             ring_heap: ring(c.ring_heap),
             ring_dep_pool: ring(c.ring_dep_pool),
+            ready_queue: None,
         },
         ..CallConfig::default()
     })

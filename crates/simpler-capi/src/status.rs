@@ -146,7 +146,8 @@ impl SimplerStatus {
             HostError::RegistryFull(_) => SimplerStatus::InvalidState,
             HostError::ArgumentCount { .. }
             | HostError::InvalidArgument { .. }
-            | HostError::InvalidDevicePointer { .. } => SimplerStatus::InvalidArgument,
+            | HostError::InvalidDevicePointer { .. }
+            | HostError::ReplayMismatch { .. } => SimplerStatus::InvalidArgument,
             HostError::DeviceMemoryInUse { .. } => SimplerStatus::InvalidState,
             HostError::RunFailed { .. } => SimplerStatus::RunFailed,
             HostError::DeviceFault(_) => SimplerStatus::DeviceFault,
@@ -156,7 +157,9 @@ impl SimplerStatus {
             HostError::RunUndecided(_) => SimplerStatus::RunUndecided,
             HostError::LanePoisoned(_) => SimplerStatus::LanePoisoned,
             HostError::WorkerClosed => SimplerStatus::WorkerClosed,
-            HostError::InvalidState(_) => SimplerStatus::InvalidState,
+            HostError::InvalidState(_) | HostError::StaleRecording { .. } => {
+                SimplerStatus::InvalidState
+            }
             HostError::ExecutionContextRefused(_) => SimplerStatus::ExecutionContextRefused,
             HostError::RunPreparationRefused { .. } => SimplerStatus::RunPreparationRefused,
             HostError::Detached(_) => SimplerStatus::Detached,

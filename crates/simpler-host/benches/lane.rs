@@ -70,6 +70,7 @@ fn spec(name: &str, orch: OrchEntry, tensors: bool) -> CallableSpec {
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(inc_kernel),
         }],
+        runtime: None,
     }
 }
 

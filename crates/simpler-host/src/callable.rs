@@ -58,4 +58,56 @@ pub struct CallableSpec {
     pub orchestration: CodeImage,
     /// The kernels.
     pub kernels: Vec<KernelSpec>,
+    /// The runtime variant its runs use unless their [`CallConfig`](crate::CallConfig)
+    /// names one; `None` = the worker's ([`WorkerConfig::runtime`](crate::WorkerConfig)).
+    pub runtime: Option<Runtime>,
+}
+
+/// The two runtime variants (`docs/chip-runtime.md` §17). A run uses its
+/// [`CallConfig::runtime`](crate::CallConfig), else its callable's
+/// [`CallableSpec::runtime`], else the worker's [`WorkerConfig::runtime`](crate::WorkerConfig).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Runtime {
+    /// `tensormap_and_ringbuffer`: the orchestration runs on an AICPU thread while the
+    /// graph is scheduled (four rings, reclaimed as tasks finish).
+    #[default]
+    TensormapAndRingbuffer,
+    /// `host_build_graph`: the host runs the orchestration to completion before launch and
+    /// uploads the graph; every AICPU thread is a scheduler; one forward-only ring. A graph
+    /// can be recorded once and replayed without the orchestration
+    /// ([`ChipWorker::record`](crate::ChipWorker::record)).
+    HostBuildGraph,
+}
+
+impl Runtime {
+    /// Every variant, as named in manifests, the CLI and Python.
+    pub const ALL: [Runtime; 2] = [Runtime::TensormapAndRingbuffer, Runtime::HostBuildGraph];
+
+    /// The variant's name: `"tensormap_and_ringbuffer"` or `"host_build_graph"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Runtime::TensormapAndRingbuffer => "tensormap_and_ringbuffer",
+            Runtime::HostBuildGraph => "host_build_graph",
+        }
+    }
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Runtime {
+    type Err = String;
+
+    /// Parses a variant's [`name`](Runtime::name); the error lists the names.
+    fn from_str(s: &str) -> Result<Runtime, String> {
+        Runtime::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| {
+                format!("unknown runtime `{s}`; the runtimes are tensormap_and_ringbuffer and host_build_graph")
+            })
+    }
 }

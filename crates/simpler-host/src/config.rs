@@ -66,6 +66,10 @@ pub struct RuntimeEnv {
     pub ring_heap: Option<RingValue>,
     /// Dependency-pool entries per ring (`PTO2_RING_DEP_POOL`).
     pub ring_dep_pool: Option<RingValue>,
+    /// `host_build_graph`: the most ready tasks one ready queue (one per shape) holds,
+    /// 1..=2^32-1 (`PTO2_READY_QUEUE`; default 8192). A graph with more ready at once fails
+    /// with READY_QUEUE_OVERFLOW.
+    pub ready_queue: Option<u64>,
 }
 
 /// Options of one run.
@@ -84,6 +88,9 @@ pub struct CallConfig {
     /// record); 0 = [`DEFAULT_TRACE_RECORDS`](crate::DEFAULT_TRACE_RECORDS). Events past a
     /// full buffer are dropped and counted. Ignored when `trace_level` is Off.
     pub trace_buffer_records: u32,
+    /// The runtime variant of this run; `None` = the callable's, else the worker's
+    /// (`docs/chip-runtime.md` §17).
+    pub runtime: Option<crate::Runtime>,
 }
 
 /// What a run's descriptor gets from its [`CallConfig`].
@@ -96,6 +103,26 @@ pub(crate) struct RunPlan {
     pub(crate) trace_level: TraceLevel,
     /// Records per trace buffer (resolved: never 0).
     pub(crate) trace_records: u32,
+    /// The runtime variant (resolved with the callable's by [`RunPlan::for_callable`]).
+    pub(crate) runtime: crate::Runtime,
+    /// Whether the run's `ring_heap` was given (a `host_build_graph` run's one ring takes
+    /// the whole heap otherwise).
+    pub(crate) heap_given: bool,
+    /// The run's `CallConfig::runtime`, kept for [`RunPlan::for_callable`].
+    asked_runtime: Option<crate::Runtime>,
+    /// Most ready tasks per ready queue (`PTO2_READY_QUEUE`; 0 = the runtime default).
+    pub(crate) ready_queue: u32,
+}
+
+impl RunPlan {
+    /// The plan with its runtime variant resolved: the run's, else the callable's
+    /// (`callable`), else the worker's (already in the plan).
+    pub(crate) fn for_callable(mut self, callable: Option<crate::Runtime>) -> RunPlan {
+        if let Some(r) = self.asked_runtime.or(callable) {
+            self.runtime = r;
+        }
+        self
+    }
 }
 
 /// The largest ring task window.
@@ -196,6 +223,27 @@ impl CallConfig {
         env_heap: Option<RingValue>,
         env_pool: Option<RingValue>,
     ) -> Result<RunPlan, HostError> {
+        let ready_queue = match self.runtime_env.ready_queue {
+            Some(n) => Some(n),
+            None => match std::env::var("PTO2_READY_QUEUE") {
+                Ok(text) => Some(text.trim().parse::<u64>().map_err(|e| {
+                    HostError::InvalidConfig(format!(
+                        "environment variable PTO2_READY_QUEUE: `{text}` is not a number ({e})"
+                    ))
+                })?),
+                Err(_) => None,
+            },
+        };
+        let ready_queue = match ready_queue {
+            None => 0,
+            Some(n) if (1..=u64::from(u32::MAX)).contains(&n) => n as u32,
+            Some(n) => {
+                return Err(HostError::InvalidConfig(format!(
+                    "runtime_env.ready_queue: must be in 1..={}, got {n}",
+                    u32::MAX
+                )))
+            }
+        };
         let max_threads = worker.topology.aicpu_threads;
         let aicpu_threads = match self.aicpu_thread_num {
             0 => worker.effective_aicpu_threads(),
@@ -212,6 +260,7 @@ impl CallConfig {
             RingValue::per_ring,
         );
         let default_heap = worker.heap_size / RING_COUNT as u64;
+        let heap_given = env.ring_heap.or(env_heap).is_some();
         let heaps = env
             .ring_heap
             .or(env_heap)
@@ -242,6 +291,10 @@ impl CallConfig {
                 0 => crate::DEFAULT_TRACE_RECORDS,
                 n => n,
             },
+            runtime: worker.runtime,
+            heap_given,
+            asked_runtime: self.runtime,
+            ready_queue,
         })
     }
 }
@@ -277,6 +330,7 @@ mod tests {
                 ring_task_window: w,
                 ring_heap: h,
                 ring_dep_pool: p,
+                ready_queue: None,
             },
             ..CallConfig::default()
         };
@@ -331,6 +385,7 @@ mod tests {
                 ring_task_window: Some(RingValue::PerRing([4, 8, 16, 32])),
                 ring_heap: Some(RingValue::All(2048)),
                 ring_dep_pool: None,
+                ready_queue: None,
             },
             ..CallConfig::default()
         };

@@ -99,6 +99,24 @@ pub enum HostError {
         /// The device's explanation.
         message: String,
     },
+    /// A replay's arguments differ from what its recording was made with
+    /// (`docs/chip-runtime.md` §17): `arg` names the argument (or the callable, for a
+    /// count or overlap mismatch).
+    #[error("argument `{arg}` cannot replay the recording: {reason}")]
+    ReplayMismatch {
+        /// The argument (or callable) that differs.
+        arg: String,
+        /// How it differs.
+        reason: String,
+    },
+    /// A recording whose callable was unregistered or registered again since.
+    #[error("the recording of `{callable}` is stale: {reason}")]
+    StaleRecording {
+        /// The recorded callable's name.
+        callable: String,
+        /// What changed.
+        reason: String,
+    },
     /// The device reported a fault that no run result explains.
     #[error("the device reported a fault and the run published no result: {0}")]
     DeviceFault(DeviceError),
@@ -164,6 +182,7 @@ impl HostError {
             self,
             HostError::InvalidState(_)
                 | HostError::RegistryFull(_)
+                | HostError::StaleRecording { .. }
                 | HostError::DeviceMemoryInUse { .. }
         )
     }
@@ -174,7 +193,9 @@ impl HostError {
     pub fn is_invalid_argument(&self) -> bool {
         matches!(
             self,
-            HostError::InvalidArgument { .. } | HostError::InvalidDevicePointer { .. }
+            HostError::InvalidArgument { .. }
+                | HostError::InvalidDevicePointer { .. }
+                | HostError::ReplayMismatch { .. }
         )
     }
 

@@ -68,13 +68,13 @@ pub use args::{
     HostTensor, OwnedArg, Passing, ScalarError, ScalarValue,
 };
 pub use bundle::{Bundle, BundleCode, BundleError, BundleKernel};
-pub use callable::{CallableSpec, CodeImage, KernelSpec};
+pub use callable::{CallableSpec, CodeImage, KernelSpec, Runtime};
 pub use config::{CallConfig, RingValue, RuntimeEnv};
 pub use error::HostError;
 pub use fence::Completion;
 pub use handle::{RunHandle, RunOutput};
 pub use identity::{RunIdentity, StreamRole, Waiter};
-pub use lane::{RunReport, StagingReport};
+pub use lane::{GraphReport, RecordedRun, RunReport, StagingReport};
 pub use launch::LaunchGrade;
 pub use lifecycle::{EnvironmentIdentity, Ownership, WorkerState};
 pub use mode::{ExecutionMode, ExecutionModeLatch};

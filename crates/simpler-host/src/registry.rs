@@ -82,6 +82,8 @@ pub(crate) struct Registered {
     /// func id → the kernel's name (a library image's entry symbol; `func N` for an
     /// in-process kernel), as traces show it (`docs/tracing.md`).
     pub(crate) kernel_names: std::collections::BTreeMap<u32, String>,
+    /// The callable's own runtime variant, if it names one.
+    pub(crate) runtime: Option<crate::Runtime>,
 }
 
 /// What identifies an image for sharing.
@@ -266,6 +268,7 @@ pub(crate) fn build(
         func_addrs,
         generation,
         kernel_names,
+        runtime: spec.runtime,
     })
 }
 
@@ -407,6 +410,7 @@ mod tests {
                 core_type: CoreType::Aiv,
                 image: CodeImage::Kernel(kern),
             }],
+            runtime: None,
         }
     }
 

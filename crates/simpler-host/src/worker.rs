@@ -33,7 +33,8 @@ use crate::borrowed::{AbortUnlessTerminal, BorrowedBytes};
 use crate::config::CallConfig;
 use crate::handle::RunHandle;
 use crate::health::HealthReport;
-use crate::lane::{IdleLane, LaneHandle, RunReport, StagingReport};
+use crate::lane::graph::{self, GraphPlan};
+use crate::lane::{IdleLane, LaneHandle, RecordedRun, RunReport, StagingReport};
 use crate::lifecycle::{EnvironmentIdentity, WorkerState};
 use crate::mode::{ExecutionMode, ExecutionModeLatch};
 use crate::registry::{
@@ -372,8 +373,143 @@ impl ChipWorker {
         plan: crate::config::RunPlan,
         caller: Option<StreamId>,
     ) -> Result<RunHandle, HostError> {
-        let cell = self.shared.lane.submit(callable, args, plan, caller)?;
+        let (plan, graph) = graph_plan(plan, &callable);
+        let cell = self
+            .shared
+            .lane
+            .submit(callable, args, plan, caller, graph)?;
         Ok(RunHandle::new(self.shared.lane.clone(), cell))
+    }
+
+    /// Submits `args` (checked) under `graph`, on the lane, as a handle.
+    fn submit_graph(
+        &self,
+        callable: Arc<Registered>,
+        args: Vec<OwnedArg>,
+        plan: crate::config::RunPlan,
+        graph: GraphPlan,
+    ) -> Result<RunHandle, HostError> {
+        let cell = self.shared.lane.submit(callable, args, plan, None, graph)?;
+        Ok(RunHandle::new(self.shared.lane.clone(), cell))
+    }
+
+    /// [`submit_with`](Self::submit_with) under `host_build_graph`, keeping the graph: the
+    /// run's report carries a [`RecordedRun`] ([`RunReport::recording`]) that
+    /// [`replay`](Self::replay) runs again on new arguments of the same shapes, dtypes and
+    /// scalars without running the orchestration (`docs/chip-runtime.md` §17). The run
+    /// itself executes as any other and fills its outputs.
+    ///
+    /// # Errors
+    /// As `submit_with`; the run fails with [`HostError::InvalidArgument`] (`record`) when
+    /// the orchestration calls `get/set_tensor_data` (a replay could not repeat it).
+    pub fn submit_record(
+        &self,
+        id: CallableId,
+        args: Vec<OwnedArg>,
+        config: &CallConfig,
+    ) -> Result<RunHandle, HostError> {
+        let (callable, plan) = self.checked_record(id, &args, config)?;
+        self.submit_graph(callable, args, plan, GraphPlan::Record(id))
+    }
+
+    /// [`run_with`](Self::run_with) under `host_build_graph`, keeping the graph: returns
+    /// the [`RecordedRun`] with the run's report (see [`submit_record`](Self::submit_record)).
+    ///
+    /// # Errors
+    /// As `run_with` and `submit_record`.
+    pub fn record(
+        &self,
+        id: CallableId,
+        args: &mut [HostArg<'_>],
+        config: &CallConfig,
+    ) -> Result<(RecordedRun, RunReport), HostError> {
+        self.shared.identity.check()?;
+        self.shared.mode.latch(ExecutionMode::Program)?;
+        let plan = config.plan(self.shared.lane.config())?;
+        let callable = self.callable(id)?;
+        crate::args::check(&callable.name, &callable.signature, args)?;
+        let mut report = self.run_lent(callable, args, plan, GraphPlan::Record(id), None)?;
+        let recording = report
+            .recording
+            .take()
+            .expect("a recording run's report carries its recording");
+        Ok((recording, report))
+    }
+
+    fn checked_record(
+        &self,
+        id: CallableId,
+        args: &[OwnedArg],
+        config: &CallConfig,
+    ) -> Result<(Arc<Registered>, crate::config::RunPlan), HostError> {
+        self.shared.identity.check()?;
+        self.shared.mode.latch(ExecutionMode::Program)?;
+        let plan = config.plan(self.shared.lane.config())?;
+        let callable = self.callable(id)?;
+        crate::args::check_owned(&callable.name, &callable.signature, args)?;
+        Ok((callable, plan))
+    }
+
+    /// Runs `recording` again on owned `args` (signature order) and returns at once with
+    /// the run's handle: the recorded graph image is reused and only the arguments'
+    /// addresses are rebound; the orchestration does not run (`docs/chip-runtime.md` §17).
+    /// `config` gives the run's other options (trace level, threads).
+    ///
+    /// # Errors
+    /// [`HostError::StaleRecording`] when the recorded callable was unregistered or
+    /// registered again; [`HostError::ReplayMismatch`] naming the argument whose shape,
+    /// dtype or scalar value differs from the recording's (or when the device tensors
+    /// overlap differently); else as [`submit_with`](Self::submit_with).
+    pub fn submit_replay(
+        &self,
+        recording: &RecordedRun,
+        args: Vec<OwnedArg>,
+        config: &CallConfig,
+    ) -> Result<RunHandle, HostError> {
+        let (callable, plan) = self.checked_replay(recording, &args, config)?;
+        self.submit_graph(
+            callable,
+            args,
+            plan,
+            GraphPlan::Replay(recording.image.clone()),
+        )
+    }
+
+    /// [`submit_replay`](Self::submit_replay) on borrowed `args`, waiting for the run (as
+    /// [`run_with`](Self::run_with) does).
+    ///
+    /// # Errors
+    /// As `submit_replay` and `run_with`.
+    pub fn replay(
+        &self,
+        recording: &RecordedRun,
+        args: &mut [HostArg<'_>],
+        config: &CallConfig,
+    ) -> Result<RunReport, HostError> {
+        self.shared.identity.check()?;
+        self.shared.mode.latch(ExecutionMode::Program)?;
+        let plan = config.plan(self.shared.lane.config())?;
+        let current = self.shared.table.lock().get(recording.callable()).ok();
+        let callable = graph::check_stale(recording, current.as_ref())?.clone();
+        crate::args::check(&callable.name, &callable.signature, args)?;
+        let graph = GraphPlan::Replay(recording.image.clone());
+        self.run_lent(callable, args, plan, graph, Some(recording))
+    }
+
+    fn checked_replay(
+        &self,
+        recording: &RecordedRun,
+        args: &[OwnedArg],
+        config: &CallConfig,
+    ) -> Result<(Arc<Registered>, crate::config::RunPlan), HostError> {
+        self.shared.identity.check()?;
+        self.shared.mode.latch(ExecutionMode::Program)?;
+        let plan = config.plan(self.shared.lane.config())?;
+        let current = self.shared.table.lock().get(recording.callable()).ok();
+        let callable = graph::check_stale(recording, current.as_ref())?.clone();
+        crate::args::check_owned(&callable.name, &callable.signature, args)?;
+        graph::check_args(recording, &callable, args)?;
+        Ok((callable, plan))
     }
 
     fn callable(&self, id: CallableId) -> Result<Arc<Registered>, HostError> {
@@ -503,6 +639,20 @@ impl ChipWorker {
         let plan = config.plan(self.shared.lane.config())?;
         let callable = self.callable(id)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
+        let (plan, graph) = graph_plan(plan, &callable);
+        self.run_lent(callable, args, plan, graph, None)
+    }
+
+    /// Runs checked borrowed `args` under `graph` and waits for the run; a replay's
+    /// arguments are checked against `replaying` first.
+    fn run_lent(
+        &self,
+        callable: Arc<Registered>,
+        args: &mut [HostArg<'_>],
+        plan: crate::config::RunPlan,
+        graph: GraphPlan,
+        replaying: Option<&RecordedRun>,
+    ) -> Result<RunReport, HostError> {
         let lent: Vec<OwnedArg> = args
             .iter_mut()
             .map(|a| match a {
@@ -518,8 +668,11 @@ impl ChipWorker {
                 HostArg::Scalar(v) => OwnedArg::Scalar(*v),
             })
             .collect();
+        if let Some(recording) = replaying {
+            graph::check_args(recording, &callable, &lent)?;
+        }
         let lane = &self.shared.lane;
-        let cell = lane.submit(callable, lent, plan, None)?;
+        let cell = lane.submit(callable, lent, plan, None, graph)?;
         let _terminal = AbortUnlessTerminal(|| cell.is_done());
         lane.wait_until_terminal(&cell);
         cell.outcome()
@@ -627,6 +780,7 @@ pub(crate) mod tests {
                 core_type: CoreType::Aiv,
                 image: CodeImage::Kernel(no_kernel),
             }],
+            runtime: None,
         }
     }
 
@@ -765,4 +919,17 @@ pub(crate) mod tests {
         w.free(ptr).unwrap();
         w.close().unwrap();
     }
+}
+
+/// The run's runtime variant resolved against its callable's, and how it gets its graph.
+fn graph_plan(
+    plan: crate::config::RunPlan,
+    callable: &Registered,
+) -> (crate::config::RunPlan, GraphPlan) {
+    let plan = plan.for_callable(callable.runtime);
+    let graph = match plan.runtime {
+        crate::Runtime::TensormapAndRingbuffer => GraphPlan::Device,
+        crate::Runtime::HostBuildGraph => GraphPlan::Build,
+    };
+    (plan, graph)
 }

@@ -54,6 +54,9 @@ pub struct WorkerConfig {
     /// pool of `available_parallelism` threads (default), or one OS thread each
     /// (`SIMPLER_SIM_EXECUTOR=threads`; `docs/sim-device.md` §11).
     pub sim_executor: simpler_device::sim::ExecutorKind,
+    /// The runtime variant of runs whose callable and [`CallConfig`](crate::CallConfig) name
+    /// none (default `tensormap_and_ringbuffer`).
+    pub runtime: crate::Runtime,
 }
 
 impl Default for WorkerConfig {
@@ -74,6 +77,7 @@ impl Default for WorkerConfig {
             always_synchronize: false,
             sim_memcheck: simpler_device::sim::Memcheck::from_env(),
             sim_executor: simpler_device::sim::ExecutorKind::from_env(),
+            runtime: crate::Runtime::default(),
         }
     }
 }

@@ -171,6 +171,7 @@ fn callable() -> CallableSpec {
             kernel(AIC_MEET, CoreType::Aic),
             kernel(AIV_MEET, CoreType::Aiv),
         ],
+        runtime: None,
     }
 }
 

@@ -135,6 +135,7 @@ fn callable(name: &str, orch: OrchEntry) -> CallableSpec {
             kernel(6, endless_kernel),
             kernel(7, held_kernel),
         ],
+        runtime: None,
     }
 }
 

@@ -66,6 +66,7 @@ fn spec() -> CallableSpec {
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(overrun_kernel),
         }],
+        runtime: None,
     }
 }
 

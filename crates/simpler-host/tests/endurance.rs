@@ -117,6 +117,7 @@ fn ten_thousand_runs_keep_threads_fds_and_memory_flat() {
                 entry: "kernel_entry".into(),
             },
         }],
+        runtime: None,
     };
     let worker = ChipWorker::new(WorkerConfig::default()).unwrap();
     let id = worker.register(&spec).unwrap();

@@ -114,6 +114,7 @@ fn register(w: &ChipWorker) -> CallableId {
         .unwrap(),
         orchestration: CodeImage::Orchestration(flat_orch),
         kernels: vec![kernel(ADD, add_kernel), kernel(FILL, fill_kernel)],
+        runtime: None,
     })
     .unwrap()
 }

@@ -175,6 +175,7 @@ fn spec(name: &str, orch: OrchEntry, sig: Vec<(&str, ArgDirection)>) -> Callable
                 image: CodeImage::Kernel(f),
             })
             .collect(),
+        runtime: None,
     }
 }
 

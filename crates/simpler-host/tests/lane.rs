@@ -80,6 +80,7 @@ fn spec() -> CallableSpec {
                 image: CodeImage::Kernel(matrix_gated_kernel),
             },
         ],
+        runtime: None,
     }
 }
 

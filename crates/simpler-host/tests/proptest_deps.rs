@@ -213,6 +213,7 @@ fn register(w: &ChipWorker) -> CallableId {
         signature: Signature::new(args).unwrap(),
         orchestration: CodeImage::Orchestration(orchestration),
         kernels,
+        runtime: None,
     })
     .unwrap()
 }

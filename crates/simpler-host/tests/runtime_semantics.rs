@@ -503,6 +503,7 @@ fn register_with(w: &ChipWorker, tensors: &[(&str, ArgDirection)], scalars: usiz
         signature: Signature::new(args).unwrap(),
         orchestration: CodeImage::Orchestration(orch_tramp),
         kernels,
+        runtime: None,
     })
     .expect("register")
 }

@@ -143,6 +143,7 @@ fn callable(name: &str, orch: OrchEntry, sig: Vec<ArgSpec>) -> CallableSpec {
                 image: CodeImage::Kernel(k),
             })
             .collect(),
+        runtime: None,
     }
 }
 

@@ -377,6 +377,7 @@ impl NativeRuntimeEnv {
                 ring_task_window: ring_value(py, "ring_task_window", ring_task_window)?,
                 ring_heap: ring_value(py, "ring_heap", ring_heap)?,
                 ring_dep_pool: ring_value(py, "ring_dep_pool", ring_dep_pool)?,
+                ready_queue: None,
             },
         })
     }

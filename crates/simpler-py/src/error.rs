@@ -228,6 +228,12 @@ pub(crate) fn host_raise(e: &HostError) -> Raise {
             .detail("arg", arg.as_str())
             .detail("reason", reason.as_str()),
         HostError::DeviceMemoryInUse { .. } => raise("WorkerStateError"),
+        HostError::ReplayMismatch { arg, reason } => raise("ReplayMismatchError")
+            .detail("arg", arg.as_str())
+            .detail("reason", reason.as_str()),
+        HostError::StaleRecording { callable, reason } => raise("StaleRecordingError")
+            .detail("callable", callable.as_str())
+            .detail("reason", reason.as_str()),
     }
 }
 

@@ -17,9 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use simpler_abi::{
-    graph_image_layout, ChipTensor, CoreMailbox, GraphImageHeader, GraphTask, GraphTensor, KernelArgs, KernelEntry, LocalContext, RunLaunchDesc, RunResult,
-    TraceBufferHeader, TraceControl, TraceRecord, DISPATCH_FLAG_MAY_WAIT, GLOBAL_CONTEXT_SLOT,
-    LOCAL_CONTEXT_SLOT, MAX_TENSOR_DIMS, TRACE_MAGIC,
+    graph_image_layout, ChipTensor, CoreMailbox, GraphImageHeader, GraphTask, GraphTensor,
+    KernelArgs, KernelEntry, LocalContext, RunLaunchDesc, RunResult, TraceBufferHeader,
+    TraceControl, TraceRecord, DISPATCH_FLAG_MAY_WAIT, GLOBAL_CONTEXT_SLOT, LOCAL_CONTEXT_SLOT,
+    MAX_TENSOR_DIMS, TRACE_MAGIC,
 };
 use simpler_device::{crash, DevicePtr};
 

@@ -137,7 +137,9 @@ fn write_image(
         for t in &body.tensors {
             let (reloc, arg, base) = if t.owner_task_id != NO_OWNER_TASK {
                 heap_end = heap_end.max(
-                    t.buffer_addr.wrapping_sub(heap_base).saturating_add(t.buffer_size),
+                    t.buffer_addr
+                        .wrapping_sub(heap_base)
+                        .saturating_add(t.buffer_size),
                 );
                 (GRAPH_RELOC_HEAP, 0, heap_base)
             } else {

@@ -100,6 +100,7 @@ fn fake_spec() -> Callable {
         .unwrap(),
         orchestration: CodeImage::Orchestration(no_orchestration),
         kernels: vec![],
+        runtime: None,
     }))
 }
 

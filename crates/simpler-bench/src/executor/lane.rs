@@ -61,6 +61,7 @@ pub fn noops_callable() -> CallableSpec {
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(noop_kernel),
         }],
+        runtime: None,
     }
 }
 

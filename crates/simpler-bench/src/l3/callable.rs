@@ -51,6 +51,7 @@ pub fn noop_chip_callable(compiler: &Compiler) -> Result<CallableSpec, L3BenchEr
             entry: ENTRY.into(),
         },
         kernels: Vec::new(),
+        runtime: None,
     })
 }
 

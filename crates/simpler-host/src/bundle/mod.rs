@@ -215,6 +215,7 @@ impl Bundle {
                     },
                 })
                 .collect(),
+            runtime: None,
         }
     }
 }

@@ -369,6 +369,7 @@ impl LaneEngine {
             callable,
             mut args,
             mut capture,
+            graph_image,
             ..
         } = request;
         let epoch = front.identity.epoch;
@@ -403,6 +404,13 @@ impl LaneEngine {
             total_time: cell.submitted.elapsed(),
             tasks: verdict.tasks,
             trace,
+            graph: graph_image.as_ref().map(|(_, report)| *report),
+            recording: graph_image.and_then(|(image, stats)| {
+                image
+                    .recording
+                    .is_some()
+                    .then_some(super::graph::RecordedRun { image, stats })
+            }),
         });
         cell.finish(report, args);
         if self.queue.is_poisoned() && self.unusable.is_none() && self.queue.is_empty() {

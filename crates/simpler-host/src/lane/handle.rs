@@ -198,6 +198,7 @@ impl LaneHandle {
         args: Vec<OwnedArg>,
         plan: RunPlan,
         caller: Option<StreamId>,
+        graph: super::graph::GraphPlan,
     ) -> Result<Arc<RunCell>, HostError> {
         let host_ranges = alias::host_ranges(&callable.signature, &args);
         let mut lane = self.lock();
@@ -252,6 +253,8 @@ impl LaneHandle {
             host_ranges,
             device_ranges,
             capture: crate::trace::RunCapture::new(plan.trace_level),
+            graph,
+            graph_image: None,
         });
         lane.queue
             .admit(dispatch, run)

@@ -289,6 +289,8 @@ mod tests {
                 host_ranges: Vec::new(),
                 device_ranges: Vec::new(),
                 capture: crate::trace::RunCapture::default(),
+                graph: crate::lane::graph::GraphPlan::Device,
+                graph_image: None,
             });
             engine.queue.admit(dispatch, run).unwrap();
             engine.queue.advance(dispatch, Phase::Prepared).unwrap();

@@ -79,6 +79,7 @@ use crate::HostError;
 mod alias;
 mod drain;
 mod finalize;
+pub(crate) mod graph;
 mod handle;
 mod launch;
 mod memory;
@@ -90,6 +91,7 @@ mod staging;
 mod teardown;
 mod trace;
 
+pub use graph::{GraphReport, RecordedRun};
 pub(crate) use handle::{IdleLane, LaneHandle};
 pub(crate) use run::RunCell;
 pub use staging::StagingReport;
@@ -117,6 +119,13 @@ pub struct RunReport {
     /// dereferences to [`simpler_trace::Trace`]); shared, so a clone of the report is cheap.
     /// `None` for an untraced run.
     pub trace: Option<std::sync::Arc<crate::trace::CapturedTrace>>,
+    /// What the host did for a `host_build_graph` run's graph (its build and upload, or
+    /// that it replayed a recording); `None` under `tensormap_and_ringbuffer`.
+    pub graph: Option<GraphReport>,
+    /// The recording a [`ChipWorker::submit_record`](crate::ChipWorker::submit_record) run
+    /// made, to replay with [`ChipWorker::replay`](crate::ChipWorker::replay); `None`
+    /// otherwise.
+    pub recording: Option<RecordedRun>,
 }
 
 /// The two device kernels a run launches.
@@ -176,6 +185,9 @@ pub(crate) struct LaneEngine {
     stale_orders: Vec<(Arc<RunCompletionFence>, CallerOrder)>,
     /// Arguments of runs whose release could not be proven (kept until teardown).
     retained_args: Vec<Vec<OwnedArg>>,
+    /// Graph images of runs given up on (the device may still read them; kept until
+    /// teardown).
+    retained_graphs: Vec<Arc<graph::GraphImage>>,
     /// The device memory the worker's `malloc` handed out.
     memory: DeviceMemory,
     /// The device ranges of runs given up on (the device may still touch them), one entry
@@ -246,6 +258,7 @@ impl LaneEngine {
             stale_joins: Vec::new(),
             stale_orders: Vec::new(),
             retained_args: Vec::new(),
+            retained_graphs: Vec::new(),
             memory: DeviceMemory::default(),
             retained_device_ranges: Vec::new(),
             release_marker: ReleaseMarker::default(),

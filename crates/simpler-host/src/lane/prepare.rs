@@ -13,8 +13,11 @@
 //! Nothing here waits on the device or touches a launched run: the pump does nothing while a
 //! driver is waiting with the lock released.
 
+use std::sync::Arc;
+
 use simpler_abi::{
-    ChipTensor, DataType, OrchArgs, RunLaunchDesc, RUN_LAUNCH_MAGIC, RUN_LAUNCH_VERSION,
+    ChipTensor, DataType, OrchArgs, RunLaunchDesc, RUNTIME_HBG, RUNTIME_TMR, RUN_LAUNCH_MAGIC,
+    RUN_LAUNCH_VERSION,
 };
 use simpler_device::{Device, DevicePtr};
 
@@ -26,6 +29,7 @@ use crate::registry::Registered;
 use crate::{ArgSpec, HostError};
 
 use super::alias;
+use super::graph::{self, GraphImage, GraphPlan, GraphReport};
 use super::queue::Phase;
 use super::run::{FailedRun, PreparedRun, RunRequest, RunState, Stage};
 use super::slot::PipelineSlot;
@@ -172,7 +176,7 @@ impl LaneEngine {
             &mut orch_args,
         )
         .and_then(|()| {
-            let desc = RunLaunchDesc {
+            let mut desc = RunLaunchDesc {
                 magic: RUN_LAUNCH_MAGIC,
                 version: RUN_LAUNCH_VERSION,
                 epoch: identity.epoch,
@@ -195,25 +199,36 @@ impl LaneEngine {
                 tensor_wait_timeout_ms: config.tensor_data_timeout.as_millis() as u32,
                 op_execute_timeout_ms: crate::worker_config::ceil_ms(config.op_execute_timeout),
                 trace_addr,
+                runtime: RUNTIME_TMR,
+                ready_queue: request.plan.ready_queue,
+                graph_addr: 0,
+                graph_bytes: 0,
+                graph_generation: 0,
             };
-            publish(&**device, slot, &request.callable, &orch_args, &desc)
+            let graph = prepare_graph(device, request, &mut desc, &orch_args)?;
+            publish(&**device, slot, &request.callable, &orch_args, &desc)?;
+            Ok(graph)
         });
-        if let Err(e) = staged {
-            // The rollback: reused buffers go back to the pool, allocated ones are freed; one
-            // whose free fails is not proven released.
-            let mut retained = Vec::new();
-            for (buffer, origin) in taken {
-                match origin {
-                    Origin::Reused => slot.staging.put_back([buffer]),
-                    Origin::Allocated => {
-                        if device.free(buffer.ptr).is_err() {
-                            retained.push(buffer.ptr);
+        let graph = match staged {
+            Ok(graph) => graph,
+            Err(e) => {
+                // The rollback: reused buffers go back to the pool, allocated ones are freed; one
+                // whose free fails is not proven released.
+                let mut retained = Vec::new();
+                for (buffer, origin) in taken {
+                    match origin {
+                        Origin::Reused => slot.staging.put_back([buffer]),
+                        Origin::Allocated => {
+                            if device.free(buffer.ptr).is_err() {
+                                retained.push(buffer.ptr);
+                            }
                         }
                     }
                 }
+                return Err((e, retained));
             }
-            return Err((e, retained));
-        }
+        };
+        run.request.graph_image = graph;
         run.request
             .capture
             .span("stage", identity.epoch, stage_start);
@@ -246,6 +261,16 @@ impl LaneEngine {
         if let Some(run) = self.queue.get_mut(id) {
             run.stage = Stage::Failed(FailedRun {
                 error: match end {
+                    // The host build of a graph failed as a device run would, or refused a
+                    // recording: that is the run's own failure, reported as such.
+                    PreparationEnd::Refused
+                        if matches!(
+                            error,
+                            HostError::RunFailed { .. } | HostError::InvalidArgument { .. }
+                        ) =>
+                    {
+                        error
+                    }
                     PreparationEnd::Refused => HostError::RunPreparationRefused {
                         epoch,
                         cause: Box::new(error),
@@ -375,6 +400,47 @@ fn stage_host(
             )))?;
     }
     Ok(p)
+}
+
+/// The graph of a `host_build_graph` run: built on the host and uploaded (and kept as a
+/// recording when asked), or the recording it replays; `None` under
+/// `tensormap_and_ringbuffer`. Points `desc` at the image.
+fn prepare_graph(
+    device: &Arc<dyn Device>,
+    request: &RunRequest,
+    desc: &mut RunLaunchDesc,
+    orch_args: &OrchArgs,
+) -> Result<Option<(Arc<GraphImage>, GraphReport)>, HostError> {
+    let callable = &request.callable;
+    let graph = match &request.graph {
+        GraphPlan::Device => return Ok(None),
+        GraphPlan::Replay(image) => {
+            let report = GraphReport {
+                tasks: image.tasks,
+                image_bytes: image.bytes,
+                replayed: true,
+                ..GraphReport::default()
+            };
+            (image.clone(), report)
+        }
+        GraphPlan::Build | GraphPlan::Record(_) => {
+            if !request.plan.heap_given {
+                // One forward-only ring: the whole heap.
+                desc.ring_heap = [0; 4];
+            }
+            let key = match &request.graph {
+                GraphPlan::Record(id) => Some(graph::recording_key(*id, callable, &request.args)),
+                _ => None,
+            };
+            let clusters = device.topology().clusters;
+            graph::build_and_upload(device, desc, orch_args, callable, clusters, key)?
+        }
+    };
+    desc.runtime = RUNTIME_HBG;
+    desc.graph_addr = graph.0.ptr.addr();
+    desc.graph_bytes = graph.0.bytes;
+    desc.graph_generation = callable.generation;
+    Ok(Some(graph))
 }
 
 /// Publishes the slot's orchestration arguments, kernel tables and launch descriptor.

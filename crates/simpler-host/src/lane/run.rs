@@ -117,6 +117,10 @@ pub(crate) struct RunRequest {
     pub(crate) device_ranges: Vec<DeviceRange>,
     /// What the run records (`docs/tracing.md`); off unless the run's level says otherwise.
     pub(crate) capture: RunCapture,
+    /// How the run gets its graph (`host_build_graph`: built here, or a recording).
+    pub(crate) graph: super::graph::GraphPlan,
+    /// The run's graph image once prepared, and what building it cost.
+    pub(crate) graph_image: Option<(Arc<super::graph::GraphImage>, super::graph::GraphReport)>,
 }
 
 /// How a launched run's launch went.

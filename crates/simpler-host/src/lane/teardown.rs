@@ -171,6 +171,7 @@ impl LaneHandle {
         let device = lane.device.clone();
         lane.quarantine.retain(|p| device.free(*p).is_err());
         lane.retained_args.clear();
+        lane.retained_graphs.clear();
         Ok(())
     }
 }
@@ -180,6 +181,9 @@ impl LaneEngine {
     /// slot, its join and caller-order references, and the device memory its tensors cover
     /// (refused frees).
     pub(super) fn retain_run(&mut self, run: &mut RunState) {
+        if let Some((image, _)) = run.request.graph_image.take() {
+            self.retained_graphs.push(image);
+        }
         let device_ranges = std::mem::take(&mut run.request.device_ranges);
         if !device_ranges.is_empty() && matches!(run.stage, Stage::Launched(_)) {
             self.retained_device_ranges.push(device_ranges);
@@ -264,6 +268,7 @@ impl LaneEngine {
             kept.push("the stream pair or the output heap".into());
         }
         self.retained_args.clear();
+        self.retained_graphs.clear();
         if kept.is_empty() {
             Ok(())
         } else {

@@ -226,6 +226,7 @@ pub fn spec(name: &str) -> CallableSpec {
             k(3, gated2),
             k(4, gated3),
         ],
+        runtime: None,
     }
 }
 

@@ -183,7 +183,10 @@ fn load(shared: &RunShared, g: &GraphView<'_>, mem: &RunMemory) -> Result<WakeLi
             lanes |= LANE_BITS[lane];
         }
         if u32::from(lanes) != t.lanes || (shape == Shape::Dummy) != (lanes == 0) {
-            return Err(format!("{} has lanes that do not match its kernels", what()));
+            return Err(format!(
+                "{} has lanes that do not match its kernels",
+                what()
+            ));
         }
         let local = i as u32;
         ring.ensure(local);
@@ -205,9 +208,7 @@ fn load(shared: &RunShared, g: &GraphView<'_>, mem: &RunMemory) -> Result<WakeLi
             let base = match gt.reloc {
                 GRAPH_RELOC_ABSOLUTE => 0,
                 GRAPH_RELOC_ARG => match args.get(gt.arg as usize) {
-                    Some(&(addr, size)) if tensor.buffer_addr + tensor.buffer_size <= size => {
-                        addr
-                    }
+                    Some(&(addr, size)) if tensor.buffer_addr + tensor.buffer_size <= size => addr,
                     _ => {
                         return Err(format!(
                             "{}: a tensor reaches outside orchestration argument {}",

@@ -39,8 +39,8 @@ use simpler_abi::{
 };
 use simpler_device::{AicpuContext, DevicePtr};
 
-pub use self::ring::RING_COUNT;
 pub(crate) use self::orchestrator::Orchestrator;
+pub use self::ring::RING_COUNT;
 pub(crate) use self::state::RunShared;
 pub use self::state::{
     DEFAULT_DEP_POOL, DEFAULT_OP_EXECUTE_TIMEOUT_MS, DEFAULT_SCHEDULER_TIMEOUT_MS,

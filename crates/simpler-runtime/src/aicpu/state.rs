@@ -319,9 +319,12 @@ impl RunShared {
         let queue = &self.ready[shape as usize];
         if self.ready_cap != 0 && queue.len() >= self.ready_cap as usize {
             let cap = self.ready_cap;
-            self.errors.sched_fail(simpler_abi::SCHED_READY_QUEUE_OVERFLOW, || {
-                format!("the {shape:?} ready queue is full ({cap} tasks): raise PTO2_READY_QUEUE")
-            });
+            self.errors
+                .sched_fail(simpler_abi::SCHED_READY_QUEUE_OVERFLOW, || {
+                    format!(
+                        "the {shape:?} ready queue is full ({cap} tasks): raise PTO2_READY_QUEUE"
+                    )
+                });
             self.ring_schedulers();
             return true;
         }

@@ -246,6 +246,7 @@ mod tests {
                 entry: "e".into(),
             },
             kernels: Vec::new(),
+            runtime: None,
         }
     }
 

@@ -14,7 +14,7 @@ use simpler_abi::DataType;
 use simpler_device::sim::{ExecutorKind, Memcheck};
 use simpler_device::Topology;
 use simpler_host::trace_model::TraceLevel;
-use simpler_host::{CallConfig, RingValue, RuntimeEnv, WorkerConfig};
+use simpler_host::{CallConfig, RingValue, Runtime, RuntimeEnv, WorkerConfig};
 
 use crate::memory::SharedRef;
 use crate::process::wire_error::WireError;
@@ -270,6 +270,26 @@ pub(crate) struct WireWorkerConfig {
     sim_memcheck: u8,
     /// 0 pool, 1 one thread per core.
     sim_executor: u8,
+    /// 0 tensormap_and_ringbuffer, 1 host_build_graph.
+    #[serde(default)]
+    runtime: u8,
+}
+
+/// A runtime variant on the wire.
+fn runtime_code(r: Runtime) -> u8 {
+    match r {
+        Runtime::TensormapAndRingbuffer => 0,
+        Runtime::HostBuildGraph => 1,
+    }
+}
+
+/// The runtime variant of a wire code.
+fn runtime_of(code: u8) -> Result<Runtime, String> {
+    match code {
+        0 => Ok(Runtime::TensormapAndRingbuffer),
+        1 => Ok(Runtime::HostBuildGraph),
+        n => Err(format!("unknown runtime code {n}")),
+    }
 }
 
 impl From<&WorkerConfig> for WireWorkerConfig {
@@ -288,6 +308,7 @@ impl From<&WorkerConfig> for WireWorkerConfig {
             always_synchronize,
             sim_memcheck,
             sim_executor,
+            runtime,
         } = c.clone();
         WireWorkerConfig {
             clusters: topology.clusters,
@@ -310,6 +331,7 @@ impl From<&WorkerConfig> for WireWorkerConfig {
                 ExecutorKind::Pool => 0,
                 ExecutorKind::ThreadPerCore => 1,
             },
+            runtime: runtime_code(runtime),
         }
     }
 }
@@ -345,6 +367,7 @@ impl WireWorkerConfig {
                 1 => ExecutorKind::ThreadPerCore,
                 n => return Err(format!("unknown sim_executor code {n}")),
             },
+            runtime: runtime_of(self.runtime)?,
         })
     }
 }
@@ -386,6 +409,12 @@ pub(crate) struct WireCallConfig {
     trace_level: u8,
     #[serde(default)]
     trace_buffer_records: u32,
+    /// [`RuntimeEnv::ready_queue`].
+    #[serde(default)]
+    ready_queue: Option<u64>,
+    /// [`CallConfig::runtime`]: none, or 1 + the variant's code.
+    #[serde(default)]
+    runtime: u8,
 }
 
 impl From<&CallConfig> for WireCallConfig {
@@ -397,17 +426,21 @@ impl From<&CallConfig> for WireCallConfig {
                     ring_task_window,
                     ring_heap,
                     ring_dep_pool,
+                    ready_queue,
                 },
             trace_level,
             trace_buffer_records,
+            runtime,
         } = *c;
         WireCallConfig {
             aicpu_thread_num,
             ring_task_window: ring_task_window.map(Into::into),
             ring_heap: ring_heap.map(Into::into),
             ring_dep_pool: ring_dep_pool.map(Into::into),
+            ready_queue,
             trace_level: trace_level as u8,
             trace_buffer_records,
+            runtime: runtime.map_or(0, |r| 1 + runtime_code(r)),
         }
     }
 }
@@ -420,9 +453,11 @@ impl From<WireCallConfig> for CallConfig {
                 ring_task_window: c.ring_task_window.map(Into::into),
                 ring_heap: c.ring_heap.map(Into::into),
                 ring_dep_pool: c.ring_dep_pool.map(Into::into),
+                ready_queue: c.ready_queue,
             },
             trace_level: TraceLevel::from_u8(c.trace_level).unwrap_or_default(),
             trace_buffer_records: c.trace_buffer_records,
+            runtime: c.runtime.checked_sub(1).and_then(|r| runtime_of(r).ok()),
         }
     }
 }
@@ -457,9 +492,11 @@ mod tests {
                 ring_task_window: Some(RingValue::PerRing([4, 8, 16, 32])),
                 ring_heap: Some(RingValue::All(4096)),
                 ring_dep_pool: None,
+                ready_queue: Some(64),
             },
             trace_level: TraceLevel::Scheduler,
             trace_buffer_records: 64,
+            runtime: Some(simpler_host::Runtime::HostBuildGraph),
         };
         let wire: WireCallConfig = decode(&encode(&WireCallConfig::from(&call)), "c").unwrap();
         assert_eq!(CallConfig::from(wire), call);

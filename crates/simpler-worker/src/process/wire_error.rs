@@ -216,6 +216,14 @@ impl From<&HostError> for WireHost {
             },
             HostError::Detached(s) => WireHost::Detached(b(s)),
             HostError::CleanupIncomplete(s) => WireHost::CleanupIncomplete(b(s)),
+            // Recordings live in the parent; a chip process never raises these.
+            HostError::ReplayMismatch { arg, reason } => WireHost::InvalidArgument {
+                arg: arg.clone(),
+                reason: b(reason),
+            },
+            HostError::StaleRecording { callable, reason } => WireHost::InvalidState(b(&format!(
+                "the recording of `{callable}` is stale: {reason}"
+            ))),
         }
     }
 }

@@ -155,6 +155,7 @@ pub fn add_one_callable(name: &str) -> Callable {
                 image: CodeImage::Kernel(f),
             })
             .collect(),
+        runtime: None,
     }))
 }
 
