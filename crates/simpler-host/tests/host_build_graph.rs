@@ -197,6 +197,22 @@ fn a_corrupt_image_is_refused_before_any_task_runs() {
         y.iter().all(|&b| b == 7),
         "a failed run leaves the output alone"
     );
+    // The header's generation (outside the checksum) must match the run's.
+    image[64 + 28] ^= 1;
+    image[16] ^= 0x40;
+    dev.copy_to_device(ptr, &image).unwrap();
+    let err = w
+        .replay(&rec, &mut host_args(&mut x, &mut y), &CallConfig::default())
+        .unwrap_err();
+    assert_eq!(run_code(&err), -ORCH_INVALID_ARGS, "{err}");
+    assert!(err.to_string().contains("stale"), "{err}");
+    image[16] ^= 0x40;
+    dev.copy_to_device(ptr, &image).unwrap();
+    let report = w
+        .replay(&rec, &mut host_args(&mut x, &mut y), &CallConfig::default())
+        .unwrap();
+    assert!(report.graph.unwrap().replayed, "the restored image replays");
+    check_bytes(&y, 1.0);
     // The worker stays usable.
     let out = w
         .submit_with(id, args(2.0, 0), &hbg())
