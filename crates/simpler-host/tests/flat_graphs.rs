@@ -182,10 +182,7 @@ fn a_flat_graph_of_100k_tasks_runs_in_the_default_window() {
 }
 
 #[test]
-#[cfg_attr(
-    debug_assertions,
-    ignore = "release only (scripts/test.sh runs it): about 30 s in a debug build"
-)]
+#[ignore = "about 30 s in a debug build: scripts/test.sh runs it on its own (--ignored)"]
 fn a_flat_graph_of_1m_tasks_runs_in_the_default_window() {
     flat_graph_runs(1_000_000);
 }
