@@ -423,9 +423,7 @@ impl ChipWorker {
         args: &mut [HostArg<'_>],
         config: &CallConfig,
     ) -> Result<(RecordedRun, RunReport), HostError> {
-        self.shared.identity.check()?;
-        self.shared.mode.latch(ExecutionMode::Program)?;
-        let plan = config.plan(self.shared.lane.config())?;
+        let plan = self.program_plan(config)?;
         let callable = self.callable(id)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
         let mut report = self.run_lent(callable, args, plan, GraphPlan::Record(id), None)?;
@@ -436,15 +434,20 @@ impl ChipWorker {
         Ok((recording, report))
     }
 
+    /// The identity and context check, the PROGRAM execution mode, and `config`'s plan.
+    fn program_plan(&self, config: &CallConfig) -> Result<crate::config::RunPlan, HostError> {
+        self.shared.identity.check()?;
+        self.shared.mode.latch(ExecutionMode::Program)?;
+        config.plan(self.shared.lane.config())
+    }
+
     fn checked_record(
         &self,
         id: CallableId,
         args: &[OwnedArg],
         config: &CallConfig,
     ) -> Result<(Arc<Registered>, crate::config::RunPlan), HostError> {
-        self.shared.identity.check()?;
-        self.shared.mode.latch(ExecutionMode::Program)?;
-        let plan = config.plan(self.shared.lane.config())?;
+        let plan = self.program_plan(config)?;
         let callable = self.callable(id)?;
         crate::args::check_owned(&callable.name, &callable.signature, args)?;
         Ok((callable, plan))
@@ -486,9 +489,7 @@ impl ChipWorker {
         args: &mut [HostArg<'_>],
         config: &CallConfig,
     ) -> Result<RunReport, HostError> {
-        self.shared.identity.check()?;
-        self.shared.mode.latch(ExecutionMode::Program)?;
-        let plan = config.plan(self.shared.lane.config())?;
+        let plan = self.program_plan(config)?;
         let current = self.shared.table.lock().get(recording.callable()).ok();
         let callable = graph::check_stale(recording, current.as_ref())?.clone();
         crate::args::check(&callable.name, &callable.signature, args)?;
@@ -502,9 +503,7 @@ impl ChipWorker {
         args: &[OwnedArg],
         config: &CallConfig,
     ) -> Result<(Arc<Registered>, crate::config::RunPlan), HostError> {
-        self.shared.identity.check()?;
-        self.shared.mode.latch(ExecutionMode::Program)?;
-        let plan = config.plan(self.shared.lane.config())?;
+        let plan = self.program_plan(config)?;
         let current = self.shared.table.lock().get(recording.callable()).ok();
         let callable = graph::check_stale(recording, current.as_ref())?.clone();
         crate::args::check_owned(&callable.name, &callable.signature, args)?;
@@ -546,9 +545,7 @@ impl ChipWorker {
         args: Vec<OwnedArg>,
         config: &CallConfig,
     ) -> Result<RunHandle, HostError> {
-        self.shared.identity.check()?;
-        self.shared.mode.latch(ExecutionMode::Program)?;
-        let plan = config.plan(self.shared.lane.config())?;
+        let plan = self.program_plan(config)?;
         let callable = self.callable(id)?;
         crate::args::check_owned(&callable.name, &callable.signature, &args)?;
         self.submit_checked(callable, args, plan, None)
@@ -634,9 +631,7 @@ impl ChipWorker {
         args: &mut [HostArg<'_>],
         config: &CallConfig,
     ) -> Result<RunReport, HostError> {
-        self.shared.identity.check()?;
-        self.shared.mode.latch(ExecutionMode::Program)?;
-        let plan = config.plan(self.shared.lane.config())?;
+        let plan = self.program_plan(config)?;
         let callable = self.callable(id)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
         let (plan, graph) = graph_plan(plan, &callable);

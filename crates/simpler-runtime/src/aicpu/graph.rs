@@ -14,7 +14,7 @@ use simpler_abi::*;
 
 use super::ring::RING_COUNT;
 use super::state::{RunShared, DEFAULT_DEP_POOL};
-use super::task::{Shape, TaskId, LANE_BITS};
+use super::task::{lane_core_type, Shape, TaskId, LANE_BITS};
 use crate::devmem::{GraphView, RunMemory};
 
 /// Every task's wake list: the tasks its completion releases.
@@ -162,12 +162,7 @@ fn load(shared: &RunShared, g: &GraphView<'_>, mem: &RunMemory) -> Result<WakeLi
             if func == NO_KERNEL {
                 continue;
             }
-            let want = if lane == LANE_AIC {
-                CoreType::Aic
-            } else {
-                CoreType::Aiv
-            } as u32
-                + 1;
+            let want = lane_core_type(lane) as u32 + 1;
             let entry = usize::try_from(func).ok().and_then(|f| {
                 let addr = *shared.func_addrs.get(f)?;
                 (addr != 0 && shared.func_types.get(f) == Some(&want)).then_some(addr)

@@ -19,7 +19,7 @@ use simpler_abi::*;
 
 use super::orchestrator::Orchestrator;
 use super::ring::{HEAP_ALIGN, RING_COUNT};
-use super::task::{local_of, ring_of, Shape, TaskId, LANE_BITS, NO_TASK};
+use super::task::{lane_core_type, local_of, ring_of, Shape, TaskId, LANE_BITS, NO_TASK};
 use super::tensormap::{ConflictKind, Region};
 use crate::trace::{self, NONE32};
 
@@ -81,11 +81,7 @@ impl<'a> Orchestrator<'a> {
             if func == NO_KERNEL {
                 continue;
             }
-            let want = if lane == LANE_AIC {
-                CoreType::Aic
-            } else {
-                CoreType::Aiv
-            };
+            let want = lane_core_type(lane);
             let idx = usize::try_from(func)
                 .ok()
                 .filter(|&i| i < self.shared.func_addrs.len());

@@ -51,6 +51,15 @@ pub(crate) enum Shape {
 /// Lane bits of a MIX task (bit 0 AIC, bit 1 AIV0, bit 2 AIV1).
 pub(crate) const LANE_BITS: [u8; 3] = [1, 2, 4];
 
+/// The core type a lane's kernel runs on: AIC for lane 0, AIV for lanes 1 and 2.
+pub(crate) fn lane_core_type(lane: usize) -> simpler_abi::CoreType {
+    if lane == simpler_abi::LANE_AIC {
+        simpler_abi::CoreType::Aic
+    } else {
+        simpler_abi::CoreType::Aiv
+    }
+}
+
 /// What the orchestrator fixed about a task.
 pub(crate) struct TaskBody {
     pub(crate) shape: Shape,
