@@ -245,7 +245,9 @@ fn arg_key(a: &OwnedArg) -> ArgKey {
 fn device_range(a: &OwnedArg) -> Option<(u64, u64)> {
     match a {
         OwnedArg::Device { ptr, shape, dtype } => {
-            let n: u64 = shape.iter().product::<u64>() * dtype.size_bytes() as u64;
+            let n = shape
+                .iter()
+                .fold(dtype.size_bytes() as u64, |a, &d| a.saturating_mul(d));
             Some((ptr.addr(), n))
         }
         _ => None,
