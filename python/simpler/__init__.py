@@ -19,7 +19,8 @@ Everything public is importable from this module; see ``Worker``, ``TaskArgs``,
 ``KernelCompiler``, ``ChipCallable`` and ``simpler.testing`` (scene tests). ``Worker(level=3,
 ...)`` drives several chips and sub workers from a Python orchestration (``HostWorker``,
 ``Orchestrator``); ``Worker(level=2, chip_isolation="process")`` runs the chip in a child
-process (``IsolatedWorker``).
+process (``IsolatedWorker``). ``Worker(level=2, runtime="host_build_graph")`` builds each
+run's graph on the host; ``Worker.record`` keeps one to replay (``RecordedRun``).
 """
 
 from . import _native, sim  # noqa: F401 - simpler.sim: caller contexts on the sim platform
@@ -40,7 +41,7 @@ from .types import (
     scalar_to_uint64,
     uint64_to_scalar,
 )
-from .worker import RunHandle, RunReport, Worker
+from .worker import GraphReport, RecordedRun, RunHandle, RunReport, Worker
 
 __version__ = _native.__version__
 
@@ -48,6 +49,8 @@ __all__ = [
     "Worker",
     "RunHandle",
     "RunReport",
+    "GraphReport",
+    "RecordedRun",
     "HostWorker",
     "IsolatedWorker",
     "HostRunHandle",

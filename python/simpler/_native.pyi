@@ -15,6 +15,8 @@ __all__ = [
     "IsolatedRunHandle",
     "RunHandle",
     "RunReport",
+    "GraphReport",
+    "RecordedRun",
     "SimContext",
     "current_context",
     "set_current_context",
@@ -50,6 +52,7 @@ __all__ = [
     "MAX_TENSOR_DIMS",
     "MAX_CALLABLES",
     "MAX_FUNC_ID",
+    "RUNTIMES",
     "__version__",
 ]
 
@@ -57,6 +60,8 @@ __version__: str
 MAX_TENSOR_DIMS: int
 MAX_CALLABLES: int
 MAX_FUNC_ID: int
+# The runtime variants' names: "tensormap_and_ringbuffer", "host_build_graph".
+RUNTIMES: list[str]
 # The repository's examples/ as it was when the extension was built.
 EXAMPLES_DIR: Path
 
@@ -75,6 +80,8 @@ class Callable:
         signature: Sequence[_ArgTuple],
         orchestration: Tuple[str, bytes],
         kernels: Sequence[Tuple[int, str, str, bytes]],
+        *,
+        runtime: Optional[str] = None,
     ) -> Callable: ...
     @staticmethod
     def read(path: Union[str, PathLike[str]]) -> Callable: ...
@@ -84,6 +91,8 @@ class Callable:
     def to_bytes(self) -> bytes: ...
     @property
     def name(self) -> str: ...
+    @property
+    def runtime(self) -> Optional[str]: ...
     @property
     def signature(self) -> list[Tuple[str, str, str, Optional[list[int]]]]: ...
     @property
@@ -109,6 +118,7 @@ class WorkerConfig:
         tensor_data_timeout_s: Optional[float] = None,
         sim_memcheck: Union[bool, str, None] = None,
         sim_executor: Optional[str] = None,
+        runtime: Optional[str] = None,
     ) -> WorkerConfig: ...
     @property
     def device_id(self) -> int: ...
@@ -138,6 +148,8 @@ class WorkerConfig:
     def sim_memcheck(self) -> str: ...
     @property
     def sim_executor(self) -> str: ...
+    @property
+    def runtime(self) -> str: ...
 
 @final
 class RuntimeEnv:
@@ -147,6 +159,7 @@ class RuntimeEnv:
         ring_task_window: _RingValue = None,
         ring_heap: _RingValue = None,
         ring_dep_pool: _RingValue = None,
+        ready_queue: Optional[int] = None,
     ) -> RuntimeEnv: ...
     @property
     def ring_task_window(self) -> Optional[list[int]]: ...
@@ -154,6 +167,8 @@ class RuntimeEnv:
     def ring_heap(self) -> Optional[list[int]]: ...
     @property
     def ring_dep_pool(self) -> Optional[list[int]]: ...
+    @property
+    def ready_queue(self) -> Optional[int]: ...
 
 @final
 class CallConfig:
@@ -163,15 +178,50 @@ class CallConfig:
         aicpu_thread_num: Optional[int] = None,
         runtime_env: Optional[RuntimeEnv] = None,
         trace_level: Optional[str] = None,
+        runtime: Optional[str] = None,
     ) -> CallConfig: ...
     @property
     def aicpu_thread_num(self) -> int: ...
     @property
     def trace_level(self) -> str: ...
     @property
+    def runtime(self) -> Optional[str]: ...
+    @property
     def runtime_env(self) -> RuntimeEnv: ...
     def check_fields(self) -> None: ...
     def validate(self, worker: WorkerConfig) -> None: ...
+
+# What the host did for a host_build_graph run's graph (RunReport.graph).
+@final
+class GraphReport:
+    @property
+    def build_time_s(self) -> float: ...
+    @property
+    def upload_time_s(self) -> float: ...
+    @property
+    def tasks(self) -> int: ...
+    @property
+    def image_bytes(self) -> int: ...
+    @property
+    def replayed(self) -> bool: ...
+
+# A recorded host_build_graph graph (ChipWorker.submit_record's report), to submit_replay.
+@final
+class RecordedRun:
+    @property
+    def callable_id(self) -> int: ...
+    @property
+    def callable_name(self) -> str: ...
+    @property
+    def generation(self) -> int: ...
+    @property
+    def tasks(self) -> int: ...
+    @property
+    def image_bytes(self) -> int: ...
+    @property
+    def build_time_s(self) -> float: ...
+    @property
+    def upload_time_s(self) -> float: ...
 
 @final
 class RunReport:
@@ -183,6 +233,10 @@ class RunReport:
     def total_time_s(self) -> float: ...
     @property
     def tasks(self) -> Optional[int]: ...
+    @property
+    def graph(self) -> Optional[GraphReport]: ...
+    @property
+    def recording(self) -> Optional[RecordedRun]: ...
     @property
     def has_trace(self) -> bool: ...
     def write_trace(self, path: str, format: Optional[str] = None) -> None: ...
@@ -241,6 +295,18 @@ class ChipWorker:
         config: Optional[CallConfig] = None,
         *,
         caller_stream: Optional[int] = None,
+    ) -> RunHandle: ...
+    def submit_record(
+        self,
+        id: int,
+        args: Sequence[_RunArg],
+        config: Optional[CallConfig] = None,
+    ) -> RunHandle: ...
+    def submit_replay(
+        self,
+        recording: RecordedRun,
+        args: Sequence[_RunArg],
+        config: Optional[CallConfig] = None,
     ) -> RunHandle: ...
     def malloc(self, size: int) -> int: ...
     def free(self, addr: int) -> None: ...

@@ -185,10 +185,13 @@ class ChipCallable:
         config_name: str = "",
         *,
         name: Optional[str] = None,
+        runtime: Optional[str] = None,
     ) -> "ChipCallable":
         """Builds a callable from an orchestration image (exporting ``func_name``) and its
         kernels, ``children = [(func_id, CoreCallable), ...]``; ``func_id`` is the id the
-        orchestration submits the kernel under."""
+        orchestration submits the kernel under. ``runtime`` (``"tensormap_and_ringbuffer"``
+        or ``"host_build_graph"``) is the variant its runs use unless a run's
+        ``CallConfig`` names one; ``None``: the worker's."""
         if config_name:
             raise UnsupportedError(
                 "config_name: simpler orchestrations export no config symbol; the signature "
@@ -214,6 +217,7 @@ class ChipCallable:
             [a.to_native() for a in sig],
             (func_name, _as_bytes(binary, "binary")),
             kernels,
+            runtime=runtime,
         )
         return cls(native)
 
@@ -259,6 +263,12 @@ class ChipCallable:
     @property
     def signature(self) -> Tuple[ArgSpec, ...]:
         return self._signature
+
+    @property
+    def runtime(self) -> Optional[str]:
+        """The runtime variant the callable's runs use unless a run's ``CallConfig`` names
+        one (a manifest's ``runtime``, carried in the bundle); ``None``: the worker's."""
+        return self._native.runtime
 
     @property
     def func_name(self) -> str:

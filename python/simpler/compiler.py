@@ -150,14 +150,13 @@ class KernelCompiler:
         extra_include_dirs: Iterable[PathLike] = (),
         defines: Iterable[str] = (),
     ) -> bytes:
-        """Compiles an orchestration for ``runtime_name`` (``"tensormap_and_ringbuffer"``);
-        ``compile_orchestration(source_path)`` is accepted too."""
+        """Compiles an orchestration for ``runtime_name`` (``"tensormap_and_ringbuffer"`` or
+        ``"host_build_graph"``: one library serves both, the runtime is chosen per run);
+        ``compile_orchestration(source_path)`` is accepted too. Another runtime name raises
+        ``InvalidConfigError`` listing them."""
         if source_path is None:
             runtime_name, source_path = "tensormap_and_ringbuffer", runtime_name
-        if runtime_name != "tensormap_and_ringbuffer":
-            raise UnsupportedError(
-                f"runtime {runtime_name!r}: only tensormap_and_ringbuffer exists"
-            )
+        _native.CallConfig(runtime=str(runtime_name))  # the host's names, or its error
         return self._native.compile(
             os.fspath(source_path), None, [f"-D{d}" for d in defines], _paths(extra_include_dirs)
         )

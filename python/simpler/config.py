@@ -1,8 +1,10 @@
 """Per-run configuration: :class:`CallConfig` and its :class:`RuntimeEnv` (upstream's names).
 
-Each run may set its AICPU thread count and its ring sizing (task window, heap and
-dependency pool per ring: one value for all four rings, or four); values not given fall back
-to the ``PTO2_RING_*`` environment variables, then to the worker's options. The defaults and
+Each run may set its AICPU thread count, its runtime variant (``"tensormap_and_ringbuffer"``
+or ``"host_build_graph"``; ``None``: the callable's, else the worker's) and its ring sizing
+(task window, heap and dependency pool per ring: one value for all four rings, or four; and
+``host_build_graph``'s ready-queue cap); values not given fall back to the ``PTO2_RING_*``
+(``PTO2_READY_QUEUE``) environment variables, then to the worker's options. The defaults and
 the rules (power-of-two windows, heaps that fit the worker's heap, ...) are the host's
 (``simpler._native.CallConfig``); a bad value raises :class:`~simpler.InvalidConfigError`
 naming the field. The diagnostics switches exist so upstream code reads the same; turning
@@ -12,7 +14,7 @@ one on raises ``UnsupportedError`` at run time. See ``docs/python.md``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from . import _native
 from .errors import ArgumentTypeError, InvalidConfigError, UnsupportedError
@@ -34,6 +36,10 @@ class RuntimeEnv:
     ring_task_window: RingValue = None
     ring_heap: RingValue = None
     ring_dep_pool: RingValue = None
+    ready_queue: Optional[int] = None
+    """``host_build_graph``: the most ready tasks one ready queue holds (``None``:
+    ``PTO2_READY_QUEUE``, else 8192); a graph with more ready at launch fails with
+    READY_QUEUE_OVERFLOW (``RunFailedError``, ``code`` -104)."""
 
     def _to_native(self) -> _native.RuntimeEnv:
         """The host's RuntimeEnv (``InvalidConfigError`` for a value that is not one int or
@@ -42,6 +48,7 @@ class RuntimeEnv:
             ring_task_window=self.ring_task_window,
             ring_heap=self.ring_heap,
             ring_dep_pool=self.ring_dep_pool,
+            ready_queue=self.ready_queue,
         )
 
     def validate(self) -> None:
@@ -64,6 +71,10 @@ class CallConfig:
     trace_level: Union[str, int] = "off"
     """How much the run records (``"off"``, ``"tasks"``, ``"dispatch"``, ``"scheduler"``,
     ``"orchestrator"`` or 0..4; ``docs/tracing.md``); the report then carries the trace."""
+    runtime: Optional[str] = None
+    """The run's runtime variant (``"tensormap_and_ringbuffer"`` or ``"host_build_graph"``);
+    ``None``: the callable's, else the worker's. Another name raises ``InvalidConfigError``
+    listing them."""
 
     _DIAGNOSTICS = (
         "enable_chip_swimlane",
@@ -92,6 +103,7 @@ class CallConfig:
             aicpu_thread_num=self.aicpu_thread_num,
             runtime_env=self.runtime_env._to_native(),
             trace_level=str(self.trace_level),
+            runtime=self.runtime,
         )
         native.check_fields()
         if not isinstance(self.output_prefix, str) or len(self.output_prefix.encode()) > 1023:

@@ -41,6 +41,11 @@ code   class                     builtin           raised when
 17     KernelTimeoutError        TimeoutError,     a kernel ran past the op-execute timeout
                                  RuntimeError      (a ``RunTimeoutError`` and a ``RunFailedError``:
                                                    ``code`` is -112, OP_EXECUTE_TIMEOUT)
+18     ReplayMismatchError       ValueError        a replay's argument differs from the recorded
+                                                   one (an ``InvalidArgumentError``: ``arg``,
+                                                   ``reason``)
+19     StaleRecordingError       RuntimeError      a recording's callable was unregistered or
+                                                   registered again (a ``WorkerStateError``)
 20     ArgumentTypeError         TypeError         an argument has the wrong Python type
 21     WorkerStateError          RuntimeError      closed worker, missing ``init()``, double init
 22     UnsupportedError          NotImplementedError  a feature this build does not have
@@ -94,6 +99,8 @@ __all__ = [
     "WaitTimeoutError",
     "RunUndecidedError",
     "LanePoisonedError",
+    "ReplayMismatchError",
+    "StaleRecordingError",
     "ArgumentTypeError",
     "WorkerStateError",
     "UnsupportedError",
@@ -266,6 +273,15 @@ class LanePoisonedError(SimplerError, RuntimeError):
     CODE = 16
 
 
+class ReplayMismatchError(InvalidArgumentError):
+    """A replay of a recorded ``host_build_graph`` graph got an argument that differs from
+    the recorded one: ``arg`` names it (the signature's name), ``reason`` says how (another
+    shape or dtype, another scalar value, device tensors that overlap differently). Nothing
+    ran; replay arguments of the recorded shapes, or record again."""
+
+    CODE = 18
+
+
 class ArgumentTypeError(SimplerError, TypeError):
     """An argument has a Python type simpler cannot use."""
 
@@ -278,6 +294,14 @@ class WorkerStateError(SimplerError, RuntimeError):
 
     CODE = 21
     CODE_NAME = "INVALID_STATE"
+
+
+class StaleRecordingError(WorkerStateError):
+    """A recording cannot be replayed: its callable (``callable``, the name) was unregistered
+    or registered again since it was recorded (``reason`` says which). Nothing ran; record
+    again on the current registration."""
+
+    CODE = 19
 
 
 class UnsupportedError(SimplerError, NotImplementedError):

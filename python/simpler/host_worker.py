@@ -65,7 +65,7 @@ from .types import DataType, shape_tuple
 from .worker import (
     _OPTIONS,
     PLATFORMS,
-    RUNTIMES,
+    RecordedRun,
     Worker,
     _trace_option,
     _TracedReport,
@@ -224,8 +224,8 @@ class HostWorker(Worker):
     default 64 MiB), ``startup_timeout_s`` (the whole tree's start, default 300),
     ``close_timeout_s`` (how long ``close()`` waits for the runs in flight before it kills
     the child processes still running tasks, default 30), and the
-    level-2 chip options (``clusters``, ``aicpu_threads``, timeouts, ``sim_executor`` ...),
-    applied to every chip. The engine checks the configuration here, before anything starts.
+    level-2 chip options (``clusters``, ``aicpu_threads``, timeouts, ``sim_executor``,
+    ``runtime`` ...), applied to every chip. The engine checks the configuration here, before anything starts.
     """
 
     def __init__(self, level: int = 3, **config: Any) -> None:
@@ -233,13 +233,8 @@ class HostWorker(Worker):
             raise InvalidConfigError(f"a host worker has level >= 3, got {level!r}")
         self.level = level
         self.platform = config.pop("platform", "sim")
-        self.runtime = config.pop("runtime", "tensormap_and_ringbuffer")
         if self.platform not in PLATFORMS:
             raise UnsupportedError(f"platform {self.platform!r}: only 'sim' exists in this build")
-        if self.runtime not in RUNTIMES:
-            raise UnsupportedError(
-                f"runtime {self.runtime!r}: only 'tensormap_and_ringbuffer' exists in this build"
-            )
         if "device_id" in config and "device_ids" in config:
             raise InvalidConfigError("give device_ids (level 3) or device_id, not both")
         if "device_id" in config:
@@ -287,6 +282,7 @@ class HostWorker(Worker):
         self.num_sub_workers = int(subs)
         # The chips' own configuration (the host's WorkerConfig); checked by the engine.
         self._config = _native.WorkerConfig(device_id=device_ids[0] if device_ids else 0, **options)
+        self.runtime = str(self._config.runtime)
         chips = [_native.WorkerConfig(device_id=d, **options) for d in device_ids]
         self._host = _native.HostWorker(
             level,
@@ -561,6 +557,22 @@ class HostWorker(Worker):
         """Copies the chip memory ``src`` (a :class:`ChildTensor`) into host memory ``dst``, as
         one run."""
         self.run(lambda orch, _args, _cfg: orch.copy_from(dst, src))
+
+    def record(self, callable: Any, args: Any = None, config: Optional[CallConfig] = None) -> Any:
+        """Not available at level 3: ``UnsupportedError``. A chip task runs under its
+        worker's ``runtime`` (or its config's); recordings are a level-2 worker's
+        (``Worker(level=2).record``)."""
+        raise UnsupportedError(
+            "record: recordings are a level-2 worker's (Worker(level=2).record); a level-3 "
+            "worker runs its chip tasks under host_build_graph (runtime='host_build_graph') "
+            "without recording them"
+        )
+
+    def replay(
+        self, recording: RecordedRun, args: Any = None, config: Optional[CallConfig] = None
+    ) -> Any:
+        """Not available at level 3 (see :meth:`record`): ``UnsupportedError``."""
+        raise UnsupportedError("replay: recordings are a level-2 worker's (Worker(level=2))")
 
     def malloc(self, size: int) -> Any:
         raise UnsupportedError(

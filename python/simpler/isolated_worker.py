@@ -20,6 +20,11 @@ run and device call is refused with the same error. Close the worker and make a 
 ``Buffer`` is device memory of the child's chip, passed to runs in place; ``copy_to`` and
 ``copy_from`` are runs of their own, ordered after the runs submitted before them.
 
+**Runtimes.** ``runtime`` and ``CallConfig.runtime`` reach the child's chip, so a run there
+goes under ``host_build_graph`` as in this process; its report has no ``graph`` (``None``),
+and recordings (:meth:`IsolatedWorker.record`) are not available: they raise
+``UnsupportedError``.
+
 **Reports.** ``RunReport.epoch`` is process-unique among runs of isolated workers;
 ``device_time_s`` is the chip task's wall time, measured around its request to the child (the
 copies are not in it); ``total_time_s`` runs from the submission to the run's end, copies
@@ -38,8 +43,8 @@ from typing import Any, Dict, Optional
 
 from . import _native
 from .config import CallConfig
-from .errors import InvalidConfigError, WorkerStateError
-from .worker import Worker
+from .errors import InvalidConfigError, UnsupportedError, WorkerStateError
+from .worker import RecordedRun, Worker
 
 __all__ = ["IsolatedWorker"]
 
@@ -127,6 +132,22 @@ class IsolatedWorker(Worker):
                 "context in this process (chip_isolation='thread')"
             )
         return super().submit(callable, args, config)
+
+    def record(self, callable: Any, args: Any = None, config: Optional[CallConfig] = None) -> Any:
+        """Not available with the chip in a child process: ``UnsupportedError``
+        (``chip_isolation="thread"`` records)."""
+        raise UnsupportedError(
+            "record: recordings need the chip in this process (chip_isolation='thread'); "
+            "a chip in a child process runs host_build_graph without recording"
+        )
+
+    def replay(
+        self, recording: RecordedRun, args: Any = None, config: Optional[CallConfig] = None
+    ) -> Any:
+        """Not available with the chip in a child process (see :meth:`record`)."""
+        raise UnsupportedError(
+            "replay: recordings need the chip in this process (chip_isolation='thread')"
+        )
 
     @property
     def health(self) -> Dict[str, str]:

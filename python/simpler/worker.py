@@ -27,6 +27,15 @@ signature, once, and its errors arrive as the classes of :mod:`simpler.errors`. 
 reports cross as native classes with named fields (``simpler._native.WorkerConfig``,
 ``CallConfig``, ``RunReport``), and every default is the host's. See ``docs/python.md``.
 
+**Runtimes and recordings.** ``runtime`` (``"tensormap_and_ringbuffer"``, the default, or
+``"host_build_graph"``) is the variant of every run whose callable and :class:`CallConfig`
+name none. A ``host_build_graph`` run's report has ``graph`` (:class:`GraphReport`).
+:meth:`Worker.record` runs a callable once under ``host_build_graph`` and keeps its graph as a
+:class:`RecordedRun`; :meth:`Worker.replay` (or ``submit``/``run`` given the recording)
+runs the graph again on new arguments of the same shapes, dtypes and scalars without
+running the orchestration. The host checks the replay (``ReplayMismatchError``,
+``StaleRecordingError``); see ``docs/chip-runtime.md`` §17.
+
 **Threads.** A run, a wait and every copy release the GIL. ``run`` is ``submit(...).result()``
 and ``RunHandle.wait`` waits in short slices, checking for signals between them, so Ctrl-C
 raises ``KeyboardInterrupt`` promptly; the run goes on (its outputs land when it completes),
@@ -59,10 +68,11 @@ from .errors import (
 from .tensor import Buffer, TaskArgs, Tensor, as_array
 from .types import ArgSpec, TensorArgType, is_scalar, scalar_item
 
-__all__ = ["Worker", "RunHandle", "RunReport"]
+__all__ = ["Worker", "RunHandle", "RunReport", "GraphReport", "RecordedRun"]
 
 PLATFORMS = ("sim", "a2a3sim")
-RUNTIMES = ("tensormap_and_ringbuffer",)
+# The runtime variants' names, as the host names them (simpler_host::Runtime).
+RUNTIMES: Tuple[str, ...] = tuple(_native.RUNTIMES)
 
 # Worker options and the host's WorkerConfig fields they set (unset ones take its defaults).
 _OPTIONS = {
@@ -78,6 +88,7 @@ _OPTIONS = {
     "tensor_data_timeout_s": "tensor_data_timeout_s",
     "sim_memcheck": "sim_memcheck",
     "sim_executor": "sim_executor",
+    "runtime": "runtime",
 }
 
 # Options that configure the device itself; a worker borrowing a caller's context refuses them.
@@ -130,6 +141,35 @@ class _TracedReport:
 
 
 @dataclass(frozen=True)
+class GraphReport:
+    """What the host did for a ``host_build_graph`` run's graph (``RunReport.graph``)."""
+
+    build_time_s: float
+    """Running the orchestration on the host and writing the graph image (0 for a replay)."""
+    upload_time_s: float
+    """Allocating the image on the device and copying it there (0 for a replay)."""
+    tasks: int
+    """Tasks in the graph."""
+    image_bytes: int
+    """Bytes of the graph image."""
+    replayed: bool
+    """Whether the run replayed a :class:`RecordedRun`."""
+
+    @classmethod
+    def _of(cls, native: Any) -> Optional["GraphReport"]:
+        """The report of a native ``GraphReport`` (``None`` for none)."""
+        if native is None:
+            return None
+        return cls(
+            float(native.build_time_s),
+            float(native.upload_time_s),
+            int(native.tasks),
+            int(native.image_bytes),
+            bool(native.replayed),
+        )
+
+
+@dataclass(frozen=True)
 class RunReport(_TracedReport):
     """What a successful run reports; a traced run's report also holds its trace."""
 
@@ -142,7 +182,69 @@ class RunReport(_TracedReport):
     tasks: Optional[int] = None
     """Tasks the orchestration submitted, allocation-only and other kernel-less tasks
     included (for a chip in a child process, as the child reports them)."""
+    graph: Optional[GraphReport] = None
+    """A ``host_build_graph`` run's graph: its build and upload times, tasks, image size,
+    and whether it was a replay; ``None`` under ``tensormap_and_ringbuffer`` (and for a
+    chip in a child process)."""
     _native: Any = field(default=None, repr=False, compare=False)
+
+
+class RecordedRun:
+    """A ``host_build_graph`` graph recorded by :meth:`Worker.record`: replay it with
+    :meth:`Worker.replay` (or pass it to ``submit``/``run`` in place of the callable's
+    handle) on new arguments of the recorded shapes, dtypes and scalar values; only the
+    arguments' addresses are rebound and the orchestration does not run. Valid on the
+    worker that recorded it while its callable stays registered (else
+    ``StaleRecordingError``); holding it keeps the graph image in device memory."""
+
+    def __init__(self, native: Any, handle: CallableHandle, worker: "Worker", report: RunReport):
+        self._native = native
+        self._handle = handle
+        self._worker = worker
+        self.report = report
+        """The recording run's report (the run filled its outputs)."""
+
+    @property
+    def callable(self) -> str:
+        """The recorded callable's name."""
+        return str(self._native.callable_name)
+
+    @property
+    def signature(self) -> Tuple[ArgSpec, ...]:
+        """The recorded callable's signature (a replay's arguments follow it)."""
+        return self._handle.signature
+
+    @property
+    def tasks(self) -> int:
+        """Tasks in the graph."""
+        return int(self._native.tasks)
+
+    @property
+    def image_bytes(self) -> int:
+        """Bytes of the graph image on the device."""
+        return int(self._native.image_bytes)
+
+    @property
+    def generation(self) -> int:
+        """The callable's registration generation it was recorded under."""
+        return int(self._native.generation)
+
+    @property
+    def build_time_s(self) -> float:
+        """Seconds the host spent running the orchestration and writing the image."""
+        return float(self._native.build_time_s)
+
+    @property
+    def upload_time_s(self) -> float:
+        """Seconds spent copying the image to the device."""
+        return float(self._native.upload_time_s)
+
+    def __repr__(self) -> str:
+        return (
+            f"RecordedRun(callable={self.callable!r}, tasks={self.tasks}, "
+            f"image_bytes={self.image_bytes}, generation={self.generation}, "
+            f"build_time_s={self.build_time_s:.6f}, upload_time_s={self.upload_time_s:.6f})"
+        )
 
 
 class Worker:
@@ -153,8 +255,10 @@ class Worker:
     ``trace_level`` off; the report then has ``write_trace(path)`` and ``trace_summary()``
     (``docs/tracing.md``).
 
-    Options: ``platform`` (``"sim"``; ``"a2a3sim"`` is an alias), ``runtime``
-    (``"tensormap_and_ringbuffer"``), ``device_id``, and the chip's shape and sizes:
+    Options: ``platform`` (``"sim"``; ``"a2a3sim"`` is an alias), ``runtime`` (the variant of
+    runs whose callable and :class:`CallConfig` name none: ``"tensormap_and_ringbuffer"``, the
+    default, or ``"host_build_graph"``; another name is an ``InvalidConfigError`` listing
+    them), ``device_id``, and the chip's shape and sizes:
     ``clusters``, ``aicpu_threads``, ``aicpu_thread_num`` (0 = all), ``heap_ring_size``
     (bytes), ``task_window`` (task slots per ring), ``launch_depth`` (runs on the device at once,
     1 or 2) and the timeouts in seconds: ``run_timeout_s`` (the host's wait for a run),
@@ -207,14 +311,9 @@ class Worker:
         # the caller owns (init(borrowed_context_generation=...)).
         self._device_options = [k for k in _DEVICE_OPTIONS if k in config]
         self.platform = config.pop("platform", "sim")
-        self.runtime = config.pop("runtime", "tensormap_and_ringbuffer")
         self.device_id = config.pop("device_id", 0)
         if self.platform not in PLATFORMS:
             raise UnsupportedError(f"platform {self.platform!r}: only 'sim' exists in this build")
-        if self.runtime not in RUNTIMES:
-            raise UnsupportedError(
-                f"runtime {self.runtime!r}: only 'tensormap_and_ringbuffer' exists in this build"
-            )
         options = {field: config.pop(key) for key, field in _OPTIONS.items() if key in config}
         for key in ("device_ids", "num_sub_workers"):
             if config.pop(key, None):
@@ -241,6 +340,7 @@ class Worker:
             raise ArgumentTypeError(f"Worker() got unknown option(s): {', '.join(sorted(config))}")
         # The host's WorkerConfig: its defaults for what is left out; checked at init().
         self._config = _native.WorkerConfig(device_id=self.device_id, **options)
+        self.runtime = str(self._config.runtime)
         self._native: Optional[_native.ChipWorker] = None
         self._state = "created"
         self._handles: Dict[str, CallableHandle] = {}
@@ -542,13 +642,14 @@ class Worker:
 
     def run(
         self,
-        callable: CallableHandle,
+        callable: Union[CallableHandle, RecordedRun],
         args: Any = None,
         config: Optional[CallConfig] = None,
         *,
         trace: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> RunReport:
-        """Runs a registered callable and waits for it, with the GIL released.
+        """Runs a registered callable (or replays a :class:`RecordedRun`) and waits for it,
+        with the GIL released.
 
         This is ``submit(...).result()``: host arrays are lent to the run in place, device
         tensors are used in place, and Ctrl-C raises ``KeyboardInterrupt`` while the run goes
@@ -580,14 +681,16 @@ class Worker:
 
     def submit(
         self,
-        callable: CallableHandle,
+        callable: Union[CallableHandle, RecordedRun],
         args: Any = None,
         config: Optional[CallConfig] = None,
         *,
         caller_stream: Optional[int] = None,
     ) -> "RunHandle":
         """Starts a run and returns at once with its :class:`RunHandle`. The run owns its
-        arguments until it finishes: do not modify them meanwhile.
+        arguments until it finishes: do not modify them meanwhile. Given a
+        :class:`RecordedRun` instead of a callable handle, the run replays it (see
+        :meth:`replay`).
 
         ``caller_stream`` (a :class:`simpler.sim.Stream` of the borrowed context) launches
         the run inside the caller's stream: after the work queued on it before this call,
@@ -600,29 +703,80 @@ class Worker:
         """
         if caller_stream is None:
             return self._submit(*self._prepare(callable, args, config))
+        if isinstance(callable, RecordedRun):
+            raise UnsupportedError(
+                "caller_stream: a recording replays as a program launch (submit(rec, args))"
+            )
         if isinstance(caller_stream, bool) or not isinstance(caller_stream, (int, np.integer)):
             raise ArgumentTypeError(
                 f"caller_stream must be a stream handle (simpler.sim.Stream), got "
                 f"{type(caller_stream).__name__}",
                 arg="caller_stream",
             )
-        native, native_id, items, native_config = self._prepare(callable, args, config)
+        native, target, items, native_config = self._prepare(callable, args, config)
         return RunHandle(
-            native.submit(native_id, items, native_config, caller_stream=int(caller_stream)),
+            native.submit(target, items, native_config, caller_stream=int(caller_stream)),
             self,
         )
 
-    def _submit(self, native, native_id, items, native_config) -> "RunHandle":
-        """Submits the run. The host lends every host array in place and orders a run whose
-        arrays overlap those of an unfinished run — one of the two writing them — behind that
-        run, so submissions on shared arrays behave as if executed in order."""
-        return RunHandle(native.submit(native_id, items, native_config), self)
+    def _submit(self, native, target, items, native_config) -> "RunHandle":
+        """Submits the run of ``target`` (a callable id, or a native recording to replay).
+        The host lends every host array in place and orders a run whose arrays overlap those
+        of an unfinished run — one of the two writing them — behind that run, so submissions
+        on shared arrays behave as if executed in order."""
+        if isinstance(target, int):
+            return RunHandle(native.submit(target, items, native_config), self)
+        return RunHandle(native.submit_replay(target, items, native_config), self)
+
+    def record(
+        self, callable: CallableHandle, args: Any = None, config: Optional[CallConfig] = None
+    ) -> RecordedRun:
+        """Runs ``callable`` once under ``host_build_graph`` and keeps its graph: the run
+        fills its outputs as any run does (its report is the recording's ``report``) and
+        returns the :class:`RecordedRun` that :meth:`replay` runs again on new arguments of
+        the same shapes, dtypes and scalars (``docs/chip-runtime.md`` §17). ``config``
+        gives the run's other options; its ``runtime`` is ignored. An orchestration that
+        calls ``get/set_tensor_data`` cannot be recorded (``InvalidArgumentError`` naming
+        ``record``); a graph that does not fit fails as any ``host_build_graph`` run
+        (``RunFailedError``)."""
+        native, native_id, items, native_config = self._prepare(callable, args, config)
+        assert isinstance(native_id, int)
+        run = RunHandle(native.submit_record(native_id, items, native_config), self)
+        report = run.result()
+        recording = run._native.result().recording
+        assert recording is not None, "a recording run's report carries its recording"
+        return RecordedRun(recording, callable, self, report)
+
+    def replay(
+        self, recording: RecordedRun, args: Any = None, config: Optional[CallConfig] = None
+    ) -> RunReport:
+        """Replays ``recording`` on ``args`` and waits for it: the recorded graph runs again
+        with only the arguments' addresses rebound (the orchestration does not run), so each
+        argument must have the recorded shape and dtype and each scalar the recorded value
+        (``ReplayMismatchError`` naming it). A recording whose callable was unregistered or
+        registered again raises ``StaleRecordingError``. This is ``run(recording, args,
+        config)``; ``submit(recording, ...)`` returns at once."""
+        if not isinstance(recording, RecordedRun):
+            raise ArgumentTypeError(
+                f"replay takes a RecordedRun from record(), got {type(recording).__name__}"
+            )
+        return self.run(recording, args, config)
 
     def _prepare(self, callable: Any, args: Any, config: Optional[CallConfig]):
         with self._lock:
             native = self._live()
-            handle = self._own_handle(callable)
-            native_id = handle._native_id
+            if isinstance(callable, RecordedRun):
+                if callable._worker is not self:
+                    raise InvalidArgumentError(
+                        f"the recording of `{callable.callable}` was made by another worker",
+                        arg="recording",
+                        reason="the recording was made by another worker",
+                    )
+                handle = callable._handle
+                target: Any = callable._native
+            else:
+                handle = self._own_handle(callable)
+                target = handle._native_id
         native_config = None
         worker_level = self.trace_level
         if worker_level not in ("off", "0") and (config is None or isinstance(config, CallConfig)):
@@ -631,7 +785,7 @@ class Worker:
             if not isinstance(config, CallConfig):
                 raise ArgumentTypeError(f"config must be a CallConfig, got {type(config).__name__}")
             native_config = config._for_worker(self)
-        return native, native_id, self._native_args(handle, args), native_config
+        return native, target, self._native_args(handle, args), native_config
 
     def _native_args(self, handle: CallableHandle, args: Any) -> List[Any]:
         """One native item per argument, in signature order (TaskArgs: its tensors, then its
@@ -748,7 +902,12 @@ class RunHandle:
         report = self._native.result()
         traced = report if getattr(report, "has_trace", False) else None
         return RunReport(
-            report.epoch, report.device_time_s, report.total_time_s, report.tasks, traced
+            report.epoch,
+            report.device_time_s,
+            report.total_time_s,
+            report.tasks,
+            GraphReport._of(report.graph),
+            traced,
         )
 
     def __repr__(self) -> str:

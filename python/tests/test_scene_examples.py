@@ -1,20 +1,24 @@
-"""The four examples as scene tests; every reference is computed with numpy, in float64.
+"""The examples as scene tests; every reference is computed with numpy, in float64. Every
+case runs under both runtime variants (a test per case and runtime, ``gemm_512-host_build_graph``:
+the pooled worker's ``runtime``).
 
 Run alone with ``pytest python/tests/test_scene_examples.py --rounds 3 --case gemm_512``, or
-``python python/tests/test_scene_examples.py -p sim``.
+``python python/tests/test_scene_examples.py -p sim``; ``--runtime host_build_graph`` keeps one
+runtime's tests.
 """
 
 import numpy as np
 from simpler.testing import Scalar, SceneTestCase, TaskArgsBuilder, TensorArg, scene_test  # noqa: F401
 
 EX = "../../examples"
+BOTH = ("tensormap_and_ringbuffer", "host_build_graph")
 
 
 def _rng(params):
     return np.random.default_rng(params.get("seed", 0))
 
 
-@scene_test(level=2, runtime="tensormap_and_ringbuffer")
+@scene_test(level=2, runtime=BOTH)
 class TestVectorAdd(SceneTestCase):
     """c = a + b, tiled into independent AIV tasks."""
 
@@ -46,7 +50,7 @@ class TestVectorAdd(SceneTestCase):
         args.c[:] = args.a.astype(np.float64) + args.b.astype(np.float64)
 
 
-@scene_test(level=2, runtime="tensormap_and_ringbuffer")
+@scene_test(level=2, runtime=BOTH)
 class TestFormula(SceneTestCase):
     """f = (a + b + 1)(a + b + 2) + (a + b): five tasks in a diamond, a nested scope."""
 
@@ -80,7 +84,7 @@ class TestFormula(SceneTestCase):
         args.f[:] = (s + 1) * (s + 2) + s
 
 
-@scene_test(level=2, runtime="tensormap_and_ringbuffer")
+@scene_test(level=2, runtime=BOTH)
 class TestGemm(SceneTestCase):
     """C = A·B in 64 x 64 tiles with K-chained accumulation (AIC tasks)."""
 
@@ -101,7 +105,7 @@ class TestGemm(SceneTestCase):
         args.C[:] = args.A.astype(np.float64) @ args.B.astype(np.float64)
 
 
-@scene_test(level=2, runtime="tensormap_and_ringbuffer")
+@scene_test(level=2, runtime=BOTH)
 class TestGemmShapes(TestGemm):
     """The gemm sources with a shape-free signature: ragged tiles in every dimension."""
 
@@ -118,7 +122,7 @@ class TestGemmShapes(TestGemm):
     ]
 
 
-@scene_test(level=2, runtime="tensormap_and_ringbuffer")
+@scene_test(level=2, runtime=BOTH)
 class TestSoftmax(SceneTestCase):
     """Row-wise softmax: per-block row statistics, then normalisation (32 AIV tasks)."""
 
@@ -147,6 +151,26 @@ class TestSoftmax(SceneTestCase):
         x = args.x.astype(np.float64)
         e = np.exp(x - x.max(axis=1, keepdims=True))
         args.y[:] = e / e.sum(axis=1, keepdims=True)
+
+
+@scene_test(level=2, runtime=BOTH)
+class TestAxpy(SceneTestCase):
+    """y = alpha * x + y in place (y INOUT, alpha a signature scalar): 32 independent tiles."""
+
+    CALLABLE = {"example": f"{EX}/axpy"}  # the manifest fixes 512 x 512
+
+    CASES = [{"name": "axpy_512", "params": {"alpha": 2.5}}]
+
+    def generate_args(self, params):
+        rng = _rng(params)
+        return TaskArgsBuilder(
+            TensorArg("x", rng.standard_normal((512, 512)).astype(np.float32)),
+            TensorArg("y", rng.standard_normal((512, 512)).astype(np.float32)),
+            Scalar("alpha", params["alpha"]),
+        )
+
+    def compute_golden(self, args, params):
+        args.y[:] = params["alpha"] * args.x.astype(np.float64) + args.y.astype(np.float64)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The scene-test framework and its pytest plugin (--platform, --rounds, --case)."""
+"""The scene-test framework and its pytest plugin (--platform, --rounds, --case, --runtime)."""
 
 import textwrap
 
@@ -101,6 +101,43 @@ def test_unknown_case_keys_are_refused_at_import(pytester):
     )
     result = pytester.runpytest()
     result.stdout.fnmatch_lines(["*unknown key(s)*colour*"])
+    assert result.ret != 0
+
+
+def test_a_class_of_several_runtimes_runs_each_case_under_each(pytester):
+    pytester.makepyfile(
+        test_runtimes=SCENE.replace(
+            "@scene_test(level=2)",
+            '@scene_test(level=2, runtime=("tensormap_and_ringbuffer", "host_build_graph"))',
+        )
+        + textwrap.dedent(
+            """
+            def has_the_runtime(self, scene_case, st_worker, scene_runtime):
+                assert st_worker.runtime == scene_runtime
+
+            TestScale.test_the_pooled_worker_has_the_runtime = has_the_runtime
+            """
+        )
+    )
+    result = pytester.runpytest("-v", "-p", "no:cacheprovider", "--case", "double")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_scene[[]double-tensormap_and_ringbuffer[]] PASSED*",
+            "*test_scene[[]double-host_build_graph[]] PASSED*",
+        ]
+    )
+    result = pytester.runpytest("-v", "--case", "double", "--runtime", "host_build_graph")
+    result.assert_outcomes(passed=2)
+    assert "tensormap_and_ringbuffer]" not in result.stdout.str()
+    result = pytester.runpytest("--runtime", "aicpu_build_graph")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*--runtime aicpu_build_graph*host_build_graph*"])
+    pytester.makepyfile(
+        test_runtimes=SCENE.replace("@scene_test(level=2)", '@scene_test(runtime="hbg")')
+    )
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(["*runtime 'hbg' is not one of*"])
     assert result.ret != 0
 
 

@@ -144,6 +144,8 @@ def test_every_error_class_derives_from_its_builtin_and_keeps_its_code():
         "WaitTimeoutError": (TimeoutError, 14),
         "RunUndecidedError": (RuntimeError, 15),
         "LanePoisonedError": (RuntimeError, 16),
+        "ReplayMismatchError": (ValueError, 18),
+        "StaleRecordingError": (RuntimeError, 19),
         "ArgumentTypeError": (TypeError, 20),
         "WorkerStateError": (RuntimeError, 21),
         "UnsupportedError": (NotImplementedError, 22),

@@ -80,8 +80,10 @@ def test_unsupported_configurations():
     Worker(level=2, chip_isolation="thread").close()
     with pytest.raises(NotImplementedError, match="platform"):
         Worker(level=2, platform="a2a3")
-    with pytest.raises(NotImplementedError, match="runtime"):
-        Worker(level=2, runtime="host_build_graph")
+    with Worker(level=2, runtime="host_build_graph") as hbg:
+        assert hbg.runtime == "host_build_graph"
+    with pytest.raises(simpler.InvalidConfigError, match="tensormap_and_ringbuffer and host_build_graph"):
+        Worker(level=2, runtime="tensormap")
     with pytest.raises(TypeError, match="bogus"):
         Worker(level=2, bogus=1)
     with pytest.raises(ValueError, match="aicpu_thread_num"):

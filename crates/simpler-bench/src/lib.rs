@@ -27,12 +27,18 @@
 //! memory as Perfetto protobuf and as Chrome JSON, beside the 1 s target
 //! (`simpler bench --trace-write`).
 //!
+//! [`replay`] is what `host_build_graph` and its recordings buy: a 1,000-task no-op graph and
+//! `examples/gemm` under `tensormap_and_ringbuffer`, `host_build_graph` and a replayed
+//! recording on one warm worker, end to end and on the host, beside the two targets
+//! (`simpler bench --replay`).
+//!
 //! [`balance`] is the scheduler-balance workload: as many independent sleeping tasks as the
 //! chip has cores, over a grid of scheduler and cluster counts (`simpler bench --balance`).
 
 pub mod balance;
 pub mod executor;
 pub mod l3;
+pub mod replay;
 pub mod trace_cost;
 pub mod trace_write;
 

@@ -4,10 +4,12 @@
 //! reports numbers; it never judges them. With `--executor`, [`executor`] measures the sim
 //! executors instead; with `--l3`, [`l3`] the level-3 engine's overhead sweep; with
 //! `--trace-level L`, what tracing at level L costs per run and per task ([`trace_cost`]);
-//! with `--trace-write`, how long writing a trace file takes in each format ([`trace_write`]).
+//! with `--trace-write`, how long writing a trace file takes in each format ([`trace_write`]);
+//! with `--replay`, [`replay`] what `host_build_graph` and its recordings buy.
 
 pub(crate) mod executor;
 pub(crate) mod l3;
+pub(crate) mod replay;
 
 pub(crate) use executor::ExecutorChoice;
 

@@ -13,6 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use simpler_host::fsio::refuse_non_regular;
+use simpler_host::Runtime;
 use simpler_toolchain::build::{self as toolchain, find_include_dir, BuildError, Compiler};
 use simpler_toolchain::cache::KernelCache;
 
@@ -170,13 +171,21 @@ pub fn print_diagnostics(built: &Built) {
     }
 }
 
-/// `simpler build <example-dir> [-o OUT]`: builds, checks the output path, writes the
-/// bundle atomically, prints a summary. Returns the path written.
+/// `simpler build <example-dir> [-o OUT] [--runtime R]`: builds, stamps the bundle with
+/// `runtime` when given (over the manifest's), checks the output path, writes the bundle
+/// atomically, prints a summary. Returns the path written.
 ///
 /// # Errors
 /// [`BuildCommandError`].
-pub fn command(target: &Path, out: Option<&Path>) -> Result<PathBuf, BuildCommandError> {
-    let built = build(target)?;
+pub fn command(
+    target: &Path,
+    out: Option<&Path>,
+    runtime: Option<Runtime>,
+) -> Result<PathBuf, BuildCommandError> {
+    let mut built = build(target)?;
+    if runtime.is_some() {
+        built.built.bundle.runtime = runtime;
+    }
     print_diagnostics(&built);
     let path = output_path(&built, out);
     check_output(&path, &built)?;
@@ -184,10 +193,13 @@ pub fn command(target: &Path, out: Option<&Path>) -> Result<PathBuf, BuildComman
     b.bundle.write(&path).map_err(BuildError::Write)?;
     let nargs = b.bundle.signature.args.len();
     println!(
-        "built `{}` from {} ({nargs} argument{}; headers from {})",
+        "built `{}` from {} ({nargs} argument{}; {}headers from {})",
         b.bundle.name,
         b.manifest.path.display(),
         if nargs == 1 { "" } else { "s" },
+        b.bundle
+            .runtime
+            .map_or(String::new(), |r| format!("runtime {r}; ")),
         built.include_dir.display()
     );
     for u in &b.units {

@@ -4,8 +4,8 @@
 //! exit codes. The work lives in the modules: [`build`] (compiling an example into a
 //! bundle), [`run`] (matching a run's files against the callable's signature, executing,
 //! checking), [`trace`] (summary, SVG swimlane and conversion of trace files) and [`bench`]
-//! (runtime overhead, sim executor, scheduler balance and level-3 engine
-//! figures); manifests, compiling, the kernel
+//! (runtime overhead, sim executor, scheduler balance, level-3 engine, tracing and
+//! `host_build_graph` replay figures); manifests, compiling, the kernel
 //! cache, `.npy` files, scalars and comparison are [`simpler_toolchain`]'s.
 //!
 //! Exit codes: `0` success, `1` the run, an output write (the bundle of `build`, an
@@ -28,6 +28,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use simpler_host::Runtime;
 
 /// Exit code of a failed run, output write or check.
 const EXIT_FAILURE: u8 = 1;
@@ -86,6 +87,10 @@ enum Command {
         /// Output file (or directory); default `<example-dir>/<name>.simpler`.
         #[arg(short = 'o', long = "output", value_name = "OUT")]
         output: Option<PathBuf>,
+        /// Stamp the bundle with this runtime variant (over the manifest's `runtime`): its
+        /// runs use it unless `simpler run --runtime` names another.
+        #[arg(long, value_name = "RUNTIME", value_parser = runtime_parser())]
+        runtime: Option<Runtime>,
     },
     /// Run a callable once on .npy inputs; write and/or check its outputs.
     Run(RunArgs),
@@ -93,7 +98,8 @@ enum Command {
     Bench {
         /// Tasks per run, at least 1 [default: 16384; with --executor, 4096 per throughput
         /// run; with --l3, the largest k of the sweep, at least 2, default 256; with
-        /// --trace-write, the synthetic trace's tasks, default 100000].
+        /// --trace-write, the synthetic trace's tasks, default 100000; with --replay, the
+        /// no-op graph's tasks, default 1000].
         #[arg(
             long,
             value_parser = clap::value_parser!(u64).range(1..),
@@ -101,7 +107,7 @@ enum Command {
         )]
         tasks: Option<u64>,
         /// Measured runs per configuration, at least 1 (the median is reported) [default: 5;
-        /// with --l3, 300]; with --executor, the base sample count of every figure; with
+        /// with --l3, 300; with --replay, 20]; with --executor, the base sample count of every figure; with
         /// --l3, the runs per k up to 16 (fewer for larger k, at least 20).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         runs: Option<u32>,
@@ -163,6 +169,20 @@ enum Command {
             conflicts_with_all = ["balance", "executor", "l3", "trace_level"]
         )]
         trace_write: bool,
+        /// Measure what host_build_graph and its recordings buy instead: a no-op graph of
+        /// --tasks independent tasks [default: 1000] and examples/gemm (512 tasks) on one warm
+        /// worker under tensormap_and_ringbuffer (tmr), host_build_graph building every run
+        /// (hbg) and one recording replayed (hbg replay), interleaved, median of --runs
+        /// [default: 20] after a warm-up. Prints per variant the end-to-end us per run, the
+        /// host's cost and submit->launch time, the host orchestration per task and the
+        /// upload, the replay speedup, and the targets beside them (replay host cost <= 10% of
+        /// an HBG build's; HBG replay end-to-end < TMR end-to-end). Needs a C compiler ($CC or
+        /// cc) for gemm.
+        #[arg(
+            long,
+            conflicts_with_all = ["balance", "executor", "l3", "trace_level", "trace_write"]
+        )]
+        replay: bool,
         /// Measure scheduler balance instead: one sleeping task per core, makespan ÷ task
         /// time for 1, 3, 6 schedulers × 1, 5, 8, 24 clusters.
         #[arg(long)]
@@ -251,6 +271,19 @@ struct RunArgs {
     /// Write the run's task graph to FILE: Graphviz dot, or JSON for a .json FILE.
     #[arg(long, value_name = "FILE")]
     deps: Option<PathBuf>,
+    /// The runtime variant of this run, over the callable's (the bundle's or manifest's
+    /// `runtime`) [default: the callable's, else tensormap_and_ringbuffer].
+    #[arg(long, value_name = "RUNTIME", value_parser = runtime_parser())]
+    runtime: Option<Runtime>,
+}
+
+/// `--runtime`: one of [`Runtime::ALL`] by name; any other is a usage error listing them.
+fn runtime_parser() -> impl clap::builder::TypedValueParser<Value = Runtime> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Runtime::ALL.map(Runtime::name)).map(|name| {
+        name.parse::<Runtime>()
+            .expect("a possible value is a runtime's name")
+    })
 }
 
 fn parse_named_value(s: &str) -> Result<(String, String), String> {
@@ -298,7 +331,8 @@ fn main() -> ExitCode {
         Command::Build {
             example_dir,
             output,
-        } => build::command(&example_dir, output.as_deref())
+            runtime,
+        } => build::command(&example_dir, output.as_deref(), runtime)
             .map(|_| ())
             .map_err(|e| (e.exit_code(), e.into())),
         Command::Trace(t) => match t {
@@ -374,6 +408,18 @@ fn main() -> ExitCode {
         )
         .map_err(|e| (EXIT_FAILURE, e)),
         Command::Bench {
+            replay: true,
+            tasks,
+            runs,
+            json,
+            ..
+        } => bench::replay::command(
+            tasks.unwrap_or(simpler_bench::replay::DEFAULT_NOOP_TASKS),
+            runs.unwrap_or(simpler_bench::replay::DEFAULT_RUNS),
+            json,
+        )
+        .map_err(|e| (bench_exit_code(e.as_ref()), e)),
+        Command::Bench {
             tasks, runs, json, ..
         } => bench::command(
             tasks.unwrap_or(16_384),
@@ -396,6 +442,7 @@ fn main() -> ExitCode {
                     format: a.trace_format,
                     deps: a.deps,
                 },
+                runtime: a.runtime,
             };
             run::command(&req).map_err(|e| (e.exit_code(), e.into()))
         }

@@ -1,4 +1,4 @@
-//! Command-line tests of `simpler bench --balance`, `--executor` and `--l3`: the flags
+//! Command-line tests of `simpler bench --balance`, `--executor`, `--l3` and `--replay`: the flags
 //! they take and refuse, and the shape of their reports. The figures themselves are never
 //! judged here (the tests run with 1 ms tasks, or one sample per figure, on a loaded
 //! machine); `docs/chip-runtime.md` and `docs/sim-device.md` say what they mean.
@@ -260,4 +260,70 @@ fn l3_flags_are_refused_where_they_do_not_apply() {
     let o = simpler(&["bench", "--l3", "--tasks", "1"], dir.path());
     assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
     assert!(text(&o).1.contains("at least 2"), "{:?}", text(&o));
+}
+
+#[test]
+fn replay_prints_every_variant_of_both_workloads_with_the_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = simpler(
+        &["bench", "--replay", "--runs", "1", "--tasks", "8"],
+        dir.path(),
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {err}");
+    let header = "variant      e2e (us/run)";
+    for workload in [
+        "noop: 8 independent no-op tasks (graph of 8 tasks,",
+        "gemm: examples/gemm, 512 chained tile tasks (graph of 512 tasks,",
+    ] {
+        let at = out
+            .find(workload)
+            .unwrap_or_else(|| panic!("{workload:?} missing:\n{out}"));
+        let lines: Vec<&str> = out[at..].lines().skip(1).take(8).collect();
+        assert!(lines[0].starts_with(header), "{workload}:\n{out}");
+        for (line, variant) in lines[1..4].iter().zip(["tmr ", "hbg ", "hbg replay "]) {
+            assert!(
+                line.starts_with(variant),
+                "{variant:?} in {workload}:\n{out}"
+            );
+        }
+        assert!(
+            lines[4].starts_with("replay speedup (hbg e2e / hbg replay e2e): "),
+            "{out}"
+        );
+        for (line, target) in lines[5..7].iter().zip([
+            "target: replay host cost <= 10% of an HBG build's: ",
+            "target: HBG replay end-to-end < TMR end-to-end: ",
+        ]) {
+            assert!(line.starts_with(target), "{target:?}:\n{out}");
+            assert!(
+                line.ends_with(" met") || line.ends_with(" MISSED"),
+                "{line}"
+            );
+        }
+    }
+    for column in [
+        "host cost (us/run)",
+        "stage (us)",
+        "launch (us)",
+        "orch (us/task)",
+        "upload (us)",
+    ] {
+        assert!(out.contains(column), "{column:?} missing:\n{out}");
+    }
+}
+
+#[test]
+fn replay_flags_are_refused_where_they_do_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["bench", "--replay", "--balance"][..],
+        &["bench", "--replay", "--l3"],
+        &["bench", "--replay", "--executor", "pool"],
+        &["bench", "--replay", "--trace-write"],
+        &["bench", "--replay", "--runs", "0"],
+    ] {
+        let o = simpler(args, dir.path());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {:?}", text(&o));
+    }
 }

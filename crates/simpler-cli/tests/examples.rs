@@ -1,5 +1,6 @@
-//! End-to-end tests of the `simpler` binary on the repository's examples, and of how `simpler
-//! run` fails on bad input and failed runs.
+//! End-to-end tests of the `simpler` binary on the repository's examples, each under both
+//! runtime variants (`--runtime`), of how the runtime is chosen, and of how `simpler run`
+//! fails on bad input and failed runs.
 //!
 //! Every case spawns the real binary on files in a temporary directory. Inputs and references
 //! come from `simpler-examples` (independent of the runtime); outputs are read back with
@@ -78,8 +79,12 @@ impl Outcome {
 /// Runs `simpler <args>` in `cwd`.
 fn run_simpler<S: AsRef<str>>(args: &[S], cwd: &Path) -> Outcome {
     let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
-    let o = simpler(&args, cwd);
-    let (stdout, stderr) = text(&o);
+    outcome(&args, &simpler(&args, cwd))
+}
+
+/// What `simpler <args>`, finished as `o`, did.
+fn outcome(args: &[&str], o: &std::process::Output) -> Outcome {
+    let (stdout, stderr) = text(o);
     Outcome {
         label: String::new(),
         command: args.join(" "),
@@ -248,12 +253,36 @@ impl Workdir {
     }
 }
 
-/// Builds an example into a bundle, runs it with a check and compares its output file.
+/// The names `--runtime` takes: every runtime variant.
+fn runtimes() -> [&'static str; 2] {
+    simpler_host::Runtime::ALL.map(simpler_host::Runtime::name)
+}
+
+/// Builds an example into a bundle and, under each runtime variant (`--runtime`), runs it
+/// with a check and compares its output file with the reference; the variants' outputs
+/// must be the same bits.
 fn end_to_end(example: &'static str) {
     let w = Workdir::new(example);
     let bundle = w.build();
-    let o = w.run(&bundle, &w.full_flags());
-    w.assert_passed(&o);
+    let mut outputs = Vec::new();
+    for runtime in runtimes() {
+        let mut flags = w.full_flags();
+        flags.extend(["--runtime".into(), runtime.into()]);
+        let o = w.run(&bundle, &flags).labelled(runtime);
+        w.assert_passed(&o);
+        assert!(
+            o.stdout.contains(&format!("under {runtime}")),
+            "{}",
+            o.context()
+        );
+        outputs.push(read_f32_npy(&w.out_file()).1);
+        std::fs::remove_file(w.out_file()).unwrap();
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(
+        bits(&outputs[0]) == bits(&outputs[1]),
+        "{example}: the runtimes' outputs differ"
+    );
 }
 
 // ---- the examples ----------------------------------------------------------------------------
@@ -290,6 +319,132 @@ fn softmax_end_to_end() {
 #[test]
 fn axpy_end_to_end() {
     end_to_end("axpy");
+}
+
+/// `--runtime` takes the runtime names only: anything else is a usage error (exit 2) listing
+/// them, in `simpler run` and `simpler build`, and nothing runs or is written.
+#[test]
+fn a_bad_runtime_exits_2_listing_the_runtimes() {
+    let w = Workdir::new("formula");
+    let bundle = w.build();
+    let mut flags = w.full_flags();
+    flags.extend(["--runtime".into(), "hbg".into()]);
+    let names = runtimes();
+    let needles = [
+        "invalid value 'hbg' for '--runtime <RUNTIME>'",
+        names[0],
+        names[1],
+    ];
+    w.run(&bundle, &flags).failed(2, &needles);
+    assert_empty(&w.out_dir());
+    let out = w.path("stamped.simpler");
+    let dir = example_dir("formula");
+    run_simpler(
+        &[
+            "build",
+            path_str(&dir),
+            "-o",
+            path_str(&out),
+            "--runtime",
+            "hbg",
+        ],
+        w.dir.path(),
+    )
+    .failed(2, &needles);
+    assert!(!out.exists());
+}
+
+/// A manifest's `runtime = "host_build_graph"` is honoured, in memory and through the bundle
+/// it builds: the run says so, and a task window too small for vector_add's 256 tasks fails
+/// the host-built graph at once (FLOW_CONTROL_DEADLOCK naming PTO2_RING_TASK_WINDOW), while
+/// `--runtime tensormap_and_ringbuffer` overrides it and the same window suffices (the rings
+/// reclaim). `simpler build --runtime` stamps a bundle the same way.
+#[test]
+fn a_manifest_runtime_is_honoured_and_run_runtime_overrides_it() {
+    let w = Workdir::new("vector_add");
+    let ex = edited_example(
+        w.dir.path(),
+        "vector_add",
+        "simpler.toml",
+        "name = \"vector_add\"\n",
+        "name = \"vector_add\"\nruntime = \"host_build_graph\"\n",
+    );
+    let bundle = w.path("hbg.simpler");
+    run_simpler(
+        &["build", path_str(&ex), "-o", path_str(&bundle)],
+        w.dir.path(),
+    )
+    .succeeded();
+    assert_eq!(
+        simpler_host::Bundle::read(&bundle).unwrap().runtime,
+        Some(simpler_host::Runtime::HostBuildGraph)
+    );
+    let hbg = "under host_build_graph (graph of 256 tasks built on the host";
+    for target in [&ex, &bundle] {
+        let o = w.run(target, &w.full_flags());
+        w.assert_passed(&o);
+        assert!(o.stdout.contains(hbg), "{}", o.context());
+        std::fs::remove_file(w.out_file()).unwrap();
+    }
+    let small_window = |flags: &[String]| {
+        let mut args = vec!["run", path_str(&bundle)];
+        args.extend(flags.iter().map(String::as_str));
+        let o = common::command()
+            .args(&args)
+            .env("PTO2_RING_TASK_WINDOW", "64")
+            .current_dir(w.dir.path())
+            .output()
+            .unwrap();
+        outcome(&args, &o).labelled("PTO2_RING_TASK_WINDOW=64")
+    };
+    small_window(&w.full_flags()).failed(
+        1,
+        &[
+            "running `vector_add` failed",
+            "FLOW_CONTROL_DEADLOCK",
+            "PTO2_RING_TASK_WINDOW",
+        ],
+    );
+    assert_empty(&w.out_dir());
+    let mut tmr = w.full_flags();
+    tmr.extend(["--runtime".into(), "tensormap_and_ringbuffer".into()]);
+    let o = small_window(&tmr);
+    w.assert_passed(&o);
+    assert!(
+        o.stdout.contains("under tensormap_and_ringbuffer"),
+        "{}",
+        o.context()
+    );
+    std::fs::remove_file(w.out_file()).unwrap();
+
+    // `simpler build --runtime` over the manifest's, and on an example without one.
+    for (example, dir) in [("edited", ex.clone()), ("plain", example_dir("vector_add"))] {
+        let stamped = w.path(&format!("{example}.simpler"));
+        let o = run_simpler(
+            &[
+                "build",
+                path_str(&dir),
+                "-o",
+                path_str(&stamped),
+                "--runtime",
+                "tensormap_and_ringbuffer",
+            ],
+            w.dir.path(),
+        );
+        o.succeeded();
+        assert!(
+            o.stdout.contains("runtime tensormap_and_ringbuffer"),
+            "{}",
+            o.context()
+        );
+        assert_eq!(
+            simpler_host::Bundle::read(&stamped).unwrap().runtime,
+            Some(simpler_host::Runtime::TensormapAndRingbuffer),
+            "{example}"
+        );
+    }
+    // Without --runtime or a manifest key the bundle names no runtime.
+    assert_eq!(simpler_host::Bundle::read(w.build()).unwrap().runtime, None);
 }
 
 /// axpy's scalar is required, parsed as its dtype, and changes the result.

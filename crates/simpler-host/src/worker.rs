@@ -491,7 +491,12 @@ impl ChipWorker {
     ) -> Result<RunReport, HostError> {
         let plan = self.program_plan(config)?;
         let current = self.shared.table.lock().get(recording.callable()).ok();
-        let callable = graph::check_stale(recording, current.as_ref())?.clone();
+        let callable = graph::check_stale(
+            recording,
+            self.shared.lane.lane_generation(),
+            current.as_ref(),
+        )?
+        .clone();
         crate::args::check(&callable.name, &callable.signature, args)?;
         let graph = GraphPlan::Replay(recording.image.clone());
         self.run_lent(callable, args, plan, graph, Some(recording))
@@ -505,7 +510,12 @@ impl ChipWorker {
     ) -> Result<(Arc<Registered>, crate::config::RunPlan), HostError> {
         let plan = self.program_plan(config)?;
         let current = self.shared.table.lock().get(recording.callable()).ok();
-        let callable = graph::check_stale(recording, current.as_ref())?.clone();
+        let callable = graph::check_stale(
+            recording,
+            self.shared.lane.lane_generation(),
+            current.as_ref(),
+        )?
+        .clone();
         crate::args::check_owned(&callable.name, &callable.signature, args)?;
         graph::check_args(recording, &callable, args)?;
         Ok((callable, plan))

@@ -373,3 +373,24 @@ fn tensor_data_that_would_wait_for_a_task_is_refused_naming_it() {
         .result();
     assert!(out.is_ok(), "{:?}", out.err());
 }
+
+#[test]
+fn a_recording_replays_only_on_the_worker_that_made_it() {
+    let (_dev_a, a, id_a) = worker();
+    let (_dev_b, b, id_b) = worker();
+    assert_eq!(id_a, id_b, "both workers give the callable the same id");
+    let rec = a
+        .submit_record(id_a, args(1.0, 0), &CallConfig::default())
+        .unwrap()
+        .result()
+        .unwrap()
+        .report
+        .recording
+        .unwrap();
+    match b.submit_replay(&rec, args(1.0, 0), &CallConfig::default()) {
+        Err(HostError::StaleRecording { reason, .. }) => {
+            assert!(reason.contains("another worker"), "{reason}")
+        }
+        other => panic!("expected a stale recording, got {:?}", other.err()),
+    }
+}

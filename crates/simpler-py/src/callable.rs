@@ -105,15 +105,22 @@ impl NativeCallable {
 impl NativeCallable {
     /// Builds and validates a callable: `signature` as `(name, direction, dtype, shape)`
     /// tuples, `orchestration` as `(entry, image)`, `kernels` as `(func_id, core, entry,
-    /// image)` tuples.
+    /// image)` tuples; `runtime` the variant its runs use unless a run names one (`None`: the
+    /// worker's; another name than the host's is an `InvalidConfigError`).
     #[new]
+    #[pyo3(signature = (name, signature, orchestration, kernels, *, runtime=None))]
     fn new(
         py: Python<'_>,
         name: String,
         signature: Vec<ArgTuple>,
         orchestration: (String, Bound<'_, PyBytes>),
         kernels: Vec<KernelTuple<'_>>,
+        runtime: Option<Bound<'_, PyAny>>,
     ) -> PyResult<NativeCallable> {
+        let runtime = match &runtime {
+            Some(v) if !v.is_none() => Some(crate::config::runtime(py, "runtime", v)?),
+            _ => None,
+        };
         let signature = self::signature(py, signature)?;
         let mut bundle_kernels = Vec::with_capacity(kernels.len());
         for (func_id, core, entry, image) in kernels {
@@ -141,6 +148,7 @@ impl NativeCallable {
                 image: orchestration.1.as_bytes().to_vec(),
             },
             kernels: bundle_kernels,
+            runtime,
         };
         NativeCallable::checked(py, bundle)
     }
@@ -176,6 +184,13 @@ impl NativeCallable {
     #[getter]
     fn name(&self) -> &str {
         &self.bundle.name
+    }
+
+    /// The runtime variant the callable's runs use unless a run names one; `None`: the
+    /// worker's.
+    #[getter]
+    fn runtime(&self) -> Option<&'static str> {
+        self.bundle.runtime.map(simpler_host::Runtime::name)
     }
 
     /// The signature as `(name, direction, dtype, shape or None)` tuples.

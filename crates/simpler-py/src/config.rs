@@ -6,13 +6,15 @@
 //! Python values (an integer that does not fit its field, a ring value that is neither one
 //! integer nor four, seconds that are not a finite number are `InvalidConfigError`s naming
 //! the field); the rules are the host's, applied by [`NativeCallConfig::check_fields`],
-//! [`NativeCallConfig::validate`] and when a worker starts (`ChipWorker(config)`).
+//! [`NativeCallConfig::validate`] and when a worker starts (`ChipWorker(config)`). A runtime
+//! variant is named as the host names it ([`Runtime`]'s `FromStr`, `docs/chip-runtime.md`
+//! §17).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyString};
 use simpler_device::sim::{ExecutorKind, Memcheck};
 use simpler_device::Topology;
-use simpler_host::{CallConfig, RingValue, RuntimeEnv, WorkerConfig};
+use simpler_host::{CallConfig, RingValue, Runtime, RuntimeEnv, WorkerConfig};
 
 use crate::error::{self, Raise};
 
@@ -78,17 +80,46 @@ pub(crate) fn memcheck(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Mem
     }
 }
 
+/// An option named by a string, parsed by its type's `FromStr`; anything else is an
+/// `InvalidConfigError` naming `field` (with the parser's message, or `expected` — what the
+/// option takes — for a value that is not a string).
+fn named<T: std::str::FromStr<Err = String>>(
+    py: Python<'_>,
+    field: &str,
+    value: &Bound<'_, PyAny>,
+    expected: &str,
+) -> PyResult<T> {
+    let bad = |why: String| invalid(py, format!("{field}: {why}"));
+    match value.extract::<String>() {
+        Ok(text) => text.parse().map_err(bad),
+        Err(_) => Err(bad(format!("must be {expected}, got {}", value.repr()?))),
+    }
+}
+
 /// The `sim_executor` option: an executor name ([`ExecutorKind`]'s `FromStr`: `"pool"` or
 /// `"threads"`); anything else is an `InvalidConfigError` naming `sim_executor` and the value.
 pub(crate) fn executor(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<ExecutorKind> {
-    let bad = |why: String| invalid(py, format!("sim_executor: {why}"));
-    match value.extract::<String>() {
-        Ok(text) => text.parse().map_err(bad),
-        Err(_) => Err(bad(format!(
-            "must be \"pool\" or \"threads\", got {}",
-            value.repr()?
-        ))),
-    }
+    named(py, "sim_executor", value, "\"pool\" or \"threads\"")
+}
+
+/// A runtime variant option (`field`: `runtime`) by its name ([`Runtime`]'s `FromStr`);
+/// anything else is an `InvalidConfigError` naming the field and listing the names.
+pub(crate) fn runtime(py: Python<'_>, field: &str, value: &Bound<'_, PyAny>) -> PyResult<Runtime> {
+    named(
+        py,
+        field,
+        value,
+        &format!("a runtime name ({})", runtime_names()),
+    )
+}
+
+/// The runtime variants' names, quoted and comma-separated, for messages.
+fn runtime_names() -> String {
+    Runtime::ALL
+        .iter()
+        .map(|r| format!("\"{}\"", r.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The configuration of one chip: the host's [`WorkerConfig`] and the device id.
@@ -117,14 +148,16 @@ impl NativeWorkerConfig {
     /// seconds: `run_timeout_s` (stream sync), `scheduler_timeout_s` (no progress while nothing
     /// runs), `op_execute_timeout_s` (one kernel dispatch), `tensor_data_timeout_s`
     /// (`get/set_tensor_data`); `sim_memcheck` a bool or `"off"`/`"after"`/`"before"`;
-    /// `sim_executor` `"pool"` or `"threads"` (`docs/sim-device.md` §11). The values are
-    /// checked when a worker starts.
+    /// `sim_executor` `"pool"` or `"threads"` (`docs/sim-device.md` §11); `runtime` the
+    /// variant of runs whose callable and call configuration name none
+    /// (`"tensormap_and_ringbuffer"`, the default, or `"host_build_graph"`; another name is
+    /// an `InvalidConfigError` listing them). The values are checked when a worker starts.
     #[new]
     #[pyo3(signature = (*, device_id=None, clusters=None, aicpu_threads=None,
                         aicpu_thread_num=None, heap_size=None, task_window=None,
                         run_timeout_s=None, launch_depth=None, scheduler_timeout_s=None,
                         op_execute_timeout_s=None, tensor_data_timeout_s=None,
-                        sim_memcheck=None, sim_executor=None))]
+                        sim_memcheck=None, sim_executor=None, runtime=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -141,6 +174,7 @@ impl NativeWorkerConfig {
         tensor_data_timeout_s: Option<Bound<'_, PyAny>>,
         sim_memcheck: Option<Bound<'_, PyAny>>,
         sim_executor: Option<Bound<'_, PyAny>>,
+        runtime: Option<Bound<'_, PyAny>>,
     ) -> PyResult<NativeWorkerConfig> {
         let d = WorkerConfig::default();
         let secs_or = |field: &str, v: &Option<Bound<'_, PyAny>>, default| match v {
@@ -186,6 +220,10 @@ impl NativeWorkerConfig {
             sim_executor: match &sim_executor {
                 Some(v) => executor(py, v)?,
                 None => d.sim_executor,
+            },
+            runtime: match &runtime {
+                Some(v) => self::runtime(py, "runtime", v)?,
+                None => d.runtime,
             },
             ..d
         };
@@ -284,12 +322,19 @@ impl NativeWorkerConfig {
         self.config.sim_executor.name()
     }
 
+    /// The runtime variant of runs whose callable and call configuration name none:
+    /// `"tensormap_and_ringbuffer"` or `"host_build_graph"`.
+    #[getter]
+    fn runtime(&self) -> &'static str {
+        self.config.runtime.name()
+    }
+
     fn __repr__(&self) -> String {
         let c = &self.config;
         format!(
             "WorkerConfig(device_id={}, clusters={}, aicpu_threads={}, aicpu_thread_num={}, \
              heap_size={}, task_window={}, run_timeout_s={:?}, launch_depth={}, \
-             sim_memcheck='{}', sim_executor='{}')",
+             sim_memcheck='{}', sim_executor='{}', runtime='{}')",
             self.device_id,
             c.topology.clusters,
             c.topology.aicpu_threads,
@@ -299,7 +344,8 @@ impl NativeWorkerConfig {
             c.run_timeout.as_secs_f64(),
             c.launch_depth,
             c.sim_memcheck.name(),
-            c.sim_executor.name()
+            c.sim_executor.name(),
+            c.runtime.name()
         )
     }
 }
@@ -361,25 +407,40 @@ pub struct NativeRuntimeEnv {
 
 #[pymethods]
 impl NativeRuntimeEnv {
-    /// Each option is `None` (the `PTO2_RING_*` variable, then the worker's default), one
-    /// integer for every ring, or four (ring 0..3). Windows count tasks, heaps bytes, pools
-    /// dependency entries.
+    /// Each ring option is `None` (the `PTO2_RING_*` variable, then the worker's default),
+    /// one integer for every ring, or four (ring 0..3). Windows count tasks, heaps bytes,
+    /// pools dependency entries. `ready_queue` (`host_build_graph` runs) is `None` (the
+    /// `PTO2_READY_QUEUE` variable, then 8192) or the most ready tasks one ready queue holds;
+    /// the host checks its range (`CallConfig::check_fields`).
     #[new]
-    #[pyo3(signature = (*, ring_task_window=None, ring_heap=None, ring_dep_pool=None))]
+    #[pyo3(signature = (*, ring_task_window=None, ring_heap=None, ring_dep_pool=None,
+                        ready_queue=None))]
     fn new(
         py: Python<'_>,
         ring_task_window: Option<Bound<'_, PyAny>>,
         ring_heap: Option<Bound<'_, PyAny>>,
         ring_dep_pool: Option<Bound<'_, PyAny>>,
+        ready_queue: Option<Bound<'_, PyAny>>,
     ) -> PyResult<NativeRuntimeEnv> {
         Ok(NativeRuntimeEnv {
             env: RuntimeEnv {
                 ring_task_window: ring_value(py, "ring_task_window", ring_task_window)?,
                 ring_heap: ring_value(py, "ring_heap", ring_heap)?,
                 ring_dep_pool: ring_value(py, "ring_dep_pool", ring_dep_pool)?,
-                ready_queue: None,
+                ready_queue: match &ready_queue {
+                    Some(v) if !v.is_none() => {
+                        Some(uint(py, "runtime_env.ready_queue", v, u64::MAX)?)
+                    }
+                    _ => None,
+                },
             },
         })
+    }
+
+    /// The `host_build_graph` ready-queue cap: `None` (the default) or a task count.
+    #[getter]
+    fn ready_queue(&self) -> Option<u64> {
+        self.env.ready_queue
     }
 
     /// Task window per ring: `None`, `[n]` or four values.
@@ -427,15 +488,19 @@ pub struct NativeCallConfig {
 impl NativeCallConfig {
     /// `aicpu_thread_num` left out takes the host's default (`CallConfig::default()`: 0, the
     /// worker's setting); `runtime_env` left out sizes no ring.
-    #[new]
     /// `trace_level` is a level name or number (`simpler_trace::TraceLevel`); a bad one
-    /// raises `InvalidConfigError`.
-    #[pyo3(signature = (*, aicpu_thread_num=None, runtime_env=None, trace_level=None))]
+    /// raises `InvalidConfigError`. `runtime` names the run's variant (`None`: the
+    /// callable's, else the worker's); an unknown name raises `InvalidConfigError` listing
+    /// the names.
+    #[new]
+    #[pyo3(signature = (*, aicpu_thread_num=None, runtime_env=None, trace_level=None,
+                        runtime=None))]
     fn new(
         py: Python<'_>,
         aicpu_thread_num: Option<Bound<'_, PyAny>>,
         runtime_env: Option<PyRef<'_, NativeRuntimeEnv>>,
         trace_level: Option<&str>,
+        runtime: Option<Bound<'_, PyAny>>,
     ) -> PyResult<NativeCallConfig> {
         let d = CallConfig::default();
         let trace_level = match trace_level {
@@ -450,6 +515,10 @@ impl NativeCallConfig {
                 },
                 runtime_env: runtime_env.map_or(d.runtime_env, |e| e.env),
                 trace_level,
+                runtime: match &runtime {
+                    Some(v) if !v.is_none() => Some(self::runtime(py, "runtime", v)?),
+                    _ => d.runtime,
+                },
                 ..d
             },
         })
@@ -465,6 +534,12 @@ impl NativeCallConfig {
     #[getter]
     fn trace_level(&self) -> &'static str {
         self.config.trace_level.name()
+    }
+
+    /// The run's runtime variant name, or `None` (the callable's, else the worker's).
+    #[getter]
+    fn runtime(&self) -> Option<&'static str> {
+        self.config.runtime.map(Runtime::name)
     }
 
     /// The ring sizing.

@@ -140,6 +140,7 @@ fn fallback(class: &str, message: String) -> PyErr {
         | "InvalidCallableError"
         | "SignatureError"
         | "InvalidArgumentError"
+        | "ReplayMismatchError"
         | "BundleError" => PyValueError::new_err(message),
         "UnknownCallableError" => PyKeyError::new_err(message),
         "ArgumentCountError" | "ArgumentTypeError" => PyTypeError::new_err(message),

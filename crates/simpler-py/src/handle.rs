@@ -1,6 +1,7 @@
-//! `simpler._native.RunHandle`: a submitted run, seen from Python; `RunReport`, its report;
-//! and `TraceOwner`, the trace a level-2 or level-3 report carries with the calls that
-//! read it (`docs/tracing.md`).
+//! `simpler._native.RunHandle`: a submitted run, seen from Python; `RunReport`, its report
+//! (with a `host_build_graph` run's graph and recording, [`crate::graph`]); and
+//! `TraceOwner`, the trace a level-2 or level-3 report carries with the calls that read it
+//! (`docs/tracing.md`).
 //!
 //! # State
 //!
@@ -33,6 +34,7 @@ use simpler_host::lifecycle::{EnvironmentIdentity, Ownership};
 use simpler_host::{HostError, RunHandle};
 
 use crate::error::{self, Raise};
+use crate::graph::{NativeGraphReport, NativeRecordedRun, RecordingOrigin};
 use crate::sync::lock;
 
 /// The longest a wait stays detached before checking for signals.
@@ -153,8 +155,9 @@ impl TraceOwner {
     }
 }
 
-/// What a successful run reports: the host's [`simpler_host::RunReport`] in seconds, and
-/// its trace when the run was traced.
+/// What a successful run reports: the host's [`simpler_host::RunReport`] in seconds, its
+/// trace when the run was traced, a `host_build_graph` run's graph, and the recording a
+/// recording run made.
 #[pyclass(module = "simpler._native", name = "RunReport", frozen)]
 #[derive(Clone)]
 pub struct NativeRunReport {
@@ -163,16 +166,34 @@ pub struct NativeRunReport {
     total_time_s: f64,
     tasks: Option<u64>,
     trace: TraceOwner,
+    graph: Option<NativeGraphReport>,
+    recording: Option<NativeRecordedRun>,
 }
 
 impl From<simpler_host::RunReport> for NativeRunReport {
     fn from(r: simpler_host::RunReport) -> NativeRunReport {
+        NativeRunReport::of(r, None)
+    }
+}
+
+impl NativeRunReport {
+    /// The report of a run whose recording (if it made one) is of `origin`'s callable.
+    pub(crate) fn of(
+        r: simpler_host::RunReport,
+        origin: Option<&RecordingOrigin>,
+    ) -> NativeRunReport {
+        let recording = match (r.recording, origin) {
+            (Some(recording), Some(origin)) => Some(origin.recorded(recording)),
+            _ => None,
+        };
         NativeRunReport {
             epoch: r.epoch,
             device_time_s: r.device_time.as_secs_f64(),
             total_time_s: r.total_time.as_secs_f64(),
             tasks: Some(r.tasks),
             trace: TraceOwner::captured(r.trace),
+            graph: r.graph.map(NativeGraphReport::from),
+            recording,
         }
     }
 }
@@ -187,6 +208,8 @@ impl From<simpler_worker::IsolatedReport> for NativeRunReport {
             total_time_s: r.total_time.as_secs_f64(),
             tasks: Some(r.chip_tasks),
             trace: TraceOwner::new(r.trace),
+            graph: None,
+            recording: None,
         }
     }
 }
@@ -222,6 +245,19 @@ impl NativeRunReport {
     #[getter]
     fn has_trace(&self) -> bool {
         self.trace.has()
+    }
+
+    /// What the host did for a `host_build_graph` run's graph; `None` under
+    /// `tensormap_and_ringbuffer` (and for a chip in a child process).
+    #[getter]
+    fn graph(&self) -> Option<NativeGraphReport> {
+        self.graph
+    }
+
+    /// The recording a `ChipWorker.submit_record` run made; `None` for other runs.
+    #[getter]
+    fn recording(&self) -> Option<NativeRecordedRun> {
+        self.recording.clone()
     }
 
     /// Writes the run's trace to `path` atomically (see [`TraceOwner::write`]).
@@ -261,6 +297,8 @@ pub struct NativeRunHandle {
     /// The identity of a borrowed worker's run: checked before a wait answers, so a
     /// collected outcome is refused from the wrong context too, as the host's handle is.
     borrowed: Option<EnvironmentIdentity>,
+    /// A recording run's callable, which its report's recording is of.
+    origin: Option<RecordingOrigin>,
 }
 
 impl NativeRunHandle {
@@ -271,6 +309,20 @@ impl NativeRunHandle {
             handle: Mutex::new(Some(Arc::new(handle))),
             outcome: Mutex::new(None),
             borrowed: (identity.ownership == Ownership::Borrowed).then_some(*identity),
+            origin: None,
+        }
+    }
+
+    /// The handle of a recording run of `origin`'s callable: its report carries the
+    /// recording.
+    pub(crate) fn recording(
+        handle: RunHandle,
+        identity: &EnvironmentIdentity,
+        origin: RecordingOrigin,
+    ) -> NativeRunHandle {
+        NativeRunHandle {
+            origin: Some(origin),
+            ..NativeRunHandle::new(handle, identity)
         }
     }
 
@@ -306,7 +358,7 @@ impl NativeRunHandle {
         // The run is terminal: `result` only takes the cached outcome and the arguments.
         let outcome = handle
             .result()
-            .map(|output| NativeRunReport::from(output.report));
+            .map(|output| NativeRunReport::of(output.report, self.origin.as_ref()));
         *lock(&self.outcome) = Some(outcome);
         true
     }

@@ -11,6 +11,9 @@
 //!   caller's stream, for a worker borrowing a caller's context), device memory, close;
 //! - [`RunHandle`](handle::NativeRunHandle): a submitted run — poll, wait, result (a
 //!   [`RunReport`](handle::NativeRunReport));
+//! - [`GraphReport`](graph::NativeGraphReport) and [`RecordedRun`](graph::NativeRecordedRun):
+//!   a `host_build_graph` run's graph and a recorded graph to replay; `RUNTIMES`, the
+//!   runtime variants' names;
 //! - [`WorkerConfig`](config::NativeWorkerConfig), [`CallConfig`](config::NativeCallConfig),
 //!   [`RuntimeEnv`](config::NativeRuntimeEnv): the host's option types, with its defaults;
 //! - [`HostTensor`](args::NativeHostTensor), [`DeviceTensor`](args::NativeDeviceTensor),
@@ -52,6 +55,7 @@ mod array;
 mod callable;
 mod config;
 mod error;
+mod graph;
 mod handle;
 mod host_callable;
 mod host_handle;
@@ -77,6 +81,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<worker::NativeWorker>()?;
     m.add_class::<handle::NativeRunHandle>()?;
     m.add_class::<handle::NativeRunReport>()?;
+    m.add_class::<graph::NativeGraphReport>()?;
+    m.add_class::<graph::NativeRecordedRun>()?;
     m.add_class::<config::NativeWorkerConfig>()?;
     m.add_class::<config::NativeCallConfig>()?;
     m.add_class::<config::NativeRuntimeEnv>()?;
@@ -107,6 +113,10 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_TENSOR_DIMS", simpler_abi::MAX_TENSOR_DIMS)?;
     m.add("MAX_CALLABLES", simpler_host::MAX_CALLABLES)?;
     m.add("MAX_FUNC_ID", simpler_abi::MAX_FUNC_ID)?;
+    m.add(
+        "RUNTIMES",
+        simpler_host::Runtime::ALL.map(simpler_host::Runtime::name),
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

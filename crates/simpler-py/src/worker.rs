@@ -22,6 +22,16 @@
 //! lane orders the run behind any unfinished one that writes the same memory, or reads what
 //! it writes. `run` waits for it.
 //!
+//! # Recordings
+//!
+//! `submit_record` is a run under `host_build_graph` that keeps its graph: its report
+//! carries a [`RecordedRun`](crate::graph::NativeRecordedRun), which remembers the
+//! callable's name and signature as registered then. `submit_replay` converts a replay's
+//! arguments by that signature and hands them to the host, which refuses a stale recording
+//! (`StaleRecordingError`) or arguments that differ from the recorded ones
+//! (`ReplayMismatchError`); a recording of another worker is refused here
+//! (`InvalidArgumentError` naming `recording`). `docs/chip-runtime.md` §17.
+//!
 //! # Borrowed workers
 //!
 //! A worker made with `borrowed_context_generation` runs in a caller's context
@@ -38,13 +48,14 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use simpler_device::DevicePtr;
-use simpler_host::{CallConfig, CallableId, ChipWorker, OwnedArg};
+use simpler_host::{CallConfig, CallableId, CallableInfo, ChipWorker, OwnedArg};
 
 use crate::args;
 use crate::array::ArrayMemory;
 use crate::callable::NativeCallable;
 use crate::config::{NativeCallConfig, NativeWorkerConfig};
 use crate::error::{self, Raise};
+use crate::graph::{NativeRecordedRun, RecordingOrigin};
 use crate::handle::{NativeRunHandle, NativeRunReport};
 use crate::sim_context::stream_arg;
 use crate::sync::lock;
@@ -66,20 +77,21 @@ impl NativeWorker {
     }
 
     /// The live worker, the run's options and its owned arguments for a run of callable
-    /// `id` (see the module docs).
+    /// `id` (see the module docs), and the callable as registered.
     fn prepare(
         &self,
         py: Python<'_>,
         id: CallableId,
         args: &Bound<'_, PyAny>,
         config: Option<&NativeCallConfig>,
-    ) -> PyResult<(Arc<ChipWorker>, CallConfig, Vec<OwnedArg>)> {
+    ) -> PyResult<(Arc<ChipWorker>, CallConfig, Vec<OwnedArg>, CallableInfo)> {
         let worker = self.live(py)?;
         let callable = worker
             .registered_callable(id)
             .map_err(|e| error::host_error(py, e))?;
         let owned = args::owned_args(py, &callable.name, &callable.signature, args)?;
-        Ok((worker, config.map(|c| c.config).unwrap_or_default(), owned))
+        let config = config.map(|c| c.config).unwrap_or_default();
+        Ok((worker, config, owned, callable))
     }
 }
 
@@ -156,7 +168,7 @@ impl NativeWorker {
         args: &Bound<'_, PyAny>,
         config: Option<&NativeCallConfig>,
     ) -> PyResult<NativeRunReport> {
-        let (worker, config, owned) = self.prepare(py, CallableId(id), args, config)?;
+        let (worker, config, owned, _) = self.prepare(py, CallableId(id), args, config)?;
         let report = py
             .detach(|| {
                 worker
@@ -192,12 +204,66 @@ impl NativeWorker {
         let caller = caller_stream
             .map(|s| stream_arg(s, "caller_stream"))
             .transpose()?;
-        let (worker, config, owned) = self.prepare(py, CallableId(id), args, config)?;
+        let (worker, config, owned, _) = self.prepare(py, CallableId(id), args, config)?;
         let handle = py
             .detach(|| match caller {
                 None => worker.submit_with(CallableId(id), owned, &config),
                 Some(s) => worker.submit_on_stream(CallableId(id), owned, &config, s),
             })
+            .map_err(|e| error::host_error(py, e))?;
+        Ok(NativeRunHandle::new(handle, worker.identity()))
+    }
+
+    /// Submits a run of callable `id` on `args` under `host_build_graph` that records its
+    /// graph, and returns its handle at once (arguments as [`submit`](Self::submit)). The
+    /// run executes as any other and fills its outputs; its report's `recording` is the
+    /// [`RecordedRun`](NativeRecordedRun) to replay. An orchestration that calls
+    /// `get/set_tensor_data` fails the run with `InvalidArgumentError` (`record`).
+    #[pyo3(signature = (id, args, config=None))]
+    fn submit_record(
+        &self,
+        py: Python<'_>,
+        id: u32,
+        args: &Bound<'_, PyAny>,
+        config: Option<&NativeCallConfig>,
+    ) -> PyResult<NativeRunHandle> {
+        let (worker, config, owned, callable) = self.prepare(py, CallableId(id), args, config)?;
+        let origin = RecordingOrigin {
+            name: callable.name,
+            signature: callable.signature,
+        };
+        let handle = py
+            .detach(|| worker.submit_record(CallableId(id), owned, &config))
+            .map_err(|e| error::host_error(py, e))?;
+        Ok(NativeRunHandle::recording(
+            handle,
+            worker.identity(),
+            origin,
+        ))
+    }
+
+    /// Replays `recording` on `args` (signature order, converted by the recorded callable's
+    /// signature) and returns the run's handle at once: the recorded graph runs again with
+    /// only the arguments' addresses rebound; the orchestration does not run. `config` gives
+    /// the run's other options (trace level, threads).
+    ///
+    /// Raises `StaleRecordingError` when the callable was unregistered or registered again,
+    /// `ReplayMismatchError` naming the argument whose shape, dtype or scalar differs from
+    /// the recording's (and `StaleRecordingError` for another worker's recording).
+    #[pyo3(signature = (recording, args, config=None))]
+    fn submit_replay(
+        &self,
+        py: Python<'_>,
+        recording: &NativeRecordedRun,
+        args: &Bound<'_, PyAny>,
+        config: Option<&NativeCallConfig>,
+    ) -> PyResult<NativeRunHandle> {
+        let worker = self.live(py)?;
+        let origin = &recording.origin;
+        let owned = args::owned_args(py, &origin.name, &origin.signature, args)?;
+        let config = config.map(|c| c.config).unwrap_or_default();
+        let handle = py
+            .detach(|| worker.submit_replay(&recording.recording, owned, &config))
             .map_err(|e| error::host_error(py, e))?;
         Ok(NativeRunHandle::new(handle, worker.identity()))
     }

@@ -6,6 +6,8 @@
 //!
 //! ```toml
 //! name = "gemm"                          # required: letters, digits, `_`, `-`, `.`
+//! runtime = "host_build_graph"           # optional: a simpler_host::Runtime name; absent:
+//!                                        # the worker's (tensormap_and_ringbuffer by default)
 //! [orchestration]                        # required
 //! source = "orchestration.c"             # required
 //! entry = "aicpu_orchestration_entry"    # optional, this is the default
@@ -28,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer};
 use simpler_abi::{CoreType, DataType};
-use simpler_host::{ArgDirection, ArgSpec, Signature, SignatureError};
+use simpler_host::{ArgDirection, ArgSpec, Runtime, Signature, SignatureError};
 
 /// File name of the manifest inside an example directory.
 pub const MANIFEST_FILE: &str = "simpler.toml";
@@ -130,6 +132,10 @@ pub struct ArgSection {
 pub struct Manifest {
     /// Callable name; also the bundle's file name.
     pub name: String,
+    /// The runtime variant the callable's runs use unless a run names one; `None` = the
+    /// worker's. It goes into the bundle ([`simpler_host::Bundle::runtime`]).
+    #[serde(default, deserialize_with = "de_runtime")]
+    pub runtime: Option<Runtime>,
     /// The orchestration.
     pub orchestration: OrchestrationSection,
     /// The kernels.
@@ -225,6 +231,11 @@ fn de_core<'de, D: Deserializer<'de>>(d: D) -> Result<CoreType, D::Error> {
             "unknown core type `{name}`, expected `aic` or `aiv`"
         ))),
     }
+}
+
+fn de_runtime<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Runtime>, D::Error> {
+    let name = String::deserialize(d)?;
+    name.parse().map(Some).map_err(serde::de::Error::custom)
 }
 
 fn de_dtype<'de, D: Deserializer<'de>>(d: D) -> Result<DataType, D::Error> {
@@ -433,6 +444,34 @@ dtype = "f32"
         assert!(msg.contains("unknown field `block_dim`"), "{msg}");
         let msg = err(&format!("{GOOD}\nversion = 2\n"));
         assert!(msg.contains("unknown field `version`"), "{msg}");
+    }
+
+    #[test]
+    fn the_runtime_is_optional_and_parsed_by_name() {
+        let (m, _) = parse(GOOD, Path::new("simpler.toml")).unwrap();
+        assert_eq!(m.runtime, None);
+        for runtime in Runtime::ALL {
+            let text = format!("runtime = \"{runtime}\"\n{GOOD}");
+            let (m, _) = parse(&text, Path::new("simpler.toml")).unwrap();
+            assert_eq!(m.runtime, Some(runtime));
+        }
+    }
+
+    #[test]
+    fn an_unknown_runtime_names_the_key_and_the_runtimes() {
+        let msg = err(&format!("runtime = \"hbg\"\n{GOOD}"));
+        assert!(msg.contains("ex/simpler.toml"), "{msg}");
+        assert!(msg.contains("runtime = \"hbg\""), "{msg}");
+        assert!(msg.contains("unknown runtime `hbg`"), "{msg}");
+        assert!(
+            msg.contains("tensormap_and_ringbuffer") && msg.contains("host_build_graph"),
+            "{msg}"
+        );
+        let msg = err(&format!("runtime = 2\n{GOOD}"));
+        assert!(
+            msg.contains("runtime = 2") && msg.contains("string"),
+            "{msg}"
+        );
     }
 
     #[test]

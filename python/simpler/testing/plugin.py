@@ -12,15 +12,21 @@ Options:
 ``--device ID``
     Device id of the pooled worker (default 0); a level-3 case's chips are the device ids
     from it on.
+``--runtime NAME``
+    Run only the tests of this runtime variant (repeatable): a class's cases run under each
+    of its ``RUNTIMES`` (``@scene_test(runtime=(...))``), a test per case and runtime whose
+    id is ``<case>-<runtime>``; a class of one runtime keeps the case name as its id.
 ``--trace-dir DIR``
     Record every level-2 case at trace level ``tasks`` and write its trace (Perfetto) to
-    ``DIR/<Class>.<case>.perfetto-trace``, one file per case (the last round's);
+    ``DIR/<Class>.<test id>.perfetto-trace`` (the case's name, and its runtime for a class
+    of several), one file per test (the last round's);
     ``simpler trace summary|svg`` read them (``docs/tracing.md``). Level-3 cases are not
     traced. (pytest's own ``--trace`` starts the debugger, hence the name.)
 
-Every ``SceneTestCase`` subclass gets one test per selected case. Workers are pooled for the
-whole session: one level-2 worker per (platform, runtime, device), and one level-3 worker per
-(platform, runtime, device, chip count, sub worker count, chip isolation).
+Every ``SceneTestCase`` subclass gets one test per selected case and runtime. Workers are
+pooled for the whole session: one level-2 worker per (platform, runtime, device), and one
+level-3 worker per (platform, runtime, device, chip count, sub worker count, chip isolation);
+the runtime is the worker's ``runtime`` option.
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from ..worker import PLATFORMS, Worker
-from .scene import SceneTestCase, _validate_cases, normalize_platform
+from ..worker import PLATFORMS, RUNTIMES, Worker
+from .scene import SceneTestCase, _validate_cases, normalize_platform, scene_runtimes
 from .scene_l3 import device_ids, level3_options
 
 
@@ -49,6 +55,14 @@ def pytest_addoption(parser: Any) -> None:
         help="select scene cases: NAME, Class::NAME or Class:: (repeatable)",
     )
     group.addoption("--device", type=int, default=0, help="device id of the pooled worker")
+    group.addoption(
+        "--runtime",
+        dest="simpler_runtime",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"run only the scene tests of this runtime (repeatable): {', '.join(RUNTIMES)}",
+    )
     group.addoption(
         "--trace-dir",
         dest="simpler_trace_dir",
@@ -67,6 +81,9 @@ def pytest_configure(config: Any) -> None:
     platform = config.getoption("platform")
     if normalize_platform(platform) not in PLATFORMS:
         raise pytest.UsageError(f"--platform {platform}: only {', '.join(PLATFORMS)} are available")
+    for runtime in config.getoption("simpler_runtime"):
+        if runtime not in RUNTIMES:
+            raise pytest.UsageError(f"--runtime {runtime}: the runtimes are {', '.join(RUNTIMES)}")
 
 
 def _selected(cls: type, case: Dict[str, Any], selectors: List[str]) -> Tuple[bool, bool]:
@@ -95,6 +112,10 @@ def pytest_generate_tests(metafunc: Any) -> None:
     config = metafunc.config
     platform = normalize_platform(config.getoption("platform"))
     selectors = config.getoption("case")
+    runtimes = scene_runtimes(cls)
+    wanted = config.getoption("simpler_runtime") or runtimes
+    # Each case runs under each runtime when the worker's fixture takes the runtime.
+    per_runtime = "scene_runtime" in metafunc.fixturenames
     params = []
     for case in cls.CASES:
         platforms = [normalize_platform(p) for p in case.get("platforms", [platform])]
@@ -111,8 +132,23 @@ def pytest_generate_tests(metafunc: Any) -> None:
             if (named or not manual)
             else [pytest.mark.skip(reason="manual case: select it with --case")]
         )
-        params.append(pytest.param(case, id=case["name"], marks=marks))
-    metafunc.parametrize("scene_case", params)
+        if not per_runtime:
+            params.append(pytest.param(case, id=case["name"], marks=marks))
+            continue
+        for runtime in runtimes:
+            if runtime not in wanted:
+                continue
+            name = case["name"] if len(runtimes) == 1 else f"{case['name']}-{runtime}"
+            params.append(pytest.param(case, runtime, id=name, marks=marks))
+    metafunc.parametrize("scene_case,scene_runtime" if per_runtime else "scene_case", params)
+
+
+@pytest.fixture
+def scene_runtime(request: Any) -> str:
+    """The runtime variant this scene test runs under (parametrized per case and runtime by
+    the plugin; else the class's ``RUNTIME``)."""
+    cls = request.cls
+    return scene_runtimes(cls)[0] if cls is not None else RUNTIMES[0]
 
 
 @pytest.fixture(scope="session")
@@ -124,11 +160,13 @@ def _simpler_worker_pool():
 
 
 @pytest.fixture
-def st_worker(request: Any, _simpler_worker_pool: Dict[Tuple[Any, ...], Worker]) -> Worker:
+def st_worker(
+    request: Any, _simpler_worker_pool: Dict[Tuple[Any, ...], Worker], scene_runtime: str
+) -> Worker:
     """The pooled worker for this test's platform, runtime and device: level 2, or for a
     level-3 case the level-3 worker of its chip count, sub workers and chip isolation."""
     cls = request.cls
-    runtime = getattr(cls, "RUNTIME", "tensormap_and_ringbuffer")
+    runtime = scene_runtime
     platform = normalize_platform(request.config.getoption("platform"))
     device = request.config.getoption("device")
     if getattr(cls, "LEVEL", 2) == 3:
@@ -166,7 +204,7 @@ def scene_trace(request: Any) -> Optional[str]:
     trace_dir = request.config.getoption("simpler_trace_dir")
     if trace_dir is None:
         return None
-    case = request.node.callspec.params["scene_case"]["name"]
+    case = request.node.callspec.id  # the case's name, and its runtime when it has several
     cls = request.cls.__name__ if request.cls is not None else "scene"
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{cls}.{case}")
     return os.path.join(trace_dir, f"{name}.perfetto-trace")

@@ -42,6 +42,11 @@ A case is a dict: ``name`` (required), ``params`` (passed to ``generate_args`` a
 ``compute_golden``), ``platforms`` (default all), ``config`` (``CallConfig`` fields),
 ``rtol``/``atol``, ``skip_golden``, ``manual`` (run only when selected by ``--case``).
 
+**Runtimes.** ``@scene_test(runtime=...)`` (or ``RUNTIME``) names the runtime variant of the
+pooled worker the cases run on; a sequence of names (``RUNTIMES``) runs every case under each
+of them, as one test per case and runtime (``vector_add_1m-host_build_graph``), and the
+plugin's ``--runtime NAME`` keeps only that runtime's tests.
+
 **Level 3.** ``@scene_test(level=3)`` (or ``LEVEL = 3``) runs a case on a level-3 worker of
 ``DEVICE_COUNT`` chips with a Python orchestration; ``CALLABLE`` then names it and the
 callables it submits, and every tensor is compared. ``scene_l3.py`` describes that form.
@@ -53,7 +58,7 @@ import inspect
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -64,6 +69,7 @@ from ..config import CallConfig, RuntimeEnv
 from ..errors import InvalidConfigError
 from ..tensor import TaskArgs, as_array
 from ..types import ArgSpec, TensorArgType
+from ..worker import RUNTIMES
 from .scene_l3 import L3_CONFIG_KEYS, build_level3, level3_options, run_level3, shared_copies
 
 __all__ = [
@@ -73,12 +79,13 @@ __all__ = [
     "Scalar",
     "TaskArgsBuilder",
     "CASE_KEYS",
+    "scene_runtimes",
 ]
 
 CASE_KEYS = {"name", "params", "platforms", "config", "rtol", "atol", "skip_golden", "manual"}
-CONFIG_KEYS = {"aicpu_thread_num", "runtime_env"}
+CONFIG_KEYS = {"aicpu_thread_num", "runtime_env", "runtime"}
 LEVELS = (2, 3)
-RUNTIME_ENV_KEYS = {"ring_task_window", "ring_heap", "ring_dep_pool"}
+RUNTIME_ENV_KEYS = {"ring_task_window", "ring_heap", "ring_dep_pool", "ready_queue"}
 PLATFORM_ALIASES = {"a2a3sim": "sim"}
 
 
@@ -175,12 +182,24 @@ class TaskArgsBuilder:
         )
 
 
+def scene_runtimes(cls: type) -> Tuple[str, ...]:
+    """The runtime variants a scene class runs its cases under: ``RUNTIMES`` when given,
+    else ``(RUNTIME,)``."""
+    names = tuple(getattr(cls, "RUNTIMES", ()) or ())
+    return names or (getattr(cls, "RUNTIME", RUNTIMES[0]),)
+
+
 def _validate_cases(cls: type) -> None:
     level = getattr(cls, "LEVEL", 2)
     if level not in LEVELS:
         raise InvalidConfigError(
             f"{cls.__name__}: LEVEL must be 2 (one chip) or 3 (several chips), got {level!r}"
         )
+    for name in scene_runtimes(cls):
+        if name not in RUNTIMES:
+            raise InvalidConfigError(
+                f"{cls.__name__}: runtime {name!r} is not one of {', '.join(RUNTIMES)}"
+            )
     config_keys = CONFIG_KEYS | (L3_CONFIG_KEYS if level == 3 else set())
     cases = getattr(cls, "CASES", None)
     if not isinstance(cases, (list, tuple)):
@@ -251,7 +270,7 @@ def build_chip_callable(cls: type, spec: Dict[str, Any], compiler: KernelCompile
         )
     includes = [base / d for d in orch.get("extra_include_dirs", [])]
     image = compiler.compile_orchestration(
-        getattr(cls, "RUNTIME", "tensormap_and_ringbuffer"),
+        scene_runtimes(cls)[0],  # one library serves every runtime
         base / orch["source"],
         extra_include_dirs=includes,
     )
@@ -264,10 +283,16 @@ def build_chip_callable(cls: type, spec: Dict[str, Any], compiler: KernelCompile
     )
 
 
-def scene_test(level: int = 2, runtime: str = "tensormap_and_ringbuffer"):
+def scene_test(
+    level: int = 2, runtime: Union[str, Sequence[str]] = "tensormap_and_ringbuffer"
+):
     """Class decorator: records the level (2: one chip; 3: several chips and sub workers, a
-    Python orchestration) and runtime and validates ``CASES`` at once (unknown keys raise
-    ``ValueError`` when the module is imported)."""
+    Python orchestration) and the runtime — a name, or a sequence of names to run every case
+    under each (``RUNTIMES``) — and validates ``CASES`` at once (unknown keys and runtimes
+    raise ``ValueError`` when the module is imported)."""
+    names = (runtime,) if isinstance(runtime, str) else tuple(runtime)
+    if not names:
+        raise InvalidConfigError("scene_test: runtime names no runtime")
 
     def wrap(cls: type) -> type:
         if not (isinstance(cls, type) and issubclass(cls, SceneTestCase)):
@@ -277,7 +302,8 @@ def scene_test(level: int = 2, runtime: str = "tensormap_and_ringbuffer"):
                 f"{cls.__name__}: scene tests are of level 2 or 3, got level={level!r}"
             )
         cls.LEVEL = level
-        cls.RUNTIME = runtime
+        cls.RUNTIME = names[0]
+        cls.RUNTIMES = names
         _validate_cases(cls)
         return cls
 
@@ -293,6 +319,9 @@ class SceneTestCase:
     ATOL = 1e-5
     LEVEL = 2
     RUNTIME = "tensormap_and_ringbuffer"
+    """The runtime variant of the pooled worker the cases run on."""
+    RUNTIMES: Sequence[str] = ()
+    """Several runtime variants: every case runs under each (empty: ``RUNTIME`` alone)."""
     DEVICE_COUNT = 1
     """Level 3: the worker's chips (device ids from ``--device`` on)."""
     NUM_SUB_WORKERS: Optional[int] = None

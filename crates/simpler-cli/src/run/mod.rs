@@ -32,6 +32,10 @@
 //!   link to the same inode) as an `--input`, a `--check` reference, the bundle or manifest,
 //!   or another `--output`, and when it exists and is not a regular file.
 //!
+//! The run uses the runtime variant `--runtime` names, else the callable's (the bundle's or
+//! manifest's `runtime`), else `tensormap_and_ringbuffer`; the line printed after a
+//! successful run names the one it used ([`ran_line`]).
+//!
 //! After a successful run whose orchestration submitted no task, a warning goes to stderr:
 //! no kernel ran, so the results are what the run started with.
 //!
@@ -52,7 +56,7 @@ mod trace_out;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use simpler_host::{Bundle, CallableSpec};
+use simpler_host::{Bundle, CallableSpec, GraphReport, Runtime};
 use simpler_toolchain::npy::NpyArray;
 
 use crate::build;
@@ -84,6 +88,9 @@ pub struct RunRequest {
     pub atol: f64,
     /// `--trace`, `--trace-level`, `--trace-format`, `--deps`.
     pub trace: TraceRequest,
+    /// `--runtime`: the run's runtime variant, over the callable's (the bundle's or
+    /// manifest's `runtime`); `None` = the callable's, else the worker's default.
+    pub runtime: Option<Runtime>,
 }
 
 /// One argument's value, positional with the signature.
@@ -126,6 +133,20 @@ pub struct RunReport {
     pub tasks: u64,
     /// The run's trace, when it ran at a trace level other than off.
     pub trace: Option<std::sync::Arc<simpler_host::CapturedTrace>>,
+    /// The host's build and upload of the graph when the run used `host_build_graph`;
+    /// `None` under `tensormap_and_ringbuffer`.
+    pub graph: Option<GraphReport>,
+}
+
+impl RunReport {
+    /// The runtime variant the run used: `host_build_graph` exactly when it reports a graph.
+    pub fn runtime(&self) -> Runtime {
+        if self.graph.is_some() {
+            Runtime::HostBuildGraph
+        } else {
+            Runtime::TensormapAndRingbuffer
+        }
+    }
 }
 
 /// Loads the callable named by `target`: an example directory (or manifest) is built in
@@ -221,6 +242,7 @@ pub fn execute(prepared: &mut PreparedRun, config: &RunConfig) -> Result<RunRepo
         device_time: report.device_time,
         tasks: report.tasks,
         trace: report.trace,
+        graph: report.graph,
     })
 }
 
@@ -232,21 +254,38 @@ pub fn command(req: &RunRequest) -> Result<(), RunError> {
     let mut config = RunConfig::from_env()?;
     let mut prepared = prepare(req)?;
     config.call.trace_level = prepared.trace.level();
+    config.call.runtime = req.runtime;
     let report = execute(&mut prepared, &config)?;
     if let Some(warning) = no_task_warning(&prepared, report.tasks) {
         eprintln!("{warning}");
     }
-    println!(
-        "ran `{}` in {:.3} ms ({:.3} ms on the device)",
-        prepared.spec.name,
-        report.total_time.as_secs_f64() * 1e3,
-        report.device_time.as_secs_f64() * 1e3
-    );
+    println!("{}", ran_line(&prepared.spec.name, &report));
     if let Some(note) = unused_result_note(&prepared) {
         println!("{note}");
     }
     trace_out::write(&prepared.trace, report.trace.as_deref().map(|t| t.model()))?;
     finish(&prepared)
+}
+
+/// The line printed after a successful run: its times and the runtime variant it used, with
+/// the host's graph build and upload under `host_build_graph`.
+pub fn ran_line(callable: &str, report: &RunReport) -> String {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut line = format!(
+        "ran `{callable}` in {:.3} ms ({:.3} ms on the device) under {}",
+        ms(report.total_time),
+        ms(report.device_time),
+        report.runtime()
+    );
+    if let Some(g) = &report.graph {
+        line.push_str(&format!(
+            " (graph of {} tasks built on the host in {:.3} ms, uploaded in {:.3} ms)",
+            g.tasks,
+            ms(g.build_time),
+            ms(g.upload_time)
+        ));
+    }
+    line
 }
 
 /// The note printed when the callable has results but the run neither writes nor checks

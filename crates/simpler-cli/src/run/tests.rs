@@ -40,6 +40,7 @@ fn spec() -> CallableSpec {
                 image: b"\x7fELF-fake".to_vec(),
             },
         }],
+        runtime: None,
     }
     .into_spec()
 }
@@ -88,6 +89,7 @@ impl Files {
             rtol: 1e-5,
             atol: 1e-5,
             trace: Default::default(),
+            runtime: None,
         }
     }
 }
@@ -260,6 +262,7 @@ fn bf16_takes_raw_u16_files() {
             image: b"\x7fELF".to_vec(),
         },
         kernels: vec![],
+        runtime: None,
     }
     .into_spec();
     let f = Files::new();

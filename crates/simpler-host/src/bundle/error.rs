@@ -92,6 +92,14 @@ pub enum BundleError {
         /// Its first bytes (at most 4).
         found: Vec<u8>,
     },
+    /// The metadata's `runtime` is not a [`Runtime::name`](crate::Runtime::name).
+    #[error("bundle metadata field `runtime`: {reason} (rebuild the bundle with this simpler)")]
+    UnknownRuntime {
+        /// The name in the file.
+        found: String,
+        /// Why, listing the runtimes ([`Runtime`](crate::Runtime)'s `FromStr` error).
+        reason: String,
+    },
     /// Bytes follow the checksum.
     #[error("bundle has {count} trailing bytes after its checksum")]
     TrailingBytes {

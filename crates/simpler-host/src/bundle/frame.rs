@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use simpler_abi::CoreType;
 
-use crate::Signature;
+use crate::{Runtime, Signature};
 
 use super::{
     Bundle, BundleCode, BundleError, BundleKernel, BUNDLE_FORMAT_VERSION, BUNDLE_MAGIC, CRC_LEN,
@@ -22,6 +22,11 @@ struct Metadata {
     signature: Signature,
     orchestration: CodeMeta,
     kernels: Vec<KernelMeta>,
+    /// A [`Runtime::name`]; absent when the bundle names none, so such bundles keep the
+    /// bytes they had before the field existed. Parsed after the frame checks
+    /// ([`BundleError::UnknownRuntime`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    runtime: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -89,6 +94,7 @@ impl Bundle {
                     size: k.code.image.len() as u64,
                 })
                 .collect(),
+            runtime: self.runtime.map(|r| r.name().to_string()),
         };
         let json = serde_json::to_vec(&meta).expect("bundle metadata always serializes");
         let meta_len = u32::try_from(json.len()).expect("bundle metadata exceeds 4 GiB");
@@ -116,8 +122,8 @@ impl Bundle {
     ///
     /// # Errors
     /// A [`BundleError`] naming the first problem: frame problems (magic, version,
-    /// truncation, checksum, trailing bytes, metadata) before content problems
-    /// ([`Bundle::validate`]).
+    /// truncation, checksum, trailing bytes, metadata) before content problems (an unknown
+    /// runtime name, then [`Bundle::validate`]).
     pub fn from_bytes(data: &[u8]) -> Result<Bundle, BundleError> {
         let got = data.len() as u64;
         let truncated = |expected: usize| BundleError::Truncated {
@@ -195,6 +201,14 @@ impl Bundle {
                 count: got - expected,
             });
         }
+        let runtime = meta
+            .runtime
+            .map(|found| {
+                found
+                    .parse::<Runtime>()
+                    .map_err(|reason| BundleError::UnknownRuntime { found, reason })
+            })
+            .transpose()?;
         let mut at = meta_end;
         let mut take = |size: u64| {
             let image = data[at..at + size as usize].to_vec();
@@ -222,6 +236,7 @@ impl Bundle {
             signature: meta.signature,
             orchestration,
             kernels,
+            runtime,
         };
         bundle.validate()?;
         Ok(bundle)

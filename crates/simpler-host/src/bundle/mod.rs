@@ -27,9 +27,14 @@
 //!   "name": "gemm",
 //!   "signature": [ { "name": "A", "direction": "in", "dtype": "f32", "shape": [512, 512] } ],
 //!   "orchestration": { "entry": "aicpu_orchestration_entry", "size": 16120 },
-//!   "kernels": [ { "func_id": 0, "core": "aic", "entry": "kernel_entry", "size": 15880 } ]
+//!   "kernels": [ { "func_id": 0, "core": "aic", "entry": "kernel_entry", "size": 15880 } ],
+//!   "runtime": "host_build_graph"
 //! }
 //! ```
+//!
+//! `runtime` is optional and written only when the bundle names one ([`Bundle::runtime`]), so
+//! a bundle without it has the same bytes as before the field existed; its value is a
+//! [`Runtime::name`], and any other name is [`BundleError::UnknownRuntime`].
 //!
 //! `size` is each image's length in bytes; the images follow the metadata in exactly that
 //! order, so the file's total length is fixed by the metadata and anything after the CRC is
@@ -55,7 +60,7 @@ use std::path::Path;
 
 use simpler_abi::CoreType;
 
-use crate::{CallableSpec, CodeImage, KernelSpec, Signature};
+use crate::{CallableSpec, CodeImage, KernelSpec, Runtime, Signature};
 
 mod error;
 mod frame;
@@ -113,6 +118,10 @@ pub struct Bundle {
     pub orchestration: BundleCode,
     /// The kernel libraries.
     pub kernels: Vec<BundleKernel>,
+    /// The runtime variant the callable's runs use unless a run names one
+    /// ([`CallableSpec::runtime`]); `None` = the worker's. Set by the manifest's `runtime`
+    /// key or `simpler build --runtime` (`docs/toolchain.md` §1).
+    pub runtime: Option<Runtime>,
 }
 
 fn kernel_what(func_id: u32) -> String {
@@ -215,7 +224,7 @@ impl Bundle {
                     },
                 })
                 .collect(),
-            runtime: None,
+            runtime: self.runtime,
         }
     }
 }

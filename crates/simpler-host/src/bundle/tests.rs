@@ -59,6 +59,7 @@ fn sample() -> Bundle {
                 },
             },
         ],
+        runtime: None,
     }
 }
 
@@ -131,6 +132,79 @@ fn into_spec_keeps_everything() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn the_runtime_round_trips_and_reaches_the_spec() {
+    for runtime in Runtime::ALL {
+        let b = Bundle {
+            runtime: Some(runtime),
+            ..sample()
+        };
+        let back = Bundle::from_bytes(&b.to_bytes()).unwrap();
+        assert_eq!(back.runtime, Some(runtime));
+        assert_eq!(back.into_spec().runtime, Some(runtime));
+    }
+    assert_eq!(sample().into_spec().runtime, None);
+}
+
+#[test]
+fn a_bundle_without_a_runtime_has_no_runtime_field() {
+    let plain = sample().to_bytes();
+    let ml = meta_len(&plain);
+    let meta = std::str::from_utf8(&plain[16..16 + ml]).unwrap();
+    assert!(!meta.contains("runtime"), "{meta}");
+    // Naming one adds exactly the field, at the end of the metadata, and nothing else.
+    let hbg = Bundle {
+        runtime: Some(Runtime::HostBuildGraph),
+        ..sample()
+    }
+    .to_bytes();
+    let with = with_metadata(&plain, |v| {
+        v["runtime"] = "host_build_graph".into();
+    });
+    assert_eq!(
+        Bundle::from_bytes(&with).unwrap(),
+        Bundle::from_bytes(&hbg).unwrap()
+    );
+    let hbg_meta = std::str::from_utf8(&hbg[16..16 + meta_len(&hbg)]).unwrap();
+    assert_eq!(
+        hbg_meta,
+        format!(
+            "{},\"runtime\":\"host_build_graph\"}}",
+            &meta[..meta.len() - 1]
+        )
+    );
+    assert_eq!(
+        hbg[16 + meta_len(&hbg)..hbg.len() - 4],
+        plain[16 + ml..plain.len() - 4]
+    );
+}
+
+#[test]
+fn an_unknown_runtime_is_refused_naming_it_and_the_runtimes() {
+    let bad = with_metadata(&sample().to_bytes(), |v| {
+        v["runtime"] = "hbg".into();
+    });
+    let e = Bundle::from_bytes(&bad).unwrap_err();
+    match &e {
+        BundleError::UnknownRuntime { found, .. } => assert_eq!(found, "hbg"),
+        other => panic!("{other:?}"),
+    }
+    let msg = e.to_string();
+    assert!(
+        msg.contains("`runtime`")
+            && msg.contains("`hbg`")
+            && msg.contains("tensormap_and_ringbuffer")
+            && msg.contains("host_build_graph"),
+        "{msg}"
+    );
+    // Not a string at all: the metadata is malformed.
+    let bad = with_metadata(&sample().to_bytes(), |v| {
+        v["runtime"] = 1.into();
+    });
+    let e = Bundle::from_bytes(&bad).unwrap_err();
+    assert!(matches!(e, BundleError::MalformedMetadata { .. }), "{e:?}");
 }
 
 #[test]

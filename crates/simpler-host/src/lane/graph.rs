@@ -36,6 +36,8 @@ pub(crate) struct GraphImage {
     pub(crate) ptr: DevicePtr,
     pub(crate) bytes: u64,
     pub(crate) generation: u64,
+    /// The generation of the lane (worker) that uploaded it.
+    pub(crate) lane: u64,
     pub(crate) tasks: u32,
     /// Where it came from and what it may be replayed with.
     pub(crate) recording: Option<RecordingKey>,
@@ -157,6 +159,7 @@ pub(crate) fn build_and_upload(
     orch_args: &OrchArgs,
     callable: &Registered,
     clusters: u32,
+    lane: u64,
     recording: Option<RecordingKey>,
 ) -> Result<(Arc<GraphImage>, GraphReport), HostError> {
     let start = Instant::now();
@@ -198,6 +201,7 @@ pub(crate) fn build_and_upload(
         ptr,
         bytes,
         generation: callable.generation,
+        lane,
         tasks: built.tasks,
         recording,
     });
@@ -271,10 +275,11 @@ fn overlaps(args: &[OwnedArg]) -> Vec<(usize, usize)> {
     out
 }
 
-/// Checks that `recorded` is of `current`, the callable now registered under its id (if
-/// any), and returns it.
+/// Checks that `recorded` was made by the lane of generation `lane` and is of `current`,
+/// the callable now registered under its id (if any), and returns it.
 pub(crate) fn check_stale<'a>(
     recorded: &RecordedRun,
+    lane: u64,
     current: Option<&'a Arc<Registered>>,
 ) -> Result<&'a Arc<Registered>, HostError> {
     let key = recorded.key();
@@ -282,6 +287,11 @@ pub(crate) fn check_stale<'a>(
         callable: key.name.clone(),
         reason,
     };
+    if recorded.image.lane != lane {
+        return Err(stale(
+            "it was recorded by another worker (a recording replays only on its own)".into(),
+        ));
+    }
     let Some(current) = current else {
         return Err(stale(format!(
             "callable id {} is no longer registered",

@@ -149,6 +149,12 @@ impl LaneHandle {
         self.lock().health_report()
     }
 
+    /// The lane's generation: unique in the process, one per worker (a recording is bound
+    /// to the lane that made it).
+    pub(crate) fn lane_generation(&self) -> u64 {
+        self.lock().generation
+    }
+
     /// The staging memory the lane holds between runs.
     pub(crate) fn staging_report(&self) -> StagingReport {
         self.lock().staging_report()

@@ -205,7 +205,7 @@ impl LaneEngine {
                 graph_bytes: 0,
                 graph_generation: 0,
             };
-            let graph = prepare_graph(device, request, &mut desc, &orch_args)?;
+            let graph = prepare_graph(device, request, &mut desc, &orch_args, *generation)?;
             publish(&**device, slot, &request.callable, &orch_args, &desc)?;
             Ok(graph)
         });
@@ -410,6 +410,7 @@ fn prepare_graph(
     request: &RunRequest,
     desc: &mut RunLaunchDesc,
     orch_args: &OrchArgs,
+    lane: u64,
 ) -> Result<Option<(Arc<GraphImage>, GraphReport)>, HostError> {
     let callable = &request.callable;
     let graph = match &request.graph {
@@ -433,7 +434,7 @@ fn prepare_graph(
                 _ => None,
             };
             let clusters = device.topology().clusters;
-            graph::build_and_upload(device, desc, orch_args, callable, clusters, key)?
+            graph::build_and_upload(device, desc, orch_args, callable, clusters, lane, key)?
         }
     };
     desc.runtime = RUNTIME_HBG;

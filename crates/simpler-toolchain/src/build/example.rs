@@ -242,6 +242,7 @@ pub fn build_manifest(loaded: LoadedManifest, compiler: &Compiler) -> Result<Bui
         signature: loaded.signature.clone(),
         orchestration,
         kernels,
+        runtime: m.runtime,
     };
     bundle.validate().map_err(BuildError::Bundle)?;
     Ok(Built {

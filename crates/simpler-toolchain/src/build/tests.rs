@@ -252,6 +252,18 @@ fn an_example_builds_into_a_bundle_and_entry_symbols_are_checked() {
     let again = build_example(ex.path(), &kc).unwrap();
     assert!(again.units.iter().all(|u| u.cached));
     assert_eq!(again.bundle, built.bundle);
+    assert_eq!(built.bundle.runtime, None);
+
+    // The manifest's runtime goes into the bundle.
+    let manifest = ex.path().join("simpler.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, format!("runtime = \"host_build_graph\"\n{text}")).unwrap();
+    let hbg = build_example(ex.path(), &kc).unwrap();
+    assert_eq!(
+        hbg.bundle.runtime,
+        Some(simpler_host::Runtime::HostBuildGraph)
+    );
+    assert_eq!(hbg.bundle.kernels, built.bundle.kernels);
 
     let bad = tiny_example(
         "#include \"simpler/kernel.h\"\nstatic void kernel_entry(int64_t *args) { (void)args; }\n\

@@ -127,6 +127,7 @@ pub(crate) fn bundle_of(spec: &CallableSpec) -> Result<Bundle, WorkerError> {
         signature: spec.signature.clone(),
         orchestration,
         kernels,
+        runtime: spec.runtime,
     };
     bundle
         .validate()
