@@ -303,7 +303,7 @@ fn replay_prints_every_variant_of_both_workloads_with_the_targets() {
         }
     }
     for column in [
-        "host cost (us/run)",
+        "graph host (us/run)",
         "stage (us)",
         "launch (us)",
         "orch (us/task)",
