@@ -57,6 +57,7 @@ Environment:
   PTO2_RING_TASK_WINDOW           tasks in flight per ring: a power of two >= 4 (default 16384)
   PTO2_RING_HEAP                  output-heap bytes per ring, >= 1024 (default: the 256 MiB heap / 4)
   PTO2_RING_DEP_POOL              dependency-pool entries per ring, >= 4 (default 16384)
+  PTO2_READY_QUEUE                host_build_graph: ready tasks per ready queue, >= 1 (default 8192)
   SIMPLER_SIM_MEMCHECK            1 (or after): every device allocation ends at a guard page, so a
                                   kernel writing past a tensor faults and the crash report names it;
                                   before: guards the start; 0: off (default)
@@ -489,6 +490,7 @@ mod tests {
             "PTO2_RING_TASK_WINDOW",
             "PTO2_RING_HEAP",
             "PTO2_RING_DEP_POOL",
+            "PTO2_READY_QUEUE",
         ] {
             assert!(help.contains(var), "{var} missing from --help:\n{help}");
         }

@@ -146,6 +146,13 @@ fn check_ring(field: &str, ring: usize, v: u64) -> Result<(), HostError> {
     )))
 }
 
+/// A ready-queue capacity (`field` names where it came from): 1..=2^32-1.
+fn check_ready_queue(field: &str, n: u64) -> Result<u32, HostError> {
+    u32::try_from(n).ok().filter(|&n| n > 0).ok_or_else(|| {
+        HostError::InvalidConfig(format!("{field}: must be in 1..={}, got {n}", u32::MAX))
+    })
+}
+
 /// `value` seconds as a [`Duration`]; `field` names the option in the error.
 ///
 /// # Errors
@@ -224,25 +231,17 @@ impl CallConfig {
         env_pool: Option<RingValue>,
     ) -> Result<RunPlan, HostError> {
         let ready_queue = match self.runtime_env.ready_queue {
-            Some(n) => Some(n),
+            Some(n) => check_ready_queue("runtime_env.ready_queue", n)?,
             None => match std::env::var("PTO2_READY_QUEUE") {
-                Ok(text) => Some(text.trim().parse::<u64>().map_err(|e| {
-                    HostError::InvalidConfig(format!(
-                        "environment variable PTO2_READY_QUEUE: `{text}` is not a number ({e})"
-                    ))
-                })?),
-                Err(_) => None,
+                Ok(text) => {
+                    let field = "environment variable PTO2_READY_QUEUE";
+                    let n = text.trim().parse::<u64>().map_err(|e| {
+                        HostError::InvalidConfig(format!("{field}: `{text}` is not a number ({e})"))
+                    })?;
+                    check_ready_queue(field, n)?
+                }
+                Err(_) => 0,
             },
-        };
-        let ready_queue = match ready_queue {
-            None => 0,
-            Some(n) if (1..=u64::from(u32::MAX)).contains(&n) => n as u32,
-            Some(n) => {
-                return Err(HostError::InvalidConfig(format!(
-                    "runtime_env.ready_queue: must be in 1..={}, got {n}",
-                    u32::MAX
-                )))
-            }
         };
         let max_threads = worker.topology.aicpu_threads;
         let aicpu_threads = match self.aicpu_thread_num {

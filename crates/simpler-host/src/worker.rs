@@ -426,7 +426,7 @@ impl ChipWorker {
         let plan = self.program_plan(config)?;
         let callable = self.callable(id)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
-        let mut report = self.run_lent(callable, args, plan, GraphPlan::Record(id), None)?;
+        let mut report = self.run_lent(callable, args, plan, GraphPlan::Record(id))?;
         let recording = report
             .recording
             .take()
@@ -490,16 +490,19 @@ impl ChipWorker {
         config: &CallConfig,
     ) -> Result<RunReport, HostError> {
         let plan = self.program_plan(config)?;
-        let current = self.shared.table.lock().get(recording.callable()).ok();
-        let callable = graph::check_stale(
-            recording,
-            self.shared.lane.lane_generation(),
-            current.as_ref(),
-        )?
-        .clone();
+        let callable = self.recorded_callable(recording)?;
+        graph::check_host_args(recording, &callable, args)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
         let graph = GraphPlan::Replay(recording.image.clone());
-        self.run_lent(callable, args, plan, graph, Some(recording))
+        self.run_lent(callable, args, plan, graph)
+    }
+
+    /// The callable `recording` was made of, if this worker made it and the callable is
+    /// still registered as it was.
+    fn recorded_callable(&self, recording: &RecordedRun) -> Result<Arc<Registered>, HostError> {
+        let current = self.shared.table.lock().get(recording.callable()).ok();
+        let lane = self.shared.lane.lane_generation();
+        graph::check_stale(recording, lane, current.as_ref()).cloned()
     }
 
     fn checked_replay(
@@ -509,15 +512,9 @@ impl ChipWorker {
         config: &CallConfig,
     ) -> Result<(Arc<Registered>, crate::config::RunPlan), HostError> {
         let plan = self.program_plan(config)?;
-        let current = self.shared.table.lock().get(recording.callable()).ok();
-        let callable = graph::check_stale(
-            recording,
-            self.shared.lane.lane_generation(),
-            current.as_ref(),
-        )?
-        .clone();
-        crate::args::check_owned(&callable.name, &callable.signature, args)?;
+        let callable = self.recorded_callable(recording)?;
         graph::check_args(recording, &callable, args)?;
+        crate::args::check_owned(&callable.name, &callable.signature, args)?;
         Ok((callable, plan))
     }
 
@@ -645,18 +642,16 @@ impl ChipWorker {
         let callable = self.callable(id)?;
         crate::args::check(&callable.name, &callable.signature, args)?;
         let (plan, graph) = graph_plan(plan, &callable);
-        self.run_lent(callable, args, plan, graph, None)
+        self.run_lent(callable, args, plan, graph)
     }
 
-    /// Runs checked borrowed `args` under `graph` and waits for the run; a replay's
-    /// arguments are checked against `replaying` first.
+    /// Runs checked borrowed `args` under `graph` and waits for the run.
     fn run_lent(
         &self,
         callable: Arc<Registered>,
         args: &mut [HostArg<'_>],
         plan: crate::config::RunPlan,
         graph: GraphPlan,
-        replaying: Option<&RecordedRun>,
     ) -> Result<RunReport, HostError> {
         let lent: Vec<OwnedArg> = args
             .iter_mut()
@@ -673,9 +668,6 @@ impl ChipWorker {
                 HostArg::Scalar(v) => OwnedArg::Scalar(*v),
             })
             .collect();
-        if let Some(recording) = replaying {
-            graph::check_args(recording, &callable, &lent)?;
-        }
         let lane = &self.shared.lane;
         let cell = lane.submit(callable, lent, plan, None, graph)?;
         let _terminal = AbortUnlessTerminal(|| cell.is_done());

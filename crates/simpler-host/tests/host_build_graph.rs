@@ -20,6 +20,17 @@ fn hbg() -> CallConfig {
     }
 }
 
+/// Records `id` on `args(1.0, 0)` through a handle.
+fn record(w: &ChipWorker, id: CallableId) -> RecordedRun {
+    w.submit_record(id, args(1.0, 0), &CallConfig::default())
+        .unwrap()
+        .result()
+        .unwrap()
+        .report
+        .recording
+        .unwrap()
+}
+
 fn run_code(e: &HostError) -> i32 {
     match e {
         HostError::RunFailed { code, .. } => *code,
@@ -133,10 +144,7 @@ fn a_recording_replays_on_new_buffers_without_the_orchestration() {
 #[test]
 fn a_replay_refuses_other_shapes_scalars_and_stale_callables() {
     let (_dev, w, id) = worker();
-    let h = w
-        .submit_record(id, args(1.0, 0), &CallConfig::default())
-        .unwrap();
-    let rec = h.result().unwrap().report.recording.unwrap();
+    let rec = record(&w, id);
     let mut other = args(1.0, 0);
     other[0] = OwnedArg::Tensor {
         buffer: Box::new(vec![0u8; 2 * N * 4]),
@@ -174,14 +182,7 @@ fn a_replay_refuses_other_shapes_scalars_and_stale_callables() {
 #[test]
 fn a_corrupt_image_is_refused_before_any_task_runs() {
     let (dev, w, id) = worker();
-    let rec = w
-        .submit_record(id, args(1.0, 0), &CallConfig::default())
-        .unwrap()
-        .result()
-        .unwrap()
-        .report
-        .recording
-        .unwrap();
+    let rec = record(&w, id);
     let (ptr, bytes) = rec.image_location();
     let mut image = vec![0u8; bytes as usize];
     dev.copy_from_device(&mut image, ptr).unwrap();
@@ -379,18 +380,44 @@ fn a_recording_replays_only_on_the_worker_that_made_it() {
     let (_dev_a, a, id_a) = worker();
     let (_dev_b, b, id_b) = worker();
     assert_eq!(id_a, id_b, "both workers give the callable the same id");
-    let rec = a
-        .submit_record(id_a, args(1.0, 0), &CallConfig::default())
-        .unwrap()
-        .result()
-        .unwrap()
-        .report
-        .recording
-        .unwrap();
+    let rec = record(&a, id_a);
     match b.submit_replay(&rec, args(1.0, 0), &CallConfig::default()) {
         Err(HostError::StaleRecording { reason, .. }) => {
             assert!(reason.contains("another worker"), "{reason}")
         }
         other => panic!("expected a stale recording, got {:?}", other.err()),
     }
+}
+
+static RELEASE_BUILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Does not return until the test releases it (an orchestration stuck in its own code).
+unsafe extern "C" fn stuck_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+    while !RELEASE_BUILD.load(std::sync::atomic::Ordering::Acquire) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    0
+}
+
+#[test]
+fn an_orchestration_that_does_not_return_times_out_the_run() {
+    let dev = small_device();
+    let w = ChipWorker::with_device(
+        WorkerConfig {
+            run_timeout: std::time::Duration::from_millis(300),
+            ..config()
+        },
+        dev as Arc<dyn Device>,
+    )
+    .unwrap();
+    let id = register_orch(&w, "stuck", stuck_orch);
+    let err = w
+        .submit_with(id, args(0.0, 0), &hbg())
+        .unwrap()
+        .result()
+        .unwrap_err();
+    assert!(matches!(err, HostError::Timeout(_)), "{err}");
+    // The build may still write the run's staging: the worker refuses new runs.
+    assert!(w.unusable_reason().is_some());
+    RELEASE_BUILD.store(true, std::sync::atomic::Ordering::Release);
 }

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use simpler_abi::{code_name, DataType, OrchArgs, RunLaunchDesc};
 use simpler_device::{Device, DevicePtr};
+use simpler_runtime::hbg::{BuildFailure, BuiltGraph};
 
-use crate::args::OwnedArg;
+use crate::args::{HostArg, OwnedArg};
 use crate::registry::{CallableId, Registered};
 use crate::HostError;
 
@@ -153,29 +154,31 @@ pub struct GraphReport {
 
 /// Builds the graph of a run on the host and uploads it: `desc` is the run's descriptor as
 /// it will be published, `orch_args` the orchestration arguments in host memory.
+///
+/// The orchestration runs on a thread of its own, waited for at most `timeout` (the
+/// worker's run timeout): C code cannot be interrupted, so a build that has not returned by
+/// then is left running with everything it reads, and the run fails with
+/// [`HostError::Timeout`] — the caller must then keep the run's staging (the build may
+/// still write it through `set_tensor_data`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn build_and_upload(
     device: &Arc<dyn Device>,
     desc: &RunLaunchDesc,
     orch_args: &OrchArgs,
-    callable: &Registered,
+    callable: &Arc<Registered>,
     clusters: u32,
     lane: u64,
     recording: Option<RecordingKey>,
+    timeout: Duration,
 ) -> Result<(Arc<GraphImage>, GraphReport), HostError> {
     let start = Instant::now();
-    // The build reads the host's copies of what the device will be given.
-    let host_desc = RunLaunchDesc {
-        orch_args_addr: orch_args as *const OrchArgs as u64,
-        func_table_addr: callable.func_table_bytes.as_ptr() as u64,
-        func_core_types_addr: callable.func_type_bytes.as_ptr() as u64,
-        ..*desc
-    };
-    // SAFETY: `host_desc` names host memory alive for the call: `orch_args`, the callable's
-    // two func tables (`func_count` entries each, as published) and the orchestration entry
-    // the registry loaded (kept loaded by `callable`); the heap and every tensor in
-    // `orch_args` are this run's device memory, which on the sim is host memory the lane
-    // owns and no running task touches (runs execute in order; this one has not launched).
-    let built = unsafe { simpler_runtime::hbg::build(&host_desc, clusters, callable.generation) };
+    let built = build_bounded(
+        *desc,
+        Box::new(*orch_args),
+        callable.clone(),
+        clusters,
+        timeout,
+    )?;
     let built = built.map_err(|f| HostError::RunFailed {
         code: -f.code,
         name: code_name(f.code),
@@ -216,6 +219,47 @@ pub(crate) fn build_and_upload(
         replayed: false,
     };
     Ok((image, report))
+}
+
+/// Runs the host build of `desc` on a thread that owns what it reads (a copy of the
+/// orchestration arguments, the callable), waiting at most `timeout`.
+fn build_bounded(
+    desc: RunLaunchDesc,
+    orch_args: Box<OrchArgs>,
+    callable: Arc<Registered>,
+    clusters: u32,
+    timeout: Duration,
+) -> Result<Result<BuiltGraph, BuildFailure>, HostError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("simpler-graph-build".into())
+        .spawn(move || {
+            // The build reads the host's copies of what the device will be given.
+            let host_desc = RunLaunchDesc {
+                orch_args_addr: &*orch_args as *const OrchArgs as u64,
+                func_table_addr: callable.func_table_bytes.as_ptr() as u64,
+                func_core_types_addr: callable.func_type_bytes.as_ptr() as u64,
+                ..desc
+            };
+            // SAFETY: `host_desc` names host memory this thread owns for the whole call:
+            // `orch_args`, the callable's two func tables (`func_count` entries each, as
+            // published) and the orchestration entry the registry loaded (kept loaded by
+            // `callable`); the heap and every tensor in `orch_args` are this run's device
+            // memory, which on the sim is host memory the lane keeps (its staging is
+            // quarantined if the build outlives the wait) and no running task touches (runs
+            // execute in order; this one has not launched).
+            let built =
+                unsafe { simpler_runtime::hbg::build(&host_desc, clusters, callable.generation) };
+            // The waiter may have given up; then nobody reads this.
+            let _ = tx.send(built);
+        })
+        .map_err(|e| HostError::InvalidState(format!("starting the graph build thread: {e}")))?;
+    rx.recv_timeout(timeout).map_err(|_| {
+        tracing::error!(
+            "a host_build_graph orchestration did not return within {timeout:?}; it is left running"
+        );
+        HostError::Timeout(timeout)
+    })
 }
 
 /// The key of a recording made with `args`.
@@ -307,12 +351,42 @@ pub(crate) fn check_stale<'a>(
     Ok(current)
 }
 
+/// [`check_args`] for borrowed host arguments (which never share device memory).
+pub(crate) fn check_host_args(
+    recorded: &RecordedRun,
+    current: &Registered,
+    args: &[HostArg<'_>],
+) -> Result<(), HostError> {
+    let keys: Vec<ArgKey> = args
+        .iter()
+        .map(|a| match a {
+            HostArg::Tensor(t) => ArgKey::Tensor {
+                shape: t.shape.clone(),
+                dtype: t.dtype,
+            },
+            HostArg::Scalar(v) => ArgKey::Scalar(*v),
+        })
+        .collect();
+    check_keys(recorded, current, &keys, &[])
+}
+
 /// Checks that `args` may replay `recorded` of `current` (its callable, checked by
-/// [`check_stale`]).
+/// [`check_stale`]), before the signature checks (a replay's arguments are named against
+/// the recording first).
 pub(crate) fn check_args(
     recorded: &RecordedRun,
     current: &Registered,
     args: &[OwnedArg],
+) -> Result<(), HostError> {
+    let keys: Vec<ArgKey> = args.iter().map(arg_key).collect();
+    check_keys(recorded, current, &keys, &overlaps(args))
+}
+
+fn check_keys(
+    recorded: &RecordedRun,
+    current: &Registered,
+    args: &[ArgKey],
+    now: &[(usize, usize)],
 ) -> Result<(), HostError> {
     let key = recorded.key();
     let names: Vec<&str> = current
@@ -331,13 +405,12 @@ pub(crate) fn check_args(
             ),
         });
     }
-    for (i, (a, want)) in args.iter().zip(&key.args).enumerate() {
-        let got = arg_key(a);
-        if &got == want {
+    for (i, (got, want)) in args.iter().zip(&key.args).enumerate() {
+        if got == want {
             continue;
         }
         let name = names.get(i).copied().unwrap_or("?").to_string();
-        let reason = match (want, &got) {
+        let reason = match (want, got) {
             (ArgKey::Scalar(w), ArgKey::Scalar(g)) => format!(
                 "scalar {g:#x} differs from the recording's {w:#x} (a scalar can change the graph the orchestration builds: record again for it)"
             ),
@@ -348,10 +421,15 @@ pub(crate) fn check_args(
         };
         return Err(HostError::ReplayMismatch { arg: name, reason });
     }
-    let now = overlaps(args);
-    if now != key.overlaps {
+    if now != key.overlaps.as_slice() {
+        // Name the first argument of the first pair that changed.
+        let changed = now
+            .iter()
+            .chain(&key.overlaps)
+            .find(|p| !(now.contains(p) && key.overlaps.contains(p)))
+            .map_or(0, |p| p.0);
         return Err(HostError::ReplayMismatch {
-            arg: key.name.clone(),
+            arg: names.get(changed).copied().unwrap_or("?").to_string(),
             reason: format!(
                 "the tensor arguments overlap as {now:?}; the recording's overlapped as {:?} (its dependencies hold only for those)",
                 key.overlaps

@@ -205,12 +205,19 @@ impl LaneEngine {
                 graph_bytes: 0,
                 graph_generation: 0,
             };
-            let graph = prepare_graph(device, request, &mut desc, &orch_args, *generation)?;
+            let timeout = config.run_timeout;
+            let graph =
+                prepare_graph(device, request, &mut desc, &orch_args, *generation, timeout)?;
             publish(&**device, slot, &request.callable, &orch_args, &desc)?;
             Ok(graph)
         });
         let graph = match staged {
             Ok(graph) => graph,
+            Err(e) if matches!(e, HostError::Timeout(_)) => {
+                // A graph build left running may still write the staging: keep all of it.
+                let retained = taken.into_iter().map(|(b, _)| b.ptr).collect();
+                return Err((e, retained));
+            }
             Err(e) => {
                 // The rollback: reused buffers go back to the pool, allocated ones are freed; one
                 // whose free fails is not proven released.
@@ -411,6 +418,7 @@ fn prepare_graph(
     desc: &mut RunLaunchDesc,
     orch_args: &OrchArgs,
     lane: u64,
+    timeout: std::time::Duration,
 ) -> Result<Option<(Arc<GraphImage>, GraphReport)>, HostError> {
     let callable = &request.callable;
     let graph = match &request.graph {
@@ -434,7 +442,9 @@ fn prepare_graph(
                 _ => None,
             };
             let clusters = device.topology().clusters;
-            graph::build_and_upload(device, desc, orch_args, callable, clusters, lane, key)?
+            graph::build_and_upload(
+                device, desc, orch_args, callable, clusters, lane, key, timeout,
+            )?
         }
     };
     desc.runtime = RUNTIME_HBG;
