@@ -298,8 +298,8 @@ class WorkerStateError(SimplerError, RuntimeError):
 
 class StaleRecordingError(WorkerStateError):
     """A recording cannot be replayed: its callable (``callable``, the name) was unregistered
-    or registered again since it was recorded (``reason`` says which). Nothing ran; record
-    again on the current registration."""
+    or registered again since it was recorded, or it was recorded by another worker
+    (``reason`` says which). Nothing ran; record again on the current registration."""
 
     CODE = 19
 

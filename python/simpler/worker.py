@@ -61,6 +61,7 @@ from .errors import (
     ExecutionContextRefused,
     InvalidArgumentError,
     InvalidConfigError,
+    StaleRecordingError,
     UnknownCallableError,
     UnsupportedError,
     WorkerStateError,
@@ -767,10 +768,11 @@ class Worker:
             native = self._live()
             if isinstance(callable, RecordedRun):
                 if callable._worker is not self:
-                    raise InvalidArgumentError(
-                        f"the recording of `{callable.callable}` was made by another worker",
-                        arg="recording",
-                        reason="the recording was made by another worker",
+                    raise StaleRecordingError(
+                        f"the recording of `{callable.callable}` is stale: it was recorded by "
+                        "another worker (a recording replays only on its own)",
+                        callable=str(callable.callable),
+                        reason="it was recorded by another worker",
                     )
                 handle = callable._handle
                 target: Any = callable._native
