@@ -434,9 +434,8 @@ fn measure_workload(
         }
     }
     let hbg_graph = samples[1].graph;
-    let tmr_stage = median(samples[0].stage_us.clone());
     let tasks = hbg_graph.map_or(0, |g| u64::from(g.tasks));
-    let figures: Vec<VariantFigures> = Variant::ALL
+    let mut figures: Vec<VariantFigures> = Variant::ALL
         .into_iter()
         .zip(samples)
         .map(|(variant, s)| {
@@ -446,8 +445,8 @@ fn measure_workload(
             let stage = median(s.stage_us);
             let host_cost = match variant {
                 Variant::Hbg => build.unwrap_or(0.0) + upload.unwrap_or(0.0),
-                Variant::HbgReplay => (stage - tmr_stage).max(0.0),
-                Variant::Tmr => 0.0,
+                // Set below from tmr's stage.
+                Variant::HbgReplay | Variant::Tmr => 0.0,
             };
             VariantFigures {
                 variant,
@@ -460,6 +459,8 @@ fn measure_workload(
             }
         })
         .collect();
+    // A replay's graph work: what its stage span adds over tmr's.
+    figures[2].host_cost_us = (figures[2].stage_us - figures[0].stage_us).max(0.0);
     let (tmr, hbg, replay) = (&figures[0], &figures[1], &figures[2]);
     let share = if hbg.host_cost_us > 0.0 {
         replay.host_cost_us / hbg.host_cost_us

@@ -128,7 +128,8 @@ fn write_image(
         let slot = ring.slot(local);
         let body = slot.body();
         let fanin = slot.fanin.load(Ordering::Acquire);
-        let consumers = slot.fanout.lock().consumers.clone();
+        let wake_first = wakes.len() as u32;
+        wakes.extend(slot.fanout.lock().consumers.iter().map(|&c| c as u32));
         let shape = body.shape as u32;
         if fanin == 0 && shape < 3 {
             ready[shape as usize] += 1;
@@ -170,8 +171,8 @@ fn write_image(
                 0
             },
             fanin,
-            wake_first: wakes.len() as u32,
-            wake_count: consumers.len() as u32,
+            wake_first,
+            wake_count: wakes.len() as u32 - wake_first,
             tensor_first,
             tensor_count: nt as u32,
             scalar_count: ns as u32,
@@ -179,7 +180,6 @@ fn write_image(
             submit: body.submit,
             scalars,
         });
-        wakes.extend(consumers.iter().map(|&c| c as u32));
     }
     if let Some(shape) = ready.iter().position(|&r| r > cap) {
         let name = ["AIC", "AIV", "MIX"][shape];

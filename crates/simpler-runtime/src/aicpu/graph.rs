@@ -197,6 +197,7 @@ fn load(shared: &RunShared, g: &GraphView<'_>, mem: &RunMemory) -> Result<WakeLi
         body.block_num = t.block_num;
         body.sync_start = t.flags & GRAPH_TASK_SYNC_START != 0;
         body.tensors.clear();
+        body.tensors.reserve_exact(t.tensor_count as usize);
         let first = t.tensor_first as usize;
         for gt in &g.tensors[first..first + t.tensor_count as usize] {
             let mut tensor = gt.tensor;
@@ -218,15 +219,7 @@ fn load(shared: &RunShared, g: &GraphView<'_>, mem: &RunMemory) -> Result<WakeLi
             tensor.buffer_addr = tensor.buffer_addr.wrapping_add(base);
             body.tensors.push(tensor);
         }
-        body.args = KernelArgs::default();
-        let nt = body.tensors.len();
-        for k in 0..nt {
-            body.args.slots[k] = &body.tensors[k] as *const ChipTensor as u64;
-        }
-        let ns = t.scalar_count as usize;
-        body.args.slots[nt..nt + ns].copy_from_slice(&t.scalars[..ns]);
-        body.args.slots[TENSOR_COUNT_SLOT] = nt as u64;
-        body.args.slots[SCALAR_COUNT_SLOT] = ns as u64;
+        body.bind_args(&t.scalars[..t.scalar_count as usize]);
         body.retained.clear();
         body.edges = 0;
         slot.arm(TaskId::from(local), false);

@@ -288,14 +288,7 @@ impl<'a> Orchestrator<'a> {
                 heap_at += out_bytes[i];
             }
         }
-        body.args = KernelArgs::default();
-        for i in 0..n {
-            body.args.slots[i] = &body.tensors[i] as *const ChipTensor as u64;
-        }
-        let s = d.scalar_count as usize;
-        body.args.slots[n..n + s].copy_from_slice(&d.scalars[..s]);
-        body.args.slots[TENSOR_COUNT_SLOT] = n as u64;
-        body.args.slots[SCALAR_COUNT_SLOT] = s as u64;
+        body.bind_args(&d.scalars[..d.scalar_count as usize]);
         slot.arm(id, scoped);
         ring.next.store(local.wrapping_add(1), Ordering::Release);
         self.shared.submitted.fetch_add(1, Ordering::AcqRel);

@@ -104,6 +104,20 @@ impl Default for TaskBody {
 }
 
 impl TaskBody {
+    /// Fills the argument array from the body's tensors (one pointer each, into `tensors`,
+    /// which must not change after) and `scalars`, with the two count slots
+    /// (`docs/chip-runtime.md` §3); the context slots are filled at dispatch.
+    pub(crate) fn bind_args(&mut self, scalars: &[u64]) {
+        self.args = KernelArgs::default();
+        let n = self.tensors.len();
+        for (slot, t) in self.args.slots.iter_mut().zip(&self.tensors) {
+            *slot = t as *const ChipTensor as u64;
+        }
+        self.args.slots[n..n + scalars.len()].copy_from_slice(scalars);
+        self.args.slots[simpler_abi::TENSOR_COUNT_SLOT] = n as u64;
+        self.args.slots[simpler_abi::SCALAR_COUNT_SLOT] = scalars.len() as u64;
+    }
+
     /// Subtasks that must finish for the task to complete.
     pub(crate) fn subtasks(&self) -> u32 {
         self.block_num * self.lanes.count_ones().max(1)
