@@ -318,8 +318,24 @@ class CallableHandle:
     _callable: Optional[ChipCallable] = field(default=None, repr=False)
     _native_id: Optional[int] = field(default=None, repr=False)
     _refs: int = field(default=1, repr=False)
+    _next_id: Optional[int] = field(default=None, repr=False)
+    """Level 4: the engine's id of it for the next-level children (``_native_id`` is then
+    its sub callable's)."""
+
+    def __reduce__(self) -> Any:
+        # A handle travels (inside a pickled orchestration function) as a foreign handle:
+        # the level-3 worker that receives it resolves it by hashid (docs/l4-worker.md §2).
+        return (_foreign_handle, (self.hashid, self.name, self.signature, self.kind))
 
     @property
     def digest(self) -> str:
         """The hex digest of :attr:`hashid`."""
         return self.hashid.split(":", 1)[1]
+
+
+def _foreign_handle(hashid: str, name: str, signature: Any, kind: str) -> CallableHandle:
+    """A handle another worker issued, rebuilt where it was unpickled (no owner)."""
+    return CallableHandle(
+        hashid=hashid, name=name, signature=tuple(signature), kind=kind,
+        target_namespace="FOREIGN",
+    )

@@ -61,6 +61,7 @@ code   class                     builtin           raised when
 51     StartupError              RuntimeError      a level-3 child process could not be started
 52     TaskFailedError           RuntimeError      a level-3 task failed (a sub callable raised)
 53     RingFullError             RuntimeError      the level-3 heap ring could not serve ``alloc``
+54     TaskTimeoutError          TimeoutError      a remote level-3 task ran past its timeout
 =====  ========================  ================  =============================================
 
 Every error also carries ``code_name``, the engine's name of the error kind
@@ -70,7 +71,7 @@ engine's kind whether the engine or the Python layer refused: by class ``INVALID
 (``InvalidArgumentError``, ``ArgumentTypeError``, ``ArgumentCountError``,
 ``UnsupportedError``), ``INVALID_CONFIG``, ``INVALID_STATE`` (``WorkerStateError``; ``CLOSED``
 for a closed worker), ``UNKNOWN_CALLABLE``, ``WAIT_TIMEOUT``, ``ENDPOINT_FAILURE``,
-``STARTUP_FAILED``, ``TASK_FAILED``, ``RING_FULL``; a worker id that names no worker (not an
+``STARTUP_FAILED``, ``TASK_FAILED``, ``RING_FULL``, ``TASK_TIMEOUT``; a worker id that names no worker (not an
 int, negative, unknown) is ``UNKNOWN_WORKER``. Classes only level 2 raises have ``code_name``
 ``None`` unless the run gave one. A failed level-3 task's error also has ``task``
 (``"#3 vector_add"``) and ``worker`` (``"chip 1 (device 1)"``).
@@ -114,6 +115,7 @@ __all__ = [
     "StartupError",
     "TaskFailedError",
     "RingFullError",
+    "TaskTimeoutError",
     "StagingWarning",
 ]
 
@@ -354,10 +356,13 @@ class CompilerNotFoundError(SimplerError, FileNotFoundError):
 
 
 class EndpointFailureError(SimplerError, RuntimeError):
-    """A child process of a level-3 worker died (crashed, was killed, lost its mailbox):
-    ``endpoint`` names it (``"chip 0 (device 0, pid 4242)"``), ``report`` says how it ended
-    (exit status or signal, the tail of its stderr). Its in-flight task failed, the tasks
-    depending on it fail too, later tasks to it are refused; the other chips go on."""
+    """A child process of a level-3 worker died (crashed, was killed, lost its mailbox), or a
+    child of a level-4 worker did (its Ray actor died, its node was removed): ``endpoint``
+    names it (``"chip 0 (device 0, pid 4242)"``, ``"worker 1 (ray actor on node ...)"``),
+    ``report`` says how it ended (exit status or signal, the tail of its stderr; Ray's error).
+    Its in-flight task failed, the tasks depending on it fail too, later tasks to it are
+    refused; the other children go on. A level-4 child re-created by its ``max_restarts``
+    sets ``generation`` (its new generation) and takes later tasks."""
 
     CODE = 50
     CODE_NAME = "ENDPOINT_FAILURE"
@@ -386,6 +391,14 @@ class RingFullError(SimplerError, RuntimeError):
 
     CODE = 53
     CODE_NAME = "RING_FULL"
+
+
+class TaskTimeoutError(SimplerError, TimeoutError):
+    """A task on a remote level-3 worker ran past its ``remote_task_timeout_s``: the task
+    failed and its actor was stopped (``endpoint`` names it, ``report`` says what was done)."""
+
+    CODE = 54
+    CODE_NAME = "TASK_TIMEOUT"
 
 
 class StagingWarning(UserWarning):

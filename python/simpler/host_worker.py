@@ -235,6 +235,24 @@ class HostWorker(Worker):
         self.platform = config.pop("platform", "sim")
         if self.platform not in PLATFORMS:
             raise UnsupportedError(f"platform {self.platform!r}: only 'sim' exists in this build")
+        if level >= 4 and ("device_ids" in config or "device_id" in config):
+            raise InvalidConfigError(
+                f"device_ids is a level-3 option: a level-{level} worker's next level is "
+                f"level-{level - 1} workers (add_worker / add_remote_worker)"
+            )
+        remote_timeout = config.pop("remote_task_timeout_s", None)
+        if remote_timeout is not None and (level < 4 or not (
+            isinstance(remote_timeout, (int, float))
+            and not isinstance(remote_timeout, bool)
+            and 0 < remote_timeout < math.inf
+        )):
+            raise InvalidConfigError(
+                "remote_task_timeout_s is a level-4 option and must be positive and finite, "
+                f"got {remote_timeout!r}"
+            )
+        self.remote_task_timeout_s = 60.0 if remote_timeout is None else float(remote_timeout)
+        """Level 4: how long a remote child's task may take by default (seconds; a
+        ``RemoteWorkerSpec`` may set its own)."""
         if "device_id" in config and "device_ids" in config:
             raise InvalidConfigError("give device_ids (level 3) or device_id, not both")
         if "device_id" in config:
@@ -284,9 +302,7 @@ class HostWorker(Worker):
         self._config = _native.WorkerConfig(device_id=device_ids[0] if device_ids else 0, **options)
         self.runtime = str(self._config.runtime)
         chips = [_native.WorkerConfig(device_id=d, **options) for d in device_ids]
-        self._host = _native.HostWorker(
-            level,
-            chips,
+        self._host_args = dict(
             chip_isolation=isolation,
             num_sub_workers=self.num_sub_workers,
             heap_ring_size=None if heap_ring_size is None else int(heap_ring_size),
@@ -294,10 +310,22 @@ class HostWorker(Worker):
             close_timeout_s=close_timeout,
             **_child_program(),
         )
+        # Level 4 and above: the engine is made at init(), once the children are known.
+        self._host: Any = None
+        if level == 3:
+            self._host = _native.HostWorker(level, chips, **self._host_args)
         self._native = None  # the level-2 chip handle: none here
         self._state = "created"
         self._handles: Dict[str, CallableHandle] = {}
         self._lock = threading.RLock()
+        # Level 4: the children (worker id = index), registrations waiting for init(), the
+        # Ray children's data plane. Level 3 under a level-4 worker: that worker, and the
+        # handles it issued, by hashid (docs/l4-worker.md §2).
+        self._children: List[Any] = []
+        self._pending: List[Any] = []
+        self._plane: Any = None
+        self._parent: Any = None
+        self._aliases: Dict[str, CallableHandle] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -309,8 +337,42 @@ class HostWorker(Worker):
         with self._lock:
             if self._state == "closed":
                 raise WorkerStateError("the worker is closed", code_name="CLOSED")
-            self._host.init()
+            if self._host is None:
+                self._init_children()
+            else:
+                self._host.init()
             self._state = "ready"
+
+    def _init_children(self) -> None:
+        """Level 4: makes the engine over the children, applies the registrations made
+        before ``init()``, and starts it (every child within one startup deadline; the Ray
+        children's actors are all created first, so they start together). A failure stops
+        every child."""
+        for child in self._children:
+            child.plane = self._plane
+            launch = getattr(child, "launch", None)
+            if launch is not None:
+                launch()
+        try:
+            self._host = _native.HostWorker(
+                self.level, [], next_level=list(self._children), **self._host_args
+            )
+            for pending in self._pending:
+                self._apply_registration(*pending)
+            self._pending.clear()
+            self._host.init()
+        except BaseException:
+            self._stop_children()
+            raise
+
+    def _stop_children(self) -> None:
+        """Shuts every child down (idempotent per child); what a failed init or closing a
+        never-started level-4 worker leaves."""
+        for child in self._children:
+            try:
+                child.shutdown()
+            except Exception:  # noqa: BLE001 - best effort: every child gets its turn
+                pass
 
     def close(self) -> None:
         """Waits for the runs in flight and stops every chip and child process (shared
@@ -321,6 +383,12 @@ class HostWorker(Worker):
         thread other than the one that called ``init()``. An error of the shutdown itself (a
         child that had died) is raised once the worker is closed."""
         if self._state == "closed":
+            return
+        if self._host is None:  # a level-4 worker never initialized
+            self._stop_children()
+            with self._lock:
+                self._state = "closed"
+                self._handles.clear()
             return
         # Not under the lock: a registration holding it may wait behind a task that only
         # close ends, and an orchestration in flight may still register (taking it) before
@@ -336,6 +404,11 @@ class HostWorker(Worker):
     def _live(self) -> Any:
         if self._state == "closed":
             raise WorkerStateError("the worker is closed", code_name="CLOSED")
+        if self._host is None:
+            raise WorkerStateError(
+                f"a level-{self.level} worker's engine starts at init(); call init() first",
+                code_name="INVALID_STATE",
+            )
         return self._host
 
     def _worker_config(self) -> "_native.WorkerConfig":
@@ -344,11 +417,14 @@ class HostWorker(Worker):
 
     @property
     def chip_count(self) -> int:
+        """Next-level workers: chips at level 3, children at level 4 and above."""
+        if self._host is None:
+            return len(self._children)
         return int(self._host.chip_count)
 
     @property
     def sub_worker_count(self) -> int:
-        return int(self._host.sub_worker_count)
+        return self.num_sub_workers
 
     def child_pids(self) -> Dict[str, int]:
         """The worker's live child processes: endpoint name (``"chip 0 (device 0, pid 42)"``,
@@ -366,7 +442,7 @@ class HostWorker(Worker):
         ``register`` needs one ``unregister``."""
         if workers is not None:
             raise UnsupportedError(
-                "workers=: a level-3 callable is registered on every endpoint of its kind"
+                "workers=: a callable is registered on every endpoint of its kind"
             )
         if isinstance(target, CallableHandle):
             raise ArgumentTypeError("register takes a ChipCallable or a function, not a handle")
@@ -386,9 +462,11 @@ class HostWorker(Worker):
             name, kind, signature = f"{module}.{qualname}", "PYTHON_SERIALIZED", ()
         else:
             raise ArgumentTypeError(
-                "a level-3 worker registers a ChipCallable or a Python function, got "
-                f"{type(target).__name__}"
+                f"a level-{self.level} worker registers a ChipCallable or a Python function, "
+                f"got {type(target).__name__}"
             )
+        if self.level >= 4:
+            return self._register_upper(target, hashid, name, kind, signature, payload)
         with self._lock:
             host = self._live()
             existing = self._handles.get(hashid)
@@ -412,6 +490,55 @@ class HostWorker(Worker):
             self._handles[hashid] = handle
             return handle
 
+    def _register_upper(
+        self, target: Any, hashid: str, name: str, kind: str, signature: Any, pickled: Any
+    ) -> CallableHandle:
+        """Level 4 and above: a chip callable goes to the children (each registers it on its
+        level-3 worker); a function goes to the children (as a level-3 orchestration
+        function, and a sub callable of theirs) and to this worker's sub workers."""
+        from .next_level import encode_payload
+
+        next_payload = encode_payload(target, hashid, name, pickled)
+        sub_payload = pickled if pickled is not None and self.num_sub_workers > 0 else None
+        with self._lock:
+            if self._state == "closed":
+                raise WorkerStateError("the worker is closed", code_name="CLOSED")
+            existing = self._handles.get(hashid)
+            if existing is not None:
+                existing._refs += 1
+                return existing
+            handle = CallableHandle(
+                hashid=hashid,
+                name=name,
+                signature=signature,
+                kind=kind,
+                target_namespace="NEXT_LEVEL",
+                _owner=self,
+                _callable=target,
+            )
+            if self._host is None:
+                self._pending.append((handle, name, next_payload, sub_payload))
+            else:
+                self._apply_registration(handle, name, next_payload, sub_payload)
+            self._handles[hashid] = handle
+            return handle
+
+    def _apply_registration(
+        self, handle: CallableHandle, name: str, next_payload: bytes, sub_payload: Any
+    ) -> None:
+        """Registers ``handle`` with the engine: for the children when there are any (or
+        when nothing else could run it, so the engine names what is missing), for the sub
+        workers when it is a function and there are some."""
+        if self._children or sub_payload is None:
+            handle._next_id = self._host.register_next(name, next_payload)
+        if sub_payload is not None:
+            try:
+                handle._native_id = self._host.register_sub(name, sub_payload)
+            except BaseException:
+                if handle._next_id is not None:
+                    self._host.unregister(handle._next_id)
+                raise
+
     def unregister(self, handle: CallableHandle) -> None:
         """Releases one registration of ``handle``; the last one removes it everywhere."""
         with self._lock:
@@ -419,11 +546,134 @@ class HostWorker(Worker):
             if handle._refs > 1:
                 handle._refs -= 1
                 return
-            # The engine may refuse (inside an orchestration, runs in flight): the handle
-            # stays registered then.
-            self._host.unregister(handle._native_id)
+            if self._host is None:  # level 4 before init: never given to the engine
+                self._pending = [p for p in self._pending if p[0] is not handle]
+            else:
+                # The engine may refuse (inside an orchestration, runs in flight): the handle
+                # stays registered then.
+                for native_id in (handle._next_id, handle._native_id):
+                    if native_id is not None:
+                        self._host.unregister(native_id)
             handle._refs -= 1
             del self._handles[handle.hashid]
+
+    # -- level 4: children ---------------------------------------------------------------------
+
+    def _check_topology(self, what: str) -> None:
+        if self.level < 4:
+            raise WorkerStateError(
+                f"{what} adds a child to a level-4 (or higher) worker; this one has level "
+                f"{self.level} (its next level is chips: device_ids)",
+                code_name="INVALID_STATE",
+            )
+        if self._state != "created":
+            raise WorkerStateError(
+                f"{what} must be called before init()", code_name="INVALID_STATE"
+            )
+
+    def add_worker(self, worker: "HostWorker") -> int:
+        """Level 4 and above, before :meth:`init`: adds ``worker``, a new (not initialized)
+        worker of the level below, as a child running in this process, and returns its
+        worker id (``0, 1, ...`` in the order children are added). This worker initializes
+        it at :meth:`init` and closes it at :meth:`close`."""
+        self._check_topology("add_worker")
+        from .next_level import LocalChild
+
+        if not isinstance(worker, HostWorker):
+            raise ArgumentTypeError(
+                f"add_worker takes a Worker(level={self.level - 1}), got {type(worker).__name__}"
+            )
+        if worker is self:
+            raise InvalidArgumentError("add_worker: a worker cannot be its own child")
+        if worker.level != self.level - 1:
+            raise InvalidArgumentError(
+                f"add_worker: a level-{self.level} worker's children have level "
+                f"{self.level - 1}, got a level-{worker.level} worker"
+            )
+        if worker._parent is not None:
+            raise InvalidArgumentError("add_worker: that worker is a child of a worker already")
+        if worker._state != "created":
+            raise InvalidArgumentError(
+                f"add_worker takes a new worker (not initialized, not closed); that one is "
+                f"{worker._state}"
+            )
+        with self._lock:
+            worker._parent = self
+            child = LocalChild(worker, len(self._children))
+            self._children.append(child)
+            return child.worker_id
+
+    def add_remote_worker(self, spec: Any) -> int:
+        """Level 4 and above, before :meth:`init`: adds a level-3 worker described by ``spec``
+        (a :class:`~simpler.RemoteWorkerSpec`) that runs in a Ray actor on the node the spec
+        names, and returns its worker id. The actor is created at :meth:`init` and killed at
+        :meth:`close`. Needs Ray (``pip install "simpler[ray]"``); Ray starts a local
+        cluster unless ``ray.init(address=...)`` was called first."""
+        self._check_topology("add_remote_worker")
+        try:
+            from . import ray_child
+        except ImportError as e:
+            raise UnsupportedError(
+                f'add_remote_worker needs Ray: pip install "simpler[ray]" ({e})'
+            ) from None
+        if not isinstance(spec, ray_child.RemoteWorkerSpec):
+            raise ArgumentTypeError(
+                f"add_remote_worker takes a RemoteWorkerSpec, got {type(spec).__name__}"
+            )
+        with self._lock:
+            if self._plane is None:
+                self._plane = ray_child.DataPlane()
+            child = ray_child.RayChild(
+                spec, len(self._children), self._plane, self.remote_task_timeout_s
+            )
+            self._children.append(child)
+            return len(self._children) - 1
+
+    @property
+    def children(self) -> List[Any]:
+        """Level 4: the children (``simpler.next_level.NextLevelChild``), by worker id."""
+        return list(self._children)
+
+    # -- level 3 under level 4 -------------------------------------------------------------------
+
+    def _adopt(self, reg: Any) -> CallableHandle:
+        """Registers what a parent level-4 worker shipped (a decoded registration) and
+        answers this worker's handle, found afterwards by the parent's hashid: a chip
+        callable is registered here; a function is a level-3 orchestration function (kept
+        by the caller) and, when this worker has sub workers, a sub callable too."""
+        if reg.kind == "chip" or self.num_sub_workers > 0:
+            handle = self.register(reg.target)
+        else:
+            handle = CallableHandle(
+                hashid=reg.hashid,
+                name=reg.name,
+                signature=(),
+                kind="PYTHON_SERIALIZED",
+                target_namespace="LOCAL_PYTHON",
+                _owner=self,
+                _callable=reg.target,
+            )
+        with self._lock:
+            self._aliases[reg.hashid] = handle
+        return handle
+
+    def _unadopt(self, handle: CallableHandle) -> None:
+        """Undoes one :meth:`_adopt`."""
+        with self._lock:
+            for k in [k for k, h in self._aliases.items() if h is handle]:
+                del self._aliases[k]
+        if self._handles.get(handle.hashid) is handle:
+            self.unregister(handle)
+
+    def _stage_in(self, array: np.ndarray, reads: bool) -> np.ndarray:
+        """``array`` as this worker's tasks can take it: itself when nothing runs in a child
+        process, else a shared-memory copy (filled when the task ``reads`` it)."""
+        if self.chip_isolation != "process" and self.num_sub_workers == 0:
+            return array
+        view = self.create_buffer(max(int(array.nbytes), 1)).array(array.shape, array.dtype)
+        if reads:
+            np.copyto(view, array)
+        return view
 
     def _own_handle(self, handle: Any) -> CallableHandle:
         if isinstance(handle, ChipCallable) or (
@@ -435,6 +685,9 @@ class HostWorker(Worker):
         if not isinstance(handle, CallableHandle):
             raise ArgumentTypeError(f"expected a CallableHandle, got {type(handle).__name__}")
         if handle._owner is not self or self._handles.get(handle.hashid) is not handle:
+            alias = self._aliases.get(handle.hashid)
+            if alias is not None and (handle._owner is None or handle._owner is self._parent):
+                return alias  # the parent level-4 worker's handle, shipped here
             raise UnknownCallableError(
                 f"callable `{handle.name}` ({handle.hashid[:19]}...) is not registered on this "
                 "worker",
@@ -482,6 +735,8 @@ class HostWorker(Worker):
             config = CallConfig()
         level = str(self._traced_config(config, default=default_level).trace_level)
         host = self._live()
+        if self._plane is not None:
+            self._plane.new_run()  # the caller may have written its arrays since
 
         def body(native_orch: "_native.Orchestrator") -> None:
             orch_fn(Orchestrator(native_orch, self), args, config)

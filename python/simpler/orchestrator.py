@@ -59,11 +59,14 @@ class Orchestrator:
         *,
         worker: int,
     ) -> int:
-        """Runs the chip callable ``handle`` on chip ``worker`` with ``args``."""
+        """Runs ``handle`` on next-level worker ``worker`` with ``args``: at level 3 a chip
+        callable on chip ``worker``; at level 4 a level-3 orchestration function on child
+        ``worker`` (``add_worker`` / ``add_remote_worker``'s id), which gets ``args`` and
+        ``config`` as its own."""
         h = self._chip_handle(handle)
         return int(
             self._native.submit_next_level(
-                h._native_id, self._args(h, args, "args"), self._config(config), worker
+                self._next_id(h), self._args(h, args, "args"), self._config(config), worker
             )
         )
 
@@ -80,7 +83,7 @@ class Orchestrator:
         h = self._chip_handle(handle)
         return int(
             self._native.submit_next_level_group(
-                h._native_id,
+                self._next_id(h),
                 self._args_list(h, args_list),
                 self._config(config),
                 self._sequence(workers, "workers"),
@@ -90,14 +93,14 @@ class Orchestrator:
     def submit_sub(self, handle: CallableHandle, args: Optional[TaskArgs] = None) -> int:
         """Runs the Python callable ``handle`` on an idle sub worker with ``args`` (its
         tensors must be shared memory: ``create_buffer`` or ``orch.alloc``)."""
-        h = self._worker._own_handle(handle)
+        h = self._sub_handle(handle)
         return int(self._native.submit_sub(h._native_id, self._args(h, args, "args")))
 
     def submit_sub_group(
         self, handle: CallableHandle, args_list: Sequence[Optional[TaskArgs]]
     ) -> int:
         """One task of ``len(args_list)`` members on distinct sub workers."""
-        h = self._worker._own_handle(handle)
+        h = self._sub_handle(handle)
         return int(self._native.submit_sub_group(h._native_id, self._args_list(h, args_list)))
 
     # -- scopes --------------------------------------------------------------------------------
@@ -170,6 +173,37 @@ class Orchestrator:
 
     def _chip_handle(self, handle: Any) -> CallableHandle:
         return self._worker._own_handle(handle)
+
+    def _next_id(self, h: CallableHandle) -> Any:
+        """The engine's id of ``h`` for a next-level task (level 4: its children's; a chip
+        callable is refused there, it runs inside a level-3 orchestration)."""
+        if self._worker.level < 4:
+            return h._native_id
+        if h.kind == "CHIP_CALLABLE":
+            raise ArgumentTypeError(
+                f"`{h.name}` is a chip callable; a level-{self._worker.level} task runs a "
+                f"level-{self._worker.level - 1} orchestration function f(orch, args, config) "
+                "on a child: submit the chip callable from inside one (its handle works there)"
+            )
+        if h._next_id is None:
+            raise InvalidArgumentError(
+                f"`{h.name}` has no next-level worker to run on: this worker has no children "
+                "(add_worker / add_remote_worker)",
+                arg="handle",
+                reason="no next-level workers",
+            )
+        return h._next_id
+
+    def _sub_handle(self, handle: Any) -> CallableHandle:
+        h = self._worker._own_handle(handle)
+        if h._native_id is None:
+            raise InvalidArgumentError(
+                f"`{h.name}` has no sub worker to run on: this worker has none "
+                "(num_sub_workers=0)",
+                arg="handle",
+                reason="no sub workers",
+            )
+        return h
 
     def _config(self, config: Optional[CallConfig]) -> Optional["_native.CallConfig"]:
         if config is None:

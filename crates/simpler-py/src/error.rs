@@ -409,6 +409,19 @@ fn kind_raise(e: &WorkerError, message: String) -> Raise {
                 .detail("endpoint", endpoint.as_str())
                 .detail("report", report.as_str())
         }
+        WorkerError::EndpointRestarted {
+            endpoint,
+            report,
+            generation,
+        } => Raise::new("EndpointFailureError", message)
+            .detail("endpoint", endpoint.as_str())
+            .detail("report", report.as_str())
+            .int("generation", *generation as i64),
+        WorkerError::TaskTimeout {
+            endpoint, report, ..
+        } => Raise::new("TaskTimeoutError", message)
+            .detail("endpoint", endpoint.as_str())
+            .detail("report", report.as_str()),
         WorkerError::SubFailed { message: text } => {
             Raise::new("TaskFailedError", message).detail("traceback", text.as_str())
         }

@@ -100,7 +100,9 @@ fn register(py: Python<'_>, worker: &Worker, callable: Callable) -> PyResult<Nat
 
 #[pymethods]
 impl NativeHostWorker {
-    /// A level-`level` worker of the chips `chips` (chip `i` is worker id `i`) and
+    /// A level-`level` worker of the chips `chips` (chip `i` is worker id `i`) — or, at
+    /// level 4 and above, of the next-level children `next_level` (Python objects of the
+    /// protocol `simpler.next_level.NextLevelChild`, `crate::next_level`) — and
     /// `num_sub_workers` sub worker processes. Children (chips with `chip_isolation =
     /// "process"`, sub workers) run `child_program` with `child_args` and `child_env` set in
     /// their environment (the engine passes them the rest in their environment too). The engine checks the configuration now and starts
@@ -108,7 +110,8 @@ impl NativeHostWorker {
     #[new]
     #[pyo3(signature = (level, chips, *, chip_isolation="thread", num_sub_workers=0,
                         heap_ring_size=None, startup_timeout_s=None, close_timeout_s=None,
-                        child_program=None, child_args=Vec::new(), child_env=Vec::new()))]
+                        child_program=None, child_args=Vec::new(), child_env=Vec::new(),
+                        next_level=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -122,6 +125,7 @@ impl NativeHostWorker {
         child_program: Option<String>,
         child_args: Vec<String>,
         child_env: Vec<(String, String)>,
+        next_level: Vec<Py<PyAny>>,
     ) -> PyResult<NativeHostWorker> {
         let defaults = WorkerOptions::default();
         let chip_isolation = match chip_isolation {
@@ -169,10 +173,12 @@ impl NativeHostWorker {
             defaults.startup_timeout,
         )?;
         let close_timeout = seconds("close_timeout_s", close_timeout_s, defaults.close_timeout)?;
-        let chip_count = chips.len();
+        let next_level = crate::next_level::children(py, next_level)?;
+        let chip_count = chips.len() + next_level.len();
         let options = WorkerOptions {
             level,
             chips: chips.iter().map(|c| c.config.clone()).collect(),
+            next_level,
             device_ids: chips.iter().map(|c| c.device_id).collect(),
             chip_isolation,
             chip_program: program,
@@ -213,6 +219,23 @@ impl NativeHostWorker {
     ) -> PyResult<NativeHostCallable> {
         let worker = self.live(py)?;
         let callable = Callable::SubSerialized {
+            name,
+            payload: payload.into(),
+        };
+        register(py, &worker, callable)
+    }
+
+    /// Registers a callable for the next-level children of a level-4 worker: `payload` is
+    /// what `simpler.next_level.decode_payload` reads on each child, `name` labels it
+    /// (before or after `init`).
+    fn register_next(
+        &self,
+        py: Python<'_>,
+        name: String,
+        payload: Vec<u8>,
+    ) -> PyResult<NativeHostCallable> {
+        let worker = self.live(py)?;
+        let callable = Callable::NextLevel {
             name,
             payload: payload.into(),
         };

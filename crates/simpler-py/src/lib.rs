@@ -62,6 +62,7 @@ mod host_handle;
 mod host_memory;
 mod host_worker;
 mod isolated;
+mod next_level;
 mod orchestrator;
 mod sim_context;
 mod sub_child;

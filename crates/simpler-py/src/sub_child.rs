@@ -75,6 +75,27 @@ pub struct NativeMappedTensor {
     tag: Tag,
 }
 
+impl NativeMappedTensor {
+    /// A tensor of `nbytes` from its first element at `address` (in this process).
+    pub(crate) fn new(
+        address: usize,
+        nbytes: usize,
+        shape: Vec<u64>,
+        strides: Vec<u64>,
+        dtype: DataType,
+        tag: Tag,
+    ) -> NativeMappedTensor {
+        NativeMappedTensor {
+            address,
+            nbytes,
+            shape,
+            strides,
+            dtype,
+            tag,
+        }
+    }
+}
+
 #[pymethods]
 impl NativeMappedTensor {
     /// The first element's address in this process.

@@ -1,7 +1,7 @@
 //! The one [`Endpoint`] trait every kind of next-level or sub worker implements: a chip in
 //! this process, a chip in a child process, a sub worker (a Rust closure on a thread, or a
-//! Python callable in a child process); the remote kind of level 4 joins later
-//! (`docs/l3-worker.md` §4).
+//! Python callable in a child process), and a next-level child a binding makes at level 4
+//! and above (`docs/l3-worker.md` §4, `docs/l4-worker.md` §2).
 //!
 //! An endpoint is driven by exactly one thread, its lane (`crate::lane`): every call is
 //! `&mut self`, synchronous, and returns when the operation is over. The engine never
@@ -37,7 +37,9 @@ pub struct RunFacts {
 /// What kind of worker an endpoint is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EndpointKind {
-    /// A chip: runs chip callables, holds device memory.
+    /// A next-level worker: a chip at level 3 (runs chip callables, holds device memory);
+    /// at level 4 and above a child worker of the level below (runs
+    /// [`Callable::NextLevel`] callables, holds no device memory).
     Chip,
     /// A sub worker: runs sub callables (closures, Python functions).
     Sub,
@@ -68,13 +70,22 @@ pub enum Callable {
         /// The serialized function.
         payload: Arc<[u8]>,
     },
+    /// A callable a binding serialized for the next-level children it made (level 4 and
+    /// above: an orchestration function of the level below, or a chip callable shipped to
+    /// the children); the engine never looks inside `payload`.
+    NextLevel {
+        /// The name shown in messages.
+        name: String,
+        /// What the children decode.
+        payload: Arc<[u8]>,
+    },
 }
 
 impl Callable {
     /// The kind of endpoint that runs it.
     pub fn runs_on(&self) -> EndpointKind {
         match self {
-            Callable::Chip(_) => EndpointKind::Chip,
+            Callable::Chip(_) | Callable::NextLevel { .. } => EndpointKind::Chip,
             Callable::SubClosure(_) | Callable::SubSerialized { .. } => EndpointKind::Sub,
         }
     }
@@ -84,7 +95,7 @@ impl Callable {
         match self {
             Callable::Chip(spec) => spec.name.clone(),
             Callable::SubClosure(_) => "closure".into(),
-            Callable::SubSerialized { name, .. } => name.clone(),
+            Callable::SubSerialized { name, .. } | Callable::NextLevel { name, .. } => name.clone(),
         }
     }
 }

@@ -97,6 +97,8 @@ pub(crate) struct Engine {
     pub(crate) chip_processes: bool,
     /// Sub workers run in child processes.
     pub(crate) sub_processes: bool,
+    /// Sub task members ended so far (`ChildStart::sub_ends`).
+    pub(crate) sub_ends: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Engine {

@@ -59,6 +59,32 @@ pub enum WorkerError {
         /// What is known of the death: exit status or signal, the child's last output.
         report: String,
     },
+    /// A next-level child died during the task and was re-created as a new generation: the
+    /// task failed (it is never re-executed) and the child takes later work
+    /// (`docs/l4-worker.md` §4).
+    #[error(
+        "ENDPOINT_FAILURE: {endpoint} died: {report}\n  it was restarted as generation \
+         {generation}; the task was not re-executed"
+    )]
+    EndpointRestarted {
+        /// The endpoint.
+        endpoint: String,
+        /// What is known of the death.
+        report: String,
+        /// The child's generation now (the first is 1).
+        generation: u64,
+    },
+    /// A task ran past its endpoint's task timeout (a remote child's
+    /// `remote_task_timeout_s`); the endpoint stopped it.
+    #[error("TASK_TIMEOUT: {endpoint} did not finish the task within {after:?}: {report}")]
+    TaskTimeout {
+        /// The endpoint.
+        endpoint: String,
+        /// The timeout.
+        after: std::time::Duration,
+        /// What the endpoint did about it.
+        report: String,
+    },
     /// A task failed: `task` names it, `worker` where it ran, `cause` why.
     #[error("task {task} on {worker} failed: {cause}")]
     TaskFailed {
@@ -108,7 +134,10 @@ impl WorkerError {
             WorkerError::InvalidState(_) => "INVALID_STATE",
             WorkerError::Closed => "CLOSED",
             WorkerError::Startup { .. } => "STARTUP_FAILED",
-            WorkerError::EndpointFailure { .. } => "ENDPOINT_FAILURE",
+            WorkerError::EndpointFailure { .. } | WorkerError::EndpointRestarted { .. } => {
+                "ENDPOINT_FAILURE"
+            }
+            WorkerError::TaskTimeout { .. } => "TASK_TIMEOUT",
             WorkerError::TaskFailed { .. } => "TASK_FAILED",
             WorkerError::Orchestration(_) => "ORCHESTRATION_FAILED",
             WorkerError::SubFailed { .. } => "SUB_FAILED",

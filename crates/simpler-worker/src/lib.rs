@@ -1,7 +1,8 @@
 //! # simpler-worker — the engine of every level above one chip
 //!
 //! One host driving many chips (level 3), and, with the same engine, a host driving other
-//! hosts (level 4 and above: the level number is a label). A user's orchestration function
+//! hosts (level 4 and above: the level number is a label; there the next-level workers are
+//! children a binding makes, [`NextLevelChild`], in place of chips, `docs/l4-worker.md`). A user's orchestration function
 //! runs on the caller's thread and submits tasks to next-level workers (chips) and sub
 //! workers; the engine infers their dependencies from the tensors' tags over host buffers,
 //! allocates intermediates from a ring of heaps, and one scheduler thread dispatches ready
@@ -70,7 +71,10 @@ pub use isolated::{
     ChipHealth, IsolatedArg, IsolatedChip, IsolatedOptions, IsolatedReport, IsolatedRunHandle,
 };
 pub use memory::{HostMemory, SharedMemoryError, SharedRef, SharedRegion, VecMemory};
-pub use options::{ChipIsolation, SubWorkers, WorkerOptions, MIN_HEAP_RING_SIZE};
+pub use options::{
+    ChildStart, ChildStarter, ChipIsolation, NextLevelChild, SubWorkers, WorkerOptions,
+    MIN_HEAP_RING_SIZE,
+};
 pub use orchestrator::Orchestrator;
 pub use process::ChildProgram;
 pub use registry::CallableHandle;

@@ -1,9 +1,12 @@
-//! [`WorkerOptions`]: what a level-3 (or higher) worker is made of — its chips and how
-//! they are isolated, its sub workers, the heap ring's size and the timeouts — and their
-//! validation, each refusal naming the option (`docs/l3-worker.md` §1, §8). Nothing here
-//! starts anything.
+//! [`WorkerOptions`]: what a level-3 (or higher) worker is made of — its next-level
+//! workers (chips, and how they are isolated, or the children a binding makes at level 4
+//! and above), its sub workers, the heap ring's size and the timeouts — and their
+//! validation, each refusal naming the option (`docs/l3-worker.md` §1, §8,
+//! `docs/l4-worker.md` §1). Nothing here starts anything.
 
-use std::time::Duration;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use simpler_host::WorkerConfig;
 
@@ -48,6 +51,44 @@ impl SubWorkers {
     }
 }
 
+/// What a next-level child is given when the worker starts it
+/// ([`NextLevelChild::start`]).
+#[derive(Clone, Debug)]
+pub struct ChildStart {
+    /// The child's worker id (its lane).
+    pub index: usize,
+    /// When the whole worker's startup must be over (`WorkerOptions::startup_timeout`
+    /// from `init`).
+    pub deadline: Instant,
+    /// Moves each time a sub task member of this worker ends (a sub task may have written
+    /// host memory): a child that caches what it sent for a tensor drops the cache when the
+    /// count has moved (`docs/l4-worker.md` §3).
+    pub sub_ends: Arc<AtomicU64>,
+}
+
+/// Starts one next-level child: returns its endpoint, ready for work, or why it could not
+/// start (the worker then shuts down the children already started).
+pub type ChildStarter =
+    Arc<dyn Fn(ChildStart) -> Result<Box<dyn crate::Endpoint>, WorkerError> + Send + Sync>;
+
+/// A next-level worker a binding makes (level 4 and above: a level-3 worker in this
+/// process or on another host), in place of chips (`docs/l4-worker.md` §1).
+#[derive(Clone)]
+pub struct NextLevelChild {
+    /// How messages name it before it has started (`worker 1 (ray actor on node a)`).
+    pub describe: String,
+    /// Starts it.
+    pub start: ChildStarter,
+}
+
+impl std::fmt::Debug for NextLevelChild {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NextLevelChild")
+            .field("describe", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Smallest heap of the ring, in bytes.
 pub const MIN_HEAP_RING_SIZE: u64 = 1 << 20;
 
@@ -58,6 +99,9 @@ pub struct WorkerOptions {
     pub level: u32,
     /// One configuration per chip; chip `i` is worker id `i`.
     pub chips: Vec<WorkerConfig>,
+    /// The next-level children of a level-4 (or higher) worker, in place of chips: child
+    /// `i` is worker id `i`. Empty at level 3; never together with `chips`.
+    pub next_level: Vec<NextLevelChild>,
     /// The device id of each chip, for messages (`chip 1 (device 5)`); empty means
     /// `0..chips.len()`. Distinct.
     pub device_ids: Vec<u32>,
@@ -86,6 +130,7 @@ impl Default for WorkerOptions {
         WorkerOptions {
             level: 3,
             chips: Vec::new(),
+            next_level: Vec::new(),
             device_ids: Vec::new(),
             chip_isolation: ChipIsolation::Thread,
             chip_program: None,
@@ -119,7 +164,24 @@ impl WorkerOptions {
                     .into(),
             );
         }
-        if self.chips.is_empty() && subs == 0 {
+        if !self.next_level.is_empty() {
+            if !self.chips.is_empty() {
+                return bad(format!(
+                    "a worker's next level is chips or workers of the level below, not both: \
+                     it has {} chips and {} next-level workers",
+                    self.chips.len(),
+                    self.next_level.len()
+                ));
+            }
+            if self.level < 4 {
+                return bad(format!(
+                    "next-level workers (add_worker / add_remote_worker) need level 4 or \
+                     above; this worker has level {}",
+                    self.level
+                ));
+            }
+        }
+        if self.chips.is_empty() && self.next_level.is_empty() && subs == 0 {
             return bad(
                 "the worker needs at least one chip or sub worker: give it chips (`chips` / \
                  Python's `device_ids`) or sub workers (`sub_workers` / Python's \
@@ -235,5 +297,25 @@ mod tests {
         };
         assert!(subs_only.validate().is_ok());
         assert_eq!(one_chip().device_id(0), 0);
+        let child = || NextLevelChild {
+            describe: "worker 0".into(),
+            start: Arc::new(|_| Err(WorkerError::InvalidState("not started".into()))),
+        };
+        let l4 = WorkerOptions {
+            level: 4,
+            next_level: vec![child()],
+            ..WorkerOptions::default()
+        };
+        assert!(l4.validate().is_ok());
+        assert!(refused(WorkerOptions {
+            chips: vec![WorkerConfig::default()],
+            ..l4.clone()
+        })
+        .contains("not both"));
+        assert!(refused(WorkerOptions {
+            level: 3,
+            ..l4.clone()
+        })
+        .contains("level 4 or above"));
     }
 }

@@ -101,6 +101,10 @@ fn member_done(
     if lane < engine.chips {
         r.chip_time += facts.took;
         r.chip_tasks += facts.chip_tasks.unwrap_or(0);
+    } else {
+        engine
+            .sub_ends
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
     if let (Some(c), Some(m)) = (r.trace.as_mut(), facts.trace) {
         c.push_span(simpler_host::trace_model::HostSpan {

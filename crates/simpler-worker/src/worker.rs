@@ -91,9 +91,10 @@ impl Worker {
         &self.options
     }
 
-    /// Chips (worker ids `0..chip_count()`).
+    /// Next-level workers (worker ids `0..chip_count()`): the chips at level 3, the
+    /// children at level 4 and above.
     pub fn chip_count(&self) -> usize {
-        self.options.chips.len()
+        self.options.chips.len() + self.options.next_level.len()
     }
 
     /// Sub workers.
@@ -147,6 +148,7 @@ impl Worker {
     where
         C: FnMut() -> Result<(), WorkerError>,
     {
+        self.check_fits(&callable)?;
         let engine = match &*self.life.lock() {
             Life::New => {
                 let handle = self.registry.reserve(&callable);
@@ -180,6 +182,30 @@ impl Worker {
         }
         self.registry.insert(&handle, callable);
         Ok(handle)
+    }
+
+    /// Refuses a callable its next level cannot run: a chip callable where the next level
+    /// is children (a binding ships it to them as [`Callable::NextLevel`]), a
+    /// [`Callable::NextLevel`] where it is chips.
+    fn check_fits(&self, callable: &Callable) -> Result<(), WorkerError> {
+        let children = !self.options.next_level.is_empty();
+        let reason = match callable {
+            Callable::Chip(spec) if children => format!(
+                "`{}` is a chip callable and this level-{} worker's next level is workers of \
+                 the level below, not chips; register it through the binding, which ships it \
+                 to them",
+                spec.name, self.options.level
+            ),
+            Callable::NextLevel { name, .. } if !self.options.chips.is_empty() => format!(
+                "`{name}` runs on next-level workers of the level below; this worker's next \
+                 level is chips"
+            ),
+            _ => return Ok(()),
+        };
+        Err(WorkerError::InvalidArgument {
+            arg: "callable".into(),
+            reason,
+        })
     }
 
     /// Forgets `handle`'s callable (on every endpoint of its kind, after init).
@@ -273,13 +299,14 @@ impl Worker {
             }
         }
         let deadline = Instant::now() + self.options.startup_timeout;
+        let sub_ends = Arc::new(AtomicU64::new(0));
         let mut endpoints: Vec<Box<dyn Endpoint>> = Vec::new();
         let made = match given {
             Some(given) => {
                 endpoints = given;
                 Ok(())
             }
-            None => self.start_endpoints(deadline, &mut endpoints),
+            None => self.start_endpoints(deadline, &sub_ends, &mut endpoints),
         };
         let started = made.and_then(|()| {
             for ep in endpoints.iter_mut() {
@@ -355,7 +382,9 @@ impl Worker {
             registry: self.registry.clone(),
             chips: self.chip_count(),
             subs: self.sub_worker_count(),
-            chip_processes: self.options.chip_isolation == ChipIsolation::Process,
+            chip_processes: self.options.next_level.is_empty()
+                && self.options.chip_isolation == ChipIsolation::Process,
+            sub_ends,
             sub_processes: matches!(self.options.sub_workers, SubWorkers::Processes { .. }),
         });
         let scheduler = match crate::scheduler::spawn(engine.clone(), events_rx) {
@@ -384,9 +413,24 @@ impl Worker {
     fn start_endpoints(
         &self,
         deadline: Instant,
+        sub_ends: &Arc<AtomicU64>,
         out: &mut Vec<Box<dyn Endpoint>>,
     ) -> Result<(), WorkerError> {
         let o = &self.options;
+        for (index, child) in o.next_level.iter().enumerate() {
+            let start = crate::options::ChildStart {
+                index,
+                deadline,
+                sub_ends: sub_ends.clone(),
+            };
+            out.push((child.start)(start).map_err(|e| match e {
+                e @ WorkerError::Startup { .. } => e,
+                other => WorkerError::Startup {
+                    endpoint: child.describe.clone(),
+                    reason: other.to_string(),
+                },
+            })?);
+        }
         for (i, config) in o.chips.iter().enumerate() {
             let ep: Box<dyn Endpoint> = match o.chip_isolation {
                 ChipIsolation::Thread => {
@@ -734,6 +778,11 @@ fn lanes_of(engine: &Engine, kind: EndpointKind) -> Vec<usize> {
 
 fn no_endpoint(c: &Callable) -> WorkerError {
     let (what, none, fix) = match c.runs_on() {
+        EndpointKind::Chip if matches!(c, Callable::NextLevel { .. }) => (
+            "next-level callable",
+            "next-level workers",
+            "give it workers of the level below (Python's `add_worker` / `add_remote_worker`)",
+        ),
         EndpointKind::Chip => (
             "chip callable",
             "chips",

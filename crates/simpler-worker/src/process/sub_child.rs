@@ -108,12 +108,12 @@ impl Endpoint for SubProcess {
                         .into(),
                 }))
             }
-            Callable::Chip(spec) => {
+            Callable::Chip(_) | Callable::NextLevel { .. } => {
                 return Err(EndpointError::Failed(WorkerError::InvalidArgument {
                     arg: "callable".into(),
                     reason: format!(
-                        "`{}` is a chip callable; sub workers run sub callables",
-                        spec.name
+                        "`{}` runs on next-level workers; sub workers run sub callables",
+                        callable.name()
                     ),
                 }))
             }
