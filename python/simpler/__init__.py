@@ -19,8 +19,10 @@ Everything public is importable from this module; see ``Worker``, ``TaskArgs``,
 ``KernelCompiler``, ``ChipCallable`` and ``simpler.testing`` (scene tests). ``Worker(level=3,
 ...)`` drives several chips and sub workers from a Python orchestration (``HostWorker``,
 ``Orchestrator``); ``Worker(level=2, chip_isolation="process")`` runs the chip in a child
-process (``IsolatedWorker``). ``Worker(level=2, runtime="host_build_graph")`` builds each
-run's graph on the host; ``Worker.record`` keeps one to replay (``RecordedRun``).
+process (``IsolatedWorker``). ``Worker(level=4, ...)`` drives level-3 workers in this process
+(``add_worker``) and in Ray actors on other hosts (``add_remote_worker(RemoteWorkerSpec(...))``).
+``Worker(level=2, runtime="host_build_graph")`` builds each run's graph on the host;
+``Worker.record`` keeps one to replay (``RecordedRun``).
 """
 
 from . import _native, sim  # noqa: F401 - simpler.sim: caller contexts on the sim platform
@@ -32,6 +34,7 @@ from .errors import __all__ as _error_names
 from .host_worker import HostRunHandle, HostRunReport, HostWorker, SharedBuffer
 from .isolated_worker import IsolatedWorker
 from .orchestrator import Orchestrator
+from .ray_child import RemoteWorkerSpec
 from .tensor import Buffer, ChildTensor, TaskArgs, Tensor, as_array
 from .types import (
     ArgDirection,
@@ -56,6 +59,7 @@ __all__ = [
     "HostRunHandle",
     "HostRunReport",
     "Orchestrator",
+    "RemoteWorkerSpec",
     "SharedBuffer",
     "ChildTensor",
     "ChipCallable",

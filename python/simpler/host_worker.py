@@ -610,12 +610,14 @@ class HostWorker(Worker):
         :meth:`close`. Needs Ray (``pip install "simpler[ray]"``); Ray starts a local
         cluster unless ``ray.init(address=...)`` was called first."""
         self._check_topology("add_remote_worker")
-        try:
-            from . import ray_child
-        except ImportError as e:
+        import importlib.util
+
+        from . import ray_child
+
+        if importlib.util.find_spec("ray") is None:
             raise UnsupportedError(
-                f'add_remote_worker needs Ray: pip install "simpler[ray]" ({e})'
-            ) from None
+                'add_remote_worker needs Ray, which is not installed: pip install "simpler[ray]"'
+            )
         if not isinstance(spec, ray_child.RemoteWorkerSpec):
             raise ArgumentTypeError(
                 f"add_remote_worker takes a RemoteWorkerSpec, got {type(spec).__name__}"
