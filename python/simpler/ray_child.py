@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
@@ -72,7 +72,9 @@ def _ray() -> Any:
 
 
 def _is_count(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= 0
+    return bool(
+        not isinstance(value, bool) and isinstance(value, (int, np.integer)) and value >= 0
+    )
 
 
 # -- the spec ----------------------------------------------------------------------------------
@@ -144,7 +146,8 @@ class RemoteWorkerSpec:
             )
         if not isinstance(self.options, dict):
             raise InvalidConfigError(
-                f"options must be a dict of Worker(level=3) options, got {type(self.options).__name__}"
+                "options must be a dict of Worker(level=3) options, got "
+                f"{type(self.options).__name__}"
             )
         for key in self.options:
             if not isinstance(key, str):
@@ -270,7 +273,11 @@ class Level3Actor:
         self.worker_id = int(worker_id)
         self.worker = HostWorker(level=3, **config)
         self.worker.init()
-        self.shared = config.get("chip_isolation") == "process" or config.get("num_sub_workers", 0) > 0
+        # Tensors a child process of the worker (chip or sub worker) may see go to shared
+        # memory.
+        self.shared = (
+            config.get("chip_isolation") == "process" or config.get("num_sub_workers", 0) > 0
+        )
         self.handles: Dict[int, Any] = {}
         self.functions: Dict[int, Any] = {}
 
@@ -394,7 +401,7 @@ def _remote_error(prefix: str, e: BaseException) -> RemoteTaskError:
     return RemoteTaskError(text, kind, msg, tb)
 
 
-def _lost_errors() -> Tuple[type, ...]:
+def _lost_errors() -> Tuple[Type[BaseException], ...]:
     """The Ray errors that mean the actor (or what it needed) is gone."""
     from ray import exceptions as rx
 
@@ -556,7 +563,9 @@ class RayChild(NextLevelChild):
     ``None``, and every control call.
 
     :meth:`launch` creates the actor without waiting (so that several start at once);
-    :meth:`start` waits for it (launching it first if needed)."""
+    :meth:`start` waits for it (launching it first if needed). The other calls come from one
+    thread at a time (the engine's lane); :meth:`shutdown` may come from another thread
+    while a task runs: it kills the actor, and that task fails with ``ChildDied``."""
 
     def __init__(self, spec: RemoteWorkerSpec, worker_id: int, plane: Optional[DataPlane] = None,
                  default_timeout_s: float = 60.0) -> None:
@@ -567,9 +576,8 @@ class RayChild(NextLevelChild):
         self.spec = spec
         self.worker_id = int(worker_id)
         self.plane = plane
-        self.task_timeout_s = float(
-            spec.remote_task_timeout_s if spec.remote_task_timeout_s is not None else default_timeout_s
-        )
+        limit = spec.remote_task_timeout_s
+        self.task_timeout_s = float(limit if limit is not None else default_timeout_s)
         self.control_timeout_s = float(max(default_timeout_s, self.task_timeout_s))
         self.start_timeout_s = 120.0  # start()'s timeout, reused when replacing the actor
         self._actor: Any = None
@@ -582,10 +590,12 @@ class RayChild(NextLevelChild):
         self._host: Optional[str] = None
         self._where = spec.node if spec.node is not None else "any node"
         self._payloads: Dict[int, bytes] = {}
-        self._stale: Optional[str] = None  # the actor was killed after a timeout: why
+        self._stale: Optional[str] = None  # the actor was killed after a timeout: the limit
         self._dead: Optional[str] = None  # the child is gone for good: the report
+        self._closed = False
         self._ready = False
-        self._lock = threading.RLock()
+        self._running = False  # a task is in flight (shutdown then kills at once)
+        self._lock = threading.Lock()  # guards the actor handle against shutdown()
 
     # -- naming ----------------------------------------------------------------------------------
 
@@ -613,7 +623,6 @@ class RayChild(NextLevelChild):
         return self._actor
 
     def _who(self) -> str:
-        parts = [self.describe()]
         extra = []
         if self._node_id:
             extra.append(f"node id {self._node_id[:12]}...")
@@ -621,22 +630,19 @@ class RayChild(NextLevelChild):
             extra.append(f"pid {self._pid}")
         if self._generation > 1:
             extra.append(f"generation {self._generation}")
-        if extra:
-            parts.append("[" + ", ".join(extra) + "]")
-        return " ".join(parts)
+        return self.describe() + (f" [{', '.join(extra)}]" if extra else "")
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def launch(self) -> None:
         """Creates the actor without waiting for it; never raises (a failure is raised by
         :meth:`start`)."""
-        with self._lock:
-            if self._actor is not None or self._launch_error is not None:
-                return
-            try:
-                self._create()
-            except BaseException as e:  # noqa: BLE001 - start() raises it
-                self._launch_error = e
+        if self._actor is not None or self._launch_error is not None:
+            return
+        try:
+            self._create()
+        except BaseException as e:  # noqa: BLE001 - start() raises it
+            self._launch_error = e
 
     def _create(self) -> None:
         ray = _ray()
@@ -649,24 +655,26 @@ class RayChild(NextLevelChild):
         self._where = where
         options = dict(placement)
         options["runtime_env"] = {"env_vars": {"PYTHONPATH": _driver_path()}}
-        self._actor = _actor_class().options(**options).remote(
-            self.spec.worker_config(), self.worker_id
-        )
-        self._generation += 1
-        self._ready = False
-        self._node_id = self._pid = self._host = None
-        self._ready_ref = self._actor.ready.remote()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self.describe()} is shut down")
+            self._actor = _actor_class().options(**options).remote(
+                self.spec.worker_config(), self.worker_id
+            )
+            self._generation += 1
+            self._ready = False
+            self._node_id = self._pid = self._host = None
+            self._ready_ref = self._actor.ready.remote()
 
     def start(self, timeout_s: float) -> None:
         """Launches the actor if :meth:`launch` did not, and waits until its level-3 worker
         is up, within ``timeout_s``. Raises naming the node (the actor is killed then)."""
         self.start_timeout_s = float(timeout_s)
         self.launch()
-        with self._lock:
-            if self._launch_error is not None:
-                e, self._launch_error = self._launch_error, None
-                raise e
-            self._wait_ready(timeout_s)
+        if self._launch_error is not None:
+            e, self._launch_error = self._launch_error, None
+            raise e
+        self._wait_ready(timeout_s)
 
     def _wait_ready(self, timeout_s: float) -> None:
         ray = _ray()
@@ -688,35 +696,40 @@ class RayChild(NextLevelChild):
         self._ready = True
 
     def shutdown(self) -> None:
-        """Closes the actor's level-3 worker (waiting up to 30 s), then kills the actor.
-        An actor found dead is reported by one error, once it is killed."""
+        """Closes the actor's level-3 worker (waiting up to 30 s), then kills the actor. A
+        task still running is not waited for: the actor is killed at once, and the task
+        fails with ``ChildDied``. An actor found dead is reported by one error, once it is
+        killed."""
         ray = _ray()
         with self._lock:
+            self._closed = True
             actor, self._actor = self._actor, None
             self._launch_error = None
-            if actor is None:
-                return
-            error: Optional[BaseException] = None
-            if self._ready and self._dead is None and self._stale is None:
-                try:
-                    ray.get(actor.shutdown.remote(), timeout=_SHUTDOWN_WAIT_S)
-                except ray.exceptions.RayTaskError as e:
-                    error = _remote_error(f"{self._who()}: closing its level-3 worker failed", e)
-                except ray.exceptions.GetTimeoutError:
-                    error = RuntimeError(
-                        f"{self._who()}: closing its level-3 worker took over "
-                        f"{_SHUTDOWN_WAIT_S:g} s; the actor was killed"
-                    )
-                except Exception as e:  # noqa: BLE001 - a dead actor: one clear error
-                    error = RuntimeError(f"{self._who()} had died: {_ray_text(e)}")
-            self._ready = False
-            _kill_actor(actor)
-            if error is not None:
-                raise error
+            ready, self._ready = self._ready, False
+            running = self._running
+        if actor is None:
+            return
+        error: Optional[BaseException] = None
+        if ready and not running and self._dead is None and self._stale is None:
+            try:
+                ray.get(actor.shutdown.remote(), timeout=_SHUTDOWN_WAIT_S)
+            except ray.exceptions.RayTaskError as e:
+                error = _remote_error(f"{self._who()}: closing its level-3 worker failed", e)
+            except ray.exceptions.GetTimeoutError:
+                error = RuntimeError(
+                    f"{self._who()}: closing its level-3 worker took over "
+                    f"{_SHUTDOWN_WAIT_S:g} s; the actor was killed"
+                )
+            except Exception as e:  # noqa: BLE001 - a dead actor: one clear error
+                error = RuntimeError(f"{self._who()} had died: {_ray_text(e)}")
+        _kill_actor(actor)
+        if error is not None:
+            raise error
 
     def _kill(self) -> None:
-        actor, self._actor = self._actor, None
-        self._ready = False
+        with self._lock:
+            actor, self._actor = self._actor, None
+            self._ready = False
         if actor is not None:
             _kill_actor(actor)
 
@@ -732,68 +745,81 @@ class RayChild(NextLevelChild):
 
     def _replace(self, report: str) -> int:
         """Kills the current actor, makes the next generation and registers every callable
-        on it again. Raises ChildDied when that fails."""
+        on it again; returns the generation. Raises ChildDied when that fails."""
         self._kill()
         self._restarts_used += 1
         self._stale = None
         try:
             self._create()
             self._wait_ready(self.start_timeout_s)
-            ray = _ray()
             refs = [self._actor.register.remote(k, p) for k, p in self._payloads.items()]
-            ray.get(refs, timeout=self.control_timeout_s)
+            _ray().get(refs, timeout=self.control_timeout_s)
         except BaseException as e:  # noqa: BLE001 - any failure leaves the child dead
-            text = _ray_text(e) if not isinstance(e, RuntimeError) else str(e)
+            text = str(e) if isinstance(e, RuntimeError) else _ray_text(e)
             raise self._die(f"{report}; replacing it failed: {text}") from None
         return self._generation
 
     def _lost(self, what: str, e: BaseException) -> str:
+        if self._closed:
+            return f"{self._who()} was shut down {what}"
         return f"{self._who()} was lost {what}: {_ray_text(e)}"
 
-    def _check(self) -> None:
-        """Before a call: refuses when dead, replaces the actor killed after a timeout."""
+    def _live_actor(self) -> Any:
+        """The actor to call: refuses when dead or shut down, replaces the actor killed
+        after a timeout first."""
         if self._dead is not None:
             raise ChildDied(self._dead)
-        if self._actor is None and self._stale is None:
-            raise ChildDied(f"{self.describe()} is not started")
+        if self._closed:
+            raise ChildDied(f"{self._who()} is shut down")
         if self._stale is not None:
             report = f"{self._who()} was killed after a task ran past {self._stale}"
             if self._restarts_left() <= 0:
                 raise self._die(report)
             self._replace(report)
+        actor = self._actor
+        if actor is None:
+            raise ChildDied(f"{self.describe()} is not started")
+        return actor
+
+    def _after_loss(self, report: str) -> int:
+        """The actor is gone: replaces it (returning the new generation) while restarts
+        last, else raises ChildDied."""
+        if self._closed or self._restarts_left() <= 0:
+            raise self._die(report)
+        return self._replace(report)
 
     # -- control calls ---------------------------------------------------------------------------
 
     def _control(self, what: str, method: str, *args: Any) -> Any:
+        """Calls ``method`` on the actor; a lost actor is replaced (while restarts last) and
+        the call made again on the new one."""
         ray = _ray()
         lost = _lost_errors()
         for attempt in range(2):
+            actor = self._live_actor()
             try:
-                return ray.get(getattr(self._actor, method).remote(*args), timeout=self.control_timeout_s)
+                return ray.get(getattr(actor, method).remote(*args), timeout=self.control_timeout_s)
             except ray.exceptions.RayTaskError as e:
                 raise _remote_error(f"{self._who()} refused {what}", e) from None
             except ray.exceptions.GetTimeoutError:
                 report = f"{self._who()} did not answer {what} within {self.control_timeout_s:g} s"
             except lost as e:
                 report = self._lost(f"during {what}", e)
-            if attempt or self._restarts_left() <= 0:
+            if attempt:
                 raise self._die(report)
-            self._replace(report)
+            self._after_loss(report)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def register(self, key: int, payload: bytes) -> None:
-        with self._lock:
-            self._check()
-            self._control(f"registration {key}", "register", int(key), bytes(payload))
-            self._payloads[int(key)] = bytes(payload)
+        self._control(f"registration {key}", "register", int(key), bytes(payload))
+        self._payloads[int(key)] = bytes(payload)
 
     def unregister(self, key: int) -> None:
-        with self._lock:
-            if self._payloads.pop(int(key), None) is None:
-                return
-            if self._dead is not None or self._stale is not None:
-                return  # nothing runs it; a replacement will not know it
-            self._control(f"unregistration {key}", "unregister", int(key))
+        if self._payloads.pop(int(key), None) is None:
+            return
+        if self._dead is not None or self._stale is not None or self._closed:
+            return  # nothing runs it; a replacement will not know it
+        self._control(f"unregistration {key}", "unregister", int(key))
 
     # -- runs --------------------------------------------------------------------------------------
 
@@ -801,74 +827,78 @@ class RayChild(NextLevelChild):
             sub_writes: int) -> None:
         ray = _ray()
         lost = _lost_errors()
-        with self._lock:
-            self._check()
-            tensors = [a for a in args if isinstance(a, TensorArg)]
-            written = [t for t in tensors if t.writes]
-            for attempt in range(2):
-                refs: List[Any] = []
-                specs: List[Tuple[Any, ...]] = []
-                for a in args:
-                    if isinstance(a, TensorArg):
-                        # NO_DEP tensors carry data too: sent, never written back.
-                        sends = a.reads or a.tag == TensorArgType.NO_DEP
-                        specs.append(("t", int(a.tag), tuple(a.array.shape), a.array.dtype,
-                                      sends, a.writes))
-                        if sends:
-                            refs.append(self._input_ref(a.array, sub_writes))
-                    else:
-                        specs.append(("s", int(a)))
-                out = self._actor.run.options(num_returns=1 + len(written)).remote(
+        tensors = [a for a in args if isinstance(a, TensorArg)]
+        written = [t for t in tensors if t.writes]
+        for attempt in range(2):
+            actor = self._live_actor()
+            refs: List[Any] = []
+            specs: List[Tuple[Any, ...]] = []
+            for a in args:
+                if isinstance(a, TensorArg):
+                    # NO_DEP tensors carry data too: sent, never written back.
+                    sends = a.reads or a.tag == TensorArgType.NO_DEP
+                    specs.append(("t", int(a.tag), tuple(a.array.shape), a.array.dtype, sends,
+                                  a.writes))
+                    if sends:
+                        refs.append(self._input_ref(a.array, sub_writes))
+                else:
+                    specs.append(("s", int(a)))
+            with self._lock:
+                if self._actor is not actor:  # shut down meanwhile
+                    raise ChildDied(f"{self._who()} is shut down")
+                out = actor.run.options(num_returns=1 + len(written)).remote(
                     int(key), specs, config, *refs
                 )
-                status_ref, out_refs = (out, []) if not written else (out[0], list(out[1:]))
+                self._running = True
+            status_ref, out_refs = (out, []) if not written else (out[0], list(out[1:]))
+            try:
                 try:
                     ray.get(status_ref, timeout=self.task_timeout_s)
                     values = ray.get(out_refs, timeout=self.control_timeout_s) if out_refs else []
-                    break
-                except ray.exceptions.RayTaskError as e:
-                    raise _remote_error(f"{self._who()}: the task failed", e) from None
-                except ray.exceptions.GetTimeoutError:
-                    self._kill()
-                    self._stale = f"{self.task_timeout_s:g} s"
-                    report = (
-                        f"{self._who()}: the task ran past remote_task_timeout_s "
-                        f"({self.task_timeout_s:g} s); the actor was killed"
-                    )
-                    raise ChildTimeout(self.task_timeout_s, report) from None
-                except lost as e:
-                    if attempt == 0 and self._inputs_lost(e, refs):
-                        continue  # an input object was lost and the actor is alive: resend
-                    report = self._lost("during a task", e)
-                    if self._restarts_left() <= 0:
-                        raise self._die(report) from None
-                    gen = self._replace(report)
-                    raise ChildRestarted(
-                        f"{report}; replaced by generation {gen} on node {self._where}", gen
-                    ) from None
-            for t, ref, value in zip(written, out_refs, values):
-                if value.shape != t.array.shape:
-                    raise RuntimeError(
-                        f"{self._who()}: a written tensor came back with shape {value.shape}, "
-                        f"not {t.array.shape}"
-                    )
-                np.copyto(t.array, value)
-                if self.plane is not None:
-                    self.plane.produced(t.array, ref, sub_writes)
+                finally:
+                    self._running = False
+                break
+            except ray.exceptions.RayTaskError as e:
+                raise _remote_error(f"{self._who()}: the task failed", e) from None
+            except ray.exceptions.GetTimeoutError:
+                report = (
+                    f"{self._who()}: the task ran past remote_task_timeout_s "
+                    f"({self.task_timeout_s:g} s); the actor was killed"
+                )
+                self._kill()
+                self._stale = f"{self.task_timeout_s:g} s"
+                raise ChildTimeout(self.task_timeout_s, report) from None
+            except lost as e:
+                if attempt == 0 and not self._closed and self._inputs_lost(e, actor, refs):
+                    continue  # an input object was lost and the actor is alive: resend
+                report = self._lost("during a task", e)
+                gen = self._after_loss(report)
+                raise ChildRestarted(
+                    f"{report}; replaced by generation {gen} on node {self._where}", gen
+                ) from None
+        for t, ref, value in zip(written, out_refs, values):
+            if value.shape != t.array.shape:
+                raise RuntimeError(
+                    f"{self._who()}: a written tensor came back with shape {value.shape}, "
+                    f"not {t.array.shape}"
+                )
+            np.copyto(t.array, value)
+            if self.plane is not None:
+                self.plane.produced(t.array, ref, sub_writes)
 
     def _input_ref(self, array: np.ndarray, sub_writes: int) -> Any:
         if self.plane is not None:
             return self.plane.input_ref(array, sub_writes)
         return _ray().put(np.ascontiguousarray(array))
 
-    def _inputs_lost(self, e: BaseException, refs: List[Any]) -> bool:
+    def _inputs_lost(self, e: BaseException, actor: Any, refs: List[Any]) -> bool:
         """True when ``e`` is a lost object while the actor still answers: an input the
         plane had cached went with its node; it is forgotten so the retry puts it again."""
         ray = _ray()
         if not isinstance(e, ray.exceptions.ObjectLostError) or not refs:
             return False
         try:
-            ray.get(self._actor.ready.remote(), timeout=10)
+            ray.get(actor.ready.remote(), timeout=10)
         except Exception:  # noqa: BLE001 - the actor is gone too
             return False
         if self.plane is not None:

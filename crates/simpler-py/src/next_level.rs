@@ -182,7 +182,15 @@ impl Endpoint for PyChild {
         Python::attach(|py| {
             call(py, "_register", (&self.obj, key, PyBytes::new(py, payload)))
                 .map(|_| ())
-                .map_err(|e| outcome(py, &self.describe, e))
+                .map_err(|e| match outcome(py, &self.describe, e.clone_ref(py)) {
+                    EndpointError::Failed(WorkerError::SubFailed { .. }) => {
+                        EndpointError::Failed(WorkerError::InvalidArgument {
+                            arg: "callable".into(),
+                            reason: format!("{} refused `{}`: {e}", self.describe, callable.name()),
+                        })
+                    }
+                    other => other,
+                })
         })
     }
 
@@ -202,9 +210,7 @@ impl Endpoint for PyChild {
     ) -> Result<(), EndpointError> {
         Python::attach(|py| {
             let list = self.args(py, args)?;
-            let config = NativeCallConfig {
-                config: *config,
-            };
+            let config = NativeCallConfig { config: *config };
             let sub_ends = self.sub_ends.load(Ordering::Acquire);
             call(py, "_run", (&self.obj, key, list, config, sub_ends))
                 .map(|_| ())

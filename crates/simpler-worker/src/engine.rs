@@ -97,6 +97,9 @@ pub(crate) struct Engine {
     pub(crate) chip_processes: bool,
     /// Sub workers run in child processes.
     pub(crate) sub_processes: bool,
+    /// What messages call a next-level worker: `chip`, or `child worker` at level 4 and
+    /// above.
+    pub(crate) next_kind: &'static str,
     /// Sub task members ended so far (`ChildStart::sub_ends`).
     pub(crate) sub_ends: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }

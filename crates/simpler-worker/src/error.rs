@@ -20,7 +20,7 @@ pub enum WorkerError {
     UnknownWorker {
         /// The id given.
         id: i64,
-        /// `chip` or `sub worker`.
+        /// `chip`, `child worker` (level 4 and above) or `sub worker`.
         kind: &'static str,
         /// How many there are.
         count: usize,

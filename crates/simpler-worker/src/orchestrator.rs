@@ -181,7 +181,7 @@ impl Orchestrator {
     ) -> Result<TaskId, WorkerError> {
         let engine = self.engine("submit_next_level")?;
         self.check_handle(engine, handle, EndpointKind::Chip)?;
-        validate::chip_id(worker, engine.chips)?;
+        validate::chip_id(worker, engine.chips, engine.next_kind)?;
         let dest = Dest::Chip {
             w: worker,
             process: engine.chip_processes,
@@ -223,7 +223,7 @@ impl Orchestrator {
     ) -> Result<TaskId, WorkerError> {
         let engine = self.engine("submit_next_level_group")?;
         self.check_handle(engine, handle, EndpointKind::Chip)?;
-        validate::chip_group(workers, args_list.len(), engine.chips)?;
+        validate::chip_group(workers, args_list.len(), engine.chips, engine.next_kind)?;
         let mut all = Vec::new();
         for (k, (args, w)) in args_list.iter().zip(workers).enumerate() {
             let prefix = format!("args_list[{k}]");

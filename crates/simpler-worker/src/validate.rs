@@ -27,15 +27,16 @@ fn bad(arg: &str, reason: String) -> WorkerError {
     }
 }
 
-/// Checks chip worker id `w` against `chips`.
+/// Checks next-level worker id `w` against `chips` of them, called `kind` in messages
+/// (`chip`, or `child worker` at level 4 and above).
 ///
 /// # Errors
 /// [`WorkerError::UnknownWorker`].
-pub(crate) fn chip_id(w: usize, chips: usize) -> Result<(), WorkerError> {
+pub(crate) fn chip_id(w: usize, chips: usize, kind: &'static str) -> Result<(), WorkerError> {
     if w >= chips {
         return Err(WorkerError::UnknownWorker {
             id: i64::try_from(w).unwrap_or(i64::MAX),
-            kind: "chip",
+            kind,
             count: chips,
         });
     }
@@ -47,12 +48,17 @@ pub(crate) fn chip_id(w: usize, chips: usize) -> Result<(), WorkerError> {
 /// # Errors
 /// [`WorkerError::InvalidArgument`] naming `workers` (empty, a repeated id) or `args_list`
 /// (another length), [`WorkerError::UnknownWorker`].
-pub(crate) fn chip_group(workers: &[usize], args: usize, chips: usize) -> Result<(), WorkerError> {
+pub(crate) fn chip_group(
+    workers: &[usize],
+    args: usize,
+    chips: usize,
+    kind: &'static str,
+) -> Result<(), WorkerError> {
     if workers.is_empty() {
         return Err(bad("workers", "a group needs at least one worker".into()));
     }
     for (i, w) in workers.iter().enumerate() {
-        chip_id(*w, chips)?;
+        chip_id(*w, chips, kind)?;
         if workers[..i].contains(w) {
             return Err(bad(
                 "workers",
@@ -377,15 +383,15 @@ mod tests {
 
     #[test]
     fn groups_name_workers_and_args_list() {
-        let err = chip_group(&[0, 1, 0], 3, 4).unwrap_err();
+        let err = chip_group(&[0, 1, 0], 3, 4, "chip").unwrap_err();
         assert!(err.to_string().contains("`workers`") && err.to_string().contains("twice"));
-        let err = chip_group(&[0, 1], 3, 4).unwrap_err();
+        let err = chip_group(&[0, 1], 3, 4, "chip").unwrap_err();
         assert!(err.to_string().contains("`args_list`"), "{err}");
         assert_eq!(
-            chip_group(&[0, 9], 2, 4).unwrap_err().kind(),
+            chip_group(&[0, 9], 2, 4, "chip").unwrap_err().kind(),
             "UNKNOWN_WORKER"
         );
-        assert!(chip_group(&[], 0, 4).is_err());
+        assert!(chip_group(&[], 0, 4, "chip").is_err());
         assert!(sub_group(3, 2)
             .unwrap_err()
             .to_string()
