@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds and installs the `simpler` Python package (`pip install .`, a maturin/PyO3 abi3
 # extension) into a private virtualenv, target/py-venv, and runs the Python tests
-# (python/tests) with pytest. Extra arguments go to pytest, e.g. `--rounds 3`; when the first
+# (python/tests) with pytest. The level-4 tests over Ray share one local Ray cluster (3 nodes on
+# 127.0.0.1); with SIMPLER_REQUIRE_RAY=1 (as .ci/run sets) they fail instead of skipping when
+# Ray cannot be imported. Extra arguments go to pytest, e.g. `--rounds 3`; when the first
 # one is a test path rather than an option, the paths given replace python/tests, so
 # `scripts/test-python.sh python/tests/test_l3_worker.py -k group` runs that file only.
 # Needs python3 (with venv and pip), the Rust toolchain and a C compiler; torch is optional
@@ -25,11 +27,12 @@ fi
 VPY="$VENV/bin/python"
 # The build backend runs the venv's `maturin` by name.
 export PATH="$PWD/$VENV/bin:$PATH"
-echo "== installing the build and test tools (maturin, numpy, cloudpickle, pytest, mypy)"
+echo "== installing the build and test tools (maturin, numpy, cloudpickle, ray, pytest, mypy)"
 # cloudpickle is a dependency of the package (level-3 workers pickle Python sub callables
-# with it); `pip install --no-deps .` below does not bring it, so it is installed here.
+# with it); ray is its optional `[ray]` extra (level-4 remote children), which the level-4
+# tests need; `pip install --no-deps .` below brings neither, so they are installed here.
 "$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9.4,<2" "numpy>=1.22" \
-    "cloudpickle>=2" "pytest>=7" "mypy>=1.8"
+    "cloudpickle>=2" "ray>=2.40" "pytest>=7" "mypy>=1.8"
 echo "== pip install . (builds the extension with maturin)"
 "$VPY" -m pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
 # One test loads a bundle written by `simpler build`.

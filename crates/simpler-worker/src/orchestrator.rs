@@ -185,6 +185,7 @@ impl Orchestrator {
         let dest = Dest::Chip {
             w: worker,
             process: engine.chip_processes,
+            contiguous: engine.next_kind == "chip",
         };
         chip_signature(engine, handle, "args", &args)?;
         validate::task_args("args", &args, dest)?;
@@ -230,6 +231,7 @@ impl Orchestrator {
             let dest = Dest::Chip {
                 w: *w,
                 process: engine.chip_processes,
+                contiguous: engine.next_kind == "chip",
             };
             chip_signature(engine, handle, &prefix, args)?;
             validate::task_args(&prefix, args, dest)?;

@@ -14,8 +14,14 @@ use crate::WorkerError;
 /// Where a task's tensors go, for the checks.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Dest {
-    /// A chip task on chip `w`; `process` when the chip runs in a child process.
-    Chip { w: usize, process: bool },
+    /// A next-level task on worker `w`; `process` when it runs in a child process;
+    /// `contiguous` when it takes C-order contiguous tensors only (a chip; a child of a
+    /// level-4 worker takes any view).
+    Chip {
+        w: usize,
+        process: bool,
+        contiguous: bool,
+    },
     /// A sub task; `process` when sub workers are child processes.
     Sub { process: bool },
 }
@@ -118,7 +124,14 @@ pub(crate) fn tensor(arg: &str, t: &Tensor, writes: bool, dest: Dest) -> Result<
             ))
         }
     }
-    if matches!(dest, Dest::Chip { .. }) && !t.is_contiguous() {
+    if matches!(
+        dest,
+        Dest::Chip {
+            contiguous: true,
+            ..
+        }
+    ) && !t.is_contiguous()
+    {
         return Err(bad(
             arg,
             format!(
@@ -322,6 +335,7 @@ mod tests {
         let chip = Dest::Chip {
             w: 0,
             process: true,
+            contiguous: true,
         };
         let err = task_args("args", &args, chip).unwrap_err();
         let text = err.to_string();
@@ -339,7 +353,8 @@ mod tests {
             &args,
             Dest::Chip {
                 w: 0,
-                process: false
+                process: false,
+                contiguous: true,
             }
         )
         .is_ok());
@@ -363,6 +378,7 @@ mod tests {
             Dest::Chip {
                 w: 0,
                 process: false,
+                contiguous: true,
             },
         )
         .unwrap_err();
@@ -375,7 +391,8 @@ mod tests {
             true,
             Dest::Chip {
                 w: 1,
-                process: true
+                process: true,
+                contiguous: true,
             }
         )
         .is_ok());

@@ -73,7 +73,7 @@ def _run_on_cluster(seed: int) -> bool:
     def partial(o, args, cfg) -> None:
         """A level-3 orchestration function, run on one host: its chip ``i`` computes row
         block ``i`` of ``P = A_h · B_h`` (``args`` = A_h INPUT, B_h INPUT, P OUTPUT)."""
-        a, b, p = args.tensor(0), args.tensor(1), args.tensor(2)
+        a, b, p = (args.tensor(i).array for i in range(3))  # numpy arrays on the host
         for i in range(CHIPS):
             rows = slice(i * ROWS, (i + 1) * ROWS)
             o.submit_next_level(

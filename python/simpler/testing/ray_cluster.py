@@ -1,17 +1,19 @@
-"""One small local Ray cluster for a test session: a head node and fake extra nodes, all on
-this machine, listening on 127.0.0.1 only.
+"""One small local Ray cluster on this machine — a head node and fake extra nodes, all
+listening on 127.0.0.1 only — for tests, examples and benchmarks of level 4 (and for trying
+``Worker(level=4).add_remote_worker`` without a real cluster). Needs Ray.
 
 Each node carries a custom resource naming it (``host_head``, ``host_a``, ``host_b``) so tests
 can place actors on it, a small CPU count and a small object store. Start it once per session
-(:func:`get_cluster`, or the ``ray_cluster`` fixture a test module builds with
-:func:`session_fixture`); the driver is connected to it (``ray.init(address=...)``). Extra
+(:func:`get_cluster`, or a session fixture a test module makes with
+``cluster = ray_cluster.session_fixture()``); the driver is connected to it
+(``ray.init(address=...)``). Extra
 nodes for node-removal tests come and go with :meth:`LocalCluster.add_node` /
 :meth:`LocalCluster.remove_node`.
 
 Run as a script, it starts the cluster, prints how long that took and the memory of the Ray
 processes, and stops it::
 
-    python python/tests/ray_cluster.py
+    python -m simpler.testing.ray_cluster
 """
 
 from __future__ import annotations
@@ -83,7 +85,9 @@ class LocalCluster:
         self._handles[resource] = node
         self.nodes[resource] = node.node_id
         deadline = time.monotonic() + 30
-        while ray.is_initialized() and not any(n["Alive"] and n["NodeID"] == node.node_id for n in ray.nodes()):
+        while ray.is_initialized() and not any(
+            n["Alive"] and n["NodeID"] == node.node_id for n in ray.nodes()
+        ):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"node {resource} did not join the cluster within 30 s")
             time.sleep(0.05)
@@ -98,8 +102,8 @@ class LocalCluster:
         self.cluster.remove_node(node, allow_graceful=graceful)
 
     def node_memory_bytes(self) -> int:
-        """Resident memory of this cluster's Ray processes (raylets, GCS, agents, idle
-        workers; the driver excluded), from /proc."""
+        """Memory (proportional set size) of this machine's Ray processes (raylets, GCS,
+        agents, workers and actors; the driver excluded), from /proc."""
         return sum(rss for _pid, _name, rss in _ray_processes())
 
     def shutdown(self) -> None:
@@ -111,9 +115,23 @@ class LocalCluster:
         self.nodes.clear()
 
 
+def _pss_bytes(pid: str) -> int:
+    """A process's proportional set size (shared pages split among their users), else its
+    resident size."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def _ray_processes() -> List[Any]:
-    """(pid, command, resident bytes) of every process of this machine's Ray sessions except
-    this one."""
+    """(pid, command, proportional resident bytes) of every process of this machine's Ray
+    sessions except this one."""
     out = []
     me = os.getpid()
     for entry in os.listdir("/proc"):
@@ -124,8 +142,7 @@ def _ray_processes() -> List[Any]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
             if "ray" not in cmd or "ray_cluster.py" in cmd or "pytest" in cmd:
                 continue
-            with open(f"/proc/{entry}/statm") as f:
-                rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            rss = _pss_bytes(entry)
         except OSError:
             continue
         if any(k in cmd for k in ("raylet", "gcs_server", "ray/", "ray::", "default_worker")):
@@ -148,11 +165,23 @@ def get_cluster() -> LocalCluster:
         from ray.cluster_utils import Cluster
 
         _loopback_only()
+        if ray.is_initialized():  # a connection made elsewhere: this cluster replaces it
+            ray.shutdown()
         t0 = time.monotonic()
-        cluster = Cluster(initialize_head=True, head_node_args=_node_args(HEAD_RESOURCE))
+        head = _node_args(HEAD_RESOURCE)
+        # A removed node is declared dead after ~1.5 s of missed health checks (Ray's
+        # default: ~15 s), so node-removal tests are quick.
+        head["_system_config"] = {
+            "health_check_initial_delay_ms": 1000,
+            "health_check_period_ms": 500,
+            "health_check_timeout_ms": 500,
+            "health_check_failure_threshold": 3,
+        }
+        cluster = Cluster(initialize_head=True, head_node_args=head)
         local = LocalCluster(cluster)
-        local._handles[HEAD_RESOURCE] = cluster.head_node
-        local.nodes[HEAD_RESOURCE] = cluster.head_node.node_id
+        head_node: Any = cluster.head_node
+        local._handles[HEAD_RESOURCE] = head_node
+        local.nodes[HEAD_RESOURCE] = head_node.node_id
         for name in NODE_RESOURCES:
             local.add_node(name)
         ray.init(
@@ -180,7 +209,9 @@ def stop_cluster() -> None:
 
 def session_fixture() -> Any:
     """A session-scoped pytest fixture yielding the :class:`LocalCluster` (stopped at the end
-    of the session). Use as ``ray_cluster = ray_cluster.session_fixture()`` in a test module."""
+    of the session); its name is the module attribute it is assigned to
+    (``cluster = ray_cluster.session_fixture()``). Every module that makes one shares the same
+    cluster."""
     import pytest
 
     @pytest.fixture(scope="session")
@@ -202,7 +233,7 @@ if __name__ == "__main__":
     procs = _ray_processes()
     for pid, cmd, rss in sorted(procs, key=lambda p: -p[2]):
         print(f"  {pid:>7} {rss / 2**20:7.1f} MiB  {cmd}")
-    print(f"Ray processes: {len(procs)}, resident {local.node_memory_bytes() / 2**20:.0f} MiB")
+    print(f"Ray processes: {len(procs)}, {local.node_memory_bytes() / 2**20:.0f} MiB (PSS)")
     t0 = time.monotonic()
     stop_cluster()
     print(f"stopped in {time.monotonic() - t0:.2f} s")
