@@ -34,7 +34,7 @@ from .errors import __all__ as _error_names
 from .host_worker import HostRunHandle, HostRunReport, HostWorker, SharedBuffer
 from .isolated_worker import IsolatedWorker
 from .orchestrator import Orchestrator
-from .ray_child import RemoteWorkerSpec
+from .remote import RemoteWorkerSpec
 from .tensor import Buffer, ChildTensor, TaskArgs, Tensor, as_array
 from .types import (
     ArgDirection,

@@ -612,20 +612,20 @@ class HostWorker(Worker):
         self._check_topology("add_remote_worker")
         import importlib.util
 
-        from . import ray_child
+        from . import remote
 
         if importlib.util.find_spec("ray") is None:
             raise UnsupportedError(
                 'add_remote_worker needs Ray, which is not installed: pip install "simpler[ray]"'
             )
-        if not isinstance(spec, ray_child.RemoteWorkerSpec):
+        if not isinstance(spec, remote.RemoteWorkerSpec):
             raise ArgumentTypeError(
                 f"add_remote_worker takes a RemoteWorkerSpec, got {type(spec).__name__}"
             )
         with self._lock:
             if self._plane is None:
-                self._plane = ray_child.DataPlane()
-            child = ray_child.RayChild(
+                self._plane = remote.DataPlane()
+            child = remote.RayChild(
                 spec, len(self._children), self._plane, self.remote_task_timeout_s
             )
             self._children.append(child)

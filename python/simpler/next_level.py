@@ -2,7 +2,7 @@
 
 A ``Worker(level=4)`` is the level-3 engine whose next-level workers (worker ids ``0..n``, where
 a level-3 worker has chips) are *children*: level-3 workers in this process
-(:class:`LocalChild`, from ``add_worker``) or in Ray actors (``simpler.ray_child.RayChild``,
+(:class:`LocalChild`, from ``add_worker``) or in Ray actors (``simpler.remote.RayChild``,
 from ``add_remote_worker``). The engine drives each child from one lane thread and calls it
 through :class:`NextLevelChild`; ordering by tags, groups, poisoning and the refusal of a dead
 child are the engine's (``docs/l4-worker.md``).
@@ -10,7 +10,7 @@ child are the engine's (``docs/l4-worker.md``).
 This module owns that protocol, the registration payload that carries a callable to a child
 (:func:`encode_payload` / :func:`decode_payload`), the in-process child, and the failures a child
 reports (:class:`ChildDied`, :class:`ChildRestarted`, :class:`ChildTimeout`). It must not touch
-Ray: the Ray child lives in ``simpler.ray_child``.
+Ray: the Ray child lives in ``simpler.remote``.
 """
 
 from __future__ import annotations

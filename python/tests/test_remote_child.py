@@ -1,4 +1,4 @@
-"""The Ray child of a level-4 worker (simpler.ray_child): its spec, placement, data plane, runs
+"""The Ray child of a level-4 worker (simpler.remote): its spec, placement, data plane, runs
 and failures, on one small local Ray cluster (simpler.testing.ray_cluster) for the session.
 
 The orchestration functions here are pickled by reference: the actors import this module
@@ -33,7 +33,7 @@ from simpler.next_level import (  # noqa: E402
     TensorArg,
     encode_payload,
 )
-from simpler.ray_child import (  # noqa: E402
+from simpler.remote import (  # noqa: E402
     DataPlane,
     RayChild,
     RemoteTaskError,
@@ -175,7 +175,10 @@ def test_spec_refuses(kwargs, field):
 
 
 def test_import_needs_no_ray():
-    code = "import sys, simpler, simpler.ray_child; assert 'ray' not in sys.modules"
+    code = (
+        "import sys, simpler, simpler.remote, simpler.remote.actor, simpler.remote.child, "
+        "simpler.remote.plane, simpler.remote.spec; assert 'ray' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
@@ -326,7 +329,7 @@ def test_plane_invalidation_by_overlap(cluster):
 
 
 def test_plane_put_raced_by_a_write_is_not_cached(cluster, monkeypatch):
-    import simpler.ray_child as rc
+    import simpler.remote.plane as rc
 
     p = DataPlane()
     x = np.arange(64, dtype=np.float32)
