@@ -303,11 +303,12 @@ class RayChild(NextLevelChild):
         self._payloads[int(key)] = bytes(payload)
 
     def unregister(self, key: int) -> None:
-        if self._payloads.pop(int(key), None) is None:
+        if int(key) not in self._payloads:
             return
-        if self._dead is not None or self._stale is not None or self._closed:
-            return  # nothing runs it; a replacement will not know it
-        self._control(f"unregistration {key}", "unregister", int(key))
+        if self._dead is None and self._stale is None and not self._closed:
+            self._control(f"unregistration {key}", "unregister", int(key))
+        # Forgotten once the actor has (or nothing runs it): a replacement will not know it.
+        del self._payloads[int(key)]
 
     # -- runs --------------------------------------------------------------------------------------
 
@@ -342,7 +343,7 @@ class RayChild(NextLevelChild):
             try:
                 try:
                     ray.get(status_ref, timeout=self.task_timeout_s)
-                    values = ray.get(out_refs, timeout=self.control_timeout_s) if out_refs else []
+                    values = self._outputs(out_refs)
                 finally:
                     self._running = False
                 break
@@ -373,6 +374,20 @@ class RayChild(NextLevelChild):
             np.copyto(t.array, value)
             if self.plane is not None:
                 self.plane.produced(t.array, ref, sub_writes)
+
+    def _outputs(self, out_refs: List[Any]) -> List[Any]:
+        """The values of a finished task's output refs, within the control timeout (the
+        task is over: only the transfer remains)."""
+        if not out_refs:
+            return []
+        ray = _ray()
+        try:
+            return list(ray.get(out_refs, timeout=self.control_timeout_s))
+        except ray.exceptions.GetTimeoutError:
+            raise RuntimeError(
+                f"{self._who()}: the task finished but its outputs did not arrive within "
+                f"{self.control_timeout_s:g} s"
+            ) from None
 
     def _input_ref(self, array: np.ndarray, sub_writes: int) -> Any:
         if self.plane is not None:

@@ -120,10 +120,14 @@ class RemoteWorkerSpec:
         for key in self.options:
             if not isinstance(key, str):
                 raise InvalidConfigError(f"options keys must be option names, got {key!r}")
+            if key in ("level", "device_id"):
+                raise InvalidConfigError(
+                    f"options[{key!r}]: a remote child is a level-3 worker of the chips "
+                    "`device_ids`; give those as the spec's own field"
+                )
             if key in _RESERVED:
                 raise InvalidConfigError(
-                    f"options[{key!r}]: give it as the spec's own field"
-                    + ("" if key in ("level", "device_id") else f" ({key}=...)")
+                    f"options[{key!r}]: give it as the spec's own field ({key}=...)"
                 )
         object.__setattr__(self, "options", dict(self.options))
         if not isinstance(self.platform, str) or not self.platform:
