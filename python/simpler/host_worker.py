@@ -348,6 +348,11 @@ class HostWorker(Worker):
         before ``init()``, and starts it (every child within one startup deadline; the Ray
         children's actors are all created first, so they start together). A failure stops
         every child."""
+        if not self._children and self.num_sub_workers == 0:
+            raise InvalidConfigError(
+                f"a level-{self.level} worker needs children (add_worker / add_remote_worker) "
+                "or sub workers (num_sub_workers=...)"
+            )
         for child in self._children:
             child.plane = self._plane
             launch = getattr(child, "launch", None)
