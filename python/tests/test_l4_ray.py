@@ -262,3 +262,49 @@ def test_a_child_that_cannot_start_rolls_init_back(cluster):
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(actor.ready.remote(), timeout=30)
     w.close()
+
+
+def _listening_inodes_off_loopback():
+    """Inodes of the TCP sockets of this machine listening on an address other than
+    127.0.0.1 (IPv4, or IPv4-mapped in IPv6) or ::1."""
+    loopback = {"0100007F", "0" * 24 + "01000000", "0000000000000000FFFF00000100007F"}
+    out = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(path).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            address, state, inode = fields[1].split(":")[0], fields[3], fields[9]
+            if state == "0A" and address not in loopback:  # 0A: LISTEN
+                out.add(inode)
+    return out
+
+
+def _socket_inodes(pid):
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        pass
+    return inodes
+
+
+def test_the_cluster_and_the_actors_listen_on_loopback_only(two):
+    """Ray's sockets (the driver's, every node's, every actor's) are bound to 127.0.0.1; and
+    simpler itself opens none (the driver's are all Ray's)."""
+    w, ids, fn = two
+    x = np.ones(N, np.float32)
+    c = np.zeros(N, np.float32)
+    w.run(lambda o, _a, cfg: o.submit_next_level(fn, vadd_args(x, x, c), cfg, worker=ids[0]))
+    exposed = _listening_inodes_off_loopback()
+    pids = [os.getpid()] + [pid for pid, _cmd, _rss in ray_cluster._ray_processes()]
+    offenders = {pid: _socket_inodes(pid) & exposed for pid in pids}
+    assert not any(offenders.values()), {p: s for p, s in offenders.items() if s}
