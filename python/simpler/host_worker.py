@@ -38,11 +38,13 @@ See ``docs/python.md`` §11 and ``docs/l3-worker.md``.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import math
 import os
 import sys
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
@@ -104,6 +106,22 @@ def _index_list(value: Any, what: str) -> List[int]:
             raise InvalidConfigError(f"{what} must hold ints >= 0, got {v!r}")
         out.append(int(v))
     return out
+
+
+# Level-4 workers not closed yet. Closing one calls into Python from its lane threads (its
+# children are Python objects), which an interpreter that is finalizing can no longer serve,
+# so whatever the caller left open is closed at exit, while it still can — and before Ray's
+# own exit handler disconnects from the cluster: `_init_children` registers this handler
+# again after the children launched (exit handlers run last registered first).
+_UPPER: "weakref.WeakSet[HostWorker]" = weakref.WeakSet()
+
+
+def _close_upper_workers() -> None:
+    for w in list(_UPPER):
+        try:
+            w.close()
+        except Exception as e:  # noqa: BLE001 - at exit: say it, close the others
+            print(f"simpler: warning: closing {w!r} at exit: {e}", file=sys.stderr)
 
 
 @dataclass(frozen=True)
@@ -244,10 +262,10 @@ class HostWorker(Worker):
         if remote_timeout is not None and (level < 4 or not (
             isinstance(remote_timeout, (int, float))
             and not isinstance(remote_timeout, bool)
-            and 0 < remote_timeout < math.inf
+            and 0 < remote_timeout <= 1e6
         )):
             raise InvalidConfigError(
-                "remote_task_timeout_s is a level-4 option and must be positive and finite, "
+                "remote_task_timeout_s is a level-4 option, in (0, 1e6] seconds, "
                 f"got {remote_timeout!r}"
             )
         self.remote_task_timeout_s = 60.0 if remote_timeout is None else float(remote_timeout)
@@ -321,6 +339,8 @@ class HostWorker(Worker):
         # Level 4: the children (worker id = index), registrations waiting for init(), the
         # Ray children's data plane. Level 3 under a level-4 worker: that worker, and the
         # handles it issued, by hashid (docs/l4-worker.md §2).
+        if level >= 4:
+            _UPPER.add(self)  # closed at interpreter exit if the caller did not
         self._children: List[Any] = []
         self._pending: List[Any] = []
         self._plane: Any = None
@@ -358,6 +378,8 @@ class HostWorker(Worker):
             launch = getattr(child, "launch", None)
             if launch is not None:
                 launch()
+        atexit.unregister(_close_upper_workers)
+        atexit.register(_close_upper_workers)
         try:
             self._host = _native.HostWorker(
                 self.level, [], next_level=list(self._children), **self._host_args
@@ -627,6 +649,9 @@ class HostWorker(Worker):
             raise ArgumentTypeError(
                 f"add_remote_worker takes a RemoteWorkerSpec, got {type(spec).__name__}"
             )
+        # The remote worker's options are checked here, as that worker's constructor checks
+        # them (it starts nothing), rather than on the remote host after its actor started.
+        HostWorker(level=3, **spec.worker_config())
         with self._lock:
             if self._plane is None:
                 self._plane = remote.DataPlane()
@@ -672,14 +697,14 @@ class HostWorker(Worker):
         if self._handles.get(handle.hashid) is handle:
             self.unregister(handle)
 
-    def _stage_in(self, array: np.ndarray, reads: bool) -> np.ndarray:
+    def _stage_in(self, array: np.ndarray) -> np.ndarray:
         """``array`` as this worker's tasks can take it: itself when nothing runs in a child
-        process, else a shared-memory copy (filled when the task ``reads`` it)."""
+        process, else a shared-memory copy of it (a written tensor keeps the elements its
+        task leaves alone, as in place)."""
         if self.chip_isolation != "process" and self.num_sub_workers == 0:
             return array
         view = self.create_buffer(max(int(array.nbytes), 1)).array(array.shape, array.dtype)
-        if reads:
-            np.copyto(view, array)
+        np.copyto(view, array)
         return view
 
     def _own_handle(self, handle: Any) -> CallableHandle:

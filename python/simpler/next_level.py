@@ -243,6 +243,13 @@ class NextLevelChild:
         """Stops the child; called once, last. Leaves nothing running."""
         raise NotImplementedError
 
+    def kill(self, reason: str) -> None:
+        """Called from another thread when ``close()`` found this child's task running past
+        the worker's ``close_timeout_s``: stop the task if the child can (its ``run`` then
+        raises :class:`ChildDied` naming ``reason``). The default cannot, and ``close()``
+        waits for the task."""
+        del reason
+
 
 class _OwnerThread:
     """One thread that makes every ``init()`` and ``close()`` call of a level-3 worker (its
@@ -331,7 +338,7 @@ class LocalChild(NextLevelChild):
                 "this callable is a chip callable: submit it from inside one"
             )
         tensors = [a for a in args if isinstance(a, TensorArg)]
-        staged = [self.worker._stage_in(t.array, t.reads) for t in tensors]
+        staged = [self.worker._stage_in(t.array) for t in tensors]
         try:
             self.worker.run(fn, task_args(args, staged), config)
         finally:
@@ -399,3 +406,9 @@ def _run(child: NextLevelChild, key: int, native_args: List[Any], config: Any, s
 
 def _shutdown(child: NextLevelChild) -> None:
     child.shutdown()
+
+
+def _kill(child: NextLevelChild, reason: str) -> None:
+    """``close()`` found the child's task running past its close timeout: a child that can
+    stop it does (:meth:`NextLevelChild.kill`)."""
+    child.kill(str(reason))

@@ -131,7 +131,11 @@ class Orchestrator:
         dims = shape_tuple(shape, "shape")
         dt = DataType.of(dtype)
         memory = self._native.alloc(list(dims), int(dt))
-        return np.asarray(memory).view(dt.to_numpy()).reshape(dims)
+        array = np.asarray(memory).view(dt.to_numpy()).reshape(dims)
+        plane = self._worker._plane
+        if plane is not None:  # level 4: the bytes may be a reclaimed tensor's, sent before
+            plane.wrote([array])
+        return array
 
     def free(self, tensor: Any) -> None:
         """Releases an ``alloc`` array early (reclaimed once the tasks naming it are over), or

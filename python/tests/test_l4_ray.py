@@ -95,8 +95,9 @@ def test_an_output_moves_from_one_host_to_the_other(two):
     np.testing.assert_array_equal(y, x + x)  # written back into the caller's array
     np.testing.assert_array_equal(z, (x + x) + x)
     puts, reuses = plane.puts - before[0], plane.reuses - before[1]
-    # x is put once (read three times); y reaches host_b as host_a's output ref: not put.
-    assert puts == 1, (puts, reuses)
+    # Puts: x once (read three times), and the contents of y and z (outputs keep what their
+    # task does not write). y reaches host_b as host_a's output ref: not put again.
+    assert puts == 3, (puts, reuses)
     assert reuses == 3, (puts, reuses)
 
 
@@ -112,7 +113,9 @@ def test_a_group_reads_one_input_put_once_per_run(two):
                 fn, [vadd_args(x, x, c) for c in outs], cfg, workers=ids
             )
         )
-        assert plane.puts - before == 1, f"run {run}: x put {plane.puts - before} times"
+        # x once, however many members read it; each member's output once (its content).
+        puts = plane.puts - before
+        assert puts == 1 + len(outs), f"run {run}: {puts} puts"
         for c in outs:
             np.testing.assert_array_equal(c, 2 * x)
         x += 1  # the caller writes its array between runs: the next run puts it again
@@ -297,6 +300,37 @@ def _socket_inodes(pid):
     return inodes
 
 
+def test_unwritten_output_elements_keep_their_values(two):
+    """A task that writes part of an output leaves the rest as it was, as in place."""
+    w, (a, _b), _fn = two
+
+    def first_only(o, args, cfg):
+        args.tensor(0).array[0] = 42.0
+
+    handle = w.register(first_only)
+    y = np.full(4, 5.0, np.float32)
+    w.run(lambda o, _a, cfg: o.submit_next_level(handle, TaskArgs().add_tensor(y, T.OUTPUT_EXISTING), cfg, worker=a))
+    np.testing.assert_array_equal(y, [42.0, 5.0, 5.0, 5.0])
+
+
+def test_a_reclaimed_alloc_is_sent_again(two):
+    """orch.alloc hands reclaimed bytes out again: what was sent for the old tensor is not
+    reused for the new one."""
+    w, (a, b), fn = two
+    outs = [np.zeros(N, np.float32) for _ in range(3)]
+
+    def orch(o, _args, cfg):
+        for i, out in enumerate(outs):
+            with o.scope():
+                t = o.alloc((N,), "float32")
+                t[:] = float(i + 1)
+                o.submit_next_level(fn, vadd_args(t, t, out), cfg, worker=b)
+
+    w.run(orch)
+    for i, out in enumerate(outs):
+        np.testing.assert_array_equal(out, np.full(N, 2.0 * (i + 1), np.float32))
+
+
 def test_the_cluster_and_the_actors_listen_on_loopback_only(two):
     """Ray's sockets (the driver's, every node's, every actor's) are bound to 127.0.0.1; and
     simpler itself opens none (the driver's are all Ray's)."""
@@ -308,3 +342,62 @@ def test_the_cluster_and_the_actors_listen_on_loopback_only(two):
     pids = [os.getpid()] + [pid for pid, _cmd, _rss in ray_cluster._ray_processes()]
     offenders = {pid: _socket_inodes(pid) & exposed for pid in pids}
     assert not any(offenders.values()), {p: s for p, s in offenders.items() if s}
+
+
+def test_close_kills_a_child_still_busy_after_close_timeout(cluster):
+    w = Worker(level=4, close_timeout_s=2)
+    a = w.add_remote_worker(RemoteWorkerSpec(device_ids=[0], node="host_a"))
+
+    def slow(o, args, cfg):
+        import time as clock
+
+        clock.sleep(float(args.scalar(0)))
+
+    handle = w.register(slow)
+    w.init()
+    actor = w.children[a].actor
+    h = w.submit(lambda o, _a, cfg: o.submit_next_level(handle, _sleep_args(60), cfg, worker=a))
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    w.close()
+    assert time.monotonic() - t0 < 20, "close() waited for the 60 s task"
+    with pytest.raises(simpler.EndpointFailureError, match="close_timeout"):
+        h.wait(timeout=5)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.ready.remote(), timeout=30)
+
+
+def test_a_worker_left_open_is_closed_at_exit(cluster):
+    script = (
+        "import simpler.testing.ray_cluster\n"  # Ray's loopback-only settings, before ray
+        "import ray\n"
+        f"ray.init(address={cluster.address!r}, log_to_driver=False)\n"
+        "from simpler import RemoteWorkerSpec, Worker\n"
+        "w = Worker(level=4)\n"
+        "w.add_remote_worker(RemoteWorkerSpec(device_ids=[0], node='host_a'))\n"
+        "w.init()\n"
+        "print('up', flush=True)\n"
+    )
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and "up" in done.stdout, done.stderr[-2000:]
+
+
+def test_registration_skips_a_child_found_dead(cluster):
+    w, (a, b), slow = _fresh([{"node": "host_a"}, {"node": "host_b"}])
+    try:
+        ray.kill(w.children[a].actor, no_restart=True)
+        time.sleep(1.0)
+
+        def late(o, args, cfg):
+            pass
+
+        handle = w.register(late)  # the dead child is skipped, the live one takes it
+        w.run(lambda o, _a, cfg: o.submit_next_level(handle, TaskArgs(), cfg, worker=b))
+        with pytest.raises(simpler.EndpointFailureError):
+            w.run(lambda o, _a, cfg: o.submit_next_level(handle, TaskArgs(), cfg, worker=a))
+    finally:
+        w.close()

@@ -23,7 +23,7 @@ use pyo3::types::{PyBytes, PyList};
 use simpler_device::DevicePtr;
 use simpler_host::CallConfig;
 use simpler_worker::{
-    Callable, CallableKey, ChildStart, Endpoint, EndpointError, EndpointKind, Memory,
+    Callable, CallableKey, ChildStart, Endpoint, EndpointError, EndpointKind, KillSwitch, Memory,
     NextLevelChild, TaskArg, WorkerError,
 };
 
@@ -35,6 +35,30 @@ pub(crate) struct PyChild {
     obj: Py<PyAny>,
     describe: String,
     sub_ends: Arc<AtomicU64>,
+    kill: KillSwitch,
+}
+
+/// The switch `close()` trips for a child still busy past its close timeout: it calls
+/// `simpler.next_level._kill(child, reason)` on a thread of its own (the engine trips it
+/// under its lock), which stops what the child can stop (a Ray child kills its actor: the
+/// call in flight then fails as the child's death).
+fn kill_switch(obj: Arc<Py<PyAny>>) -> KillSwitch {
+    KillSwitch::with_hook(move |reason: &str| {
+        let obj = obj.clone();
+        let reason = reason.to_string();
+        let spawned = std::thread::Builder::new()
+            .name("simpler-child-kill".into())
+            .spawn(move || {
+                Python::attach(|py| {
+                    if let Err(e) = call(py, "_kill", (&*obj, reason)) {
+                        eprintln!("simpler: warning: killing a level-4 child failed: {e}");
+                    }
+                })
+            });
+        if let Err(e) = spawned {
+            eprintln!("simpler: warning: no thread to kill a level-4 child: {e}");
+        }
+    })
 }
 
 /// Calls `simpler.next_level.<func>(child, *args)`.
@@ -169,6 +193,10 @@ impl Endpoint for PyChild {
         self.describe.clone()
     }
 
+    fn kill_switch(&self) -> Option<KillSwitch> {
+        Some(self.kill.clone())
+    }
+
     fn register(&mut self, key: CallableKey, callable: &Callable) -> Result<(), EndpointError> {
         let Callable::NextLevel { payload, .. } = callable else {
             return Err(EndpointError::Failed(WorkerError::InvalidArgument {
@@ -267,6 +295,7 @@ pub(crate) fn children(py: Python<'_>, objs: Vec<Py<PyAny>>) -> PyResult<Vec<Nex
                         obj: obj.clone_ref(py),
                         describe: name.clone(),
                         sub_ends: ctx.sub_ends.clone(),
+                        kill: kill_switch(obj.clone()),
                     }) as Box<dyn Endpoint>)
                 })
             };

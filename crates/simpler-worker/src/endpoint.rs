@@ -135,17 +135,31 @@ impl From<simpler_host::HostError> for EndpointError {
 /// A way for another thread to end an endpoint's call in flight: tripping it makes the call
 /// under way (and only that one) end with [`EndpointError::Died`], the endpoint killed. A
 /// child process endpoint has one (its call kills the child within a wait slice, about
-/// 20 ms); an endpoint in this process has none. `close()` trips the switches of the lanes
-/// still busy when its `close_timeout` has passed (`docs/l3-worker.md` §1).
+/// 20 ms); a level-4 child a binding made has one with a hook (which kills its actor); a chip
+/// in this process has none. `close()` trips the switches of the lanes still busy when its
+/// `close_timeout` has passed (`docs/l3-worker.md` §1).
 #[derive(Clone, Debug, Default)]
 pub struct KillSwitch {
     inner: Arc<KillInner>,
 }
 
-#[derive(Debug, Default)]
+/// What a switch calls when it is tripped, with the reason.
+type TripHook = Box<dyn Fn(&str) + Send + Sync>;
+
+#[derive(Default)]
 struct KillInner {
     trips: AtomicU64,
     reason: Mutex<String>,
+    hook: Option<TripHook>,
+}
+
+impl std::fmt::Debug for KillInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KillInner")
+            .field("trips", &self.trips)
+            .field("hook", &self.hook.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl KillSwitch {
@@ -154,10 +168,26 @@ impl KillSwitch {
         KillSwitch::default()
     }
 
+    /// A switch that also calls `hook` with the reason each time it is tripped, for an
+    /// endpoint whose call in flight ends when something is done to it (a level-4 child's
+    /// actor killed). `trip` may be called under the engine's lock: `hook` must not block on
+    /// anything the engine waits for (hand the work to another thread).
+    pub fn with_hook(hook: impl Fn(&str) + Send + Sync + 'static) -> KillSwitch {
+        KillSwitch {
+            inner: Arc::new(KillInner {
+                hook: Some(Box::new(hook)),
+                ..KillInner::default()
+            }),
+        }
+    }
+
     /// Ends the call in flight now (if any), saying `reason` in its death report.
     pub fn trip(&self, reason: &str) {
         *self.inner.reason.lock() = reason.to_string();
         self.inner.trips.fetch_add(1, Ordering::AcqRel);
+        if let Some(hook) = &self.inner.hook {
+            hook(reason);
+        }
     }
 
     /// How many times it was tripped: a call records it when it starts and is killed once

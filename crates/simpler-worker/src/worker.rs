@@ -169,16 +169,27 @@ impl Worker {
         }
         let handle = self.registry.reserve(&callable);
         let lanes = lanes_of(&engine, kind);
+        let mut died = None;
         for (i, &lane) in lanes.iter().enumerate() {
             let op = ControlOp::Register(handle.key(), callable.clone());
-            if let Err(e) = engine.control_checked(lane, op, &mut check) {
-                // Behind what each lane does (this one's registration included, when the
-                // wait was cut short): nothing stays registered.
-                for &sent in &lanes[..=i] {
-                    engine.control_detached(sent, ControlOp::Unregister(handle.key()));
+            match engine.control_checked(lane, op, &mut check) {
+                Ok(_) => {}
+                // An endpoint found dead now is dead for good: the live ones take it.
+                Err(e @ WorkerError::EndpointFailure { .. }) => {
+                    died.get_or_insert(e);
                 }
-                return Err(e);
+                Err(e) => {
+                    // Behind what each lane does (this one's registration included, when
+                    // the wait was cut short): nothing stays registered.
+                    for &sent in &lanes[..=i] {
+                        engine.control_detached(sent, ControlOp::Unregister(handle.key()));
+                    }
+                    return Err(e);
+                }
             }
+        }
+        if let (Some(e), true) = (died, lanes_of(&engine, kind).is_empty()) {
+            return Err(e); // none is left to run it
         }
         self.registry.insert(&handle, callable);
         Ok(handle)
@@ -235,9 +246,13 @@ impl Worker {
         self.registry.remove(handle)?;
         let mut first = Ok(());
         for lane in lanes_of(&engine, handle.kind()) {
-            if let Err(e) = engine.control(lane, ControlOp::Unregister(handle.key())) {
-                if first.is_ok() {
-                    first = Err(e);
+            match engine.control(lane, ControlOp::Unregister(handle.key())) {
+                // A dead endpoint runs nothing any more: forgotten there too.
+                Ok(_) | Err(WorkerError::EndpointFailure { .. }) => {}
+                Err(e) => {
+                    if first.is_ok() {
+                        first = Err(e);
+                    }
                 }
             }
         }

@@ -71,6 +71,7 @@ class RayChild(NextLevelChild):
         self._stale: Optional[str] = None  # the actor was killed after a timeout: the limit
         self._dead: Optional[str] = None  # the child is gone for good: the report
         self._closed = False
+        self._killed: Optional[str] = None  # why close() killed the actor mid-task
         self._ready = False
         self._running = False  # a task is in flight (shutdown then kills at once)
         self._lock = threading.Lock()  # guards the actor handle against shutdown()
@@ -247,7 +248,15 @@ class RayChild(NextLevelChild):
             raise self._die(f"{report}; replacing it failed: {text}") from None
         return self._generation
 
+    def kill(self, reason: str) -> None:
+        """``close()`` found this child's task running past its close timeout: the actor is
+        killed, and the task fails with ``ChildDied`` saying ``reason`` (no restart)."""
+        self._killed = str(reason)
+        self._kill()
+
     def _lost(self, what: str, e: BaseException) -> str:
+        if self._killed is not None:
+            return f"{self._who()} was killed {what}: {self._killed}"
         if self._closed:
             return f"{self._who()} was shut down {what}"
         return f"{self._who()} was lost {what}: {_ray_text(e)}"
@@ -272,7 +281,7 @@ class RayChild(NextLevelChild):
     def _after_loss(self, report: str) -> int:
         """The actor is gone: replaces it (returning the new generation) while restarts
         last, else raises ChildDied."""
-        if self._closed or self._restarts_left() <= 0:
+        if self._closed or self._killed is not None or self._restarts_left() <= 0:
             raise self._die(report)
         return self._replace(report)
 
@@ -324,8 +333,9 @@ class RayChild(NextLevelChild):
             specs: List[Tuple[Any, ...]] = []
             for a in args:
                 if isinstance(a, TensorArg):
-                    # NO_DEP tensors carry data too: sent, never written back.
-                    sends = a.reads or a.tag == TensorArgType.NO_DEP
+                    # Every tensor's content is sent: a written one keeps the elements the
+                    # task leaves alone, as in place (NO_DEP ones are never written back).
+                    sends = True
                     specs.append(("t", int(a.tag), tuple(a.array.shape), a.array.dtype, sends,
                                   a.writes))
                     if sends:

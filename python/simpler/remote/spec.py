@@ -107,10 +107,11 @@ class RemoteWorkerSpec:
         object.__setattr__(self, "max_restarts", int(self.max_restarts))
         t = self.remote_task_timeout_s
         if t is not None and not (
-            isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < math.inf
+            isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= MAX_TIMEOUT_S
         ):
             raise InvalidConfigError(
-                f"remote_task_timeout_s must be None or positive and finite, got {t!r}"
+                f"remote_task_timeout_s must be None or in (0, {MAX_TIMEOUT_S:g}] seconds, "
+                f"got {t!r}"
             )
         if not isinstance(self.options, dict):
             raise InvalidConfigError(
@@ -140,8 +141,13 @@ class RemoteWorkerSpec:
             "device_ids": list(self.device_ids),
             "num_sub_workers": self.num_sub_workers,
             "chip_isolation": self.chip_isolation,
-            **self.options,
+            **{k: v for k, v in self.options.items() if k not in _RESERVED},
         }
+
+
+# The longest task timeout a child takes, in seconds (about 11.5 days; Ray's waits take no
+# more).
+MAX_TIMEOUT_S = 1e6
 
 
 # -- placement ---------------------------------------------------------------------------------
