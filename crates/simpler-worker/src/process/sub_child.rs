@@ -112,8 +112,13 @@ impl Endpoint for SubProcess {
                 return Err(EndpointError::Failed(WorkerError::InvalidArgument {
                     arg: "callable".into(),
                     reason: format!(
-                        "`{}` runs on next-level workers; sub workers run sub callables",
-                        callable.name()
+                        "`{}` is {}; sub workers run sub callables",
+                        callable.name(),
+                        if matches!(callable, Callable::Chip(_)) {
+                            "a chip callable"
+                        } else {
+                            "a next-level worker's callable"
+                        }
                     ),
                 }))
             }
