@@ -70,6 +70,16 @@ impl NativeHostWorker {
     fn live(&self, py: Python<'_>) -> PyResult<Arc<Worker>> {
         lock(&self.worker).clone().ok_or_else(|| error::closed(py))
     }
+
+    /// Registers a callable a binding serialized (`register_sub`, `register_next`).
+    fn register_serialized(
+        &self,
+        py: Python<'_>,
+        callable: Callable,
+    ) -> PyResult<NativeHostCallable> {
+        let worker = self.live(py)?;
+        register(py, &worker, callable)
+    }
 }
 
 /// A wait check for the engine's interruptible calls: it attaches, runs the signal
@@ -217,12 +227,8 @@ impl NativeHostWorker {
         name: String,
         payload: Vec<u8>,
     ) -> PyResult<NativeHostCallable> {
-        let worker = self.live(py)?;
-        let callable = Callable::SubSerialized {
-            name,
-            payload: payload.into(),
-        };
-        register(py, &worker, callable)
+        let payload = payload.into();
+        self.register_serialized(py, Callable::SubSerialized { name, payload })
     }
 
     /// Registers a callable for the next-level children of a level-4 worker: `payload` is
@@ -234,12 +240,8 @@ impl NativeHostWorker {
         name: String,
         payload: Vec<u8>,
     ) -> PyResult<NativeHostCallable> {
-        let worker = self.live(py)?;
-        let callable = Callable::NextLevel {
-            name,
-            payload: payload.into(),
-        };
-        register(py, &worker, callable)
+        let payload = payload.into();
+        self.register_serialized(py, Callable::NextLevel { name, payload })
     }
 
     /// Removes a registered callable everywhere.

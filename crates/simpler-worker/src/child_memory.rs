@@ -22,7 +22,7 @@ pub(crate) fn alloc(
     shape: &[u64],
     dtype: DataType,
 ) -> Result<Tensor, WorkerError> {
-    validate::chip_id(worker, engine.chips, engine.next_kind)?;
+    validate::chip_id(worker, engine.chips, engine.next_kind())?;
     let nbytes = crate::orchestrator::nbytes(shape, dtype)?;
     let ControlReply::Ptr(ptr) = engine.control(worker, ControlOp::Malloc(nbytes))? else {
         unreachable!("malloc answers a pointer")

@@ -97,14 +97,23 @@ pub(crate) struct Engine {
     pub(crate) chip_processes: bool,
     /// Sub workers run in child processes.
     pub(crate) sub_processes: bool,
-    /// What messages call a next-level worker: `chip`, or `child worker` at level 4 and
-    /// above.
-    pub(crate) next_kind: &'static str,
+    /// The next-level workers are children a binding made (level 4 and above), not chips.
+    pub(crate) children: bool,
     /// Sub task members ended so far (`ChildStart::sub_ends`).
     pub(crate) sub_ends: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Engine {
+    /// What messages call a next-level worker: `chip`, or `child worker` at level 4 and
+    /// above.
+    pub(crate) fn next_kind(&self) -> &'static str {
+        if self.children {
+            "child worker"
+        } else {
+            "chip"
+        }
+    }
+
     /// Wakes the scheduler.
     pub(crate) fn kick(&self) {
         let _ = self.events.send(Event::Kick);

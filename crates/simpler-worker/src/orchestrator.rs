@@ -181,11 +181,11 @@ impl Orchestrator {
     ) -> Result<TaskId, WorkerError> {
         let engine = self.engine("submit_next_level")?;
         self.check_handle(engine, handle, EndpointKind::Chip)?;
-        validate::chip_id(worker, engine.chips, engine.next_kind)?;
+        validate::chip_id(worker, engine.chips, engine.next_kind())?;
         let dest = Dest::Chip {
             w: worker,
             process: engine.chip_processes,
-            contiguous: engine.next_kind == "chip",
+            contiguous: !engine.children,
         };
         chip_signature(engine, handle, "args", &args)?;
         validate::task_args("args", &args, dest)?;
@@ -224,14 +224,14 @@ impl Orchestrator {
     ) -> Result<TaskId, WorkerError> {
         let engine = self.engine("submit_next_level_group")?;
         self.check_handle(engine, handle, EndpointKind::Chip)?;
-        validate::chip_group(workers, args_list.len(), engine.chips, engine.next_kind)?;
+        validate::chip_group(workers, args_list.len(), engine.chips, engine.next_kind())?;
         let mut all = Vec::new();
         for (k, (args, w)) in args_list.iter().zip(workers).enumerate() {
             let prefix = format!("args_list[{k}]");
             let dest = Dest::Chip {
                 w: *w,
                 process: engine.chip_processes,
-                contiguous: engine.next_kind == "chip",
+                contiguous: !engine.children,
             };
             chip_signature(engine, handle, &prefix, args)?;
             validate::task_args(&prefix, args, dest)?;

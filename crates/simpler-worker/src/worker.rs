@@ -399,11 +399,7 @@ impl Worker {
             subs: self.sub_worker_count(),
             chip_processes: self.options.next_level.is_empty()
                 && self.options.chip_isolation == ChipIsolation::Process,
-            next_kind: if self.options.next_level.is_empty() {
-                "chip"
-            } else {
-                "child worker"
-            },
+            children: !self.options.next_level.is_empty(),
             sub_ends,
             sub_processes: matches!(self.options.sub_workers, SubWorkers::Processes { .. }),
         });
