@@ -10,6 +10,7 @@ asks :mod:`.plane`), and must not import Ray at module level.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -207,6 +208,7 @@ class RayChild(NextLevelChild):
             except Exception as e:  # noqa: BLE001 - a dead actor: one clear error
                 error = ChildDied(f"{self._who()} had died: {_ray_text(e)}")
         _kill_actor(actor)
+        _await_death(actor)
         if error is not None:
             raise error
 
@@ -417,6 +419,19 @@ class RayChild(NextLevelChild):
         if self.plane is not None:
             self.plane.forget(refs)
         return True
+
+
+def _await_death(actor: Any, limit_s: float = 10.0) -> None:
+    """Returns once a killed ``actor`` answers no more (Ray's kill is asynchronous: a call
+    made just after it may still be served), or after ``limit_s``."""
+    ray = _ray()
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ready.remote(), timeout=max(0.1, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - dead (or unreachable): what shutdown waits for
+            return
+        time.sleep(0.05)
 
 
 def _kill_actor(actor: Any) -> None:
