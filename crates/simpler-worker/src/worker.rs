@@ -170,10 +170,11 @@ impl Worker {
         let handle = self.registry.reserve(&callable);
         let lanes = lanes_of(&engine, kind);
         let mut died = None;
+        let mut taken = 0;
         for (i, &lane) in lanes.iter().enumerate() {
             let op = ControlOp::Register(handle.key(), callable.clone());
             match engine.control_checked(lane, op, &mut check) {
-                Ok(_) => {}
+                Ok(_) => taken += 1,
                 // An endpoint found dead now is dead for good: the live ones take it.
                 Err(e @ WorkerError::EndpointFailure { .. }) => {
                     died.get_or_insert(e);
@@ -188,7 +189,7 @@ impl Worker {
                 }
             }
         }
-        if let (Some(e), true) = (died, lanes_of(&engine, kind).is_empty()) {
+        if let (Some(e), 0) = (died, taken) {
             return Err(e); // none is left to run it
         }
         self.registry.insert(&handle, callable);
