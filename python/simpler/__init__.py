@@ -36,6 +36,7 @@ from .isolated_worker import IsolatedWorker
 from .orchestrator import Orchestrator
 from .remote import RemoteWorkerSpec
 from .tensor import Buffer, ChildTensor, TaskArgs, Tensor, as_array
+from .comm import ChipDomainContext, CommBufferSpec, CommDomainHandle
 from .types import (
     ArgDirection,
     ArgSpec,
@@ -62,6 +63,9 @@ __all__ = [
     "RemoteWorkerSpec",
     "SharedBuffer",
     "ChildTensor",
+    "ChipDomainContext",
+    "CommBufferSpec",
+    "CommDomainHandle",
     "ChipCallable",
     "CoreCallable",
     "CallableHandle",

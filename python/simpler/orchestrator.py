@@ -32,6 +32,7 @@ from .tensor import ChildTensor, TaskArgs
 from .types import ArgSpec, DataType, TensorArgType, scalar_to_uint64, shape_tuple
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .comm import CommBufferSpec, CommDomainHandle
     from .host_worker import HostWorker
 
 __all__ = ["Orchestrator"]
@@ -149,6 +150,45 @@ class Orchestrator:
                 "free takes an array from orch.alloc or a ChildTensor, got "
                 f"{type(tensor).__name__}"
             )
+
+    def allocate_domain(
+        self,
+        name: str,
+        workers: Sequence[int],
+        window_size: int,
+        buffers: Sequence["CommBufferSpec"] = (),
+    ) -> "CommDomainHandle":
+        """A comm domain of the chips ``workers`` (rank = position), each with a zeroed window
+        of ``window_size`` bytes holding ``buffers`` (:class:`~simpler.CommBufferSpec`), all
+        in one shared mapping (``docs/comm.md``). Use it as ``with orch.allocate_domain(...)
+        as dom:``; ``dom[chip]`` is that chip's :class:`~simpler.ChipDomainContext`.
+        Everything is checked before anything is made: a wrong value raises
+        ``InvalidArgumentError`` naming it (``name``, ``workers``, ``window_size``,
+        ``buffers[i].name``, ``buffers[i].count``, ``buffers``)."""
+        from .comm import CommBufferSpec, CommDomainHandle, _int
+
+        if not isinstance(name, str):
+            raise ArgumentTypeError(
+                f"name must be a str, got {type(name).__name__}", arg="name", reason="not a str"
+            )
+        if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence):
+            raise ArgumentTypeError(
+                f"workers must be a sequence of chip ids, got {type(workers).__name__}",
+                arg="workers",
+                reason="not a sequence",
+            )
+        size = _int(window_size, "window_size")
+        specs = []
+        for i, b in enumerate(buffers):
+            if not isinstance(b, CommBufferSpec):
+                raise ArgumentTypeError(
+                    f"buffers[{i}] must be a CommBufferSpec, got {type(b).__name__}",
+                    arg=f"buffers[{i}]",
+                    reason="not a CommBufferSpec",
+                )
+            specs.append(b._wire(i))
+        native = self._native.allocate_domain(name, list(workers), size, specs)
+        return CommDomainHandle(native, self)
 
     def alloc_child_tensor(self, worker: int, shape: Any, dtype: Any) -> ChildTensor:
         """Persistent device memory on chip ``worker`` (zeroed): never reclaimed by the

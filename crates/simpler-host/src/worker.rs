@@ -697,6 +697,38 @@ impl ChipWorker {
         self.shared.lane.free(ptr)
     }
 
+    /// Makes `len` bytes at `ptr`, memory mapped by the caller (a comm domain's shared
+    /// window region, `docs/comm.md` §2), usable as device memory of this chip: runs take
+    /// device tensors ([`OwnedArg::Device`]) inside it in place, and
+    /// [`copy_to`](ChipWorker::copy_to) / [`copy_from`](ChipWorker::copy_from) reach it. The
+    /// chip never frees it; [`release_window`](ChipWorker::release_window) forgets it.
+    ///
+    /// # Safety
+    /// The `len` bytes at `ptr` are mapped, readable and writable, and stay so until
+    /// `release_window(ptr)` has returned `Ok`; on the sim a device address is a host address
+    /// of this process.
+    ///
+    /// # Errors
+    /// [`HostError::InvalidArgument`] (`window`) for an empty range or one overlapping memory
+    /// this chip knows; a refused context; [`HostError::WorkerClosed`].
+    pub unsafe fn import_window(&self, ptr: *mut u8, len: u64) -> Result<DevicePtr, HostError> {
+        self.open()?;
+        let ptr = DevicePtr::from_raw(ptr as u64);
+        self.shared.lane.import_window(ptr, len)?;
+        Ok(ptr)
+    }
+
+    /// Forgets the window [`import_window`](ChipWorker::import_window) made at `ptr`: no later
+    /// run may name it. Finished runs are finalized first.
+    ///
+    /// # Errors
+    /// [`HostError::DeviceMemoryInUse`] while a queued or running run uses it (nothing is
+    /// forgotten); [`HostError::InvalidArgument`] (`window`) for no imported window.
+    pub fn release_window(&self, ptr: DevicePtr) -> Result<(), HostError> {
+        self.open()?;
+        self.shared.lane.release_window(ptr)
+    }
+
     /// Copies host bytes to device memory.
     ///
     /// # Errors
@@ -704,6 +736,12 @@ impl ChipWorker {
     /// context.
     pub fn copy_to(&self, dst: DevicePtr, src: &[u8]) -> Result<(), HostError> {
         self.open()?;
+        if self.shared.lane.in_window(dst, src.len() as u64) {
+            // SAFETY: `in_window` found the range inside an imported window, which its
+            // importer keeps mapped and writable until it is released (`import_window`).
+            unsafe { std::ptr::copy(src.as_ptr(), dst.addr() as *mut u8, src.len()) };
+            return Ok(());
+        }
         self.device()
             .copy_to_device(dst, src)
             .map_err(HostError::device("copying to the device"))
@@ -716,6 +754,11 @@ impl ChipWorker {
     /// context.
     pub fn copy_from(&self, dst: &mut [u8], src: DevicePtr) -> Result<(), HostError> {
         self.open()?;
+        if self.shared.lane.in_window(src, dst.len() as u64) {
+            // SAFETY: as in `copy_to`: the range lies inside a mapped imported window.
+            unsafe { std::ptr::copy(src.addr() as *const u8, dst.as_mut_ptr(), dst.len()) };
+            return Ok(());
+        }
         self.device()
             .copy_from_device(dst, src)
             .map_err(HostError::device("copying from the device"))

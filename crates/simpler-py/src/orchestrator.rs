@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
-use simpler_worker::{Orchestrator, Tag, TaskArgs};
+use simpler_worker::{CommBufferSpec, CommDomain, Orchestrator, Tag, TaskArgs};
 
 use crate::args::NativeHostTensor;
 use crate::config::NativeCallConfig;
@@ -232,6 +232,44 @@ impl NativeOrchestrator {
         Ok(NativeChildTensor { tensor })
     }
 
+    /// A comm domain of chips `workers` (`docs/comm.md`): `buffers` are `(name, dtype wire
+    /// value, count)` triples. Checked by the engine before anything is made.
+    fn allocate_domain(
+        &self,
+        py: Python<'_>,
+        name: String,
+        workers: Vec<Bound<'_, PyAny>>,
+        window_size: u64,
+        buffers: Vec<(String, u32, u64)>,
+    ) -> PyResult<NativeCommDomain> {
+        let orch = self.live(py)?;
+        let workers = workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| worker_id(w, &format!("workers[{i}]")))
+            .collect::<PyResult<Vec<_>>>()?;
+        let specs = buffers
+            .into_iter()
+            .map(|(name, dt, count)| {
+                Ok(CommBufferSpec {
+                    name,
+                    dtype: self::dtype(py, dt)?,
+                    count,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let domain = detached(py, || {
+            orch.allocate_domain(&name, &workers, window_size, &specs)
+        })?;
+        Ok(NativeCommDomain { domain })
+    }
+
+    /// Releases `domain`: later tasks may not name its buffers.
+    fn release_domain(&self, py: Python<'_>, domain: &NativeCommDomain) -> PyResult<()> {
+        let orch = self.live(py)?;
+        detached(py, || orch.release_domain(&domain.domain))
+    }
+
     /// Adds a task copying host memory `src` into chip memory `dst`.
     fn copy_to(
         &self,
@@ -268,5 +306,63 @@ impl NativeOrchestrator {
         )?;
         let src = &src.tensor;
         detached(py, || orch.copy_from(&dst, src)).map(|t| t.0)
+    }
+}
+
+/// `simpler._native.CommDomain`: a domain `allocate_domain` made; the Python
+/// `CommDomainHandle` wraps it (`docs/comm.md`).
+#[pyclass(module = "simpler._native", name = "CommDomain", frozen)]
+pub struct NativeCommDomain {
+    domain: CommDomain,
+}
+
+#[pymethods]
+impl NativeCommDomain {
+    /// Its name.
+    #[getter]
+    fn name(&self) -> String {
+        self.domain.name.clone()
+    }
+
+    /// The member chips, in rank order.
+    #[getter]
+    fn workers(&self) -> Vec<usize> {
+        self.domain.workers.clone()
+    }
+
+    /// Per rank, in rank order: `(worker, domain_rank, domain_size, device_ctx,
+    /// local_window_base, actual_window_size, [(buffer name, ChildTensor)])`.
+    #[allow(clippy::type_complexity)]
+    fn ranks(
+        &self,
+    ) -> Vec<(
+        usize,
+        u32,
+        u32,
+        u64,
+        u64,
+        u64,
+        Vec<(String, NativeChildTensor)>,
+    )> {
+        self.domain
+            .ranks
+            .iter()
+            .map(|r| {
+                let buffers = r
+                    .buffers
+                    .iter()
+                    .map(|(n, t)| (n.clone(), NativeChildTensor { tensor: t.clone() }))
+                    .collect();
+                (
+                    r.worker,
+                    r.domain_rank,
+                    r.domain_size,
+                    r.device_ctx,
+                    r.local_window_base,
+                    r.actual_window_size,
+                    buffers,
+                )
+            })
+            .collect()
     }
 }

@@ -33,6 +33,7 @@ pub(crate) fn alloc(
             nbytes,
             users: 0,
             released: false,
+            window: false,
         },
     );
     Tensor::new(
@@ -67,6 +68,11 @@ pub(crate) fn free_now(engine: &Engine, t: &Tensor) -> Result<(), WorkerError> {
     {
         let mut st = engine.state.lock();
         match st.children.get(&id) {
+            Some(rec) if rec.window => {
+                return Err(bad(
+                    "is a comm domain's window; it is freed with its domain".into(),
+                ));
+            }
             Some(rec) if rec.released => {
                 return Err(bad("was released already (orch.free)".into()));
             }
@@ -102,6 +108,7 @@ pub(crate) fn free_all(engine: &Engine) -> Result<(), WorkerError> {
         .lock()
         .children
         .drain()
+        .filter(|(_, rec)| !rec.window)
         .map(|(k, _)| k)
         .collect();
     let mut first = Ok(());

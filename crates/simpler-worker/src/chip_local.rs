@@ -5,11 +5,13 @@
 //! reaches into the chip's lane.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use simpler_device::DevicePtr;
 use simpler_host::{CallConfig, CallableId, ChipWorker, WorkerConfig};
 
 use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind, RunFacts};
+use crate::memory::{HostMemory, SharedRegion};
 use crate::tensor::TaskArg;
 use crate::WorkerError;
 
@@ -21,6 +23,8 @@ pub(crate) struct ChipLocal {
     ids: HashMap<CallableKey, CallableId>,
     /// What the last run reported, until the lane takes it.
     last_run: RunFacts,
+    /// Comm windows imported into the chip, by device address, kept mapped until unmapped.
+    windows: HashMap<u64, Arc<SharedRegion>>,
 }
 
 impl ChipLocal {
@@ -43,6 +47,7 @@ impl ChipLocal {
             chip,
             ids: HashMap::new(),
             last_run: RunFacts::default(),
+            windows: HashMap::new(),
         })
     }
 
@@ -113,6 +118,23 @@ impl Endpoint for ChipLocal {
 
     fn free(&mut self, ptr: DevicePtr) -> Result<(), EndpointError> {
         Ok(self.chip.free(ptr)?)
+    }
+
+    fn map_window(&mut self, region: &Arc<SharedRegion>) -> Result<DevicePtr, EndpointError> {
+        // SAFETY: `windows` keeps the region (and so its mapping) alive until the chip has
+        // released the window in `unmap_window`.
+        let base = unsafe {
+            self.chip
+                .import_window(region.as_ptr(), region.len() as u64)?
+        };
+        self.windows.insert(base.addr(), region.clone());
+        Ok(base)
+    }
+
+    fn unmap_window(&mut self, base: DevicePtr) -> Result<(), EndpointError> {
+        self.chip.release_window(base)?;
+        self.windows.remove(&base.addr());
+        Ok(())
     }
 
     fn copy_to(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), EndpointError> {

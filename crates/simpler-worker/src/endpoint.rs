@@ -268,6 +268,37 @@ pub trait Endpoint: Send + 'static {
     /// An unknown pointer, or the endpoint is not a chip.
     fn free(&mut self, ptr: DevicePtr) -> Result<(), EndpointError>;
 
+    /// Maps the whole of `region` (a comm domain's shared windows, `docs/comm.md` §2) into
+    /// the chip's address space and makes it device memory there; answers its first byte's
+    /// device address. The endpoint keeps the mapping until
+    /// [`unmap_window`](Endpoint::unmap_window). The default refuses (not a chip).
+    ///
+    /// # Errors
+    /// The region cannot be mapped or imported; the endpoint is not a chip; it died.
+    fn map_window(
+        &mut self,
+        region: &std::sync::Arc<crate::memory::SharedRegion>,
+    ) -> Result<DevicePtr, EndpointError> {
+        let _ = region;
+        Err(EndpointError::Failed(WorkerError::InvalidArgument {
+            arg: "workers".into(),
+            reason: format!(
+                "{} holds no device memory for a comm window",
+                self.describe()
+            ),
+        }))
+    }
+
+    /// Forgets the window [`map_window`](Endpoint::map_window) answered `base` for, and
+    /// unmaps it.
+    ///
+    /// # Errors
+    /// An unknown window, one a run still uses, the endpoint died.
+    fn unmap_window(&mut self, base: DevicePtr) -> Result<(), EndpointError> {
+        let _ = base;
+        Ok(())
+    }
+
     /// Copies host bytes `src` to device memory at `dst`.
     ///
     /// # Errors

@@ -45,8 +45,11 @@ pub(crate) struct ChildRec {
     pub(crate) nbytes: u64,
     /// Tasks naming it that are not over.
     pub(crate) users: usize,
-    /// `orch.free` released it: freed once `users` is 0.
+    /// `orch.free` released it: freed once `users` is 0 (a window: released with its
+    /// domain, freed at its run's end).
     pub(crate) released: bool,
+    /// A comm domain's window (`crate::comm`), not an allocation of the chip's.
+    pub(crate) window: bool,
 }
 
 /// Everything under the engine lock.
@@ -55,8 +58,12 @@ pub(crate) struct State {
     pub(crate) runs: VecDeque<Run>,
     /// One per lane.
     pub(crate) lanes: Vec<LaneSlot>,
-    /// Live child allocations by (chip, device address).
+    /// Live child allocations (and comm windows) by (chip, device address).
     pub(crate) children: HashMap<(usize, u64), ChildRec>,
+    /// Live comm domains by id, until their run is over.
+    pub(crate) domains: HashMap<u64, crate::comm::DomainRec>,
+    /// The next comm domain's id.
+    pub(crate) next_domain: u64,
     /// The next run's id.
     pub(crate) next_run: u64,
     /// `close()` has begun: no new runs.
@@ -147,6 +154,7 @@ impl Engine {
                 ControlOp::Unregister(_) => "Worker::unregister",
                 ControlOp::Malloc(_) => "alloc_child_tensor",
                 ControlOp::Free(_) => "free_child_tensor",
+                ControlOp::MapWindow(_) | ControlOp::UnmapWindow(_) => "orch.allocate_domain",
             };
             return Err(crate::lane::from_a_task(what));
         }
@@ -207,7 +215,7 @@ impl Engine {
                     Use::Child(w, addr) => {
                         let rec = children.get_mut(&(w, addr)).expect("a named allocation");
                         rec.users -= 1;
-                        if rec.released && rec.users == 0 {
+                        if rec.released && rec.users == 0 && !rec.window {
                             children.remove(&(w, addr));
                             self.free_child(w, addr);
                         }

@@ -42,6 +42,8 @@ pub(crate) enum ControlOp {
     Unregister(CallableKey),
     Malloc(u64),
     Free(DevicePtr),
+    MapWindow(std::sync::Arc<crate::memory::SharedRegion>),
+    UnmapWindow(DevicePtr),
 }
 
 /// A control call's answer.
@@ -197,6 +199,8 @@ impl Lane {
                         }
                         ControlOp::Malloc(n) => ep.malloc(n).map(ControlReply::Ptr),
                         ControlOp::Free(p) => ep.free(p).map(|_| ControlReply::Done),
+                        ControlOp::MapWindow(r) => ep.map_window(&r).map(ControlReply::Ptr),
+                        ControlOp::UnmapWindow(p) => ep.unmap_window(p).map(|_| ControlReply::Done),
                     });
                     let _ = reply.send(answer);
                 }

@@ -36,6 +36,7 @@ mod admission;
 mod child_memory;
 mod chip_args;
 mod chip_local;
+pub mod comm;
 #[cfg(test)]
 mod death_tests;
 pub mod endpoint;
@@ -62,6 +63,7 @@ mod validate;
 mod worker;
 
 pub use chip_args::owned_args;
+pub use comm::{CommBufferSpec, CommDomain, RankContext};
 pub use endpoint::{
     Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch, RunFacts, SubArgs,
     SubClosure,

@@ -493,6 +493,10 @@ impl Orchestrator {
             Memory::Child(c) => {
                 let id = (c.worker, c.ptr.addr());
                 match children.get_mut(&id) {
+                    Some(rec) if rec.window => Err(bad(
+                        "tensor",
+                        "is a comm domain's window; release its domain instead".into(),
+                    )),
                     Some(rec) if !rec.released => {
                         rec.released = true;
                         if rec.users == 0 {
@@ -529,6 +533,43 @@ impl Orchestrator {
     ) -> Result<Tensor, WorkerError> {
         let engine = self.engine("alloc_child_tensor")?;
         crate::child_memory::alloc(engine, worker, shape, dtype)
+    }
+
+    /// A comm domain of the chips `workers` (rank = position in `workers`, at most 64), each
+    /// with a zeroed window of `window_size` bytes (rounded up to 4 KiB) holding `buffers`
+    /// (64-byte aligned, in order), all in one shared mapping every member chip maps
+    /// (`docs/comm.md`). Everything is checked before anything is made. The domain is
+    /// released by [`release_domain`](Orchestrator::release_domain) or when the
+    /// orchestration returns, and freed once this run is over, failed or not.
+    ///
+    /// # Errors
+    /// [`WorkerError::InvalidArgument`] naming `name` (empty, or a live domain's),
+    /// `workers` (empty, more than 64, a repeated chip), `window_size` (0, too large),
+    /// `buffers[i].name` (empty, repeated), `buffers[i].count` (0, too large) or `buffers`
+    /// (more bytes than the window); [`WorkerError::UnknownWorker`];
+    /// [`WorkerError::InvalidState`] at level 4 or outside the orchestration;
+    /// [`WorkerError::EndpointFailure`] for a dead member; a chip's error mapping it.
+    pub fn allocate_domain(
+        &self,
+        name: &str,
+        workers: &[usize],
+        window_size: u64,
+        buffers: &[crate::comm::CommBufferSpec],
+    ) -> Result<crate::comm::CommDomain, WorkerError> {
+        let engine = self.engine("allocate_domain")?;
+        crate::comm::allocate(engine, self.ctx.run, name, workers, window_size, buffers)
+    }
+
+    /// Releases `domain`: tasks submitted afterwards may not name its buffers (those
+    /// submitted before still run); its memory is freed when this run is over. Releasing
+    /// twice is fine.
+    ///
+    /// # Errors
+    /// [`WorkerError::InvalidArgument`] (`domain`) for another run's domain;
+    /// [`WorkerError::InvalidState`] outside the orchestration.
+    pub fn release_domain(&self, domain: &crate::comm::CommDomain) -> Result<(), WorkerError> {
+        let engine = self.engine("release_domain")?;
+        crate::comm::release(engine, self.ctx.run, domain)
     }
 
     /// A task on `dst`'s chip copying host tensor `src` into child tensor `dst` (same byte
@@ -608,12 +649,14 @@ impl Orchestrator {
                 run.allocs.get_mut(&key).expect("a scope's allocation"),
             );
         }
+        let domains = run.domains.clone();
         if let Err(e) = outcome {
             run.record_error(&WorkerError::Orchestration(e));
             let cancelled = run.graph.cancel_undispatched("the orchestration failed");
             engine.tasks_over(run, children, &cancelled);
         }
         run.closed = true;
+        crate::comm::release_all(&mut st, &domains);
         engine.kick();
     }
 }

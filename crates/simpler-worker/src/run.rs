@@ -183,6 +183,8 @@ pub(crate) struct Run {
     pub(crate) error: Option<WorkerError>,
     /// Open scopes' allocations (by memory identity); `[0]` is the run's own scope.
     pub(crate) scopes: Vec<Vec<usize>>,
+    /// The comm domains its orchestration made (`crate::comm`), freed when it is over.
+    pub(crate) domains: Vec<u64>,
     /// Heap allocations, by memory identity.
     pub(crate) allocs: HashMap<usize, HeapAlloc>,
     /// The summed wall time of its chip tasks' callable runs so far.
@@ -209,6 +211,7 @@ impl Run {
             closed: false,
             error: None,
             scopes: vec![Vec::new()],
+            domains: Vec::new(),
             allocs: HashMap::new(),
             chip_time: Duration::ZERO,
             chip_tasks: 0,

@@ -66,6 +66,7 @@ fn handle(engine: &Engine, st: &mut State, event: Event) -> bool {
         }
         Event::Died { lane, report } => {
             st.lanes[lane].dead.get_or_insert(report);
+            crate::comm::member_died(st, lane);
         }
         Event::Kick => {}
         Event::Stop => return true,
@@ -155,6 +156,8 @@ pub(crate) fn advance(engine: &Engine, st: &mut State) {
             return;
         }
         let mut run = st.runs.pop_front().expect("a head run");
+        // The run is over: no kernel of it can touch its comm windows any more.
+        crate::comm::free(engine, st, &run.domains);
         debug_assert!(
             run.allocs.values().all(|a| a.reclaimed),
             "run {}: every heap allocation is reclaimed once the run is over",

@@ -387,6 +387,8 @@ impl Worker {
                 runs: Default::default(),
                 lanes: slots,
                 children: Default::default(),
+                domains: Default::default(),
+                next_domain: 1,
                 next_run: 1,
                 closing: false,
             }),

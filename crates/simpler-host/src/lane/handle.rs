@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use simpler_device::{Device, DevicePtr, StreamId};
 
+use super::memory::DeviceRange;
 use crate::args::OwnedArg;
 use crate::config::RunPlan;
 use crate::fault_monitor::FaultMonitor;
@@ -310,6 +311,73 @@ impl LaneHandle {
         Ok(ptr)
     }
 
+    /// Records `size` bytes at `ptr`, memory the caller mapped, as an imported comm window:
+    /// device tensors of later runs may lie inside it (`docs/comm.md` §2).
+    ///
+    /// # Errors
+    /// [`HostError::InvalidArgument`] (`window`) for an empty range or one overlapping a live
+    /// allocation or window.
+    pub(crate) fn import_window(&self, ptr: DevicePtr, size: u64) -> Result<(), HostError> {
+        let mut lane = self.lock();
+        let end = ptr.addr().checked_add(size).filter(|_| size > 0);
+        let Some(end) = end else {
+            return Err(HostError::InvalidArgument {
+                arg: "window".into(),
+                reason: format!("{size} bytes at {:#x} is no usable range", ptr.addr()),
+            });
+        };
+        let range = DeviceRange {
+            start: ptr.addr(),
+            end,
+        };
+        if lane.memory.overlapping(&range) {
+            return Err(HostError::InvalidArgument {
+                arg: "window".into(),
+                reason: format!(
+                    "{size} bytes at {:#x} overlap memory this chip already knows",
+                    ptr.addr()
+                ),
+            });
+        }
+        lane.memory.record_window(ptr, size);
+        Ok(())
+    }
+
+    /// Forgets the imported window at `ptr`, unless a run still in the lane (or one given up
+    /// on) uses it; finished runs are finalized first.
+    ///
+    /// # Errors
+    /// [`HostError::DeviceMemoryInUse`] while a run uses it; [`HostError::InvalidArgument`]
+    /// (`window`) when `ptr` is no imported window.
+    pub(crate) fn release_window(&self, ptr: DevicePtr) -> Result<(), HostError> {
+        self.poll_progress();
+        let mut lane = self.lock();
+        let window = lane
+            .memory
+            .allocation(ptr)
+            .filter(|_| lane.memory.is_window(ptr));
+        let Some(window) = window else {
+            return Err(HostError::InvalidArgument {
+                arg: "window".into(),
+                reason: format!("{:#x} is no imported window of this chip", ptr.addr()),
+            });
+        };
+        let runs = lane.runs_using(&window);
+        if runs > 0 {
+            return Err(HostError::DeviceMemoryInUse {
+                ptr: ptr.addr(),
+                runs,
+            });
+        }
+        lane.memory.forget(ptr);
+        Ok(())
+    }
+
+    /// True when `[ptr, ptr + len)` lies inside an imported window.
+    pub(crate) fn in_window(&self, ptr: DevicePtr, len: u64) -> bool {
+        self.lock().memory.window_holding(ptr, len).is_some()
+    }
+
     /// Frees device memory, unless a run still in the lane (or one given up on) uses the
     /// allocation; finished runs are finalized first, without blocking.
     ///
@@ -319,6 +387,16 @@ impl LaneHandle {
     pub(crate) fn free(&self, ptr: DevicePtr) -> Result<(), HostError> {
         self.poll_progress();
         let mut lane = self.lock();
+        if lane.memory.is_window(ptr) {
+            return Err(HostError::InvalidArgument {
+                arg: "ptr".into(),
+                reason: format!(
+                    "{:#x} is an imported comm window, not an allocation of malloc; it is \
+                     released with its domain",
+                    ptr.addr()
+                ),
+            });
+        }
         if let Some(allocation) = lane.memory.allocation(ptr) {
             let runs = lane.runs_using(&allocation);
             if runs > 0 {

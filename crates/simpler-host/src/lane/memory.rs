@@ -37,10 +37,12 @@ impl DeviceRange {
     }
 }
 
-/// The live allocations of one worker, by base address.
+/// The live allocations of one worker, by base address, and which of them are imported
+/// comm windows (memory the worker did not allocate and never frees).
 #[derive(Debug, Default)]
 pub(crate) struct DeviceMemory {
     live: BTreeMap<u64, u64>,
+    windows: std::collections::BTreeSet<u64>,
 }
 
 impl DeviceMemory {
@@ -57,9 +59,43 @@ impl DeviceMemory {
         })
     }
 
-    /// Forgets the allocation at `ptr` (it was freed).
+    /// Forgets the allocation at `ptr` (it was freed, or the window released).
     pub(crate) fn forget(&mut self, ptr: DevicePtr) {
         self.live.remove(&ptr.addr());
+        self.windows.remove(&ptr.addr());
+    }
+
+    /// Records an imported window of `size` bytes at `ptr`: device tensors may lie in it,
+    /// like in an allocation, but `free` refuses it.
+    pub(crate) fn record_window(&mut self, ptr: DevicePtr, size: u64) {
+        self.live.insert(ptr.addr(), size);
+        self.windows.insert(ptr.addr());
+    }
+
+    /// True when `range` shares a byte with a live allocation or window.
+    pub(crate) fn overlapping(&self, range: &DeviceRange) -> bool {
+        self.live.range(..range.end).any(|(&base, &size)| {
+            DeviceRange {
+                start: base,
+                end: base + size,
+            }
+            .overlaps(range)
+        })
+    }
+
+    /// True when `ptr` is the base of an imported window.
+    pub(crate) fn is_window(&self, ptr: DevicePtr) -> bool {
+        self.windows.contains(&ptr.addr())
+    }
+
+    /// The live allocation or window whose range holds `[ptr, ptr + len)`, if any.
+    pub(crate) fn window_holding(&self, ptr: DevicePtr, len: u64) -> Option<DeviceRange> {
+        let (&base, &size) = self.live.range(..=ptr.addr()).next_back()?;
+        let end = ptr.addr().checked_add(len)?;
+        (self.windows.contains(&base) && end <= base + size).then_some(DeviceRange {
+            start: base,
+            end: base + size,
+        })
     }
 
     /// The ranges of a run's device tensors (signature order), each checked with

@@ -363,8 +363,13 @@ impl Scheduler<'_, '_> {
             let code = shared.mem.mailbox(core_id).fatal_code();
             let func = shared.task(sub.task).body().func_ids[usize::from(sub.lane)];
             shared.errors.sched_fail(SCHED_KERNEL_FATAL, || {
+                // A comm code is named (`docs/comm.md` §3).
+                let name = simpler_abi::comm::code_name(code)
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default();
                 format!(
-                    "kernel func {func} (task {:#x}) on core {core_id} reported fatal code {code}",
+                    "kernel func {func} (task {:#x}) on core {core_id} reported fatal code \
+                     {code}{name}",
                     sub.task
                 )
             });

@@ -215,14 +215,15 @@ impl RegionCache {
         Ok(region)
     }
 
-    /// A mapping of `r`'s region for one request (a temporary staging region), not cached.
+    /// A mapping of `r`'s region of its own (a temporary staging region, a comm window), not
+    /// cached.
     ///
     /// # Errors
     /// As [`map`](RegionCache::map).
     pub(crate) fn map_once(&self, r: &SharedRef) -> Result<SharedRegion, String> {
         check_span(r)?;
         SharedRegion::map_from_parent(self.parent, r.fd, r.region_len, r.region)
-            .map_err(|e| format!("cannot map a staging region of the parent: {e}"))
+            .map_err(|e| format!("cannot map a region of the parent: {e}"))
     }
 
     fn evict(&mut self) {

@@ -295,6 +295,22 @@ impl Endpoint for ChipProcess {
         expect_ok(self.link.call(&Request::Free { ptr: ptr.addr() })?, "free")
     }
 
+    fn map_window(
+        &mut self,
+        region: &std::sync::Arc<crate::memory::SharedRegion>,
+    ) -> Result<DevicePtr, EndpointError> {
+        let shared = region.share(0, region.len() as u64);
+        match self.link.call(&Request::MapWindow { shared })? {
+            Response::Ptr(p) => Ok(DevicePtr::from_raw(p)),
+            other => Err(unexpected(other, "map_window")),
+        }
+    }
+
+    fn unmap_window(&mut self, base: DevicePtr) -> Result<(), EndpointError> {
+        let request = Request::UnmapWindow { ptr: base.addr() };
+        expect_ok(self.link.call(&request)?, "unmap_window")
+    }
+
     fn copy_to(&mut self, dst: DevicePtr, src: &[u8]) -> Result<(), EndpointError> {
         let mut _staged = None;
         let data = if src.len() <= INLINE_COPY {

@@ -84,6 +84,7 @@ pub fn serve_chip_child_status() -> u8 {
         worker,
         index,
         callables: HashMap::new(),
+        windows: HashMap::new(),
     };
     loop {
         let request = match conn.next() {
@@ -132,6 +133,9 @@ struct ChipServer {
     worker: ChipWorker,
     index: usize,
     callables: HashMap<CallableKey, CallableId>,
+    /// Comm windows mapped for the parent (`Request::MapWindow`), by base address: a
+    /// mapping of their own, never evicted, kept until `UnmapWindow`.
+    windows: HashMap<u64, SharedRegion>,
 }
 
 impl ChipServer {
@@ -213,6 +217,27 @@ impl ChipServer {
                         Ok(Response::Ok)
                     }
                 }
+            }
+            Request::MapWindow { shared } => {
+                let region =
+                    regions
+                        .map_once(&shared)
+                        .map_err(|reason| WorkerError::InvalidArgument {
+                            arg: "window".into(),
+                            reason,
+                        })?;
+                // SAFETY: `windows` keeps the mapping until the chip released the window.
+                let base = unsafe {
+                    self.worker
+                        .import_window(region.as_ptr(), region.len() as u64)?
+                };
+                self.windows.insert(base.addr(), region);
+                Ok(Response::Ptr(base.addr()))
+            }
+            Request::UnmapWindow { ptr } => {
+                self.worker.release_window(DevicePtr::from_raw(ptr))?;
+                self.windows.remove(&ptr);
+                Ok(Response::Ok)
             }
             Request::Start(_) => Err(WorkerError::InvalidState(format!(
                 "chip {} is started already",

@@ -186,6 +186,17 @@ pub(crate) enum Request {
         /// Where to write them.
         into: Option<SharedRef>,
     },
+    /// Map the parent's region `shared` (all of it) as a comm window and import it into the
+    /// chip; answered with `Ptr` (its base in the child).
+    MapWindow {
+        /// The whole region.
+        shared: SharedRef,
+    },
+    /// Release and unmap the window `MapWindow` answered `ptr` for.
+    UnmapWindow {
+        /// Its base in the child.
+        ptr: u64,
+    },
     /// Stop and exit.
     Shutdown,
 }
