@@ -36,6 +36,7 @@ from .isolated_worker import IsolatedWorker
 from .orchestrator import Orchestrator
 from .remote import RemoteWorkerSpec
 from .tensor import Buffer, ChildTensor, TaskArgs, Tensor, as_array
+from .channel import NotifyOp, RegionCounter, WaitCmp, WorkerChipRegion
 from .comm import ChipDomainContext, CommBufferSpec, CommDomainHandle
 from .types import (
     ArgDirection,
@@ -66,6 +67,10 @@ __all__ = [
     "ChipDomainContext",
     "CommBufferSpec",
     "CommDomainHandle",
+    "NotifyOp",
+    "RegionCounter",
+    "WaitCmp",
+    "WorkerChipRegion",
     "ChipCallable",
     "CoreCallable",
     "CallableHandle",

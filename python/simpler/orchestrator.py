@@ -32,6 +32,7 @@ from .tensor import ChildTensor, TaskArgs
 from .types import ArgSpec, DataType, TensorArgType, scalar_to_uint64, shape_tuple
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .channel import WorkerChipRegion
     from .comm import CommBufferSpec, CommDomainHandle
     from .host_worker import HostWorker
 
@@ -189,6 +190,22 @@ class Orchestrator:
             specs.append(b._wire(i))
         native = self._native.allocate_domain(name, list(workers), size, specs)
         return CommDomainHandle(native, self)
+
+    def create_worker_chip_region(
+        self, worker_id: int, payload_bytes: int, counter_bytes: int
+    ) -> "WorkerChipRegion":
+        """An L3↔L2 region with chip ``worker_id``: ``payload_bytes`` of payload and
+        ``counter_bytes`` (a positive multiple of 4) of ``uint32`` counters, zeroed and mapped
+        on the chip (``docs/comm.md`` §7). Pass :attr:`~simpler.WorkerChipRegion.descriptor`
+        to the chip task as six scalars (``region.add_descriptor(args)``). It works until
+        freed or until this orchestration returns."""
+        from .channel import WorkerChipRegion
+        from .comm import _int
+
+        native = self._native.create_worker_chip_region(
+            worker_id, _int(payload_bytes, "payload_bytes"), _int(counter_bytes, "counter_bytes")
+        )
+        return WorkerChipRegion(native)
 
     def alloc_child_tensor(self, worker: int, shape: Any, dtype: Any) -> ChildTensor:
         """Persistent device memory on chip ``worker`` (zeroed): never reclaimed by the

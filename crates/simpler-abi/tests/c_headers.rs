@@ -15,6 +15,7 @@ const PROBE: &str = r#"
 #include "simpler/kernel.h"
 #include "simpler/orchestration.h"
 #include "simpler/run.h"
+#include "simpler/region.h"
 #define S(T) printf(#T " %zu\n", sizeof(T))
 #define O(T, f) printf(#T "." #f " %zu\n", offsetof(T, f))
 int main(void) {
@@ -45,6 +46,8 @@ int main(void) {
     S(SimplerTraceBufferHeader); O(SimplerTraceBufferHeader, dropped);
     S(SimplerTraceRecord); O(SimplerTraceRecord, task); O(SimplerTraceRecord, end_ns);
     S(SimplerDispatchPayload); O(SimplerDispatchPayload, args); S(SimplerCoreMailbox); O(SimplerCoreMailbox, fatal_code);
+    S(SimplerRegion); O(SimplerRegion, region_id); O(SimplerRegion, counter_base); O(SimplerRegion, counter_bytes);
+    printf("region.MAGIC_VERSION_HI %llu\nregion.LINE %u\n", SIMPLER_REGION_MAGIC_VERSION >> 32, SIMPLER_REGION_LINE_BYTES);
     printf("enum.FLOAT32 %d\nenum.UINT32 %d\nenum.OUTPUT_EXISTING %d\nenum.NO_DEP %d\n",
         SIMPLER_DT_FLOAT32, SIMPLER_DT_UINT32, SIMPLER_OUTPUT_EXISTING, SIMPLER_NO_DEP);
     return 0;
@@ -257,6 +260,24 @@ fn c_headers_agree_with_rust_layouts() {
             TensorArgType::OutputExisting as usize,
         ),
         ("enum.NO_DEP", TensorArgType::NoDep as usize),
+        ("SimplerRegion", size_of::<region::RegionDescriptor>()),
+        (
+            "SimplerRegion.region_id",
+            offset_of!(region::RegionDescriptor, region_id),
+        ),
+        (
+            "SimplerRegion.counter_base",
+            offset_of!(region::RegionDescriptor, counter_base),
+        ),
+        (
+            "SimplerRegion.counter_bytes",
+            offset_of!(region::RegionDescriptor, counter_bytes),
+        ),
+        (
+            "region.MAGIC_VERSION_HI",
+            (region::MAGIC_VERSION >> 32) as usize,
+        ),
+        ("region.LINE", region::LINE_BYTES as usize),
     ];
     for (name, value) in &rust {
         assert_eq!(c.get(*name), Some(value), "C and Rust disagree on {name}");

@@ -64,6 +64,7 @@ mod host_worker;
 mod isolated;
 mod next_level;
 mod orchestrator;
+mod region;
 mod sim_context;
 mod sub_child;
 mod sync;
@@ -101,6 +102,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<isolated::NativeIsolatedRunHandle>()?;
     m.add_class::<orchestrator::NativeOrchestrator>()?;
     m.add_class::<orchestrator::NativeCommDomain>()?;
+    m.add_class::<region::NativeWorkerChipRegion>()?;
     m.add_class::<sim_context::NativeSimContext>()?;
     m.add_function(wrap_pyfunction!(sim_context::current_context, m)?)?;
     m.add_function(wrap_pyfunction!(sim_context::set_current_context, m)?)?;

@@ -264,6 +264,22 @@ impl NativeOrchestrator {
         Ok(NativeCommDomain { domain })
     }
 
+    /// An L3↔L2 region with chip `worker` (`docs/comm.md` §7).
+    fn create_worker_chip_region(
+        &self,
+        py: Python<'_>,
+        worker: &Bound<'_, PyAny>,
+        payload_bytes: u64,
+        counter_bytes: u64,
+    ) -> PyResult<crate::region::NativeWorkerChipRegion> {
+        let orch = self.live(py)?;
+        let worker = worker_id(worker, "worker_id")?;
+        let region = detached(py, || {
+            orch.create_worker_chip_region(worker, payload_bytes, counter_bytes)
+        })?;
+        Ok(crate::region::NativeWorkerChipRegion::new(region))
+    }
+
     /// Releases `domain`: later tasks may not name its buffers.
     fn release_domain(&self, py: Python<'_>, domain: &NativeCommDomain) -> PyResult<()> {
         let orch = self.live(py)?;

@@ -33,6 +33,7 @@
 //! process) and never reaches into the host's run lane or the chip runtime.
 
 mod admission;
+mod channel;
 mod child_memory;
 mod chip_args;
 mod chip_local;
@@ -62,6 +63,7 @@ mod trace;
 mod validate;
 mod worker;
 
+pub use channel::{Compare, Notify, WorkerChipRegion, MAX_REGION_PART};
 pub use chip_args::owned_args;
 pub use comm::{CommBufferSpec, CommDomain, RankContext};
 pub use endpoint::{

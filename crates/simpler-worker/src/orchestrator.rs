@@ -65,6 +65,8 @@ struct OrchCtx {
     engine: Arc<Engine>,
     run: u64,
     open: AtomicBool,
+    /// The worker-chip regions made here: closed when the orchestration returns.
+    regions: parking_lot::Mutex<Vec<crate::channel::WorkerChipRegion>>,
 }
 
 /// What an orchestration function builds its run with. `Clone + Send + Sync`; every method
@@ -154,6 +156,7 @@ impl Orchestrator {
                 engine,
                 run,
                 open: AtomicBool::new(true),
+                regions: Default::default(),
             }),
         }
     }
@@ -572,6 +575,33 @@ impl Orchestrator {
         crate::comm::release(engine, self.ctx.run, domain)
     }
 
+    /// An L3↔L2 region with chip `worker` (`docs/comm.md` §7): `payload_bytes` of payload
+    /// and `counter_bytes` (a positive multiple of 4) of `u32` counters, zeroed, mapped on
+    /// the chip; pass `descriptor().words()` to the chip task as six scalars. Usable from
+    /// here until freed or until this orchestration returns; its memory is freed once this
+    /// run is over.
+    ///
+    /// # Errors
+    /// [`WorkerError::UnknownWorker`]; [`WorkerError::InvalidArgument`] naming
+    /// `payload_bytes` (above 1 GiB) or `counter_bytes`; [`WorkerError::EndpointFailure`]
+    /// for a dead chip; [`WorkerError::InvalidState`] at level 4 or outside the
+    /// orchestration.
+    pub fn create_worker_chip_region(
+        &self,
+        worker: usize,
+        payload_bytes: u64,
+        counter_bytes: u64,
+    ) -> Result<crate::channel::WorkerChipRegion, WorkerError> {
+        let engine = self.engine("create_worker_chip_region")?;
+        let (region, _id) =
+            crate::channel::create(engine, self.ctx.run, worker, payload_bytes, counter_bytes)?;
+        self.ctx.regions.lock().push(region.clone());
+        if !self.ctx.open.load(Ordering::Acquire) {
+            region.close();
+        }
+        Ok(region)
+    }
+
     /// A task on `dst`'s chip copying host tensor `src` into child tensor `dst` (same byte
     /// size, both contiguous); ordered like any task (`dst` written, `src` read).
     ///
@@ -636,6 +666,9 @@ impl Orchestrator {
     /// function's; an error fails the run and cancels its undispatched tasks.
     pub(crate) fn finish(&self, outcome: Result<(), String>) {
         self.ctx.open.store(false, Ordering::Release);
+        for r in self.ctx.regions.lock().drain(..) {
+            r.close();
+        }
         let engine = &self.ctx.engine;
         let mut st = engine.state.lock();
         let State { runs, children, .. } = &mut *st;
