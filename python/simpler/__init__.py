@@ -36,7 +36,15 @@ from .isolated_worker import IsolatedWorker
 from .orchestrator import Orchestrator
 from .remote import RemoteWorkerSpec
 from .tensor import Buffer, ChildTensor, TaskArgs, Tensor, as_array
-from .channel import NotifyOp, RegionCounter, WaitCmp, WorkerChipRegion
+from .channel import (
+    NotifyOp,
+    QueueMessage,
+    QueueOpcode,
+    RegionCounter,
+    WaitCmp,
+    WorkerChipQueue,
+    WorkerChipRegion,
+)
 from .comm import ChipDomainContext, CommBufferSpec, CommDomainHandle
 from .types import (
     ArgDirection,
@@ -68,8 +76,11 @@ __all__ = [
     "CommBufferSpec",
     "CommDomainHandle",
     "NotifyOp",
+    "QueueMessage",
+    "QueueOpcode",
     "RegionCounter",
     "WaitCmp",
+    "WorkerChipQueue",
     "WorkerChipRegion",
     "ChipCallable",
     "CoreCallable",

@@ -26,7 +26,15 @@ import numpy as np
 
 from .errors import ArgumentTypeError
 
-__all__ = ["NotifyOp", "RegionCounter", "WaitCmp", "WorkerChipRegion"]
+__all__ = [
+    "NotifyOp",
+    "QueueMessage",
+    "QueueOpcode",
+    "RegionCounter",
+    "WaitCmp",
+    "WorkerChipQueue",
+    "WorkerChipRegion",
+]
 
 
 class NotifyOp(enum.IntEnum):
@@ -154,3 +162,97 @@ class WorkerChipRegion:
     def __repr__(self) -> str:
         state = "open" if self.is_open else "closed"
         return f"WorkerChipRegion(worker={self.worker}, payload_bytes={self.payload_bytes}, counter_bytes={self.counter_bytes}, {state})"
+
+
+class QueueOpcode(enum.IntEnum):
+    """What a queue message is (``docs/comm.md`` §8)."""
+
+    DATA = 1
+    STOP = 2
+    """The end of the input: the chip's loop ends (input only)."""
+    ERROR = 3
+    """An error report; the payload is its text."""
+
+
+class QueueMessage:
+    """A message taken from a queue's output: ``opcode`` and ``data`` (bytes)."""
+
+    __slots__ = ("opcode", "data")
+
+    def __init__(self, opcode: QueueOpcode, data: bytes) -> None:
+        self.opcode = opcode
+        self.data = data
+
+    def array(self, dtype: Any) -> np.ndarray:
+        """The data as a 1-D numpy array of ``dtype`` (a copy)."""
+        return np.frombuffer(self.data, dtype=dtype).copy()
+
+    def __repr__(self) -> str:
+        return f"QueueMessage({self.opcode.name}, {len(self.data)} bytes)"
+
+
+def _timeout(timeout: Any) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ArgumentTypeError(f"timeout must be a number of seconds, got {timeout!r}", arg="timeout", reason="not a number")
+    return float(timeout)
+
+
+class WorkerChipQueue:
+    """The host's end of an L3↔L2 message queue with one chip, from
+    :meth:`Orchestrator.create_worker_chip_queue`: :meth:`send` into the chip task's input,
+    :meth:`recv` from its output, :meth:`stop` to end its loop. Pass :attr:`descriptor` to the
+    chip task (``add_descriptor``); the chip side is ``simpler/queue.h``."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+        self.region = WorkerChipRegion(native.region)
+        """The region the queue lives on."""
+
+    @property
+    def depth(self) -> int:
+        """Slots of each ring."""
+        return int(self._native.depth)
+
+    @property
+    def descriptor(self) -> Tuple[int, int, int, int, int, int]:
+        """The region's six descriptor words."""
+        return self.region.descriptor
+
+    def add_descriptor(self, args: Any) -> Any:
+        """Appends the six descriptor scalars to ``args`` and returns it."""
+        return self.region.add_descriptor(args)
+
+    def send(self, data: Any, timeout: float = 10.0) -> None:
+        """Sends one ``DATA`` message (bytes-like, or a numpy array's bytes), waiting at most
+        ``timeout`` seconds for a free slot and arena room (``WaitTimeoutError``)."""
+        self._send(QueueOpcode.DATA, data, timeout)
+
+    def send_error(self, text: str, timeout: float = 10.0) -> None:
+        """Sends an ``ERROR`` message carrying ``text``."""
+        self._send(QueueOpcode.ERROR, str(text).encode(), timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Sends ``STOP``: the chip's loop ends once it takes it."""
+        self._send(QueueOpcode.STOP, b"", timeout)
+
+    def _send(self, opcode: QueueOpcode, data: Any, timeout: Any) -> None:
+        if isinstance(data, np.ndarray):
+            data = np.ascontiguousarray(data).tobytes()
+        elif not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ArgumentTypeError(
+                f"data must be bytes-like or a numpy array, got {type(data).__name__}", arg="data", reason="not bytes"
+            )
+        self._native.send(int(opcode), bytes(data), _timeout(timeout))
+
+    def recv(self, timeout: float = 10.0) -> QueueMessage:
+        """The next output message (released at once), waiting at most ``timeout`` seconds
+        (``WaitTimeoutError``; Ctrl-C ends the wait)."""
+        opcode, data = self._native.recv(_timeout(timeout))
+        return QueueMessage(QueueOpcode(opcode), bytes(data))
+
+    def free(self) -> None:
+        """Gives the queue up: a chip task still waiting on it fails at once."""
+        self._native.free()
+
+    def __repr__(self) -> str:
+        return f"WorkerChipQueue(worker={self.region.worker}, depth={self.depth})"

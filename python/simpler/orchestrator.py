@@ -32,7 +32,7 @@ from .tensor import ChildTensor, TaskArgs
 from .types import ArgSpec, DataType, TensorArgType, scalar_to_uint64, shape_tuple
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .channel import WorkerChipRegion
+    from .channel import WorkerChipQueue, WorkerChipRegion
     from .comm import CommBufferSpec, CommDomainHandle
     from .host_worker import HostWorker
 
@@ -206,6 +206,24 @@ class Orchestrator:
             worker_id, _int(payload_bytes, "payload_bytes"), _int(counter_bytes, "counter_bytes")
         )
         return WorkerChipRegion(native)
+
+    def create_worker_chip_queue(
+        self, worker_id: int, depth: int, input_arena_bytes: int, output_arena_bytes: int
+    ) -> "WorkerChipQueue":
+        """An L3↔L2 message queue with chip ``worker_id`` (``docs/comm.md`` §8): input and
+        output rings of ``depth`` slots (a power of two) and arenas of the given bytes
+        (positive multiples of 64), on one region; pass ``queue.descriptor`` to the chip task
+        (``queue.add_descriptor(args)``)."""
+        from .channel import WorkerChipQueue
+        from .comm import _int
+
+        native = self._native.create_worker_chip_queue(
+            worker_id,
+            _int(depth, "depth"),
+            _int(input_arena_bytes, "input_arena_bytes"),
+            _int(output_arena_bytes, "output_arena_bytes"),
+        )
+        return WorkerChipQueue(native)
 
     def alloc_child_tensor(self, worker: int, shape: Any, dtype: Any) -> ChildTensor:
         """Persistent device memory on chip ``worker`` (zeroed): never reclaimed by the

@@ -13,14 +13,14 @@ import simpler
 from simpler import ChipCallable, CoreCallable, NotifyOp, TaskArgs, WaitCmp, Worker
 from simpler.channel import WorkerChipRegion
 
-from conftest import KERNELS
+from conftest import EXAMPLES, KERNELS
 
 MESSAGES = 200
 
 
 @pytest.fixture(scope="module")
 def echo_callable(compiler):
-    orch = compiler.compile_orchestration("tensormap_and_ringbuffer", KERNELS / "sync_task_orch.c")
+    orch = compiler.compile_orchestration("tensormap_and_ringbuffer", EXAMPLES / "l3" / "message_queue" / "orchestration.c")
     core = CoreCallable.build(binary=compiler.compile_incore(KERNELS / "region_echo.c", core_type="aiv"))
     scalars = [(n, "scalar", "u64") for n in ("magic", "id", "pbase", "pbytes", "cbase", "cbytes", "n", "timeout_us")]
     return ChipCallable.build(scalars, binary=orch, children=[(0, core)], name="region_echo")

@@ -103,6 +103,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<orchestrator::NativeOrchestrator>()?;
     m.add_class::<orchestrator::NativeCommDomain>()?;
     m.add_class::<region::NativeWorkerChipRegion>()?;
+    m.add_class::<region::NativeWorkerChipQueue>()?;
     m.add_class::<sim_context::NativeSimContext>()?;
     m.add_function(wrap_pyfunction!(sim_context::current_context, m)?)?;
     m.add_function(wrap_pyfunction!(sim_context::set_current_context, m)?)?;

@@ -280,6 +280,23 @@ impl NativeOrchestrator {
         Ok(crate::region::NativeWorkerChipRegion::new(region))
     }
 
+    /// An L3↔L2 message queue with chip `worker` (`docs/comm.md` §8).
+    fn create_worker_chip_queue(
+        &self,
+        py: Python<'_>,
+        worker: &Bound<'_, PyAny>,
+        depth: u64,
+        input_arena_bytes: u64,
+        output_arena_bytes: u64,
+    ) -> PyResult<crate::region::NativeWorkerChipQueue> {
+        let orch = self.live(py)?;
+        let worker = worker_id(worker, "worker_id")?;
+        let queue = detached(py, || {
+            orch.create_worker_chip_queue(worker, depth, input_arena_bytes, output_arena_bytes)
+        })?;
+        Ok(crate::region::NativeWorkerChipQueue::new(queue))
+    }
+
     /// Releases `domain`: later tasks may not name its buffers.
     fn release_domain(&self, py: Python<'_>, domain: &NativeCommDomain) -> PyResult<()> {
         let orch = self.live(py)?;

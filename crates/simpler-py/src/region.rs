@@ -1,5 +1,6 @@
-//! `simpler._native.WorkerChipRegion`: the host side of an L3↔L2 region
-//! ([`WorkerChipRegion`], `docs/comm.md` §7) for Python. It converts arguments only; every
+//! `simpler._native.WorkerChipRegion` and `WorkerChipQueue`: the host side of an L3↔L2
+//! region ([`WorkerChipRegion`], `docs/comm.md` §7) and message queue
+//! ([`WorkerChipQueue`], §8) for Python. It converts arguments only; every
 //! check and every wait is the engine's. A wait runs with the interpreter released, in
 //! slices of 50 ms between which pending signals run (Ctrl-C ends it).
 
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use simpler_worker::{Compare, Notify, WorkerChipRegion, WorkerError};
+use simpler_worker::{Compare, Notify, Opcode, WorkerChipQueue, WorkerChipRegion, WorkerError};
 
 use crate::error::{self, detached};
 
@@ -15,6 +16,47 @@ use crate::error::{self, detached};
 #[pyclass(module = "simpler._native", name = "WorkerChipRegion", frozen)]
 pub struct NativeWorkerChipRegion {
     region: WorkerChipRegion,
+}
+
+/// Runs `f` with the interpreter released in slices of at most 50 ms until it answers
+/// something other than a timeout or `timeout_s` has passed; pending signals run between
+/// slices (Ctrl-C ends the wait).
+fn sliced<T: Send>(
+    py: Python<'_>,
+    timeout_s: f64,
+    f: impl Fn(Duration) -> Result<T, WorkerError> + Sync,
+) -> PyResult<T> {
+    let timeout = Duration::try_from_secs_f64(timeout_s)
+        .ok()
+        .filter(|t| !t.is_zero());
+    let Some(timeout) = timeout else {
+        return Err(error::worker_error(
+            py,
+            WorkerError::InvalidArgument {
+                arg: "timeout".into(),
+                reason: format!(
+                    "{timeout_s} s: a wait needs a finite, positive timeout (use test() to \
+                     look once)"
+                ),
+            },
+        ));
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let slice = left
+            .min(Duration::from_millis(50))
+            .max(Duration::from_micros(1));
+        match py.detach(|| f(slice)) {
+            Err(WorkerError::WaitTimeout(_)) => {
+                if Instant::now() >= deadline {
+                    return Err(error::worker_error(py, WorkerError::WaitTimeout(timeout)));
+                }
+                py.check_signals()?;
+            }
+            other => return other.map_err(|e| error::worker_error(py, e)),
+        }
+    }
 }
 
 impl NativeWorkerChipRegion {
@@ -107,41 +149,73 @@ impl NativeWorkerChipRegion {
         timeout_s: f64,
     ) -> PyResult<u32> {
         let cmp = compare(py, cmp)?;
-        let timeout = Duration::try_from_secs_f64(timeout_s)
-            .ok()
-            .filter(|t| !t.is_zero());
-        let Some(timeout) = timeout else {
-            return Err(error::worker_error(
-                py,
-                WorkerError::InvalidArgument {
-                    arg: "timeout".into(),
-                    reason: format!(
-                        "{timeout_s} s: a wait needs a finite, positive timeout (use test() to \
-                         look once)"
-                    ),
-                },
-            ));
-        };
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let slice = left
-                .min(Duration::from_millis(50))
-                .max(Duration::from_micros(1));
-            match detached(py, || self.region.wait(offset, value, cmp, slice)) {
-                Err(e) if e.is_instance_of::<pyo3::exceptions::PyTimeoutError>(py) => {
-                    if Instant::now() >= deadline {
-                        return Err(error::worker_error(py, WorkerError::WaitTimeout(timeout)));
-                    }
-                    py.check_signals()?;
-                }
-                other => return other,
-            }
-        }
+        sliced(py, timeout_s, |slice| {
+            self.region.wait(offset, value, cmp, slice)
+        })
     }
 
     /// Ends the host's use of the region.
     fn free(&self) {
         self.region.free();
+    }
+}
+
+/// One message queue (see the module docs).
+#[pyclass(module = "simpler._native", name = "WorkerChipQueue", frozen)]
+pub struct NativeWorkerChipQueue {
+    queue: WorkerChipQueue,
+}
+
+impl NativeWorkerChipQueue {
+    pub(crate) fn new(queue: WorkerChipQueue) -> NativeWorkerChipQueue {
+        NativeWorkerChipQueue { queue }
+    }
+}
+
+#[pymethods]
+impl NativeWorkerChipQueue {
+    /// The region it lives on.
+    #[getter]
+    fn region(&self) -> NativeWorkerChipRegion {
+        NativeWorkerChipRegion::new(self.queue.region().clone())
+    }
+
+    /// Slots of each ring.
+    #[getter]
+    fn depth(&self) -> u32 {
+        self.queue.depth()
+    }
+
+    /// `(input_arena_bytes, output_arena_bytes)`.
+    #[getter]
+    fn arena_bytes(&self) -> (u64, u64) {
+        self.queue.arena_bytes()
+    }
+
+    /// Sends `data` with `opcode` (1 DATA, 2 STOP, 3 ERROR), waiting at most `timeout_s`.
+    fn send(&self, py: Python<'_>, opcode: u32, data: Vec<u8>, timeout_s: f64) -> PyResult<()> {
+        let op = match opcode {
+            1 => Opcode::Data,
+            2 => Opcode::Stop,
+            3 => Opcode::Error,
+            _ => {
+                return Err(error::argument_type(
+                    py,
+                    format!("opcode: {opcode} is no input opcode (1 DATA, 2 STOP, 3 ERROR)"),
+                ))
+            }
+        };
+        sliced(py, timeout_s, |slice| self.queue.send_op(op, &data, slice))
+    }
+
+    /// Takes the next output message: `(opcode, bytes)`.
+    fn recv<'py>(&self, py: Python<'py>, timeout_s: f64) -> PyResult<(u32, Bound<'py, PyBytes>)> {
+        let m = sliced(py, timeout_s, |slice| self.queue.recv(slice))?;
+        Ok((m.opcode as u32, PyBytes::new(py, &m.data)))
+    }
+
+    /// Gives the queue up (the chip side sees the host abort).
+    fn free(&self) {
+        self.queue.free();
     }
 }

@@ -261,6 +261,17 @@ impl WorkerChipRegion {
         Ok(())
     }
 
+    /// The payload's first byte in this process (for layouts built on the region:
+    /// `crate::queue`); `payload_bytes` bytes from there are mapped while `self` lives.
+    pub(crate) fn payload_ptr(&self) -> *mut u8 {
+        self.inner.region.as_ptr()
+    }
+
+    /// The counter at byte `offset`, for layouts built on the region (checked as `test`).
+    pub(crate) fn counter_word(&self, op: &str, offset: u64) -> Result<&AtomicU32, WorkerError> {
+        self.counter(op, offset)
+    }
+
     fn counter(&self, op: &str, offset: u64) -> Result<&AtomicU32, WorkerError> {
         self.check_open(op)?;
         let size = self.inner.descriptor.counter_bytes;

@@ -51,6 +51,7 @@ pub mod memory;
 mod options;
 mod orchestrator;
 pub mod process;
+mod queue;
 mod registry;
 mod ring;
 mod run;
@@ -81,6 +82,7 @@ pub use options::{
 };
 pub use orchestrator::Orchestrator;
 pub use process::ChildProgram;
+pub use queue::{Opcode, QueueMessage, WorkerChipQueue};
 pub use registry::CallableHandle;
 pub use run::{RunHandle, RunReport};
 pub use tensor::{c_strides, ChildAllocation, Memory, Tag, TaskArg, TaskArgs, Tensor};

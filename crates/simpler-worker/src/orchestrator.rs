@@ -602,6 +602,38 @@ impl Orchestrator {
         Ok(region)
     }
 
+    /// An L3↔L2 message queue with chip `worker` (`docs/comm.md` §8): input and output
+    /// rings of `depth` slots (a power of two up to 2^30) and arenas of
+    /// `input_arena_bytes` / `output_arena_bytes` (positive multiples of 64), on one
+    /// worker-chip region whose descriptor the chip task takes.
+    ///
+    /// # Errors
+    /// [`WorkerError::InvalidArgument`] naming `depth`, `input_arena_bytes` or
+    /// `output_arena_bytes`; as
+    /// [`create_worker_chip_region`](Orchestrator::create_worker_chip_region).
+    pub fn create_worker_chip_queue(
+        &self,
+        worker: usize,
+        depth: u64,
+        input_arena_bytes: u64,
+        output_arena_bytes: u64,
+    ) -> Result<crate::queue::WorkerChipQueue, WorkerError> {
+        let engine = self.engine("create_worker_chip_queue")?;
+        let queue = crate::queue::create_queue(
+            engine,
+            self.ctx.run,
+            worker,
+            depth,
+            input_arena_bytes,
+            output_arena_bytes,
+        )?;
+        self.ctx.regions.lock().push(queue.region().clone());
+        if !self.ctx.open.load(Ordering::Acquire) {
+            queue.region().close();
+        }
+        Ok(queue)
+    }
+
     /// A task on `dst`'s chip copying host tensor `src` into child tensor `dst` (same byte
     /// size, both contiguous); ordered like any task (`dst` written, `src` read).
     ///

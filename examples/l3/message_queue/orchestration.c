@@ -1,7 +1,8 @@
 /*
- * Test orchestration: one sync-start AIV task (a blocking section on the sim, for kernels
- * that wait on the host or a peer) running func 0 on the run's arguments: tensor i INOUT,
- * every scalar passed on.
+ * message_queue orchestration: one sync-start AIV task running func 0 on the run's
+ * arguments — tensor i INOUT, every scalar passed on (here: the queue's region descriptor
+ * and the wait timeout). Sync start makes the sim run the kernel in a blocking section, as
+ * a kernel that waits on the host (or a peer chip) must be (docs/comm.md §3).
  */
 #include "simpler/orchestration.h"
 
