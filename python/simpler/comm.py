@@ -50,7 +50,12 @@ class CommBufferSpec:
                 arg=f"{where}.name",
                 reason="not a str",
             )
-        dtype = DataType.of(self.dtype)
+        try:
+            dtype = DataType.of(self.dtype)
+        except (ArgumentTypeError, InvalidArgumentError, TypeError, ValueError) as e:
+            raise ArgumentTypeError(
+                f"{where}.dtype: {e}", arg=f"{where}.dtype", reason="not a dtype"
+            ) from None
         count = self.count
         if count is None:
             if self.nbytes is None:
@@ -162,10 +167,14 @@ class CommDomainHandle:
 
     @property
     def released(self) -> bool:
-        return self._released
+        """True once released: by :meth:`release`, its ``with`` block, or the end of its
+        orchestration."""
+        return self._released or not self._orch.valid
 
     def __getitem__(self, chip: int) -> ChipDomainContext:
         try:
+            if isinstance(chip, bool) or not isinstance(chip, int):
+                raise TypeError
             return self._ranks[chip]
         except (KeyError, TypeError):
             raise KeyError(
@@ -188,12 +197,17 @@ class CommDomainHandle:
         self._round += 1
         return self._round
 
+    def _peek_round(self) -> int:
+        """The round the next collective takes, without taking it."""
+        return self._round + 1
+
     def release(self) -> None:
         """Releases the domain now: later tasks may not name its buffers (those submitted
-        already still run). Idempotent."""
-        if not self._released:
+        already still run). Idempotent; after its orchestration returned (which released
+        it) it does nothing."""
+        if not self.released:
             self._orch._native.release_domain(self._native)
-            self._released = True
+        self._released = True
 
     def __enter__(self) -> "CommDomainHandle":
         return self
@@ -203,5 +217,5 @@ class CommDomainHandle:
             self.release()
 
     def __repr__(self) -> str:
-        state = "released" if self._released else "live"
+        state = "released" if self.released else "live"
         return f"CommDomainHandle({self.name!r}, workers={self.workers}, {state})"

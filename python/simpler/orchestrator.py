@@ -179,6 +179,12 @@ class Orchestrator:
                 reason="not a sequence",
             )
         size = _int(window_size, "window_size")
+        if isinstance(buffers, (str, bytes, CommBufferSpec)) or not isinstance(buffers, Sequence):
+            raise ArgumentTypeError(
+                f"buffers must be a sequence of CommBufferSpec, got {type(buffers).__name__}",
+                arg="buffers",
+                reason="not a sequence",
+            )
         specs = []
         for i, b in enumerate(buffers):
             if not isinstance(b, CommBufferSpec):

@@ -238,3 +238,113 @@ def test_a_chip_killed_mid_collective_fails_every_rank_promptly_and_the_rest_goe
             w.run(lambda o, _a, _c: coll.allocate_domain(o, "dead", [0, 1], COUNT, np.float32))
     finally:
         w.close()
+
+
+def raw_args(ctx, x, y, op, round_, timeout_us):
+    return (
+        TaskArgs()
+        .add_tensor(x, simpler.TensorArgType.INPUT)
+        .add_tensor(y, simpler.TensorArgType.OUTPUT_EXISTING)
+        .add_tensor(ctx.buffers["scratch"], simpler.TensorArgType.INOUT)
+        .add_tensor(ctx.buffers["signal"], simpler.TensorArgType.INOUT)
+        .add_scalar(ctx.device_ctx)
+        .add_scalar(op)
+        .add_scalar(round_)
+        .add_scalar(timeout_us)
+    )
+
+
+def test_a_handle_of_an_earlier_run_is_refused_even_at_a_reused_address(eight):
+    w, coll = eight
+    x, y = views(w, 2, (COUNT,), np.float32)
+    kept = []
+    w.run(lambda o, _a, _c: kept.append(coll.allocate_domain(o, "old", [0, 1], COUNT, np.float32)))
+    old = kept[0]
+    assert old.released
+    for _ in range(4):  # a new domain of the same size often lands at the old address
+
+        def orch(o, _a, _c):
+            coll.allocate_domain(o, "new", [0, 1], COUNT, np.float32)
+            with pytest.raises(simpler.InvalidArgumentError, match="not a live allocation"):
+                o.submit_next_level_group(
+                    coll._handles[simpler.DataType.FLOAT32],
+                    [raw_args(old[c], x, y, ALLREDUCE, 1, 1_000_000) for c in (0, 1)],
+                    workers=[0, 1],
+                )
+
+        w.run(orch)
+
+
+def test_collective_arguments_are_checked_before_anything_runs(eight):
+    w, coll = eight
+    a = views(w, 2, (COUNT,), np.float32)
+    short = views(w, 2, (COUNT // 2,), np.float32)
+    i32 = views(w, 2, (COUNT,), np.int32)
+    out = views(w, 2, (COUNT,), np.float32)
+
+    def orch(o, _a, _c):
+        with pytest.raises(simpler.InvalidArgumentError, match="count"):
+            coll.allocate_domain(o, "c", [0, 1], 2.5, np.float32)
+        with pytest.raises(simpler.InvalidArgumentError, match="count"):
+            coll.allocate_domain(o, "c", [0, 1], 0, np.float32)
+        with pytest.raises(simpler.InvalidArgumentError, match="dtype"):
+            coll.allocate_domain(o, "c", [0, 1], 4, np.float64)
+        with coll.allocate_domain(o, "c", [0, 1], COUNT, np.float32) as dom:
+            cases = [
+                ("inputs\\[1\\]", lambda: coll.allreduce(o, dom, [a[0], short[1]], [out[0], short[1]])),
+                ("outputs\\[0\\]", lambda: coll.allreduce(o, dom, a, [short[0], out[1]])),
+                ("outputs\\[0\\]", lambda: coll.allgather(o, dom, a, out)),  # needs 2 * COUNT
+                ("inputs\\[0\\]", lambda: coll.allreduce(o, dom, i32, out)),  # i32 on an f32 domain
+                ("outputs", lambda: coll.allreduce(o, dom, a, out[:1])),
+                ("timeout_s", lambda: coll.allreduce(o, dom, a, out, timeout_s=float("inf"))),
+                ("timeout_s", lambda: coll.allreduce(o, dom, a, out, timeout_s=41)),
+                ("timeout_s", lambda: coll.allreduce(o, dom, a, out, timeout_s=True)),
+            ]
+            for field, call in cases:
+                with pytest.raises(simpler.InvalidArgumentError, match=field):
+                    call()
+            # The refused calls took no round: this one completes.
+            coll.allreduce(o, dom, a, out, timeout_s=10)
+            with pytest.raises(KeyError):
+                dom[True]
+
+    w.run(orch)
+    np.testing.assert_allclose(out[0], a[0] + a[1], rtol=1e-6)
+
+
+def test_a_rank_that_fails_early_aborts_its_peers_waits(eight):
+    w, coll = eight
+    x, y = views(w, 2, (COUNT,), np.float32)
+
+    def orch(o, _a, _c):
+        dom = coll.allocate_domain(o, "early", [0, 1], COUNT, np.float32)
+        # Rank 0 asks for an unknown op (it fails at once); rank 1 waits up to 30 s for it.
+        o.submit_next_level_group(
+            coll._handles[simpler.DataType.FLOAT32],
+            [raw_args(dom[0], x, y, 99, 1, 30_000_000), raw_args(dom[1], x, y, ALLREDUCE, 1, 30_000_000)],
+            workers=[0, 1],
+        )
+
+    started = time.monotonic()
+    with pytest.raises(simpler.SimplerError, match="op must be"):
+        w.run(orch)
+    assert time.monotonic() - started < 10, "rank 1 saw the abort, not its 30 s timeout"
+
+
+def test_close_ends_a_collective_that_waits_for_a_missing_rank():
+    w = Worker(level=3, device_ids=[0, 1], close_timeout_s=1.0)
+    coll = Collectives(w)
+    w.init()
+    x, y = views(w, 2, (COUNT,), np.float32)
+
+    def orch(o, _a, _c):
+        dom = coll.allocate_domain(o, "stuck", [0, 1], COUNT, np.float32)
+        o.submit_next_level(coll._handles[simpler.DataType.FLOAT32], raw_args(dom[0], x, y, ALLREDUCE, 1, 30_000_000), worker=0)
+
+    run = w.submit(orch)
+    time.sleep(0.3)
+    started = time.monotonic()
+    w.close()
+    assert time.monotonic() - started < 10, "close aborted the domain after close_timeout"
+    with pytest.raises(simpler.SimplerError, match="121"):
+        run.wait(5)

@@ -84,7 +84,9 @@ pub(crate) fn admit(
             Memory::Host(_) => {}
             Memory::Child(c) => {
                 let id = (c.worker, c.ptr.addr());
-                let live = children.get(&id).filter(|r| !r.released);
+                let live = children
+                    .get(&id)
+                    .filter(|r| !r.released && r.generation == c.generation);
                 let Some(rec) = live else {
                     return Err(bad(
                         arg,

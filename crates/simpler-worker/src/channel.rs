@@ -145,7 +145,7 @@ pub(crate) fn create(
         .map_err(|e| bad("payload_bytes", format!("the region's {len} bytes: {e}")))?;
     let bases = attach(engine, &[worker], &region)?;
     let base = bases[0].1;
-    let id = record(
+    let (id, _generation) = record(
         engine,
         run,
         "create_worker_chip_region",

@@ -27,20 +27,28 @@ pub(crate) fn alloc(
     let ControlReply::Ptr(ptr) = engine.control(worker, ControlOp::Malloc(nbytes))? else {
         unreachable!("malloc answers a pointer")
     };
-    engine.state.lock().children.insert(
-        (worker, ptr.addr()),
-        ChildRec {
-            nbytes,
-            users: 0,
-            released: false,
-            window: false,
-        },
-    );
+    let generation = {
+        let mut st = engine.state.lock();
+        let generation = st.next_generation;
+        st.next_generation += 1;
+        st.children.insert(
+            (worker, ptr.addr()),
+            ChildRec {
+                nbytes,
+                users: 0,
+                released: false,
+                window: false,
+                generation,
+            },
+        );
+        generation
+    };
     Tensor::new(
         Memory::Child(ChildAllocation {
             worker,
             ptr,
             nbytes,
+            generation,
         }),
         shape,
         dtype,
@@ -67,7 +75,11 @@ pub(crate) fn free_now(engine: &Engine, t: &Tensor) -> Result<(), WorkerError> {
     let id = (c.worker, c.ptr.addr());
     {
         let mut st = engine.state.lock();
-        match st.children.get(&id) {
+        match st
+            .children
+            .get(&id)
+            .filter(|r| r.generation == c.generation)
+        {
             Some(rec) if rec.window => {
                 return Err(bad(
                     "is a comm domain's window; it is freed with its domain".into(),

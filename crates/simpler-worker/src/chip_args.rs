@@ -171,6 +171,7 @@ mod tests {
             worker: 1,
             ptr: DevicePtr::from_raw(4096),
             nbytes: 64,
+            generation: 0,
         };
         let dev = Tensor::new(Memory::Child(other), &[16], DataType::Float32).unwrap();
         let err = owned_args(

@@ -6,7 +6,7 @@
 //! theirs (`include/simpler/comm.h`); the tensor map sees a window buffer as device memory
 //! of its chip and nothing more.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
@@ -258,11 +258,13 @@ pub(crate) fn allocate(
     )?;
     let n = workers.len();
     let len = region_len(n, window_size).expect("checked");
-    let region = SharedRegion::new(len, &format!("simpler-comm-{name}"))
+    // The name only labels the mapping (`/proc/<pid>/maps`); the system caps a label's length.
+    let label: String = name.chars().take(32).collect();
+    let region = SharedRegion::new(len, &format!("simpler-comm-{label}"))
         .map(Arc::new)
         .map_err(|e| WorkerError::InvalidArgument {
             arg: "window_size".into(),
-            reason: format!("the domain's {len} bytes of shared memory: {e}"),
+            reason: format!("the system refused the domain's {len} bytes of shared memory: {e}"),
         })?;
     // A fresh memfd is zero-filled: every window is zero before any member maps it.
     let bases = attach(engine, workers, &region)?;
@@ -274,7 +276,7 @@ pub(crate) fn allocate(
         released: false,
         abortable: true,
     };
-    let domain_id = record(engine, run, "allocate_domain", rec)?;
+    let (domain_id, generation) = record(engine, run, "allocate_domain", rec)?;
 
     let actual = stride(window_size);
     let ranks = bases
@@ -286,6 +288,7 @@ pub(crate) fn allocate(
                 worker: w,
                 ptr: DevicePtr::from_raw(base),
                 nbytes: len,
+                generation,
             });
             let buffers = buffers
                 .iter()
@@ -364,7 +367,7 @@ pub(crate) fn attach(
 }
 
 /// Records `rec` (its members attached) as live in run `run` — its windows as child
-/// memory its tasks may name — and answers its id; when the run is no longer open the
+/// memory its tasks may name — and answers its id and its windows' generation; when the run is no longer open the
 /// members unmap it again.
 ///
 /// # Errors
@@ -374,10 +377,12 @@ pub(crate) fn record(
     run: u64,
     method: &str,
     rec: DomainRec,
-) -> Result<u64, WorkerError> {
+) -> Result<(u64, u64), WorkerError> {
     let mut st = engine.state.lock();
     let id = st.next_domain;
     st.next_domain += 1;
+    let generation = st.next_generation;
+    st.next_generation += 1;
     let State {
         runs,
         children,
@@ -402,11 +407,12 @@ pub(crate) fn record(
                 users: 0,
                 released: false,
                 window: true,
+                generation,
             },
         );
     }
     domains.insert(id, rec);
-    Ok(id)
+    Ok((id, generation))
 }
 
 /// Writes the workspace header and every rank's `CommContext`, each in its own chip's
@@ -489,6 +495,29 @@ pub(crate) fn free(engine: &Engine, st: &mut State, ids: &[u64]) {
                 engine.control_detached(w, ControlOp::UnmapWindow(DevicePtr::from_raw(base)));
             }
         }
+    }
+}
+
+/// A task member naming `uses` failed: every domain whose window it named is aborted, so
+/// the ranks waiting for it fail now rather than at their timeout (the domain is
+/// inconsistent after a failed collective anyway, `docs/comm.md` §3).
+pub(crate) fn member_failed(domains: &HashMap<u64, DomainRec>, uses: &[crate::graph::Use]) {
+    for u in uses {
+        let crate::graph::Use::Child(w, addr) = *u else {
+            continue;
+        };
+        for d in domains.values().filter(|d| d.abortable) {
+            if let Some(rank) = d.members.iter().position(|m| *m == (w, addr)) {
+                d.abort(rank);
+            }
+        }
+    }
+}
+
+/// Aborts every live domain (`close` giving up on runs still in flight).
+pub(crate) fn abort_all(st: &State) {
+    for d in st.domains.values().filter(|d| d.abortable) {
+        d.abort(0);
     }
 }
 

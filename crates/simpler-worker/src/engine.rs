@@ -50,6 +50,8 @@ pub(crate) struct ChildRec {
     pub(crate) released: bool,
     /// A comm domain's window (`crate::comm`), not an allocation of the chip's.
     pub(crate) window: bool,
+    /// Its generation (`ChildAllocation::generation`): tensors of it carry the same.
+    pub(crate) generation: u64,
 }
 
 /// Everything under the engine lock.
@@ -64,6 +66,8 @@ pub(crate) struct State {
     pub(crate) domains: HashMap<u64, crate::comm::DomainRec>,
     /// The next comm domain's id.
     pub(crate) next_domain: u64,
+    /// The next child allocation's or window's generation (from 1).
+    pub(crate) next_generation: u64,
     /// The next run's id.
     pub(crate) next_run: u64,
     /// `close()` has begun: no new runs.

@@ -495,7 +495,10 @@ impl Orchestrator {
             )),
             Memory::Child(c) => {
                 let id = (c.worker, c.ptr.addr());
-                match children.get_mut(&id) {
+                match children
+                    .get_mut(&id)
+                    .filter(|r| r.generation == c.generation)
+                {
                     Some(rec) if rec.window => Err(bad(
                         "tensor",
                         "is a comm domain's window; release its domain instead".into(),

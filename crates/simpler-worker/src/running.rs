@@ -59,6 +59,9 @@ pub(crate) fn shut_down(r: Running) -> Result<(), WorkerError> {
                 "close() found its task still running after close_timeout ({:?})",
                 r.close_timeout
             );
+            // Collectives still waiting (also on chips in this process, which cannot be
+            // killed) give up at their next poll (`docs/comm.md` §5).
+            crate::comm::abort_all(&st);
             for (lane, slot) in st.lanes.iter().enumerate() {
                 if let (true, None, Some(kill)) = (slot.busy, &slot.dead, &r.kill[lane]) {
                     tracing::warn!(endpoint = %slot.describe, "close() kills a busy child process");

@@ -95,10 +95,19 @@ fn member_done(
 ) {
     st.lanes[lane].busy = false;
     let describe = st.lanes[lane].describe.clone();
-    let State { runs, children, .. } = st;
+    let State {
+        runs,
+        children,
+        domains,
+        ..
+    } = st;
     let Some(r) = runs.iter_mut().find(|r| r.id == run) else {
         panic!("a member of task {task} ended for run {run}, which is not in flight");
     };
+    if result.is_err() {
+        // Its peers in a comm domain would wait for it until their timeout.
+        crate::comm::member_failed(domains, &r.graph.task(task).uses);
+    }
     if lane < engine.chips {
         r.chip_time += facts.took;
         r.chip_tasks += facts.chip_tasks.unwrap_or(0);

@@ -65,6 +65,10 @@ pub struct ChildAllocation {
     pub ptr: DevicePtr,
     /// Its length, in bytes.
     pub nbytes: u64,
+    /// Which allocation at this address it is (the engine numbers every child allocation
+    /// and comm window; 0 is none of them): a tensor of memory that was freed and
+    /// allocated again at the same address names an older generation and is refused.
+    pub generation: u64,
 }
 
 /// The memory a tensor views.

@@ -369,6 +369,7 @@ mod tests {
             worker: 1,
             ptr: DevicePtr::from_raw(1 << 20),
             nbytes: 64,
+            generation: 0,
         };
         let t = Tensor::new(Memory::Child(c), &[16], DataType::Float32).unwrap();
         let err = tensor(

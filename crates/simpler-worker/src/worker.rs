@@ -389,6 +389,7 @@ impl Worker {
                 children: Default::default(),
                 domains: Default::default(),
                 next_domain: 1,
+                next_generation: 1,
                 next_run: 1,
                 closing: false,
             }),

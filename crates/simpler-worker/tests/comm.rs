@@ -470,3 +470,19 @@ fn a_chip_in_two_domains_has_independent_ranks() {
     }
     w.close().unwrap();
 }
+
+#[test]
+fn a_tensor_of_freed_child_memory_is_refused_even_at_a_reused_address() {
+    let (w, _h) = worker(1);
+    for _ in 0..4 {
+        let old = w.alloc_child_tensor(0, &[256], DataType::Float32).unwrap();
+        w.free_child_tensor(&old).unwrap();
+        let new = w.alloc_child_tensor(0, &[256], DataType::Float32).unwrap();
+        // Whether or not the allocator gave the same address, the old tensor is refused and
+        // cannot free the new allocation.
+        let err = w.free_child_tensor(&old).unwrap_err().to_string();
+        assert!(err.contains("not a live allocation"), "{err}");
+        w.free_child_tensor(&new).unwrap();
+    }
+    w.close().unwrap();
+}

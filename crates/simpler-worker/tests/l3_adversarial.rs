@@ -122,6 +122,7 @@ fn a_copy_naming_a_chip_the_worker_lacks_is_refused_naming_the_operand() {
             worker: 9,
             ptr: simpler_device::DevicePtr::from_raw(1 << 20),
             nbytes: 64,
+            generation: 0,
         }),
         &[16],
         DataType::Float32,

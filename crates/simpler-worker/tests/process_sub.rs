@@ -194,6 +194,7 @@ fn a_sub_worker_process_registers_runs_and_reports_errors_over_shared_memory() {
             worker: 0,
             ptr: simpler_device::DevicePtr::from_raw(4096),
             nbytes: (4 * N) as u64,
+            generation: 0,
         }),
         &[N as u64],
         DataType::Float32,

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..callable import CallableHandle, ChipCallable, CoreCallable
 from ..comm import CommBufferSpec, CommDomainHandle
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, SimplerError
 from ..tensor import TaskArgs
 from ..types import DataType
 from ..types import TensorArgType as T
@@ -52,6 +52,103 @@ SIGNAL_WORDS = 16
 DTYPES = (DataType.FLOAT32, DataType.INT32)
 
 
+MAX_TIMEOUT_S = 40.0
+"""The longest wait a collective may ask for: below the chip's default op-execute timeout
+(45 s), which would otherwise end a rank's kernel first and leave its chip unusable."""
+
+_OP_NAMES = {ALLREDUCE: "allreduce", ALLGATHER: "allgather", REDUCE_SCATTER: "reduce_scatter"}
+
+
+def _dtype(dtype: Any) -> DataType:
+    try:
+        dt = DataType.of(dtype)
+    except (SimplerError, TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"dtype: {e}", arg="dtype", reason="not a dtype") from None
+    if dt not in DTYPES:
+        raise InvalidArgumentError(
+            f"dtype: collectives support float32 and int32, not {dt.name}",
+            arg="dtype",
+            reason="unsupported dtype",
+        )
+    return dt
+
+
+def _elements(t: Any) -> int:
+    return int(np.prod(t.shape)) if len(t.shape) else 1
+
+
+def _check_sizes(op: int, args_list: Sequence[TaskArgs], dtype: DataType, scratch: int, n: int) -> None:
+    """Every rank's input and output have the domain's dtype, are 1-D, and have the sizes the
+    collective needs, the same on every rank: a mismatch would read or write past a peer's
+    data silently."""
+    name = _OP_NAMES[op]
+    count = None
+    for i, a in enumerate(args_list):
+        x, y = a.tensor(0), a.tensor(1)
+        for what, t in (("inputs", x), ("outputs", y)):
+            if t.dtype != dtype or len(t.shape) != 1:
+                raise InvalidArgumentError(
+                    f"{what}[{i}]: {name} on this domain takes 1-D {dtype.name} vectors, got "
+                    f"shape {tuple(t.shape)} of {t.dtype.name}",
+                    arg=f"{what}[{i}]",
+                    reason="wrong dtype or rank",
+                )
+        nx, ny = _elements(x), _elements(y)
+        per_rank = {ALLREDUCE: (nx, nx, nx), ALLGATHER: (nx, nx * n, nx), REDUCE_SCATTER: (ny * n, ny, ny)}
+        want_in, want_out, c = per_rank[op]
+        if op == REDUCE_SCATTER and nx != want_in:
+            raise InvalidArgumentError(
+                f"inputs[{i}]: {name} over {n} ranks with {ny}-element outputs needs "
+                f"{want_in}-element inputs, got {nx}",
+                arg=f"inputs[{i}]",
+                reason="size mismatch",
+            )
+        if ny != want_out:
+            raise InvalidArgumentError(
+                f"outputs[{i}]: {name} over {n} ranks with {nx}-element inputs needs "
+                f"{want_out}-element outputs, got {ny}",
+                arg=f"outputs[{i}]",
+                reason="size mismatch",
+            )
+        if count is None:
+            count = c
+        elif c != count:
+            raise InvalidArgumentError(
+                f"inputs[{i}]: rank {i} has {c} elements per rank but rank 0 has {count}; every "
+                "rank of a collective takes the same sizes",
+                arg=f"inputs[{i}]",
+                reason="ranks differ",
+            )
+    need = count * (n if op == REDUCE_SCATTER else 1) if count is not None else 0
+    if need > scratch:
+        raise InvalidArgumentError(
+            f"inputs: {name} needs {need} elements of scratch per rank; the domain has {scratch} "
+            "(make it with a larger count)",
+            arg="inputs",
+            reason="domain too small",
+        )
+
+
+def _renamed(e: Exception) -> Exception:
+    """An engine error naming ``args_list[r][i]`` renamed to the collective's own arguments."""
+    import re
+
+    names = {0: "inputs", 1: "outputs", 2: "domain scratch", 3: "domain signal"}
+
+    def sub(m: "re.Match[str]") -> str:
+        return f"{names.get(int(m.group(2)), 'args')}[{m.group(1)}]"
+
+    text = re.sub(r"args_list\[(\d+)\]\[(\d+)\]", sub, str(e))
+    if text == str(e):
+        return e
+    arg = getattr(e, "arg", None)
+    new_arg = re.sub(r"args_list\[(\d+)\]\[(\d+)\]", sub, arg) if isinstance(arg, str) else arg
+    try:
+        return type(e)(text, arg=new_arg, reason=getattr(e, "reason", text))
+    except TypeError:
+        return e
+
+
 def _signature(dtype: DataType) -> list:
     return [
         ("input", "in", dtype),
@@ -70,13 +167,7 @@ def build_callable(dtype: Any, compiler: Optional["KernelCompiler"] = None) -> C
     C sources (cached by the compiler)."""
     from ..compiler import KernelCompiler
 
-    dt = DataType.of(dtype)
-    if dt not in DTYPES:
-        raise InvalidArgumentError(
-            f"dtype: collectives support float32 and int32, not {dt.name}",
-            arg="dtype",
-            reason="unsupported dtype",
-        )
+    dt = _dtype(dtype)
     kc = compiler or KernelCompiler()
     kernel = kc.compile_incore(HERE / "kernels" / "collective.c", "aiv")
     orch = kc.compile_orchestration("tensormap_and_ringbuffer", HERE / "orchestration.c")
@@ -106,13 +197,25 @@ class Collectives:
         count: int,
         dtype: Any,
     ) -> CommDomainHandle:
-        """A domain for collectives of up to ``count`` elements per rank (the reduce-scatter
-        output size; allgather inputs and allreduce vectors up to ``len(workers) * count``
-        fit too): buffers ``scratch`` (``len(workers) * count`` elements of ``dtype``) and
+        """A domain for collectives of up to ``count`` elements per rank of ``dtype`` (f32 or
+        i32): buffers ``scratch`` (``len(workers) · count`` elements — room for an allreduce
+        or allgather input of ``count`` and a reduce-scatter input of ``n · count``) and
         ``signal`` (16 int32)."""
-        dt = DataType.of(dtype)
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
+            raise InvalidArgumentError(
+                f"count must be an int >= 1 (elements per rank), got {count!r}",
+                arg="count",
+                reason="not a positive int",
+            )
+        dt = _dtype(dtype)
+        if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence):
+            raise InvalidArgumentError(
+                f"workers must be a sequence of chip ids, got {type(workers).__name__}",
+                arg="workers",
+                reason="not a sequence",
+            )
         n = len(workers)
-        scratch = max(1, n * int(count))
+        scratch = max(1, n) * int(count)
         window = (scratch * dt.itemsize + 63) // 64 * 64 + 64 * 2
         return orch.allocate_domain(
             name,
@@ -131,18 +234,33 @@ class Collectives:
         timeout_s: float,
         config: Optional["CallConfig"],
     ) -> int:
+        if not isinstance(domain, CommDomainHandle):
+            raise InvalidArgumentError(
+                f"domain must be a CommDomainHandle, got {type(domain).__name__}",
+                arg="domain",
+                reason="not a domain",
+            )
         ranks = list(domain)
+        n = len(ranks)
         for what, seq in (("inputs", inputs), ("outputs", outputs)):
-            if len(seq) != len(ranks):
+            if isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence) or len(seq) != n:
+                got = len(seq) if isinstance(seq, Sequence) else type(seq).__name__
                 raise InvalidArgumentError(
-                    f"{what}: {len(seq)} tensors for a domain of {len(ranks)} ranks (one per "
-                    f"rank, in rank order)",
+                    f"{what}: {got} for a domain of {n} ranks; give one tensor per rank, in "
+                    "rank order",
                     arg=what,
                     reason="one per rank",
                 )
-        if not (timeout_s > 0):
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, (int, float))
+            or not 0 < timeout_s <= MAX_TIMEOUT_S
+        ):
             raise InvalidArgumentError(
-                f"timeout_s must be positive, got {timeout_s!r}", arg="timeout_s", reason="not positive"
+                f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got "
+                f"{timeout_s!r}",
+                arg="timeout_s",
+                reason="out of range",
             )
         scratch = ranks[0].buffers.get("scratch")
         if scratch is None or "signal" not in ranks[0].buffers:
@@ -160,21 +278,31 @@ class Collectives:
                 arg="domain",
                 reason="unsupported dtype",
             )
-        round_ = domain.next_round()
+        round_ = domain._peek_round()
         timeout_us = max(1, int(timeout_s * 1e6))
-        args_list = [
-            TaskArgs()
-            .add_tensor(inputs[i], T.INPUT)
-            .add_tensor(outputs[i], T.OUTPUT_EXISTING)
-            .add_tensor(ctx.buffers["scratch"], T.INOUT)
-            .add_tensor(ctx.buffers["signal"], T.INOUT)
-            .add_scalar(ctx.device_ctx)
-            .add_scalar(op)
-            .add_scalar(round_)
-            .add_scalar(timeout_us)
-            for i, ctx in enumerate(ranks)
-        ]
-        return orch.submit_next_level_group(handle, args_list, config, workers=domain.workers)
+        args_list = []
+        for i, ctx in enumerate(ranks):
+            args = TaskArgs()
+            for what, seq, tag in (("inputs", inputs, T.INPUT), ("outputs", outputs, T.OUTPUT_EXISTING)):
+                try:
+                    args.add_tensor(seq[i], tag)
+                except SimplerError as e:
+                    raise type(e)(f"{what}[{i}]: {e}", arg=f"{what}[{i}]", reason=str(e)) from None
+            args_list.append(
+                args.add_tensor(ctx.buffers["scratch"], T.INOUT)
+                .add_tensor(ctx.buffers["signal"], T.INOUT)
+                .add_scalar(ctx.device_ctx)
+                .add_scalar(op)
+                .add_scalar(round_)
+                .add_scalar(timeout_us)
+            )
+        _check_sizes(op, args_list, scratch.dtype, scratch.shape[0], n)
+        try:
+            task = orch.submit_next_level_group(handle, args_list, config, workers=domain.workers)
+        except SimplerError as e:
+            raise _renamed(e) from None
+        domain.next_round()  # taken only by a collective that was submitted
+        return task
 
     def allreduce(
         self,

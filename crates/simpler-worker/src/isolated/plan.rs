@@ -260,6 +260,7 @@ mod tests {
             worker: 0,
             ptr: DevicePtr::from_raw(0x10_0000),
             nbytes: 256,
+            generation: 0,
         };
         [(c.ptr.addr(), c)].into_iter().collect()
     }

@@ -115,6 +115,7 @@ mod tests {
                 worker: 0,
                 ptr: DevicePtr::from_raw(*next),
                 nbytes: n,
+                generation: 0,
             };
             Tensor::new(Memory::Child(c), &[n], DataType::Uint8)
         }

@@ -316,6 +316,7 @@ impl ChipServer {
                     worker: self.index,
                     ptr: DevicePtr::from_raw(ptr),
                     nbytes,
+                    generation: 0,
                 });
                 let tensor = Tensor::view(memory, byte_offset, &shape, &strides, dtype).map_err(
                     |e| match e {
