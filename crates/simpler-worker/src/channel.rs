@@ -337,28 +337,43 @@ impl WorkerChipRegion {
         timeout: Duration,
     ) -> Result<u32, WorkerError> {
         let c = self.counter("wait", offset)?;
-        if timeout.is_zero() {
-            return Err(bad(
-                "timeout",
-                "is 0; a wait needs a finite, positive timeout (use test() to look once)".into(),
-            ));
-        }
-        let deadline = Instant::now() + timeout;
-        let mut polls = 0u32;
-        loop {
+        poll_until(timeout, || {
             let v = c.load(Ordering::SeqCst);
-            if cmp.holds(v, value) {
-                return Ok(v);
-            }
-            if Instant::now() >= deadline {
-                return Err(WorkerError::WaitTimeout(timeout));
-            }
-            polls += 1;
-            match polls {
-                0..=64 => std::hint::spin_loop(),
-                65..=128 => std::thread::yield_now(),
-                n => std::thread::sleep(Duration::from_micros(u64::from((n - 128).min(200)))),
-            }
+            Ok(cmp.holds(v, value).then_some(v))
+        })
+    }
+}
+
+/// Calls `ready` until it answers `Some` (or an error), at most `timeout` (finite and
+/// non-zero): polls briefly, then yields, then sleeps in growing slices of at most 200 µs.
+///
+/// # Errors
+/// [`WorkerError::WaitTimeout`] with `timeout`; [`WorkerError::InvalidArgument`]
+/// (`timeout`) for a zero timeout; `ready`'s error.
+pub(crate) fn poll_until<T>(
+    timeout: Duration,
+    mut ready: impl FnMut() -> Result<Option<T>, WorkerError>,
+) -> Result<T, WorkerError> {
+    if timeout.is_zero() {
+        return Err(bad(
+            "timeout",
+            "is 0; a wait needs a finite, positive timeout (use test() to look once)".into(),
+        ));
+    }
+    let deadline = Instant::now() + timeout;
+    let mut polls = 0u32;
+    loop {
+        if let Some(v) = ready()? {
+            return Ok(v);
+        }
+        if Instant::now() >= deadline {
+            return Err(WorkerError::WaitTimeout(timeout));
+        }
+        polls += 1;
+        match polls {
+            0..=64 => std::hint::spin_loop(),
+            65..=128 => std::thread::yield_now(),
+            n => std::thread::sleep(Duration::from_micros(u64::from((n - 128).min(200)))),
         }
     }
 }

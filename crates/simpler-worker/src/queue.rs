@@ -5,9 +5,9 @@
 //! `simpler/queue.h`, to the same layout; the region's life is `crate::channel`'s.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::channel::{create, WorkerChipRegion};
+use crate::channel::{create, poll_until, WorkerChipRegion};
 use crate::engine::Engine;
 use crate::WorkerError;
 
@@ -183,17 +183,9 @@ fn poll<T>(
     timeout: Duration,
     mut ready: impl FnMut() -> Result<Option<T>, WorkerError>,
 ) -> Result<T, WorkerError> {
-    if timeout.is_zero() {
-        return Err(bad(
-            "timeout",
-            "is 0; give a finite, positive timeout".into(),
-        ));
-    }
-    let deadline = Instant::now() + timeout;
-    let mut polls = 0u32;
-    loop {
+    poll_until(timeout, || {
         if let Some(v) = ready()? {
-            return Ok(v);
+            return Ok(Some(v));
         }
         if chip_abort.load(Ordering::Acquire) != 0 {
             return Err(WorkerError::InvalidState(
@@ -202,16 +194,8 @@ fn poll<T>(
                     .into(),
             ));
         }
-        if Instant::now() >= deadline {
-            return Err(WorkerError::WaitTimeout(timeout));
-        }
-        polls += 1;
-        match polls {
-            0..=64 => std::hint::spin_loop(),
-            65..=128 => std::thread::yield_now(),
-            n => std::thread::sleep(Duration::from_micros(u64::from((n - 128).min(200)))),
-        }
-    }
+        Ok(None)
+    })
 }
 
 impl WorkerChipQueue {
