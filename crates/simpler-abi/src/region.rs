@@ -68,25 +68,12 @@ pub const fn counter_offset(payload_bytes: u64) -> Option<u64> {
     }
 }
 
-/// How a notify changes a counter.
-pub const NOTIFY_SET: u32 = 0;
-/// `counter += value` (atomic, wrapping).
-pub const NOTIFY_ADD: u32 = 1;
+/// The notify ops and wait comparisons of a region's counters: the codes of
+/// [`crate::comm`] (`docs/comm.md`), the same numbers `simpler/region.h` uses.
+pub use crate::comm::{CMP_EQ, CMP_GE, CMP_GT, CMP_LE, CMP_LT, CMP_NE, NOTIFY_ADD, NOTIFY_SET};
 
-/// Comparisons of a wait, on the counter as `u32`: `counter == value`.
-pub const CMP_EQ: u32 = 0;
-/// `counter != value`.
-pub const CMP_NE: u32 = 1;
-/// `counter > value`.
-pub const CMP_GT: u32 = 2;
-/// `counter >= value`.
-pub const CMP_GE: u32 = 3;
-/// `counter < value`.
-pub const CMP_LT: u32 = 4;
-/// `counter <= value`.
-pub const CMP_LE: u32 = 5;
-
-/// Whether `counter CMP value` holds; `None` for an unknown `cmp`.
+/// Whether `counter CMP value` holds, compared as unsigned `u32` (`cmp` one of comm's
+/// `CMP_*` codes, re-exported here); `None` for an unknown `cmp`.
 pub fn holds(counter: u32, cmp: u32, value: u32) -> Option<bool> {
     Some(match cmp {
         CMP_EQ => counter == value,

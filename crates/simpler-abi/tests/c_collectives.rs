@@ -14,55 +14,20 @@
 //! - the orchestration, linked with a fake operations table: one require_sync_start AIV
 //!   task with the arguments in order, or SIMPLER_ORCH_INVALID_ARGS naming the argument.
 
+mod cc;
+
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The repository root.
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A scratch directory of this test process.
-fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("simpler-abi-collectives-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-/// Runs the C compiler (`$CC`, default `cc`) with `args`, the repository's `include/` on
-/// the include path; panics with its diagnostics when it fails.
-fn cc(what: &str, args: &[&std::ffi::OsStr]) {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc)
-        .arg("-I")
-        .arg(root().join("include"))
-        .args(args)
-        .output()
-        .expect("run the C compiler");
-    assert!(
-        out.status.success(),
-        "{what} failed to compile:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Compiles `harness` (C11, `-Wall -Wextra -Werror`, `-pthread`, then `extra`) together
 /// with the library source `library`, if any, into an executable named `name`.
 fn compile(name: &str, harness: &str, library: Option<&Path>, extra: &[&str]) -> PathBuf {
-    let dir = scratch_dir();
-    let (src, exe) = (dir.join(format!("{name}.c")), dir.join(name));
-    std::fs::write(&src, harness).unwrap();
-    let mut args: Vec<&std::ffi::OsStr> =
-        ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread"]
-            .iter()
-            .chain(extra)
-            .map(std::ffi::OsStr::new)
-            .collect();
-    args.extend(library.map(Path::as_os_str));
-    args.extend([src.as_os_str(), "-o".as_ref(), exe.as_os_str()]);
-    cc(name, &args);
-    exe
+    let mut flags = vec!["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread"];
+    flags.extend_from_slice(extra);
+    let library: Vec<&OsStr> = library.map(Path::as_os_str).into_iter().collect();
+    cc::compile(name, harness, &flags, &library)
 }
 
 /// The flags `crates/simpler-toolchain/src/build/mod.rs` compiles an `aiv` kernel with
@@ -399,7 +364,7 @@ int main(int argc, char **argv) {
 
 /// The kernel's source.
 fn kernel_source() -> PathBuf {
-    root().join("python/simpler/collectives/kernels/collective.c")
+    cc::root().join("python/simpler/collectives/kernels/collective.c")
 }
 
 /// The kernel harness with the kernel linked in, compiled once for all tests of this file.
@@ -419,12 +384,11 @@ fn linked_exe() -> &'static Path {
 fn loaded_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
-        let so = scratch_dir().join("collective.so");
+        let so = cc::scratch_dir().join("collective.so");
         let (src, so_arg) = (kernel_source(), so.as_os_str());
-        let mut args: Vec<&std::ffi::OsStr> =
-            TOOLCHAIN_AIV_FLAGS.iter().map(|f| f.as_ref()).collect();
+        let mut args: Vec<&OsStr> = TOOLCHAIN_AIV_FLAGS.iter().map(OsStr::new).collect();
         args.extend(["-o".as_ref(), so_arg, src.as_os_str(), "-lm".as_ref()]);
-        cc("collective.so", &args);
+        cc::build("collective.so", &args);
         let define = format!("-DKERNEL_SO=\"{}\"", so.display());
         // dlopen is in libc from glibc 2.34 on, in libdl before.
         compile(
@@ -577,7 +541,7 @@ fn orchestration_submits_one_sync_start_task_or_names_the_bad_argument() {
     let exe = compile(
         "collective_orch_harness",
         ORCH_HARNESS,
-        Some(&root().join("python/simpler/collectives/orchestration.c")),
+        Some(&cc::root().join("python/simpler/collectives/orchestration.c")),
         &[],
     );
     run(&exe, "orchestration", 4);

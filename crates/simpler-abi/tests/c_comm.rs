@@ -7,8 +7,10 @@
 //! `<threads.h>`, and reports the clock the header chose; and the same checks run on the Rust
 //! functions with std threads.
 
+mod cc;
+
 use std::collections::BTreeMap;
-use std::ffi::c_void;
+use std::ffi::{c_void, OsStr};
 use std::mem::{offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,38 +20,14 @@ use std::time::{Duration, Instant};
 
 use simpler_abi::comm::{self, CommContext, CommWorkspace};
 
-/// A scratch directory of this test process.
-fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("simpler-abi-comm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 /// Compiles `source` (strict C11, `-Wall -Wextra -Werror`, the repository's `include/`, then
 /// `extra`, after the source so that libraries link) into an executable named `name` and
 /// returns its path. The programs link libpthread with `-lpthread`, not `-pthread`, which
 /// would define `_REENTRANT` and so make POSIX visible.
 fn compile(name: &str, source: &str, extra: &[&str]) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = scratch_dir();
-    let (src, exe) = (dir.join(format!("{name}.c")), dir.join(name));
-    std::fs::write(&src, source).unwrap();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc)
-        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(root.join("include"))
-        .arg(&src)
-        .args(extra)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("run the C compiler");
-    assert!(
-        out.status.success(),
-        "{name}.c failed to compile:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+    let flags = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"];
+    let extra: Vec<&OsStr> = extra.iter().map(OsStr::new).collect();
+    cc::compile(name, source, &flags, &extra)
 }
 
 // ---- layout ---------------------------------------------------------------------------

@@ -3,9 +3,10 @@
 //! headers' own `_Static_assert`s make a drifted header fail to compile; this test makes a
 //! drifted Rust type fail too.
 
+mod cc;
+
 use std::collections::BTreeMap;
 use std::mem::{offset_of, size_of};
-use std::path::PathBuf;
 use std::process::Command;
 
 use simpler_abi::*;
@@ -55,28 +56,10 @@ int main(void) {
 "#;
 
 fn c_layout() -> BTreeMap<String, usize> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = tempfile_dir();
-    let src = dir.join("probe.c");
-    let exe = dir.join("probe");
-    std::fs::write(&src, PROBE).unwrap();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Werror", "-I"])
-        .arg(root.join("include"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("run the C compiler");
-    assert!(
-        out.status.success(),
-        "C headers failed to compile:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let exe = cc::compile("probe", PROBE, &["-std=c11", "-Wall", "-Werror"], &[]);
     let run = Command::new(&exe).output().expect("run the probe");
     assert!(run.status.success());
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
     String::from_utf8(run.stdout)
         .unwrap()
         .lines()
@@ -85,12 +68,6 @@ fn c_layout() -> BTreeMap<String, usize> {
             (k.to_string(), v.parse().unwrap())
         })
         .collect()
-}
-
-fn tempfile_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("simpler-abi-probe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]

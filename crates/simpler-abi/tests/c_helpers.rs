@@ -3,8 +3,9 @@
 //! run's f32 scalars) with the system C compiler (`cc`, or `$CC`), without libm, and checks
 //! what it prints against Rust's own arithmetic.
 
+mod cc;
+
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -70,29 +71,12 @@ fn probe() -> &'static BTreeMap<String, f64> {
 
 /// Compiles and runs the probe: key -> value (printed with `%a`, read back exactly).
 fn run_probe() -> BTreeMap<String, f64> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let dir = std::env::temp_dir().join(format!("simpler-abi-helpers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (src, exe) = (dir.join("probe.c"), dir.join("probe"));
-    std::fs::write(&src, PROBE).unwrap();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     // No -lm: the helpers must not need libm.
-    let out = Command::new(&cc)
-        .args(["-std=c11", "-O2", "-Wall", "-Werror", "-fno-builtin", "-I"])
-        .arg(root.join("include"))
-        .arg(&src)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("run the C compiler");
-    assert!(
-        out.status.success(),
-        "the helper probe failed to build:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let flags = ["-std=c11", "-O2", "-Wall", "-Werror", "-fno-builtin"];
+    let exe = cc::compile("probe", PROBE, &flags, &[]);
     let run = Command::new(&exe).output().expect("run the probe");
     assert!(run.status.success());
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
     String::from_utf8(run.stdout)
         .unwrap()
         .lines()

@@ -9,6 +9,8 @@
 //! timeouts and broken headers, and a probe prints the header's layout numbers, which must
 //! be the ones §8 of docs/comm.md states.
 
+mod cc;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
@@ -608,30 +610,12 @@ int main(int argc, char **argv) {
 fn host_exe() -> &'static PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let dir = std::env::temp_dir().join(format!("simpler-abi-queue-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (src, exe) = (dir.join("queue_host.c"), dir.join("queue_host"));
-        std::fs::write(&src, HOST).unwrap();
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        // -lpthread, not -pthread (which would define _REENTRANT and make POSIX visible).
-        let out = Command::new(&cc)
-            .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-            .arg(root.join("include"))
-            .arg("-I")
-            .arg(&root)
-            .arg(&src)
-            .arg("-lpthread")
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .expect("run the C compiler");
-        assert!(
-            out.status.success(),
-            "queue_host.c failed to compile:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        exe
+        let root = cc::root();
+        let flags = ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror"];
+        // The repository root on the include path too (for the example kernel); -lpthread,
+        // not -pthread (which would define _REENTRANT and make POSIX visible).
+        let extra = ["-I".as_ref(), root.as_os_str(), "-lpthread".as_ref()];
+        cc::compile("queue_host", HOST, &flags, &extra)
     })
 }
 
@@ -669,7 +653,7 @@ fn one(map: &BTreeMap<String, Vec<i64>>, key: &str) -> i64 {
 
 /// §8 of docs/comm.md, from its heading to the next one.
 fn comm_doc_section_8() -> String {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/comm.md");
+    let path = cc::root().join("docs/comm.md");
     let doc = std::fs::read_to_string(path).unwrap();
     let start = doc.find("## 8. ").expect("docs/comm.md has a §8");
     let rest = &doc[start..];
