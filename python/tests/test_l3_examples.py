@@ -1,4 +1,5 @@
-"""The level-3 examples (examples/l3/*/main.py) run as their READMEs say: each prints PASS and
+"""The level-3 examples (examples/l3/*/main.py) run as their READMEs say (the message queue's
+in test_queue.py): each prints PASS and
 exits 0, with the chips in this process and in child processes; and the gemm example's check
 really fails a wrong result."""
 
@@ -45,6 +46,15 @@ def test_pipeline_prints_pass_for_both_runs(isolation):
     for r in runs:
         assert f"{isolation} isolation): 3 tasks" in r, r
         assert "y: 0 of 262144 elements differ" in r, r
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_allreduce_prints_pass_for_every_collective(isolation):
+    sizes = "2,4,8" if isolation == "thread" else "2,4"
+    lines = passed(run_example("allreduce", "--isolation", isolation, "--sizes", sizes))
+    checks = [line for line in lines if "elements on" in line]
+    assert len(checks) == 4 * len(sizes.split(",")), lines
+    assert all(line.endswith(": 0 differ") for line in checks), lines
 
 
 def load_main(name):
