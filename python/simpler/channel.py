@@ -93,7 +93,18 @@ class RegionCounter:
         Ctrl-C ends the wait."""
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise ArgumentTypeError(f"timeout must be a number of seconds, got {timeout!r}", arg="timeout", reason="not a number")
-        return int(self._region._native.wait(self.offset, _u32(value, "value"), int(WaitCmp(cmp)), float(timeout)))
+        from .errors import WaitTimeoutError
+
+        cmp = WaitCmp(cmp)
+        try:
+            return int(self._region._native.wait(self.offset, _u32(value, "value"), int(cmp), float(timeout)))
+        except WaitTimeoutError:
+            seen = self.test()
+            raise WaitTimeoutError(
+                f"counter {self.offset} did not reach {cmp.name} {value} within {timeout} s "
+                f"(it holds {seen})",
+                timeout_s=float(timeout),
+            ) from None
 
     def __repr__(self) -> str:
         return f"RegionCounter(offset={self.offset})"

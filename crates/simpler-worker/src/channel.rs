@@ -278,10 +278,14 @@ impl WorkerChipRegion {
         if !offset.is_multiple_of(4) || offset >= size {
             return Err(bad(
                 "offset",
-                format!(
-                    "counter offset {offset} is not a multiple of 4 inside the {size} counter \
-                     bytes"
-                ),
+                if offset.is_multiple_of(4) {
+                    format!(
+                        "counter offset {offset} is past the {size} counter bytes (make the \
+                         region with a larger counter_bytes)"
+                    )
+                } else {
+                    format!("counter offset {offset} is not a multiple of 4 (counters are u32)")
+                },
             ));
         }
         // SAFETY: the counter lies inside the mapping (checked), 4-byte aligned (the area

@@ -96,6 +96,15 @@ def _check_sizes(op: int, args_list: Sequence[TaskArgs], dtype: DataType, scratc
         nx, ny = _elements(x), _elements(y)
         per_rank = {ALLREDUCE: (nx, nx, nx), ALLGATHER: (nx, nx * n, nx), REDUCE_SCATTER: (ny * n, ny, ny)}
         want_in, want_out, c = per_rank[op]
+        if count is not None and c != count:
+            side = "outputs" if op == REDUCE_SCATTER else "inputs"
+            raise InvalidArgumentError(
+                f"{side}[{i}]: rank {i} has {c} elements per rank but rank 0 has {count}; every "
+                "rank of a collective takes the same sizes",
+                arg=f"{side}[{i}]",
+                reason="ranks differ",
+            )
+        count = c
         if op == REDUCE_SCATTER and nx != want_in:
             raise InvalidArgumentError(
                 f"inputs[{i}]: {name} over {n} ranks with {ny}-element outputs needs "
@@ -109,15 +118,6 @@ def _check_sizes(op: int, args_list: Sequence[TaskArgs], dtype: DataType, scratc
                 f"{want_out}-element outputs, got {ny}",
                 arg=f"outputs[{i}]",
                 reason="size mismatch",
-            )
-        if count is None:
-            count = c
-        elif c != count:
-            raise InvalidArgumentError(
-                f"inputs[{i}]: rank {i} has {c} elements per rank but rank 0 has {count}; every "
-                "rank of a collective takes the same sizes",
-                arg=f"inputs[{i}]",
-                reason="ranks differ",
             )
     need = count * (n if op == REDUCE_SCATTER else 1) if count is not None else 0
     if need > scratch:
