@@ -107,7 +107,7 @@ pub(crate) fn create(
     worker: usize,
     payload_bytes: u64,
     counter_bytes: u64,
-) -> Result<(WorkerChipRegion, u64), WorkerError> {
+) -> Result<WorkerChipRegion, WorkerError> {
     if engine.children {
         return Err(WorkerError::InvalidState(
             "a worker-chip region needs a chip; this worker's next level is child workers".into(),
@@ -172,12 +172,9 @@ pub(crate) fn create(
         counter_offset,
         open: AtomicBool::new(true),
     };
-    Ok((
-        WorkerChipRegion {
-            inner: Arc::new(inner),
-        },
-        id,
-    ))
+    Ok(WorkerChipRegion {
+        inner: Arc::new(inner),
+    })
 }
 
 impl WorkerChipRegion {
@@ -201,10 +198,6 @@ impl WorkerChipRegion {
     /// until the run is over. Idempotent.
     pub fn free(&self) {
         self.inner.open.store(false, Ordering::Release);
-    }
-
-    pub(crate) fn close(&self) {
-        self.free();
     }
 
     fn check_open(&self, op: &str) -> Result<(), WorkerError> {

@@ -596,12 +596,9 @@ impl Orchestrator {
         counter_bytes: u64,
     ) -> Result<crate::channel::WorkerChipRegion, WorkerError> {
         let engine = self.engine("create_worker_chip_region")?;
-        let (region, _id) =
+        let region =
             crate::channel::create(engine, self.ctx.run, worker, payload_bytes, counter_bytes)?;
-        self.ctx.regions.lock().push(region.clone());
-        if !self.ctx.open.load(Ordering::Acquire) {
-            region.close();
-        }
+        self.keep_region(&region);
         Ok(region)
     }
 
@@ -630,11 +627,16 @@ impl Orchestrator {
             input_arena_bytes,
             output_arena_bytes,
         )?;
-        self.ctx.regions.lock().push(queue.region().clone());
-        if !self.ctx.open.load(Ordering::Acquire) {
-            queue.region().close();
-        }
+        self.keep_region(queue.region());
         Ok(queue)
+    }
+
+    /// Keeps `region` to close when the orchestration returns (at once if it has already).
+    fn keep_region(&self, region: &crate::channel::WorkerChipRegion) {
+        self.ctx.regions.lock().push(region.clone());
+        if !self.ctx.open.load(Ordering::Acquire) {
+            region.free();
+        }
     }
 
     /// A task on `dst`'s chip copying host tensor `src` into child tensor `dst` (same byte
@@ -702,7 +704,7 @@ impl Orchestrator {
     pub(crate) fn finish(&self, outcome: Result<(), String>) {
         self.ctx.open.store(false, Ordering::Release);
         for r in self.ctx.regions.lock().drain(..) {
-            r.close();
+            r.free();
         }
         let engine = &self.ctx.engine;
         let mut st = engine.state.lock();

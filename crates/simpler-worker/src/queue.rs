@@ -142,7 +142,7 @@ pub(crate) fn create_queue(
             format!("the queue needs {payload} bytes of payload, above the 1 GiB of a region"),
         ));
     }
-    let (region, _) = create(engine, run, worker, payload, COUNTER_BYTES)?;
+    let region = create(engine, run, worker, payload, COUNTER_BYTES)?;
     let header: [u64; 8] = [
         u64::from(QUEUE_MAGIC) | (u64::from(QUEUE_VERSION) << 32),
         depth,
