@@ -152,7 +152,9 @@ _Static_assert(sizeof(SimplerDispatchPayload) == 640, "DispatchPayload is 640 by
 _Static_assert(offsetof(SimplerDispatchPayload, block_idx) == 16, "DispatchPayload.local");
 _Static_assert(offsetof(SimplerDispatchPayload, args) == 64, "DispatchPayload.args");
 
-/* A core's mailbox: two dispatch buffers (selected by dispatch id parity) and its global context. */
+/* A core's mailbox: two dispatch buffers (selected by dispatch id parity), its global
+ * context, and one deferred-completion slab per dispatch buffer (simpler/async.h's
+ * SimplerDeferredSlab, 1600 bytes each). */
 typedef struct SimplerCoreMailbox {
     SimplerDispatchPayload payloads[2];
     int32_t sub_block_id;   /* SimplerGlobalContext */
@@ -160,8 +162,10 @@ typedef struct SimplerCoreMailbox {
     uint32_t core_type;
     int32_t fatal_code;
     uint64_t global_reserved[6];
+    uint64_t deferred[2][200]; /* SimplerDeferredSlab */
 } SimplerCoreMailbox;
-_Static_assert(sizeof(SimplerCoreMailbox) == 1344, "CoreMailbox is 1344 bytes");
+_Static_assert(sizeof(SimplerCoreMailbox) == 4544, "CoreMailbox is 4544 bytes");
+_Static_assert(offsetof(SimplerCoreMailbox, deferred) == 1344, "CoreMailbox.deferred");
 _Static_assert(offsetof(SimplerCoreMailbox, fatal_code) == 1292, "CoreMailbox.global.fatal_code");
 
 /* host_build_graph graph image (docs/chip-runtime.md §17): a header, then task_count

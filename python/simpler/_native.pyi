@@ -122,6 +122,7 @@ class WorkerConfig:
         sim_memcheck: Union[bool, str, None] = None,
         sim_executor: Optional[str] = None,
         runtime: Optional[str] = None,
+        enable_sdma: Optional[bool] = None,
     ) -> WorkerConfig: ...
     @property
     def device_id(self) -> int: ...
@@ -153,6 +154,8 @@ class WorkerConfig:
     def sim_executor(self) -> str: ...
     @property
     def runtime(self) -> str: ...
+    @property
+    def enable_sdma(self) -> bool: ...
 
 @final
 class RuntimeEnv:

@@ -306,8 +306,6 @@ class HostWorker(Worker):
                 isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
             ):
                 raise InvalidConfigError(f"{key} must be positive and finite, got {value!r}")
-        if config.pop("enable_sdma", False):
-            raise UnsupportedError("enable_sdma: there is no SDMA engine on the sim platform")
         # The trace level of runs whose CallConfig leaves it off (docs/tracing.md).
         self.trace_level = _trace_option(config)
         options = {field: config.pop(key) for key, field in _CHIP_OPTIONS.items() if key in config}

@@ -90,10 +90,18 @@ _OPTIONS = {
     "sim_memcheck": "sim_memcheck",
     "sim_executor": "sim_executor",
     "runtime": "runtime",
+    "enable_sdma": "enable_sdma",
 }
 
 # Options that configure the device itself; a worker borrowing a caller's context refuses them.
-_DEVICE_OPTIONS = ("clusters", "aicpu_threads", "sim_memcheck", "sim_executor", "device_id")
+_DEVICE_OPTIONS = (
+    "clusters",
+    "aicpu_threads",
+    "sim_memcheck",
+    "sim_executor",
+    "device_id",
+    "enable_sdma",
+)
 
 # Upstream options with no effect here, accepted so upstream scripts run unchanged.
 _IGNORED_POSITIVE = ("startup_timeout_s", "py_control_timeout_s")
@@ -274,6 +282,9 @@ class Worker:
     ``sim_executor`` (``"pool"``: the sim's cores and AICPU threads are fibers on the process's
     shared pool of worker threads; ``"threads"``: one OS thread each; default ``"pool"``, or
     ``SIMPLER_SIM_EXECUTOR``). A bad value of either raises ``InvalidConfigError`` naming it.
+    ``enable_sdma=True`` provisions the chip's SDMA engine, so kernels may start asynchronous
+    copies with ``simpler_sdma_copy`` (``simpler/async.h``) whose tasks complete when the
+    copy lands (default ``False``, as upstream; ``docs/chip-runtime.md`` section 18).
     ``chip_isolation``: ``"thread"`` (the default: the chip runs in this process) or
     ``"process"``: the chip runs in a child process, and ``Worker(...)`` makes a
     :class:`~simpler.IsolatedWorker` (``python/simpler/isolated_worker.py``).
@@ -324,8 +335,6 @@ class Worker:
                 )
         # The trace level of runs whose CallConfig leaves it off (docs/tracing.md).
         self.trace_level = _trace_option(config)
-        if config.pop("enable_sdma", False):
-            raise UnsupportedError("enable_sdma: there is no SDMA engine on the sim platform")
         # "process" is python/simpler/isolated_worker.py (Worker.__new__ makes one).
         isolation = config.pop("chip_isolation", "thread")
         if isolation != "thread":

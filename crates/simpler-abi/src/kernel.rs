@@ -5,7 +5,9 @@
 //! `[T, T+S)` the scalars as raw 64-bit patterns, slot [`LOCAL_CONTEXT_SLOT`] a pointer to the
 //! [`LocalContext`] (rewritten on every dispatch), slot [`GLOBAL_CONTEXT_SLOT`] a pointer
 //! to the core's [`GlobalContext`], and slots [`TENSOR_COUNT_SLOT`] / [`SCALAR_COUNT_SLOT`]
-//! the task's T and S, so a kernel can check what it was given before reading it.
+//! the task's T and S, so a kernel can check what it was given before reading it, and slot
+//! [`ASYNC_SLAB_SLOT`](crate::deferred::ASYNC_SLAB_SLOT) a pointer to the dispatch's
+//! deferred-completion slab.
 
 use crate::assert_layout;
 
@@ -159,8 +161,9 @@ assert_layout!(
 pub const DISPATCH_FLAG_MAY_WAIT: u64 = 1;
 
 /// A core's mailbox in device memory: two dispatch buffers, selected by the parity of the
-/// dispatch id (so the next task can be written while the current one runs), and the core's
-/// [`GlobalContext`]. 1344 bytes.
+/// dispatch id (so the next task can be written while the current one runs), the core's
+/// [`GlobalContext`], and one [`DeferredSlab`](crate::deferred::DeferredSlab) per dispatch
+/// buffer (`docs/chip-runtime.md` §18). 4544 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CoreMailbox {
@@ -168,6 +171,15 @@ pub struct CoreMailbox {
     pub payloads: [DispatchPayload; 2],
     /// The core's global context; `args` slot 49 points here.
     pub global: GlobalContext,
+    /// Completion conditions of dispatch buffer `i`; `args` slot 52 of a dispatch points to
+    /// its buffer's slab.
+    pub deferred: [crate::deferred::DeferredSlab; 2],
 }
 
-assert_layout!(CoreMailbox, size = 1344, payloads = 0, global = 1280);
+assert_layout!(
+    CoreMailbox,
+    size = 4544,
+    payloads = 0,
+    global = 1280,
+    deferred = 1344
+);

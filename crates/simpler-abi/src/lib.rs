@@ -9,9 +9,12 @@
 //! [`TraceBufferHeader`], [`TraceRecord`]) and a communication domain's shared region
 //! ([`comm`]: its layout — the [`CommWorkspace`] header, one [`CommContext`] per rank, one
 //! window per rank — and the kernel-side calls [`comm::peer_ptr`], [`comm::notify`],
-//! [`comm::wait`] and [`comm::barrier`] that Rust kernels make on it; `docs/comm.md`).
+//! [`comm::wait`] and [`comm::barrier`] that Rust kernels make on it; `docs/comm.md`), and
+//! a dispatch's deferred-completion slab ([`deferred`]: the conditions a kernel registers
+//! with [`deferred::wait_counter`] and [`deferred::sdma_copy`]; `docs/chip-runtime.md` §18).
 //!
-//! Beyond trivial accessors and layout arithmetic, its only logic is those comm calls:
+//! Beyond trivial accessors and layout arithmetic, its only logic is those comm and
+//! deferred-completion calls:
 //! atomic loads, stores and adds on the region, and waits that poll it, spinning, yielding
 //! or briefly sleeping the calling thread until a deadline on the monotonic clock. It
 //! allocates nothing, starts no threads and does no I/O. Every type here has a size/offset
@@ -22,6 +25,7 @@
 
 pub mod codes;
 pub mod comm;
+pub mod deferred;
 pub mod graph;
 pub mod kernel;
 pub mod orch;

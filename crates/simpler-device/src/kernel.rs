@@ -36,6 +36,9 @@ pub struct AicpuContext<'a> {
     pub cores: &'a [CoreRegs],
     /// This thread's doorbell: ring it to wake the thread from [`AicpuContext::park`].
     pub doorbell: &'a Arc<Doorbell>,
+    /// The chip's SDMA engine, `None` when the device has none (not provisioned). Each of
+    /// its completions rings every AICPU doorbell.
+    pub sdma: Option<&'a crate::sdma::SdmaEngine>,
 }
 
 impl AicpuContext<'_> {

@@ -9,7 +9,8 @@
 //! device threads — fibers on one shared pool, or a thread each (`exec`, and [`wait`]: how
 //! device code waits; `docs/sim-device.md` §11) — and the crash reports of
 //! its device threads ([`crash`]: what a thread runs, as the runtime records it, and the
-//! signal handlers that print it), and the clocks traces are stamped with ([`clock`]).
+//! signal handlers that print it), the clocks traces are stamped with ([`clock`]), and the
+//! sim's asynchronous copy engine ([`sdma`]).
 //!
 //! It must not know about runs, task graphs or callables: those belong to `simpler-runtime`
 //! (what runs on the device) and `simpler-host` (what drives it), neither of which it
@@ -26,6 +27,7 @@ mod exec;
 mod handle;
 mod kernel;
 mod regs;
+pub mod sdma;
 pub mod sim;
 mod sync;
 mod topology;

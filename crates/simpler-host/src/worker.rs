@@ -97,6 +97,7 @@ impl ChipWorker {
                 simpler_device::sim::SimOptions {
                     memcheck: config.sim_memcheck,
                     executor: config.sim_executor,
+                    sdma: config.enable_sdma,
                 },
             )
             .map_err(HostError::device("starting the sim device"))?,

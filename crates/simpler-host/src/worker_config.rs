@@ -54,6 +54,11 @@ pub struct WorkerConfig {
     /// pool of `available_parallelism` threads (default), or one OS thread each
     /// (`SIMPLER_SIM_EXECUTOR=threads`; `docs/sim-device.md` §11).
     pub sim_executor: simpler_device::sim::ExecutorKind,
+    /// Provision the chip's SDMA engine, so kernels may start asynchronous copies whose
+    /// tasks complete when the copy lands (`docs/chip-runtime.md` §18; default false, as
+    /// upstream's `enable_sdma`). Used by [`ChipWorker::new`](crate::ChipWorker::new); a
+    /// worker on an existing device has the engine that device was started with.
+    pub enable_sdma: bool,
     /// The runtime variant of runs whose callable and [`CallConfig`](crate::CallConfig) name
     /// none (default `tensormap_and_ringbuffer`).
     pub runtime: crate::Runtime,
@@ -77,6 +82,7 @@ impl Default for WorkerConfig {
             always_synchronize: false,
             sim_memcheck: simpler_device::sim::Memcheck::from_env(),
             sim_executor: simpler_device::sim::ExecutorKind::from_env(),
+            enable_sdma: false,
             runtime: crate::Runtime::default(),
         }
     }

@@ -151,13 +151,16 @@ impl NativeWorkerConfig {
     /// `sim_executor` `"pool"` or `"threads"` (`docs/sim-device.md` §11); `runtime` the
     /// variant of runs whose callable and call configuration name none
     /// (`"tensormap_and_ringbuffer"`, the default, or `"host_build_graph"`; another name is
-    /// an `InvalidConfigError` listing them). The values are checked when a worker starts.
+    /// an `InvalidConfigError` listing them); `enable_sdma` a bool that provisions the
+    /// chip's SDMA engine (default `False`; `docs/chip-runtime.md` §18). The values are
+    /// checked when a worker starts.
     #[new]
     #[pyo3(signature = (*, device_id=None, clusters=None, aicpu_threads=None,
                         aicpu_thread_num=None, heap_size=None, task_window=None,
                         run_timeout_s=None, launch_depth=None, scheduler_timeout_s=None,
                         op_execute_timeout_s=None, tensor_data_timeout_s=None,
-                        sim_memcheck=None, sim_executor=None, runtime=None))]
+                        sim_memcheck=None, sim_executor=None, runtime=None,
+                        enable_sdma=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -175,6 +178,7 @@ impl NativeWorkerConfig {
         sim_memcheck: Option<Bound<'_, PyAny>>,
         sim_executor: Option<Bound<'_, PyAny>>,
         runtime: Option<Bound<'_, PyAny>>,
+        enable_sdma: Option<Bound<'_, PyAny>>,
     ) -> PyResult<NativeWorkerConfig> {
         let d = WorkerConfig::default();
         let secs_or = |field: &str, v: &Option<Bound<'_, PyAny>>, default| match v {
@@ -224,6 +228,16 @@ impl NativeWorkerConfig {
             runtime: match &runtime {
                 Some(v) => self::runtime(py, "runtime", v)?,
                 None => d.runtime,
+            },
+            enable_sdma: match &enable_sdma {
+                Some(v) if v.is_instance_of::<pyo3::types::PyBool>() => v.is_truthy()?,
+                Some(v) => {
+                    return Err(invalid(
+                        py,
+                        format!("enable_sdma must be True or False, got {}", v.repr()?),
+                    ))
+                }
+                None => d.enable_sdma,
             },
             ..d
         };
@@ -329,12 +343,18 @@ impl NativeWorkerConfig {
         self.config.runtime.name()
     }
 
+    /// Whether the chip's SDMA engine is provisioned (`enable_sdma`).
+    #[getter]
+    fn enable_sdma(&self) -> bool {
+        self.config.enable_sdma
+    }
+
     fn __repr__(&self) -> String {
         let c = &self.config;
         format!(
             "WorkerConfig(device_id={}, clusters={}, aicpu_threads={}, aicpu_thread_num={}, \
              heap_size={}, task_window={}, run_timeout_s={:?}, launch_depth={}, \
-             sim_memcheck='{}', sim_executor='{}', runtime='{}')",
+             sim_memcheck='{}', sim_executor='{}', runtime='{}', enable_sdma={})",
             self.device_id,
             c.topology.clusters,
             c.topology.aicpu_threads,
@@ -345,7 +365,8 @@ impl NativeWorkerConfig {
             c.launch_depth,
             c.sim_memcheck.name(),
             c.sim_executor.name(),
-            c.runtime.name()
+            c.runtime.name(),
+            if c.enable_sdma { "True" } else { "False" }
         )
     }
 }

@@ -180,6 +180,7 @@ impl NativeSimContext {
                 Some(v) => executor(py, v)?,
                 None => d.sim_executor,
             },
+            sdma: d.enable_sdma,
         };
         let context = py
             .detach(|| SimContext::create(topology, options))

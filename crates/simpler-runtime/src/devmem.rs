@@ -2,6 +2,8 @@
 //! memory lives here, each with its justification: the launch descriptor, the run-state
 //! word, the cores' mailboxes (including the call of the kernel a dispatch payload names,
 //! recorded for crash reports while it runs: `simpler_device::crash`),
+//! the deferred-completion slabs and the counters their conditions name, the SDMA submit
+//! call kernels reach through a slab,
 //! the function tables, the `host_build_graph` graph image, the result record, the trace area ([`TraceBuffer`]) and tensor views. Callers receive references,
 //! copies or typed accessors; no other module of the runtime turns an address into a
 //! pointer.
@@ -16,12 +18,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use simpler_abi::deferred::{
+    DeferredCondition, SdmaSubmit, ASYNC_SLAB_SLOT, MAX_DEFERRED_CONDITIONS,
+};
 use simpler_abi::{
     graph_image_layout, ChipTensor, CoreMailbox, GraphImageHeader, GraphTask, GraphTensor,
     KernelArgs, KernelEntry, LocalContext, RunLaunchDesc, RunResult, TraceBufferHeader,
     TraceControl, TraceRecord, DISPATCH_FLAG_MAY_WAIT, GLOBAL_CONTEXT_SLOT, LOCAL_CONTEXT_SLOT,
     MAX_TENSOR_DIMS, TRACE_MAGIC,
 };
+use simpler_device::sdma::SdmaEngine;
 use simpler_device::{crash, DevicePtr};
 
 use crate::aicpu::RunShared;
@@ -379,8 +385,10 @@ impl Mailbox {
     }
 
     /// Scheduler side: fills payload `id & 1` with one subtask — kernel entry `kernel`, task
-    /// `task`, SPMD context `local` and `args` — and points the argument array's context
-    /// slots at the payload's own local context and the core's global context. Only the
+    /// `task`, SPMD context `local` and `args` — points the argument array's context slots
+    /// at the payload's own local context and the core's global context, and empties the
+    /// buffer's deferred-completion slab (slot 52; [`link_sdma`](Self::link_sdma) named the
+    /// engine in it). Only the
     /// core's owning scheduler calls it, for a buffer the core is not using: the
     /// scheduler keeps at most one dispatch pending behind the running one, so the buffer's
     /// previous dispatch has finished.
@@ -406,8 +414,74 @@ impl Mailbox {
             (*p).args = *args;
             (*p).args.slots[LOCAL_CONTEXT_SLOT] = std::ptr::addr_of!((*p).local) as u64;
             (*p).args.slots[GLOBAL_CONTEXT_SLOT] = std::ptr::addr_of!((*mailbox).global) as u64;
+            let slab = std::ptr::addr_of_mut!((*mailbox).deferred[(id & 1) as usize]);
+            (*slab).count = 0;
+            (*slab).error = 0;
+            (*p).args.slots[ASYNC_SLAB_SLOT] = slab as u64;
         }
     }
+
+    /// Scheduler side, before the run's first dispatch to this core: names the chip's SDMA
+    /// engine (`None`: the chip has none) in both deferred-completion slabs, for the kernels'
+    /// [`sdma_copy`](simpler_abi::deferred::sdma_copy).
+    pub(crate) fn link_sdma(&self, sdma: Option<&SdmaEngine>) {
+        let (submit, engine) = match sdma {
+            Some(e) => (
+                sdma_submit as SdmaSubmit as usize as u64,
+                e as *const SdmaEngine as u64,
+            ),
+            None => (0, 0),
+        };
+        // SAFETY: this core's mailbox is written only by its owning scheduler (the caller),
+        // and no dispatch of the run has been published to the core yet.
+        unsafe {
+            for i in 0..2 {
+                let slab = std::ptr::addr_of_mut!((*self.ptr).deferred[i]);
+                (*slab).sdma_submit = submit;
+                (*slab).sdma_engine = engine;
+            }
+        }
+    }
+
+    /// Scheduler side, after dispatch `id`'s FIN: the registration error and the conditions
+    /// its kernel left in its slab (`None` when it registered none and no error).
+    pub(crate) fn deferred(&self, id: u32) -> Option<(u32, Vec<DeferredCondition>)> {
+        // SAFETY: slab `id & 1` belongs to dispatch `id`, whose kernel wrote it before the
+        // core's FIN (release; the caller observed it with acquire); the scheduler empties
+        // it again only when it writes the buffer's next dispatch.
+        unsafe {
+            let slab = std::ptr::addr_of!((*self.ptr).deferred[(id & 1) as usize]);
+            let (count, error) = ((*slab).count, (*slab).error);
+            if count == 0 && error == 0 {
+                return None;
+            }
+            let n = (count as usize).min(MAX_DEFERRED_CONDITIONS);
+            Some((error, (&(*slab).conditions)[..n].to_vec()))
+        }
+    }
+}
+
+/// The [`SdmaSubmit`] call a slab names: `engine` is the address of the chip's
+/// [`SdmaEngine`], which lives as long as the device (longer than any run).
+unsafe extern "C" fn sdma_submit(engine: u64, dst: u64, src: u64, bytes: u64) -> u64 {
+    // SAFETY: `write_dispatch` stores this function only beside the address of the live
+    // engine of the chip the dispatch runs on; the kernel calling it vouches for the copy's
+    // memory (`simpler_abi::deferred::sdma_copy`'s contract).
+    unsafe {
+        let engine = &*(engine as *const SdmaEngine);
+        engine.submit(dst, src, bytes).unwrap_or(0)
+    }
+}
+
+/// The current value of a COUNTER condition's counter (acquire).
+///
+/// # Safety
+/// `addr` is a non-zero, 8-byte aligned counter address a kernel registered; the kernel
+/// vouches that it is live device memory until the condition holds
+/// (`docs/chip-runtime.md` §18).
+pub(crate) unsafe fn read_counter(addr: u64) -> u64 {
+    // SAFETY: the caller's contract; `AtomicU64` has the layout of `u64`.
+    unsafe { (*(addr as *const AtomicU64)).load(Ordering::Acquire) }
 }
 
 /// A run's graph image in device memory, split into its tables (`simpler_abi::graph`).

@@ -60,11 +60,15 @@ pub enum FaultPoint {
     /// A fault notice on its way to the exception callback: a rule here picks its delivery
     /// ([`FaultAction::DelayNotice`], [`FaultAction::LoseNotice`]); without one it is prompt.
     Notice,
+    /// A copy submitted to the SDMA engine ([`crate::sdma`]): [`FaultAction::SlowFinish`]
+    /// delays it by its duration before it starts (a slow engine); any other action refuses
+    /// the submission.
+    SdmaCopy,
 }
 
 impl FaultPoint {
     /// Every point, in declaration order.
-    pub const ALL: [FaultPoint; 18] = [
+    pub const ALL: [FaultPoint; 19] = [
         FaultPoint::CreateEvent,
         FaultPoint::RecordEvent,
         FaultPoint::QueryEvent,
@@ -83,6 +87,7 @@ impl FaultPoint {
         FaultPoint::Free,
         FaultPoint::CopyToDevice,
         FaultPoint::Notice,
+        FaultPoint::SdmaCopy,
     ];
 
     fn index(self) -> usize {
@@ -110,6 +115,7 @@ impl FaultPoint {
             FaultPoint::Free => "free",
             FaultPoint::CopyToDevice => "copy_to_device",
             FaultPoint::Notice => "fault_notice",
+            FaultPoint::SdmaCopy => "sdma_copy",
         }
     }
 }

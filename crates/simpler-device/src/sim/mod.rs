@@ -44,6 +44,7 @@ use self::faults::SimFaults;
 use self::memory::Memory;
 use self::pool::{Chip, Pools};
 use self::stream::{Event, Op, Stream};
+use crate::sdma::SdmaFault;
 use crate::{
     AicoreKernel, AicpuKernel, Device, DeviceError, DevicePtr, EventId, EventStatus, FaultCallback,
     StreamId, Topology,
@@ -78,6 +79,9 @@ pub struct SimOptions {
     pub memcheck: Memcheck,
     /// How device threads run (`docs/sim-device.md` §11).
     pub executor: ExecutorKind,
+    /// Provision the chip's SDMA engine (`docs/sim-device.md` §12): kernels may then start
+    /// asynchronous copies. Off by default, as on hardware (`enable_sdma`).
+    pub sdma: bool,
 }
 
 /// The simulated chip.
@@ -125,6 +129,7 @@ impl SimDevice {
             SimOptions {
                 memcheck,
                 executor: ExecutorKind::from_env(),
+                sdma: false,
             },
         )
     }
@@ -140,11 +145,20 @@ impl SimDevice {
         topology.validate().map_err(DeviceError::InvalidLaunch)?;
         crate::crash::install();
         let device = DEVICE_IDS.fetch_add(1, Ordering::Relaxed);
-        let chip = Arc::new(Chip::new(
-            topology,
-            Arc::new(AtomicBool::new(false)),
-            device,
-        ));
+        let faults = Arc::new(SimFaults::new(device));
+        let sdma = options.sdma.then(|| {
+            let faults = faults.clone();
+            Box::new(move || match faults.check(FaultPoint::SdmaCopy) {
+                None => SdmaFault::None,
+                Some(FaultAction::SlowFinish(d)) => SdmaFault::Delay(d),
+                Some(_) => SdmaFault::Refuse,
+            }) as crate::sdma::SdmaFaultHook
+        });
+        let chip = Arc::new(
+            Chip::new(topology, Arc::new(AtomicBool::new(false)), device, sdma).map_err(|e| {
+                DeviceError::InvalidLaunch(format!("cannot start the SDMA engine: {e}"))
+            })?,
+        );
         let pools = Pools::start(chip.clone(), options.executor)
             .map_err(|e| DeviceError::InvalidLaunch(format!("cannot start device threads: {e}")))?;
         Ok(SimDevice {
@@ -153,7 +167,7 @@ impl SimDevice {
             pools: Arc::new(pools),
             streams: Mutex::new(HashMap::new()),
             events: Mutex::new(HashMap::new()),
-            faults: Arc::new(SimFaults::new(device)),
+            faults,
         })
     }
 

@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 use crate::crash::{DeviceThread, Role};
 use crate::exec::{panic_message, Countdown, DeviceThread as Spawned, ExecutorKind, Inbox};
 use crate::regs::{KillSwitch, Killed};
+use crate::sdma::{SdmaEngine, SdmaFaultHook};
 use crate::{
     AicoreContext, AicoreKernel, AicpuContext, AicpuKernel, CoreRegs, DevicePtr, Doorbell, Topology,
 };
@@ -44,23 +45,37 @@ pub(crate) struct Chip {
     pub(crate) kill: KillSwitch,
     /// The device's logical id (named by crash reports).
     pub(crate) device: u32,
+    /// The SDMA engine, when the device was started with one ([`SimOptions::sdma`](super::SimOptions::sdma)).
+    pub(crate) sdma: Option<SdmaEngine>,
 }
 
 impl Chip {
-    pub(crate) fn new(topology: Topology, kill: KillSwitch, device: u32) -> Chip {
+    /// A chip of `topology`; with `sdma`, an SDMA engine whose copies ask `sdma`'s hook
+    /// about faults and ring the chip's AICPU doorbells.
+    pub(crate) fn new(
+        topology: Topology,
+        kill: KillSwitch,
+        device: u32,
+        sdma: Option<SdmaFaultHook>,
+    ) -> std::io::Result<Chip> {
         let cores = (0..topology.core_count())
             .map(|_| CoreRegs::with_kill_switch(kill.clone()))
             .collect();
-        let aicpu_bells = (0..topology.aicpu_threads)
+        let aicpu_bells: Box<[Arc<Doorbell>]> = (0..topology.aicpu_threads)
             .map(|_| Arc::new(Doorbell::with_kill_switch(kill.clone())))
             .collect();
-        Chip {
+        let sdma = match sdma {
+            Some(hook) => Some(SdmaEngine::start(aicpu_bells.clone(), hook)?),
+            None => None,
+        };
+        Ok(Chip {
             topology,
             cores,
             aicpu_bells,
             kill,
             device,
-        }
+            sdma,
+        })
     }
 
     /// Wakes every device thread (so that a raised kill switch is noticed at once).
@@ -231,6 +246,7 @@ impl Pools {
                             topology: &chip.topology,
                             cores: &chip.cores,
                             doorbell: &bell,
+                            sdma: chip.sdma.as_ref(),
                         };
                         // SAFETY: this job executes one `launch_aicpu` call, whose caller
                         // vouched for `arg` until the kernel finishes (its `# Safety`);

@@ -15,6 +15,7 @@
 //! publishes nothing more); when a core was abandoned with a kernel still running, the run
 //! state that kernel reads is never freed.
 
+mod deferred;
 mod graph;
 mod idle;
 mod ops;
@@ -350,6 +351,7 @@ mod tests {
                 topology: &self.topology,
                 cores: &self.cores,
                 doorbell: &self.bell,
+                sdma: None,
             }
         }
     }

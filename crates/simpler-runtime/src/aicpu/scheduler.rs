@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use simpler_abi::*;
 use simpler_device::AicpuContext;
 
+use super::deferred::{self, Waiting};
 use super::idle::preload_allowance;
 use super::state::{RunShared, NO_DRAIN};
 use super::task::{Shape, TaskId, LANE_BITS};
@@ -44,6 +45,10 @@ const PARK_SLICE: Duration = Duration::from_millis(20);
 /// Passes with no progress that yield the CPU before the thread parks: a completion is
 /// usually microseconds away while cores are busy, and parking costs a futex round trip.
 const IDLE_YIELDS: u32 = 100;
+/// The first timed park while dispatches wait for COUNTER conditions (nobody rings for a
+/// counter); each park that finds nothing doubles it, up to [`DEFERRED_SLICE_MAX`].
+const DEFERRED_SLICE_MIN: Duration = Duration::from_micros(20);
+const DEFERRED_SLICE_MAX: Duration = Duration::from_millis(1);
 
 /// One dispatch in flight on a core.
 #[derive(Clone, Copy)]
@@ -105,6 +110,10 @@ struct Scheduler<'a, 'c> {
     failed_at: Option<Instant>,
     /// This thread's trace recorder (`None`: the run records nothing).
     tracer: Option<Tracer>,
+    /// Finished dispatches waiting for their deferred-completion conditions.
+    waiting: Vec<Waiting>,
+    /// The chip's SDMA engine, if it has one.
+    sdma: Option<&'a simpler_device::sdma::SdmaEngine>,
 }
 
 /// Runs scheduler `index` of `schedulers` until the run is over.
@@ -120,6 +129,8 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
         clusters: Vec::new(),
         failed_at: None,
         tracer: Tracer::for_aicpu(&shared.mem, ctx.thread_idx),
+        waiting: Vec::new(),
+        sdma: ctx.sdma,
     };
     for c in (0..topo.clusters).filter(|c| c % schedulers == index) {
         let base = s.cores.len();
@@ -140,6 +151,7 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
     }
     for c in &s.cores {
         ctx.cores[c.id as usize].set_owner(Some(ctx.doorbell.clone()));
+        shared.mem.mailbox(c.id).link_sdma(ctx.sdma);
     }
     let _ = shared.bells[s.index].set(ctx.doorbell.clone());
     s.wait_ready();
@@ -173,16 +185,22 @@ impl Scheduler<'_, '_> {
         let mut idle_passes = 0u32;
         // Level scheduler: the start of the current run of idle passes.
         let mut idle_since: Option<u64> = None;
+        let mut deferred_slice = DEFERRED_SLICE_MIN;
         loop {
             self.pass += 1;
             let t0 = trace::start(&self.tracer, TRACE_LEVEL_SCHEDULER);
             let mut progress = self.collect();
+            progress |= self.settle_deferred();
             if let (Some(t), Some(t0), true) = (self.tracer.as_mut(), t0, progress) {
                 t.phase(TRACE_PHASE_SCHED_COLLECT, NONE64, NONE32, t0);
             }
             let busy = self.cores.iter().any(CoreExec::busy);
             let fatal = self.shared.errors.is_fatal();
             if !busy && (self.shared.all_done() || (fatal && self.orchestrator_finished())) {
+                // A failed run's waiting dispatches never complete; copies still in flight
+                // land before this thread leaves (their memory is the run's).
+                self.drop_waiting();
+                self.wait_for_copies();
                 return;
             }
             if !fatal {
@@ -195,6 +213,7 @@ impl Scheduler<'_, '_> {
             }
             if progress {
                 idle_passes = 0;
+                deferred_slice = DEFERRED_SLICE_MIN;
                 self.end_idle(&mut idle_since);
                 continue;
             }
@@ -223,7 +242,15 @@ impl Scheduler<'_, '_> {
                 bell.cancel_park();
             } else {
                 let t0 = trace::start(&self.tracer, TRACE_LEVEL_SCHEDULER);
-                bell.park(PARK_SLICE);
+                // Counters ring no doorbell: while dispatches wait for one, parks are short.
+                let slice = if self.waiting.is_empty() {
+                    PARK_SLICE
+                } else {
+                    let s = deferred_slice;
+                    deferred_slice = (deferred_slice * 2).min(DEFERRED_SLICE_MAX);
+                    s
+                };
+                bell.park(slice);
                 if let (Some(t), Some(t0)) = (self.tracer.as_mut(), t0) {
                     t.phase(TRACE_PHASE_SCHED_PARK, NONE64, NONE32, t0);
                 }
@@ -374,12 +401,73 @@ impl Scheduler<'_, '_> {
                 )
             });
         }
-        let task = shared.task(sub.task);
+        if !failed {
+            let core_id = self.cores[core].id;
+            let slab = shared.mem.mailbox(core_id).deferred(sub.id);
+            match deferred::accept(shared, sub.task, sub.lane, slab, self.sdma) {
+                Ok(None) => {}
+                Ok(Some(w)) => {
+                    shared.deferred.fetch_add(1, Ordering::AcqRel);
+                    self.waiting.push(w);
+                    return;
+                }
+                Err((code, message)) => shared.errors.sched_fail(code, || message),
+            }
+        }
+        self.count_subtask(sub.task);
+    }
+
+    /// One more subtask of `task` is over; the last one completes the task.
+    fn count_subtask(&self, id: TaskId) {
+        let shared = self.shared;
+        let task = shared.task(id);
         // Read the count before adding ours: once the last subtask is counted the task may
         // complete, be consumed and its slot be reused by another thread.
         let needed = task.body().subtasks();
         if task.done_subtasks.fetch_add(1, Ordering::AcqRel) + 1 == needed {
-            shared.complete_and_route(sub.task);
+            shared.complete_and_route(id);
+        }
+    }
+
+    /// Counts every waiting dispatch whose conditions all hold now; true if any.
+    fn settle_deferred(&mut self) -> bool {
+        if self.waiting.is_empty() {
+            return false;
+        }
+        let mut settled = Vec::new();
+        let sdma = self.sdma;
+        self.waiting.retain_mut(|w| {
+            let done = w.settle(sdma);
+            if done {
+                settled.push(w.task);
+            }
+            !done
+        });
+        for &task in &settled {
+            self.shared.progress();
+            self.shared.deferred.fetch_sub(1, Ordering::AcqRel);
+            self.count_subtask(task);
+        }
+        !settled.is_empty()
+    }
+
+    /// Forgets the waiting dispatches (the run failed: they will never be counted).
+    fn drop_waiting(&mut self) {
+        let n = self.waiting.len() as u32;
+        self.waiting.clear();
+        self.shared.deferred.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Waits until the SDMA engine has landed every copy (each landing rings this thread).
+    fn wait_for_copies(&self) {
+        let Some(e) = self.sdma else { return };
+        while e.in_flight() > 0 {
+            self.ctx.doorbell.prepare_park();
+            if e.in_flight() == 0 {
+                self.ctx.doorbell.cancel_park();
+                break;
+            }
+            self.ctx.park(PARK_SLICE);
         }
     }
 
@@ -703,6 +791,9 @@ impl Scheduler<'_, '_> {
                     return true;
                 }
             }
+        }
+        if self.waiting.iter().any(|w| w.ready(self.sdma)) {
+            return true;
         }
         let fatal = self.shared.errors.is_fatal();
         let busy = self.cores.iter().any(CoreExec::busy);

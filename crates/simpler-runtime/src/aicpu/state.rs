@@ -128,6 +128,9 @@ pub(crate) struct RunShared {
     pub(crate) idle: IdleMap,
     /// Subtasks dispatched and not yet seen finished.
     pub(crate) running: AtomicU32,
+    /// Finished dispatches waiting for their deferred-completion conditions
+    /// (`docs/chip-runtime.md` §18), over all schedulers.
+    pub(crate) deferred: AtomicU32,
     /// Doorbells of the scheduler threads, registered as they start.
     pub(crate) bells: Box<[OnceLock<Arc<Doorbell>>]>,
     /// Doorbell of the orchestrator thread (back-pressure and tensor-data waits).
@@ -198,6 +201,7 @@ impl RunShared {
             ready: [SegQueue::new(), SegQueue::new(), SegQueue::new()],
             idle: IdleMap::new(clusters, schedulers),
             running: AtomicU32::new(0),
+            deferred: AtomicU32::new(0),
             bells: (0..schedulers).map(|_| OnceLock::new()).collect(),
             orch_bell: OnceLock::new(),
             drain: Drain {

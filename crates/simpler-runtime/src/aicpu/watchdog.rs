@@ -91,7 +91,11 @@ pub(crate) fn no_progress(shared: &RunShared) -> bool {
     let waiting =
         shared.submitted.load(Ordering::Acquire) - shared.completed.load(Ordering::Acquire);
     let orch_done = shared.orch_done.load(Ordering::Acquire);
-    let (class, code, task) = if ready > 0 {
+    let deferred = shared.deferred.load(Ordering::Acquire);
+    let (class, code, task) = if deferred > 0 {
+        // Finished kernels whose engines have not reported: work still in progress.
+        ("RUNNING_STALLED", 1, None)
+    } else if ready > 0 {
         ("READY_IDLE", 3, first_ready(shared))
     } else if waiting > 0 {
         ("DEP_DEADLOCK", 4, oldest_waiting(shared))
@@ -106,6 +110,10 @@ pub(crate) fn no_progress(shared: &RunShared) -> bool {
                 "{} is {}",
                 describe(shared, t, None),
                 if ready > 0 { "ready" } else { "waiting" }
+            ),
+            ("RUNNING_STALLED", _) => format!(
+                "{deferred} finished dispatch(es) wait for their deferred-completion \
+                 conditions (a COUNTER that never reached its value, or an SDMA copy)"
             ),
             ("ORCH_STARVATION", _) => format!(
                 "the orchestrator has not returned after {} submits",

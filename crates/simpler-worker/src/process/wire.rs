@@ -284,6 +284,8 @@ pub(crate) struct WireWorkerConfig {
     /// 0 tensormap_and_ringbuffer, 1 host_build_graph.
     #[serde(default)]
     runtime: u8,
+    #[serde(default)]
+    enable_sdma: bool,
 }
 
 /// A runtime variant on the wire.
@@ -319,6 +321,7 @@ impl From<&WorkerConfig> for WireWorkerConfig {
             always_synchronize,
             sim_memcheck,
             sim_executor,
+            enable_sdma,
             runtime,
         } = c.clone();
         WireWorkerConfig {
@@ -343,6 +346,7 @@ impl From<&WorkerConfig> for WireWorkerConfig {
                 ExecutorKind::ThreadPerCore => 1,
             },
             runtime: runtime_code(runtime),
+            enable_sdma,
         }
     }
 }
@@ -378,6 +382,7 @@ impl WireWorkerConfig {
                 1 => ExecutorKind::ThreadPerCore,
                 n => return Err(format!("unknown sim_executor code {n}")),
             },
+            enable_sdma: self.enable_sdma,
             runtime: runtime_of(self.runtime)?,
         })
     }
