@@ -12,8 +12,12 @@
 //! place that could run it is idle anywhere, or when more blocks are ready than the idle
 //! places can take (every idle place gets one of the others).
 //!
+//! A dispatch whose kernel deferred its completion on an async engine (`scheduler_deferred`,
+//! `docs/chip-runtime.md` §18) is counted only once its conditions hold.
+//!
 //! Idle schedulers park on their doorbell (rung by cores on every COND write and by whoever
-//! makes a task ready). The run's two clocks ([`watchdog`](super::watchdog)) end it instead
+//! makes a task ready, and by the SDMA engine at each landing; timed parks while a dispatch
+//! waits for a counter). The run's two clocks ([`watchdog`](super::watchdog)) end it instead
 //! of letting it hang: the no-progress clock fails it with SCHEDULER_TIMEOUT and a stall
 //! class; a dispatch that overruns the op-execute clock fails it with OP_EXECUTE_TIMEOUT,
 //! and its core is abandoned — the scheduler stops waiting for it and leaves without it
@@ -27,7 +31,7 @@ use std::time::{Duration, Instant};
 use simpler_abi::*;
 use simpler_device::AicpuContext;
 
-use super::deferred::{self, Waiting};
+use super::deferred::Waiting;
 use super::idle::preload_allowance;
 use super::state::{RunShared, NO_DRAIN};
 use super::task::{Shape, TaskId, LANE_BITS};
@@ -37,6 +41,8 @@ use crate::handshake::{
 };
 use crate::trace::{self, Tracer, NONE32, NONE64};
 
+#[path = "scheduler_deferred.rs"]
+mod scheduler_deferred;
 #[path = "scheduler_trace.rs"]
 mod scheduler_trace;
 
@@ -401,24 +407,14 @@ impl Scheduler<'_, '_> {
                 )
             });
         }
-        if !failed {
-            let core_id = self.cores[core].id;
-            let slab = shared.mem.mailbox(core_id).deferred(sub.id);
-            match deferred::accept(shared, sub.task, sub.lane, slab, self.sdma) {
-                Ok(None) => {}
-                Ok(Some(w)) => {
-                    shared.deferred.fetch_add(1, Ordering::AcqRel);
-                    self.waiting.push(w);
-                    return;
-                }
-                Err((code, message)) => shared.errors.sched_fail(code, || message),
-            }
+        if !failed && self.defer(core, sub) {
+            return;
         }
         self.count_subtask(sub.task);
     }
 
     /// One more subtask of `task` is over; the last one completes the task.
-    fn count_subtask(&self, id: TaskId) {
+    pub(super) fn count_subtask(&self, id: TaskId) {
         let shared = self.shared;
         let task = shared.task(id);
         // Read the count before adding ours: once the last subtask is counted the task may
@@ -426,48 +422,6 @@ impl Scheduler<'_, '_> {
         let needed = task.body().subtasks();
         if task.done_subtasks.fetch_add(1, Ordering::AcqRel) + 1 == needed {
             shared.complete_and_route(id);
-        }
-    }
-
-    /// Counts every waiting dispatch whose conditions all hold now; true if any.
-    fn settle_deferred(&mut self) -> bool {
-        if self.waiting.is_empty() {
-            return false;
-        }
-        let mut settled = Vec::new();
-        let sdma = self.sdma;
-        self.waiting.retain_mut(|w| {
-            let done = w.settle(sdma);
-            if done {
-                settled.push(w.task);
-            }
-            !done
-        });
-        for &task in &settled {
-            self.shared.progress();
-            self.shared.deferred.fetch_sub(1, Ordering::AcqRel);
-            self.count_subtask(task);
-        }
-        !settled.is_empty()
-    }
-
-    /// Forgets the waiting dispatches (the run failed: they will never be counted).
-    fn drop_waiting(&mut self) {
-        let n = self.waiting.len() as u32;
-        self.waiting.clear();
-        self.shared.deferred.fetch_sub(n, Ordering::AcqRel);
-    }
-
-    /// Waits until the SDMA engine has landed every copy (each landing rings this thread).
-    fn wait_for_copies(&self) {
-        let Some(e) = self.sdma else { return };
-        while e.in_flight() > 0 {
-            self.ctx.doorbell.prepare_park();
-            if e.in_flight() == 0 {
-                self.ctx.doorbell.cancel_park();
-                break;
-            }
-            self.ctx.park(PARK_SLICE);
         }
     }
 
