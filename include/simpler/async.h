@@ -4,20 +4,30 @@
  *
  * Two engines exist on the sim:
  *   COUNTER  simpler_async_wait_counter(args, &counter, value): the task completes once the
- *            64-bit counter (8-byte aligned device memory) reaches value. Whoever writes it
- *            (a kernel, the host through a region, a peer chip) needs no call of ours.
+ *            64-bit counter (8-byte aligned device memory) reaches value (>=). Whoever writes
+ *            it (another kernel, the host, a peer chip) needs no call of ours.
+ *            simpler_async_wait_counter32(args, &counter, value): the same for a 32-bit
+ *            counter (4-byte aligned) — USE IT for a region's counters (simpler/region.h)
+ *            and a comm domain's signals (simpler/comm.h), which are 32-bit: a 64-bit read
+ *            there also sees the next counter and may hold early.
  *   SDMA     simpler_sdma_copy(args, dst, src, bytes): starts an asynchronous copy; the task
  *            completes once the copy has landed, so its consumers see dst copied. Only on a
  *            worker started with enable_sdma=True.
  * A dispatch registers at most SIMPLER_ASYNC_MAX_CONDITIONS conditions. The calls return 0,
- * or the code the run will fail with (the kernel need not report it again):
- *   SIMPLER_ASYNC_COMPLETION_INVALID (101)   no such engine on this chip (SDMA without
- *                                            enable_sdma; ROCE, URMA, CCU), or a null or
- *                                            misaligned counter
+ * or the code the run will fail with (the kernel need not report it again; the run's
+ * message names the task and the cause):
+ *   SIMPLER_ASYNC_COMPLETION_INVALID (101)   SDMA without enable_sdma; a null or misaligned
+ *                                            counter (simpler_async_register returns 0 here:
+ *                                            the scheduler checks its engine kind — ROCE,
+ *                                            URMA, CCU exist on no sim chip — and fails the
+ *                                            run when it reads it)
  *   SIMPLER_ASYNC_WAIT_OVERFLOW (102)        more than 64 conditions on one dispatch
  *   SIMPLER_ASYNC_REGISTRATION_FAILED (103)  the engine refused the copy (null address,
  *                                            zero bytes)
- * The memory a pending copy reads and writes must stay valid until the task completes.
+ * The memory a pending copy reads and writes, and a counter, must stay valid until the task
+ * completes. A kernel that also reports a fatal code (simpler_kernel_fail) fails the run
+ * with KERNEL_FATAL; its conditions are not waited for, but its copies still land before
+ * the run ends.
  *
  * Mirrors crates/simpler-abi/src/deferred.rs byte for byte and call for call;
  * crates/simpler-abi/tests/c_async.rs checks both. Includes simpler/kernel.h.
@@ -39,6 +49,9 @@
 #define SIMPLER_ASYNC_ENGINE_URMA 3u
 #define SIMPLER_ASYNC_ENGINE_CCU 4u
 
+/* SimplerDeferredCondition.flags of a COUNTER condition: a 32-bit counter. */
+#define SIMPLER_ASYNC_COUNTER_32 1u
+
 #define SIMPLER_ASYNC_COMPLETION_INVALID 101
 #define SIMPLER_ASYNC_WAIT_OVERFLOW 102
 #define SIMPLER_ASYNC_REGISTRATION_FAILED 103
@@ -46,7 +59,7 @@
 /* One completion condition, 24 bytes. */
 typedef struct SimplerDeferredCondition {
     uint32_t engine;   /* SIMPLER_ASYNC_ENGINE_* */
-    uint32_t reserved;
+    uint32_t flags;    /* COUNTER: SIMPLER_ASYNC_COUNTER_32 for a 32-bit counter, else 0 */
     uint64_t addr;     /* COUNTER: the counter's address; SDMA: the copy's ticket */
     uint64_t value;    /* COUNTER: the value to reach; SDMA: 0 */
 } SimplerDeferredCondition;
@@ -92,10 +105,24 @@ static inline int32_t simpler_async_priv_push(SimplerDeferredSlab *s, SimplerDef
     return 0;
 }
 
-/* Defers the task's completion until *counter >= value (COUNTER engine). */
+static inline int32_t simpler_async_priv_counter(int64_t *args, uint64_t addr, uint32_t flags,
+                                                 uint64_t value, uint64_t align) {
+    SimplerDeferredCondition c = {SIMPLER_ASYNC_ENGINE_COUNTER, flags, addr, value};
+    int32_t rc = simpler_async_priv_push(simpler_async_priv_slab(args), c);
+    if (rc != 0) return rc;
+    /* Registered anyway: the scheduler names the bad address when it reads it. */
+    return addr == 0 || addr % align != 0 ? SIMPLER_ASYNC_COMPLETION_INVALID : 0;
+}
+
+/* Defers the task's completion until *counter >= value (COUNTER engine, 64-bit counter). */
 static inline int32_t simpler_async_wait_counter(int64_t *args, const uint64_t *counter, uint64_t value) {
-    SimplerDeferredCondition c = {SIMPLER_ASYNC_ENGINE_COUNTER, 0, (uint64_t)(uintptr_t)counter, value};
-    return simpler_async_priv_push(simpler_async_priv_slab(args), c);
+    return simpler_async_priv_counter(args, (uint64_t)(uintptr_t)counter, 0, value, 8);
+}
+
+/* Defers the task's completion until *counter >= value, for a 32-bit counter (a region's
+ * counter, a comm signal). */
+static inline int32_t simpler_async_wait_counter32(int64_t *args, const uint32_t *counter, uint32_t value) {
+    return simpler_async_priv_counter(args, (uint64_t)(uintptr_t)counter, SIMPLER_ASYNC_COUNTER_32, value, 4);
 }
 
 /* Starts an asynchronous copy of `bytes` bytes from src to dst on the SDMA engine and defers
@@ -122,8 +149,9 @@ static inline int32_t simpler_sdma_copy(int64_t *args, void *dst, const void *sr
     return simpler_async_priv_push(s, c);
 }
 
-/* Defers the task's completion on a condition of any engine kind, as written (the scheduler
- * refuses the kinds the chip lacks). */
+/* Defers the task's completion on a condition of any engine kind, as written. Returns 0 once
+ * registered (or SIMPLER_ASYNC_WAIT_OVERFLOW): the scheduler refuses the kinds the chip
+ * lacks when it reads the slab. */
 static inline int32_t simpler_async_register(int64_t *args, SimplerDeferredCondition c) {
     return simpler_async_priv_push(simpler_async_priv_slab(args), c);
 }

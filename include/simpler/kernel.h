@@ -27,6 +27,7 @@ extern "C" {
 #define SIMPLER_GLOBAL_CONTEXT_SLOT 49
 #define SIMPLER_TENSOR_COUNT_SLOT 50 /* number of tensor arguments of this task */
 #define SIMPLER_SCALAR_COUNT_SLOT 51 /* number of scalar arguments of this task */
+/* Slot 52 points to the dispatch's deferred-completion slab (simpler/async.h). */
 #define SIMPLER_KERNEL_ARG_SLOTS 64
 
 /* Marks an exported kernel entry. */

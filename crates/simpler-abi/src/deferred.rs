@@ -11,10 +11,11 @@
 //!
 //! This module is the mirror of `include/simpler/async.h`, byte for byte and call for call
 //! (`tests/c_async.rs` checks both): the layout, the engine kinds, and the kernel-side calls
-//! [`wait_counter`] and [`sdma_copy`] that Rust kernels make.
+//! [`wait_counter`], [`wait_counter32`] and [`sdma_copy`] that Rust kernels make.
 //!
 //! Failures fail the run, naming the task: a condition of an engine the chip does not have
-//! (ROCE, URMA, CCU; SDMA on a worker without `enable_sdma`) or a misaligned counter →
+//! (ROCE, URMA, CCU; SDMA on a worker without `enable_sdma`) or a null or misaligned
+//! counter →
 //! [`SCHED_ASYNC_COMPLETION_INVALID`](crate::SCHED_ASYNC_COMPLETION_INVALID); a 65th
 //! condition → [`SCHED_ASYNC_WAIT_OVERFLOW`](crate::SCHED_ASYNC_WAIT_OVERFLOW); a copy the
 //! engine refused → [`SCHED_ASYNC_REGISTRATION_FAILED`](crate::SCHED_ASYNC_REGISTRATION_FAILED).
@@ -28,10 +29,14 @@ pub const ASYNC_SLAB_SLOT: usize = 52;
 /// Most completion conditions one dispatch may register.
 pub const MAX_DEFERRED_CONDITIONS: usize = 64;
 
-/// Engine kind: a 64-bit counter in device memory; the condition holds once
-/// `*addr >= value`. Whoever writes the counter (a kernel, the host through a region, a peer
-/// chip) is not the scheduler's concern: it polls.
+/// Engine kind: a counter in device memory, 64-bit (or 32-bit with [`COUNTER_32`]); the
+/// condition holds once `*addr >= value`. Whoever writes the counter (a kernel, the host
+/// through a region's 32-bit counters, a peer chip through a domain's 32-bit signals) is not
+/// the scheduler's concern: it polls.
 pub const ASYNC_ENGINE_COUNTER: u32 = 0;
+/// [`DeferredCondition::flags`] of a COUNTER condition: the counter is a `u32` (4-byte
+/// aligned, `value <= u32::MAX`), as region counters and comm signals are.
+pub const COUNTER_32: u32 = 1;
 /// Engine kind: a copy on the SDMA engine; `addr` is the ticket [`sdma_copy`] got, and the
 /// condition holds once that copy has landed. Present only on a worker started with
 /// `enable_sdma`.
@@ -61,8 +66,8 @@ pub const fn engine_name(engine: u32) -> Option<&'static str> {
 pub struct DeferredCondition {
     /// `ASYNC_ENGINE_*`.
     pub engine: u32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// COUNTER: [`COUNTER_32`] for a 32-bit counter, else 0. Other engines: zero.
+    pub flags: u32,
     /// COUNTER: the counter's device address (8-byte aligned). SDMA: the copy's ticket.
     pub addr: u64,
     /// COUNTER: the value the counter must reach. SDMA: unused, zero.
@@ -73,6 +78,7 @@ assert_layout!(
     DeferredCondition,
     size = 24,
     engine = 0,
+    flags = 4,
     addr = 8,
     value = 16
 );
@@ -167,26 +173,48 @@ unsafe fn push(s: *mut DeferredSlab, c: DeferredCondition) -> bool {
 }
 
 /// Defers the dispatch's completion until the 64-bit counter at `counter` reaches `value`
-/// (COUNTER engine). 0 on success; [`SCHED_ASYNC_WAIT_OVERFLOW`](crate::SCHED_ASYNC_WAIT_OVERFLOW)
-/// when the dispatch already has [`MAX_DEFERRED_CONDITIONS`] conditions (the run then
-/// fails with that code). The counter must stay valid, 8-byte aligned device memory until
-/// the condition holds (a misaligned or null one fails the run with
-/// ASYNC_COMPLETION_INVALID).
+/// (COUNTER engine). 0 on success, else the code the run fails with:
+/// [`SCHED_ASYNC_WAIT_OVERFLOW`](crate::SCHED_ASYNC_WAIT_OVERFLOW) when the dispatch already
+/// has [`MAX_DEFERRED_CONDITIONS`] conditions,
+/// [`SCHED_ASYNC_COMPLETION_INVALID`](crate::SCHED_ASYNC_COMPLETION_INVALID) for a null or
+/// misaligned counter (registered anyway, so the scheduler names it). The counter must stay
+/// valid, 8-byte aligned device memory until the condition holds.
 ///
 /// # Safety
 /// `args` is the argument array the runtime passed to the running kernel.
 pub unsafe fn wait_counter(args: *mut i64, counter: *const u64, value: u64) -> i32 {
+    // SAFETY: the caller's contract.
+    unsafe { counter_condition(args, counter as u64, 0, value, 8) }
+}
+
+/// [`wait_counter`] for a 32-bit counter (4-byte aligned): a region's counter or a comm
+/// domain's signal, which are 32-bit; a 64-bit read there would also see the next counter.
+///
+/// # Safety
+/// As [`wait_counter`].
+pub unsafe fn wait_counter32(args: *mut i64, counter: *const u32, value: u32) -> i32 {
+    // SAFETY: the caller's contract.
+    unsafe { counter_condition(args, counter as u64, COUNTER_32, u64::from(value), 4) }
+}
+
+/// Registers a COUNTER condition; see [`wait_counter`].
+///
+/// # Safety
+/// `args` is the argument array the runtime passed to the running kernel.
+unsafe fn counter_condition(args: *mut i64, addr: u64, flags: u32, value: u64, align: u64) -> i32 {
     let c = DeferredCondition {
         engine: ASYNC_ENGINE_COUNTER,
-        reserved: 0,
-        addr: counter as u64,
+        flags,
+        addr,
         value,
     };
     // SAFETY: the caller's contract.
-    if unsafe { push(slab(args), c) } {
-        0
-    } else {
+    if !unsafe { push(slab(args), c) } {
         crate::SCHED_ASYNC_WAIT_OVERFLOW
+    } else if addr == 0 || !addr.is_multiple_of(align) {
+        crate::SCHED_ASYNC_COMPLETION_INVALID
+    } else {
+        0
     }
 }
 
@@ -234,7 +262,7 @@ pub unsafe fn sdma_copy(args: *mut i64, dst: *mut u8, src: *const u8, bytes: u64
     }
     let c = DeferredCondition {
         engine: ASYNC_ENGINE_SDMA,
-        reserved: 0,
+        flags: 0,
         addr: ticket,
         value: 0,
     };
@@ -244,8 +272,10 @@ pub unsafe fn sdma_copy(args: *mut i64, dst: *mut u8, src: *const u8, bytes: u64
 }
 
 /// Defers the dispatch's completion on a condition of any engine kind, as written (for
-/// engines with no call of their own; the scheduler refuses the kinds the chip lacks).
-/// 0 on success, [`SCHED_ASYNC_WAIT_OVERFLOW`](crate::SCHED_ASYNC_WAIT_OVERFLOW) when full.
+/// engines with no call of their own). 0 once registered — whether the chip has the engine
+/// is the scheduler's to check when it reads the slab (the run then fails with
+/// ASYNC_COMPLETION_INVALID) — or [`SCHED_ASYNC_WAIT_OVERFLOW`](crate::SCHED_ASYNC_WAIT_OVERFLOW)
+/// when full.
 ///
 /// # Safety
 /// `args` is the argument array the runtime passed to the running kernel.

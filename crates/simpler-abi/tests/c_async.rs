@@ -2,7 +2,7 @@
 //! -Wall -Wextra -Werror`) and the Rust calls run the same scenarios on a slab of their own
 //! behind a faked argument array (slot 52) and print what the slab holds afterwards; the two
 //! transcripts must be equal, and the layout numbers must be Rust's. Scenarios: counter
-//! waits, an SDMA copy through a submit call that records its arguments, a refused copy, a
+//! waits (64- and 32-bit, misaligned, null), an SDMA copy through a submit call that records its arguments, a refused copy, a
 //! worker without SDMA, and the 65th condition.
 
 mod cc;
@@ -29,8 +29,8 @@ static uint64_t submit(uint64_t engine, uint64_t dst, uint64_t src, uint64_t byt
 static void dump(const char *what, int rc, const SimplerDeferredSlab *s) {
     printf("%s rc=%d count=%u error=%u", what, rc, s->count, s->error);
     for (uint32_t i = 0; i < s->count && i < 3; i++)
-        printf(" [%u %llu %llu]", s->conditions[i].engine, (ull)s->conditions[i].addr,
-               (ull)s->conditions[i].value);
+        printf(" [%u %u %llu %llu]", s->conditions[i].engine, s->conditions[i].flags,
+               (ull)s->conditions[i].addr, (ull)s->conditions[i].value);
     printf("\n");
 }
 int main(void) {
@@ -41,6 +41,15 @@ int main(void) {
     args[SIMPLER_ASYNC_SLAB_SLOT] = (int64_t)(uintptr_t)&s;
     int rc = simpler_async_wait_counter(args, (const uint64_t *)(uintptr_t)4096, 7);
     dump("counter", rc, &s);
+    memset(&s, 0, sizeof s);
+    rc = simpler_async_wait_counter32(args, (const uint32_t *)(uintptr_t)4100, 9);
+    dump("counter32", rc, &s);
+    memset(&s, 0, sizeof s);
+    rc = simpler_async_wait_counter(args, (const uint64_t *)(uintptr_t)4100, 1);
+    dump("misaligned", rc, &s);
+    memset(&s, 0, sizeof s);
+    rc = simpler_async_wait_counter32(args, NULL, 1);
+    dump("null32", rc, &s);
     memset(&s, 0, sizeof s);
     rc = simpler_sdma_copy(args, (void *)(uintptr_t)8192, (const void *)(uintptr_t)12288, 100);
     dump("no-sdma", rc, &s);
@@ -83,7 +92,7 @@ unsafe extern "C" fn submit(engine: u64, dst: u64, src: u64, bytes: u64) -> u64 
 fn dump(out: &mut String, what: &str, rc: i32, s: &DeferredSlab) {
     write!(out, "{what} rc={rc} count={} error={}", s.count, s.error).unwrap();
     for c in s.conditions.iter().take((s.count as usize).min(3)) {
-        write!(out, " [{} {} {}]", c.engine, c.addr, c.value).unwrap();
+        write!(out, " [{} {} {} {}]", c.engine, c.flags, c.addr, c.value).unwrap();
     }
     out.push('\n');
 }
@@ -107,6 +116,15 @@ fn rust_transcript() -> String {
         let rc = wait_counter(a, 4096 as *const u64, 7);
         dump(&mut out, "counter", rc, &s);
         *s = DeferredSlab::default();
+        let rc = wait_counter32(a, 4100 as *const u32, 9);
+        dump(&mut out, "counter32", rc, &s);
+        *s = DeferredSlab::default();
+        let rc = wait_counter(a, 4100 as *const u64, 1);
+        dump(&mut out, "misaligned", rc, &s);
+        *s = DeferredSlab::default();
+        let rc = wait_counter32(a, std::ptr::null(), 1);
+        dump(&mut out, "null32", rc, &s);
+        *s = DeferredSlab::default();
         let rc = sdma_copy(a, 8192 as *mut u8, 12288 as *const u8, 100);
         dump(&mut out, "no-sdma", rc, &s);
         *s = DeferredSlab::default();
@@ -121,7 +139,7 @@ fn rust_transcript() -> String {
         *s = DeferredSlab::default();
         let roce = DeferredCondition {
             engine: ASYNC_ENGINE_ROCE,
-            reserved: 0,
+            flags: 0,
             addr: 5,
             value: 6,
         };
@@ -167,12 +185,21 @@ fn the_c_header_and_the_rust_calls_agree() {
             .to_string()
     };
     assert_eq!(line("layout"), "layout 24 1600 64 4544 52");
-    assert_eq!(line("counter"), "counter rc=0 count=1 error=0 [0 4096 7]");
-    assert_eq!(line("no-sdma"), "no-sdma rc=101 count=1 error=0 [1 0 0]");
-    assert_eq!(line("sdma"), "sdma rc=0 count=1 error=0 [1 1100 0]");
+    assert_eq!(line("counter"), "counter rc=0 count=1 error=0 [0 0 4096 7]");
+    assert_eq!(
+        line("counter32"),
+        "counter32 rc=0 count=1 error=0 [0 1 4100 9]"
+    );
+    assert_eq!(
+        line("misaligned"),
+        "misaligned rc=101 count=1 error=0 [0 0 4100 1]"
+    );
+    assert_eq!(line("null32"), "null32 rc=101 count=1 error=0 [0 1 0 1]");
+    assert_eq!(line("no-sdma"), "no-sdma rc=101 count=1 error=0 [1 0 0 0]");
+    assert_eq!(line("sdma"), "sdma rc=0 count=1 error=0 [1 0 1100 0]");
     assert_eq!(line("submitted"), "submitted 8192 12288 100");
     assert!(line("refused").starts_with("refused rc=103 count=1 error=103"));
-    assert_eq!(line("register"), "register rc=0 count=1 error=0 [2 5 6]");
+    assert_eq!(line("register"), "register rc=0 count=1 error=0 [2 0 5 6]");
     assert!(line("full").starts_with("full rc=0 count=64 error=0"));
     assert!(line("overflow").starts_with("overflow rc=102 count=64 error=102"));
     assert!(line("overflow-sdma").starts_with("overflow-sdma rc=102 count=64 error=102"));

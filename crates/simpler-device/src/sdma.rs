@@ -6,7 +6,8 @@
 //!
 //! It copies bytes between device addresses it is given and nothing else: it knows nothing
 //! of runs, tasks or which memory belongs to whom (the submitter vouches for the addresses).
-//! Its one `unsafe` block is that copy.
+//! Its one `unsafe` block is that copy; its thread is registered with the crash reporter, so
+//! a copy a kernel got wrong is reported with its addresses (`docs/sim-device.md` §10).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,11 +72,17 @@ impl std::fmt::Debug for SdmaEngine {
 }
 
 impl SdmaEngine {
-    /// Starts an engine whose completions ring `bells`, asking `faults` about every copy.
+    /// Starts the engine of device `device` (the number its crash reports name), whose
+    /// completions ring `bells`, asking `faults` about every copy. Its thread is a device
+    /// thread for the crash reporter: a copy that faults is reported with its addresses.
     ///
     /// # Errors
     /// The engine's thread could not be started.
-    pub fn start(bells: Box<[Arc<Doorbell>]>, faults: SdmaFaultHook) -> std::io::Result<Self> {
+    pub fn start(
+        device: u32,
+        bells: Box<[Arc<Doorbell>]>,
+        faults: SdmaFaultHook,
+    ) -> std::io::Result<Self> {
         let inner = Arc::new(Inner {
             queue: Mutex::new(Queue::default()),
             more: Condvar::new(),
@@ -86,7 +93,10 @@ impl SdmaEngine {
         let worker = inner.clone();
         let thread = std::thread::Builder::new()
             .name("sim-sdma".into())
-            .spawn(move || serve(&worker))?;
+            .spawn(move || {
+                let _crash = crate::crash::DeviceThread::enter(device, crate::crash::Role::Sdma);
+                serve(&worker)
+            })?;
         Ok(SdmaEngine {
             inner,
             faults,
@@ -172,11 +182,14 @@ fn serve(inner: &Inner) {
         if !job.delay.is_zero() {
             std::thread::sleep(job.delay);
         }
-        // SAFETY: `submit`'s caller vouched that both ranges are valid for `bytes` bytes
-        // until this copy completes and that nobody else writes `dst` meanwhile; the ranges
-        // may overlap (a move).
-        unsafe {
-            std::ptr::copy(job.src as *const u8, job.dst as *mut u8, job.bytes as usize);
+        {
+            let _copy = crate::crash::enter_sdma_copy(job.dst, job.src, job.bytes);
+            // SAFETY: `submit`'s caller vouched that both ranges are valid for `bytes` bytes
+            // until this copy completes and that nobody else writes `dst` meanwhile; the
+            // ranges may overlap (a move).
+            unsafe {
+                std::ptr::copy(job.src as *const u8, job.dst as *mut u8, job.bytes as usize);
+            }
         }
         inner.completed.fetch_add(1, Ordering::AcqRel);
         for bell in inner.bells.iter() {
@@ -190,7 +203,7 @@ mod tests {
     use super::*;
 
     fn engine(fault: SdmaFault) -> SdmaEngine {
-        SdmaEngine::start(Box::new([]), Box::new(move || fault)).unwrap()
+        SdmaEngine::start(0, Box::new([]), Box::new(move || fault)).unwrap()
     }
 
     fn wait_for(e: &SdmaEngine, ticket: u64) {

@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -119,6 +119,33 @@ unsafe extern "C" fn set_counter_kernel(args: *mut i64) {
     unsafe { (*(base(&flag) as *const AtomicU64)).store(1, Ordering::Release) };
 }
 
+/// `b = a` at once, then defers completion until the u32 `flag[0]` (the low half of the
+/// first u64) reaches 5 (tensors a In, flag NoDep, b OutputExisting).
+unsafe extern "C" fn wait_counter32_kernel(args: *mut i64) {
+    let (a, flag, b) = (t(args, 0), t(args, 1), t(args, 2));
+    // SAFETY: as `wait_counter_kernel`; the flag's first u32 is 4-byte aligned.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            base(&a) as *const u8,
+            base(&b) as *mut u8,
+            a.shapes[0] as usize * 4,
+        );
+        wait_counter32(args, base(&flag) as *const u32, 5);
+    }
+}
+
+/// Sets the u32 next to the awaited one to 1 at once (a 64-bit read of the pair would then
+/// hold), then 40 ms later the awaited u32 to 5 (tensor flag NoDep).
+unsafe extern "C" fn set_counter32_kernel(args: *mut i64) {
+    let flag = base(&t(args, 0));
+    // SAFETY: the flag is a u64 tensor of the run: two aligned u32s at its start.
+    unsafe { (*((flag + 4) as *const AtomicU32)).store(1, Ordering::Release) };
+    std::thread::sleep(Duration::from_millis(40));
+    *COUNTER_SET.lock().unwrap() = Some(Instant::now());
+    // SAFETY: as above.
+    unsafe { (*(flag as *const AtomicU32)).store(5, Ordering::Release) };
+}
+
 /// Registers what mode `scalar 0` names (tensor flag NoDep): 0 a ROCE condition, 1 a
 /// misaligned counter, 2 65 counters, 3 a counter that is never set.
 unsafe extern "C" fn bad_kernel(args: *mut i64) {
@@ -132,7 +159,7 @@ unsafe extern "C" fn bad_kernel(args: *mut i64) {
                     args,
                     DeferredCondition {
                         engine: ASYNC_ENGINE_ROCE,
-                        reserved: 0,
+                        flags: 0,
                         addr: counter,
                         value: 1,
                     },
@@ -158,6 +185,8 @@ const CONSUME: i32 = 1;
 const WAIT_COUNTER: i32 = 2;
 const SET_COUNTER: i32 = 3;
 const BAD: i32 = 4;
+const WAIT_COUNTER32: i32 = 5;
+const SET_COUNTER32: i32 = 6;
 
 // ---- orchestration ------------------------------------------------------------------------
 
@@ -165,7 +194,8 @@ const BAD: i32 = 4;
 /// 0 SDMA: `b = a` by `scalars[1]` copies, then `c = b + 1`;
 /// 1 COUNTER: `b = a` deferred on `flag[0]`, set by an independent task 40 ms later, then
 ///   `c = b + 1`;
-/// 2 a bad registration (`scalars[1]`: [`bad_kernel`]'s mode).
+/// 2 a bad registration (`scalars[1]`: [`bad_kernel`]'s mode);
+/// 3 as 1 on a 32-bit counter whose neighbour is set first.
 unsafe extern "C" fn orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
     unsafe {
@@ -194,6 +224,17 @@ unsafe extern "C" fn orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
                     return rc;
                 }
                 run(SET_COUNTER, &[(flag, NoDep)], &[])
+            }
+            3 => {
+                let rc = run(
+                    WAIT_COUNTER32,
+                    &[(a, Input), (flag, NoDep), (b, OutputExisting)],
+                    &[],
+                );
+                if rc != 0 {
+                    return rc;
+                }
+                run(SET_COUNTER32, &[(flag, NoDep)], &[])
             }
             _ => return run(BAD, &[(flag, NoDep)], &[o.scalars[1]]),
         };
@@ -234,6 +275,8 @@ fn spec() -> CallableSpec {
             k(WAIT_COUNTER, wait_counter_kernel),
             k(SET_COUNTER, set_counter_kernel),
             k(BAD, bad_kernel),
+            k(WAIT_COUNTER32, wait_counter32_kernel),
+            k(SET_COUNTER32, set_counter32_kernel),
         ],
         runtime: None,
     }
@@ -396,8 +439,9 @@ fn sdma_copies_land_without_injected_delay() {
 fn a_counter_wait_completes_the_task_only_once_the_counter_is_set() {
     let _serial = serial();
     let chip = chip(false, Duration::from_secs(10));
-    for _ in 0..2 {
-        let o = run(&chip, 1, 0);
+    // 64-bit, twice; then 32-bit, whose neighbouring u32 is set 40 ms before it.
+    for scenario in [1, 1, 3] {
+        let o = run(&chip, scenario, 0);
         expect_ok(&o);
         let set = COUNTER_SET.lock().unwrap().take().unwrap();
         let consumer = CONSUMER_START.lock().unwrap().take().unwrap();
@@ -455,7 +499,7 @@ fn a_counter_that_never_arrives_fires_the_no_progress_clock() {
     expect_code(
         &o,
         SCHED_TIMEOUT,
-        &["RUNNING_STALLED", "deferred-completion"],
+        &["RUNNING_STALLED", "func 4", "wait for deferred completion"],
     );
     assert!(started.elapsed() < Duration::from_secs(20));
     expect_ok(&run(&chip, 1, 0));

@@ -2,7 +2,9 @@
 //! process (this test binary runs itself with `SIMPLER_CRASH_CASE` naming the case): with
 //! `WorkerConfig::sim_memcheck` the write faults at once and the crash report names the
 //! kernel, its task and the allocation it overran; with memcheck off (the default) the run
-//! behaves as it always did.
+//! behaves as it always did. Work a kernel hands to the runtime is reported the same way: an
+//! SDMA copy past the output (on the engine's thread) and a deferred-completion counter at a
+//! wild address (on a scheduler thread) are named as that copy and that task's counter.
 
 mod common;
 
@@ -46,7 +48,28 @@ unsafe extern "C" fn one_task(ops: *const OrchOps, args: *const OrchArgs) -> i32
     }
 }
 
-fn spec() -> CallableSpec {
+/// `y = x` by one SDMA copy one element too long (its last 4 bytes land past y's end).
+unsafe extern "C" fn sdma_overrun_kernel(args: *mut i64) {
+    let (x, y) = (tensor(args, 0), tensor(args, 1));
+    let bytes = (y.shapes[0] + 1) * 4;
+    // SAFETY: the copy past the end is the bug this test is about.
+    unsafe {
+        simpler_abi::deferred::sdma_copy(
+            args,
+            y.buffer_addr as *mut u8,
+            x.buffer_addr as *const u8,
+            bytes,
+        );
+    }
+}
+
+/// Defers completion on a counter at address 8 (a wild pointer).
+unsafe extern "C" fn wild_counter_kernel(args: *mut i64) {
+    // SAFETY: the wild address is the bug this test is about.
+    unsafe { simpler_abi::deferred::wait_counter(args, std::ptr::dangling::<u64>(), 1) };
+}
+
+fn spec_with(kernel: KernelEntry) -> CallableSpec {
     let arg = |name: &str, direction| ArgSpec {
         name: name.into(),
         direction,
@@ -64,7 +87,7 @@ fn spec() -> CallableSpec {
         kernels: vec![KernelSpec {
             func_id: 0,
             core_type: CoreType::Aiv,
-            image: CodeImage::Kernel(overrun_kernel),
+            image: CodeImage::Kernel(kernel),
         }],
         runtime: None,
     }
@@ -72,6 +95,11 @@ fn spec() -> CallableSpec {
 
 /// Runs the overrunning kernel on a worker with `memcheck`; returns y.
 fn run_overrun(memcheck: Memcheck) -> Vec<f32> {
+    run_kernel(overrun_kernel, memcheck, false)
+}
+
+/// Runs `kernel` on a worker with `memcheck` and, with `sdma`, an SDMA engine; returns y.
+fn run_kernel(kernel: KernelEntry, memcheck: Memcheck, sdma: bool) -> Vec<f32> {
     let w = ChipWorker::new(WorkerConfig {
         topology: Topology {
             clusters: 1,
@@ -79,10 +107,11 @@ fn run_overrun(memcheck: Memcheck) -> Vec<f32> {
         },
         heap_size: 1 << 20,
         sim_memcheck: memcheck,
+        enable_sdma: sdma,
         ..WorkerConfig::default()
     })
     .unwrap();
-    let id = w.register(&spec()).unwrap();
+    let id = w.register(&spec_with(kernel)).unwrap();
     let mut x: Vec<f32> = (0..LEN).map(|i| i as f32).collect();
     let mut y = vec![0f32; LEN];
     w.run(id, &mut [host_f32(&mut x), host_f32(&mut y)])
@@ -138,4 +167,39 @@ fn memcheck_is_off_by_default_and_the_same_run_completes_as_before() {
     assert!(out.status.success(), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("completed"));
     assert!(!err.contains("simpler: crash"), "{err}");
+}
+
+#[test]
+fn an_sdma_copy_past_its_output_is_reported_as_that_copy() {
+    if std::env::var_os(CASE).is_some() {
+        run_kernel(sdma_overrun_kernel, Memcheck::After, true);
+        unreachable!("the copy faults");
+    }
+    let (out, err) = child("an_sdma_copy_past_its_output_is_reported_as_that_copy");
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
+    for want in [
+        "on a device thread\n  device:  ",
+        ", SDMA engine, no run",
+        "copy:    an SDMA copy a kernel submitted (simpler_sdma_copy): 4004 bytes from 0x",
+        "past the end of device allocation #",
+    ] {
+        assert!(err.contains(want), "{want:?} not in:\n{err}");
+    }
+}
+
+#[test]
+fn a_wild_counter_address_is_reported_as_that_tasks_counter() {
+    if std::env::var_os(CASE).is_some() {
+        run_kernel(wild_counter_kernel, Memcheck::Off, false);
+        unreachable!("reading the counter faults");
+    }
+    let (out, err) = child("a_wild_counter_address_is_reported_as_that_tasks_counter");
+    assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
+    for want in [
+        ", AICPU thread ",
+        "counter: the runtime reading the deferred-completion counter at 0x8 that task 0x0 \
+         (ring 0, submit #0) registered",
+    ] {
+        assert!(err.contains(want), "{want:?} not in:\n{err}");
+    }
 }

@@ -229,14 +229,12 @@ impl NativeWorkerConfig {
                 Some(v) => self::runtime(py, "runtime", v)?,
                 None => d.runtime,
             },
+            // A bool (numpy's too); not an int or a string.
             enable_sdma: match &enable_sdma {
-                Some(v) if v.is_instance_of::<pyo3::types::PyBool>() => v.is_truthy()?,
-                Some(v) => {
-                    return Err(invalid(
-                        py,
-                        format!("enable_sdma must be True or False, got {}", v.repr()?),
-                    ))
-                }
+                Some(v) => v.extract::<bool>().map_err(|_| {
+                    let got = v.repr().map(|r| r.to_string()).unwrap_or_default();
+                    invalid(py, format!("enable_sdma must be True or False, got {got}"))
+                })?,
                 None => d.enable_sdma,
             },
             ..d

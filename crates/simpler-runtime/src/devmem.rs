@@ -15,7 +15,7 @@
 //! duration of both kernels of the run. Tensor views come from the orchestration instead,
 //! so [`read_view`] and [`write_view`] are `unsafe fn`s whose caller vouches for the view.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use simpler_abi::deferred::{
@@ -473,15 +473,22 @@ unsafe extern "C" fn sdma_submit(engine: u64, dst: u64, src: u64, bytes: u64) ->
     }
 }
 
-/// The current value of a COUNTER condition's counter (acquire).
+/// The current value of a COUNTER condition's counter (acquire): a `u32` when `narrow`,
+/// else a `u64`.
 ///
 /// # Safety
-/// `addr` is a non-zero, 8-byte aligned counter address a kernel registered; the kernel
-/// vouches that it is live device memory until the condition holds
+/// `addr` is a non-zero counter address a kernel registered, aligned to the counter's size;
+/// the kernel vouches that it is live device memory until the condition holds
 /// (`docs/chip-runtime.md` §18).
-pub(crate) unsafe fn read_counter(addr: u64) -> u64 {
-    // SAFETY: the caller's contract; `AtomicU64` has the layout of `u64`.
-    unsafe { (*(addr as *const AtomicU64)).load(Ordering::Acquire) }
+pub(crate) unsafe fn read_counter(addr: u64, narrow: bool) -> u64 {
+    // SAFETY: the caller's contract; the atomics have the layout of their integers.
+    unsafe {
+        if narrow {
+            u64::from((*(addr as *const AtomicU32)).load(Ordering::Acquire))
+        } else {
+            (*(addr as *const AtomicU64)).load(Ordering::Acquire)
+        }
+    }
 }
 
 /// A run's graph image in device memory, split into its tables (`simpler_abi::graph`).

@@ -87,6 +87,8 @@ pub(crate) enum Role {
         /// Thread index.
         index: u32,
     },
+    /// The chip's SDMA engine thread.
+    Sdma,
 }
 
 /// A device thread's registration, for the thread's life: while it lives, a crash on the
@@ -168,6 +170,7 @@ impl DeviceThread {
         let (kind, idx, core_type) = match role {
             Role::Aicore { core, core_type } => (ThreadKind::Aicore, core, core_type as u32 + 1),
             Role::Aicpu { index } => (ThreadKind::Aicpu, index, 0),
+            Role::Sdma => (ThreadKind::Sdma, 0, 0),
         };
         slot.device.store(device, r);
         slot.kind.store(kind as u32, r);
@@ -288,6 +291,34 @@ pub fn enter_orchestration(entry: u64) -> CallGuard {
         s.task.store(u64::MAX, Ordering::Relaxed);
         s.code
             .store(CodeKind::Orchestration as u32, Ordering::Relaxed);
+    });
+    CallGuard(())
+}
+
+/// Records that the calling device thread (the SDMA engine's) is about to copy `bytes`
+/// bytes from `src` to `dst` for a kernel, until the guard drops: a fault is reported as
+/// that copy's. A no-op on a thread that is not a device thread.
+pub fn enter_sdma_copy(dst: u64, src: u64, bytes: u64) -> CallGuard {
+    with_slot(|s| {
+        let r = Ordering::Relaxed;
+        s.entry.store(src, r);
+        s.args.store(dst, r);
+        s.task.store(bytes, r);
+        s.code.store(CodeKind::SdmaCopy as u32, r);
+    });
+    CallGuard(())
+}
+
+/// Records that the calling device thread is about to read the deferred-completion counter
+/// at `addr` that task `task` registered, until the guard drops: a fault is reported as that
+/// task's bad counter, not as the runtime's. A no-op on a thread that is not a device thread.
+pub fn enter_counter_read(addr: u64, task: u64) -> CallGuard {
+    with_slot(|s| {
+        let r = Ordering::Relaxed;
+        s.entry.store(addr, r);
+        s.args.store(0, r);
+        s.task.store(task, r);
+        s.code.store(CodeKind::Counter as u32, r);
     });
     CallGuard(())
 }

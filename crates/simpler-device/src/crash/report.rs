@@ -251,6 +251,8 @@ pub(crate) fn write(out: &mut Buf, fault: &Fault, t: &ThreadView, page: u64) {
             2 => out.s(" (aiv)"),
             _ => out,
         };
+    } else if t.kind == ThreadKind::Sdma as u32 {
+        out.s(", SDMA engine");
     } else {
         out.s(", AICPU thread ").dec(u64::from(t.index));
     }
@@ -280,6 +282,23 @@ pub(crate) fn write(out: &mut Buf, fault: &Fault, t: &ThreadView, page: u64) {
     } else if t.code == CodeKind::Orchestration as u32 {
         out.s("\n  orchestration: ");
         code_name(out, t.entry);
+    } else if t.code == CodeKind::SdmaCopy as u32 {
+        out.s("\n  copy:    an SDMA copy a kernel submitted (simpler_sdma_copy): ")
+            .dec(t.task)
+            .s(" bytes from ")
+            .hex(t.entry)
+            .s(" to ")
+            .hex(t.args);
+    } else if t.code == CodeKind::Counter as u32 {
+        out.s("\n  counter: the runtime reading the deferred-completion counter at ")
+            .hex(t.entry)
+            .s(" that task ")
+            .hex(t.task)
+            .s(" (ring ")
+            .dec(t.task >> 32)
+            .s(", submit #")
+            .dec(t.task & 0xffff_ffff)
+            .s(") registered (simpler_async_wait_counter): the kernel named a bad address");
     } else {
         out.s("\n  code:    the runtime (no kernel or orchestration call in progress)");
     }

@@ -19,9 +19,12 @@ pub(crate) enum ThreadKind {
     Aicore = 1,
     /// An AICPU thread (its index is the thread index).
     Aicpu = 2,
+    /// The chip's SDMA engine thread.
+    Sdma = 3,
 }
 
-/// What a device thread is executing: nothing of the user's, a kernel or an orchestration.
+/// What a device thread is executing: nothing of the user's, a kernel or an orchestration,
+/// or work on addresses a kernel named (an SDMA copy, a deferred-completion counter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum CodeKind {
     /// Runtime or device code (the thread is between user calls).
@@ -30,6 +33,12 @@ pub(crate) enum CodeKind {
     Kernel = 1,
     /// An orchestration entry.
     Orchestration = 2,
+    /// An SDMA copy a kernel submitted: `entry` the source, `args` the destination, `task`
+    /// the byte count.
+    SdmaCopy = 3,
+    /// The runtime reading a deferred-completion counter a kernel registered: `entry` the
+    /// counter's address, `task` the task.
+    Counter = 4,
 }
 
 /// One device thread and what it runs (written by the thread itself).

@@ -65,7 +65,7 @@ impl Chip {
             .map(|_| Arc::new(Doorbell::with_kill_switch(kill.clone())))
             .collect();
         let sdma = match sdma {
-            Some(hook) => Some(SdmaEngine::start(aicpu_bells.clone(), hook)?),
+            Some(hook) => Some(SdmaEngine::start(device, aicpu_bells.clone(), hook)?),
             None => None,
         };
         Ok(Chip {

@@ -28,22 +28,27 @@ pub(crate) struct Waiting {
 impl Waiting {
     /// Drops the conditions that hold now; true once none is left.
     pub(crate) fn settle(&mut self, sdma: Option<&SdmaEngine>) -> bool {
-        self.conditions.retain(|c| !holds(c, sdma));
+        let task = self.task;
+        self.conditions.retain(|c| !holds(task, c, sdma));
         self.conditions.is_empty()
     }
 
     /// True if every condition holds now (nothing is dropped).
     pub(crate) fn ready(&self, sdma: Option<&SdmaEngine>) -> bool {
-        self.conditions.iter().all(|c| holds(c, sdma))
+        self.conditions.iter().all(|c| holds(self.task, c, sdma))
     }
 }
 
-/// Whether condition `c`, already checked by [`accept`], holds now.
-fn holds(c: &DeferredCondition, sdma: Option<&SdmaEngine>) -> bool {
+/// Whether condition `c` of `task`, already checked by [`accept`], holds now.
+fn holds(task: TaskId, c: &DeferredCondition, sdma: Option<&SdmaEngine>) -> bool {
     match c.engine {
-        // SAFETY: `accept` let through only non-zero, 8-byte aligned counters, which the
-        // kernel that registered them vouches for until the condition holds (§18).
-        ASYNC_ENGINE_COUNTER => unsafe { devmem::read_counter(c.addr) >= c.value },
+        ASYNC_ENGINE_COUNTER => {
+            // A bad address is the kernel's: a fault here is reported as this task's counter.
+            let _read = simpler_device::crash::enter_counter_read(c.addr, task);
+            // SAFETY: `accept` let through only non-zero, aligned counters, which the kernel
+            // that registered them vouches for until the condition holds (§18).
+            unsafe { devmem::read_counter(c.addr, c.flags & COUNTER_32 != 0) >= c.value }
+        }
         ASYNC_ENGINE_SDMA => sdma.is_some_and(|e| e.completed() >= c.addr),
         _ => false,
     }
@@ -82,13 +87,25 @@ pub(crate) fn accept(
             ))
         };
         match c.engine {
-            ASYNC_ENGINE_COUNTER if c.addr == 0 || c.addr % 8 != 0 => {
-                return invalid(format!(
-                    "COUNTER address {:#x} is not a non-null, 8-byte aligned u64",
-                    c.addr
-                ));
+            ASYNC_ENGINE_COUNTER => {
+                let (bytes, ty) = if c.flags & COUNTER_32 != 0 {
+                    (4, "u32")
+                } else {
+                    (8, "u64")
+                };
+                if c.addr == 0 || !c.addr.is_multiple_of(bytes) {
+                    return invalid(format!(
+                        "COUNTER address {:#x} is not a non-null, {bytes}-byte aligned {ty}",
+                        c.addr
+                    ));
+                }
+                if c.flags & !COUNTER_32 != 0 || (bytes == 4 && c.value > u64::from(u32::MAX)) {
+                    return invalid(format!(
+                        "COUNTER flags {:#x} / value {} are not a u64 or u32 counter's",
+                        c.flags, c.value
+                    ));
+                }
             }
-            ASYNC_ENGINE_COUNTER => {}
             ASYNC_ENGINE_SDMA => match sdma {
                 None => {
                     return invalid(

@@ -18,6 +18,7 @@ impl Scheduler<'_, '_> {
         match deferred::accept(shared, sub.task, sub.lane, slab, self.sdma) {
             Ok(None) => false,
             Ok(Some(w)) => {
+                shared.deferred_task.store(sub.task, Ordering::Release);
                 shared.deferred.fetch_add(1, Ordering::AcqRel);
                 self.waiting.push(w);
                 true

@@ -131,6 +131,8 @@ pub(crate) struct RunShared {
     /// Finished dispatches waiting for their deferred-completion conditions
     /// (`docs/chip-runtime.md` §18), over all schedulers.
     pub(crate) deferred: AtomicU32,
+    /// The task of the dispatch that last started to wait (named by the no-progress clock).
+    pub(crate) deferred_task: AtomicU64,
     /// Doorbells of the scheduler threads, registered as they start.
     pub(crate) bells: Box<[OnceLock<Arc<Doorbell>>]>,
     /// Doorbell of the orchestrator thread (back-pressure and tensor-data waits).
@@ -202,6 +204,7 @@ impl RunShared {
             idle: IdleMap::new(clusters, schedulers),
             running: AtomicU32::new(0),
             deferred: AtomicU32::new(0),
+            deferred_task: AtomicU64::new(u64::MAX),
             bells: (0..schedulers).map(|_| OnceLock::new()).collect(),
             orch_bell: OnceLock::new(),
             drain: Drain {

@@ -111,10 +111,25 @@ pub(crate) fn no_progress(shared: &RunShared) -> bool {
                 describe(shared, t, None),
                 if ready > 0 { "ready" } else { "waiting" }
             ),
-            ("RUNNING_STALLED", _) => format!(
-                "{deferred} finished dispatch(es) wait for their deferred-completion \
-                 conditions (a COUNTER that never reached its value, or an SDMA copy)"
-            ),
+            ("RUNNING_STALLED", _) => {
+                let hint = shared.deferred_task.load(Ordering::Acquire);
+                // Short: the run's message holds a few hundred bytes.
+                let who = shared
+                    .live_task(hint)
+                    .filter(|t| !t.completed.load(Ordering::Acquire))
+                    .map(|_| describe(shared, hint, None))
+                    .unwrap_or_else(|| "a task".to_string());
+                let ring = if orch_done {
+                    ""
+                } else {
+                    " (the orchestrator has not returned: a full ring waits for them)"
+                };
+                format!(
+                    "{who} and {} more dispatch(es) wait for deferred completion: a counter \
+                     below its value or an SDMA copy not landed{ring}",
+                    deferred.saturating_sub(1)
+                )
+            }
             ("ORCH_STARVATION", _) => format!(
                 "the orchestrator has not returned after {} submits",
                 shared.submitted.load(Ordering::Acquire)
