@@ -23,11 +23,12 @@
  *                                            run when it reads it)
  *   SIMPLER_ASYNC_WAIT_OVERFLOW (102)        more than 64 conditions on one dispatch
  *   SIMPLER_ASYNC_REGISTRATION_FAILED (103)  the engine refused the copy (null address,
- *                                            zero bytes)
+ *                                            zero bytes, an injected fault)
  * The memory a pending copy reads and writes, and a counter, must stay valid until the task
  * completes. A kernel that also reports a fatal code (simpler_kernel_fail) fails the run
  * with KERNEL_FATAL; its conditions are not waited for, but its copies still land before
- * the run ends.
+ * the run ends (a device reset cancels the copies not yet started instead). The slab's
+ * header belongs to the runtime: a kernel must not write it.
  *
  * Mirrors crates/simpler-abi/src/deferred.rs byte for byte and call for call;
  * crates/simpler-abi/tests/c_async.rs checks both. Includes simpler/kernel.h.
@@ -39,6 +40,10 @@
 #include <stdint.h>
 
 #include "simpler/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define SIMPLER_ASYNC_SLAB_SLOT 52
 #define SIMPLER_ASYNC_MAX_CONDITIONS 64
@@ -64,6 +69,7 @@ typedef struct SimplerDeferredCondition {
     uint64_t value;    /* COUNTER: the value to reach; SDMA: 0 */
 } SimplerDeferredCondition;
 _Static_assert(sizeof(SimplerDeferredCondition) == 24, "DeferredCondition is 24 bytes");
+_Static_assert(offsetof(SimplerDeferredCondition, flags) == 4, "DeferredCondition.flags");
 _Static_assert(offsetof(SimplerDeferredCondition, addr) == 8, "DeferredCondition.addr");
 _Static_assert(offsetof(SimplerDeferredCondition, value) == 16, "DeferredCondition.value");
 
@@ -80,6 +86,8 @@ typedef struct SimplerDeferredSlab {
     SimplerDeferredCondition conditions[SIMPLER_ASYNC_MAX_CONDITIONS];
 } SimplerDeferredSlab;
 _Static_assert(sizeof(SimplerDeferredSlab) == 1600, "DeferredSlab is 1600 bytes");
+_Static_assert(offsetof(SimplerDeferredSlab, count) == 0, "DeferredSlab.count");
+_Static_assert(offsetof(SimplerDeferredSlab, error) == 4, "DeferredSlab.error");
 _Static_assert(offsetof(SimplerDeferredSlab, sdma_submit) == 8, "DeferredSlab.sdma_submit");
 _Static_assert(offsetof(SimplerDeferredSlab, sdma_engine) == 16, "DeferredSlab.sdma_engine");
 _Static_assert(offsetof(SimplerDeferredSlab, conditions) == 64, "DeferredSlab.conditions");
@@ -155,5 +163,9 @@ static inline int32_t simpler_sdma_copy(int64_t *args, void *dst, const void *sr
 static inline int32_t simpler_async_register(int64_t *args, SimplerDeferredCondition c) {
     return simpler_async_priv_push(simpler_async_priv_slab(args), c);
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* SIMPLER_ASYNC_H */

@@ -27,11 +27,12 @@ pub const ORCH_TENSORMAP_OVERFLOW: i32 = 11;
 
 /// Scheduler: no progress within the watchdog timeout.
 pub const SCHED_TIMEOUT: i32 = 100;
-/// Scheduler: an asynchronous completion was invalid.
+/// Scheduler: a deferred-completion condition names an engine the chip lacks, a bad counter
+/// or a ticket never issued (`docs/chip-runtime.md` §18).
 pub const SCHED_ASYNC_COMPLETION_INVALID: i32 = 101;
-/// Scheduler: too many asynchronous waits.
+/// Scheduler: a dispatch registered more than 64 deferred-completion conditions (§18).
 pub const SCHED_ASYNC_WAIT_OVERFLOW: i32 = 102;
-/// Scheduler: an asynchronous registration failed.
+/// Scheduler: the SDMA engine refused a copy a kernel submitted (§18).
 pub const SCHED_ASYNC_REGISTRATION_FAILED: i32 = 103;
 /// Scheduler: a ready queue overflowed.
 pub const SCHED_READY_QUEUE_OVERFLOW: i32 = 104;

@@ -227,9 +227,10 @@ unsafe fn counter_condition(args: *mut i64, addr: u64, flags: u32, value: u64, a
 /// when the dispatch has no condition left (the copy is then not started).
 ///
 /// # Safety
-/// `args` is the argument array the runtime passed to the running kernel; `src` and `dst`
-/// are device memory of at least `bytes` bytes that stay valid until the copy has landed
-/// (the task's completion), and nobody else writes `dst` meanwhile.
+/// `args` is the argument array the runtime passed to the running kernel, whose slab header
+/// the kernel has not written (it names the runtime's submit call); `src` and `dst` are
+/// device memory of at least `bytes` bytes that stay valid until the copy has landed (the
+/// task's completion), and nobody else writes `dst` meanwhile.
 pub unsafe fn sdma_copy(args: *mut i64, dst: *mut u8, src: *const u8, bytes: u64) -> i32 {
     // SAFETY: the caller's contract.
     let s = unsafe { slab(args) };

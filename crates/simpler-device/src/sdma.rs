@@ -37,11 +37,17 @@ struct Job {
     src: u64,
     bytes: u64,
     delay: Duration,
+    /// [`Inner::aborts`] when it was queued: an abort since then cancels it.
+    epoch: u64,
 }
 
 struct Inner {
     queue: Mutex<Queue>,
     more: Condvar,
+    /// Aborts so far ([`SdmaEngine::abort`]).
+    aborts: AtomicU64,
+    /// Held for the whole of each copy, so an abort can wait for the one in progress.
+    copying: Mutex<()>,
     /// Tickets issued so far (the last one's number).
     submitted: AtomicU64,
     /// Copies landed so far, in ticket order.
@@ -86,6 +92,8 @@ impl SdmaEngine {
         let inner = Arc::new(Inner {
             queue: Mutex::new(Queue::default()),
             more: Condvar::new(),
+            aborts: AtomicU64::new(0),
+            copying: Mutex::new(()),
             submitted: AtomicU64::new(0),
             completed: AtomicU64::new(0),
             bells,
@@ -132,6 +140,7 @@ impl SdmaEngine {
             src,
             bytes,
             delay,
+            epoch: self.inner.aborts.load(Ordering::Acquire),
         });
         self.inner.more.notify_one();
         Some(ticket)
@@ -152,11 +161,32 @@ impl SdmaEngine {
     pub fn in_flight(&self) -> u64 {
         self.submitted().saturating_sub(self.completed())
     }
+
+    /// Cancels every copy not yet started (they count as landed, without writing) and waits
+    /// for the one in progress: once it returns, no copy submitted before it writes memory.
+    /// The device calls it on a reset and when it is dropped, before its memory is freed.
+    pub fn abort(&self) {
+        {
+            let mut q = self.inner.queue.lock();
+            self.inner.aborts.fetch_add(1, Ordering::AcqRel);
+            let cancelled = q.jobs.len() as u64;
+            q.jobs.clear();
+            self.inner.completed.fetch_add(cancelled, Ordering::AcqRel);
+            self.inner.more.notify_all();
+        }
+        // A copy that began before the abort holds this lock until it has landed; one that
+        // had not begun sees the new epoch and is cancelled.
+        drop(self.inner.copying.lock());
+        for bell in self.inner.bells.iter() {
+            bell.ring();
+        }
+    }
 }
 
 impl Drop for SdmaEngine {
-    /// Lands every queued copy, then stops the thread.
+    /// Cancels what is queued ([`abort`](Self::abort)), then stops the thread.
     fn drop(&mut self) {
+        self.abort();
         self.inner.queue.lock().closed = true;
         self.inner.more.notify_all();
         if let Some(t) = self.thread.take() {
@@ -180,13 +210,26 @@ fn serve(inner: &Inner) {
             }
         };
         if !job.delay.is_zero() {
-            std::thread::sleep(job.delay);
+            // A slow engine (fault injection); an abort ends the wait.
+            let deadline = std::time::Instant::now() + job.delay;
+            let mut q = inner.queue.lock();
+            while inner.aborts.load(Ordering::Acquire) == job.epoch
+                && !inner.more.wait_until(&mut q, deadline).timed_out()
+            {}
         }
         {
+            let _copying = inner.copying.lock();
+            if inner.aborts.load(Ordering::Acquire) != job.epoch {
+                // Cancelled by an abort (which counted only the jobs still queued): it counts
+                // as landed, without writing.
+                inner.completed.fetch_add(1, Ordering::AcqRel);
+                continue;
+            }
             let _copy = crate::crash::enter_sdma_copy(job.dst, job.src, job.bytes);
             // SAFETY: `submit`'s caller vouched that both ranges are valid for `bytes` bytes
             // until this copy completes and that nobody else writes `dst` meanwhile; the
-            // ranges may overlap (a move).
+            // ranges may overlap (a move). No abort has begun since it was queued (checked
+            // under `copying`, which an abort waits for), so the memory is still the run's.
             unsafe {
                 std::ptr::copy(job.src as *const u8, job.dst as *mut u8, job.bytes as usize);
             }
@@ -262,5 +305,48 @@ mod tests {
         assert!(e.completed() < t);
         wait_for(&e, t);
         assert_eq!(dst, src);
+    }
+}
+
+#[cfg(test)]
+mod abort_tests {
+    use super::*;
+
+    #[test]
+    fn an_abort_cancels_queued_and_delayed_copies_without_writing() {
+        let e = SdmaEngine::start(
+            0,
+            Box::new([]),
+            Box::new(|| SdmaFault::Delay(Duration::from_secs(30))),
+        )
+        .unwrap();
+        let src = [9u8; 32];
+        let mut dst = [[0u8; 32]; 3];
+        for d in dst.iter_mut() {
+            // SAFETY: the abort below guarantees no copy writes after it returns, and both
+            // buffers outlive it.
+            unsafe { e.submit(d.as_mut_ptr() as u64, src.as_ptr() as u64, 32) }.unwrap();
+        }
+        let started = std::time::Instant::now();
+        e.abort();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the abort waited out the delay"
+        );
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while e.in_flight() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "cancelled copies stay in flight"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            dst.iter().all(|d| d.iter().all(|&b| b == 0)),
+            "a cancelled copy wrote"
+        );
+        // Dropping the engine writes nothing either.
+        drop(e);
+        assert!(dst.iter().all(|d| d.iter().all(|&b| b == 0)));
     }
 }

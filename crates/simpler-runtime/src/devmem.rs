@@ -464,7 +464,7 @@ impl Mailbox {
 /// The [`SdmaSubmit`] call a slab names: `engine` is the address of the chip's
 /// [`SdmaEngine`], which lives as long as the device (longer than any run).
 unsafe extern "C" fn sdma_submit(engine: u64, dst: u64, src: u64, bytes: u64) -> u64 {
-    // SAFETY: `write_dispatch` stores this function only beside the address of the live
+    // SAFETY: `link_sdma` stores this function only beside the address of the live
     // engine of the chip the dispatch runs on; the kernel calling it vouches for the copy's
     // memory (`simpler_abi::deferred::sdma_copy`'s contract).
     unsafe {

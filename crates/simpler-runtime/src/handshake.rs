@@ -67,10 +67,11 @@ pub fn dispatch_state(cond: u64, id: u32) -> DispatchState {
     }
 }
 
-/// The dispatch id after `id`: monotonic, wrapping below the sentinels, never 0.
+/// The dispatch id after `id`: monotonic, wrapping below the sentinels, never 0, and always
+/// of the other parity (a core's two payload buffers and slabs are chosen by it).
 pub const fn next_dispatch_id(id: u32) -> u32 {
     if id + 1 >= DISPATCH_ID_LIMIT {
-        1
+        2 - (id & 1 == 0) as u32
     } else {
         id + 1
     }
@@ -89,7 +90,16 @@ mod tests {
         assert_eq!(dispatch_state(ack(id), id), DispatchState::Running);
         assert_eq!(dispatch_state(fin(id - 1), id), DispatchState::Running);
         assert_ne!(ready(id as u64), ack(id));
-        assert_eq!(next_dispatch_id(DISPATCH_ID_LIMIT - 1), 1);
+        assert_eq!(next_dispatch_id(DISPATCH_ID_LIMIT - 1), 2);
         assert_eq!(next_dispatch_id(5), 6);
+    }
+
+    #[test]
+    fn the_wrap_keeps_alternating_the_payload_buffer() {
+        for id in [DISPATCH_ID_LIMIT - 2, DISPATCH_ID_LIMIT - 1] {
+            let next = next_dispatch_id(id);
+            assert!(next != 0 && next < DISPATCH_ID_LIMIT);
+            assert_ne!(next & 1, id & 1, "{id:#x} -> {next:#x}");
+        }
     }
 }

@@ -271,6 +271,10 @@ impl SimDevice {
         let streams: Vec<Arc<Stream>> = self.streams.lock().values().cloned().collect();
         let events: Vec<Arc<Event>> = self.events.lock().values().cloned().collect();
         self.chip.kill.store(true, Ordering::Release);
+        // No SDMA copy of the aborted work may land in memory the host frees after a reset.
+        if let Some(e) = &self.chip.sdma {
+            e.abort();
+        }
         for s in &streams {
             s.abort_queued();
         }
@@ -527,5 +531,9 @@ impl Drop for SimDevice {
             std::mem::forget(self.memory.clone());
         }
         self.streams.lock().clear();
+        // The memory is freed next (a field dropped after this body): no copy may land in it.
+        if let Some(e) = &self.chip.sdma {
+            e.abort();
+        }
     }
 }

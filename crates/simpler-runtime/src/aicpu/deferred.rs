@@ -73,7 +73,8 @@ pub(crate) fn accept(
                 "registered more than {MAX_DEFERRED_CONDITIONS} deferred-completion conditions"
             ),
             simpler_abi::SCHED_ASYNC_REGISTRATION_FAILED => {
-                "had an SDMA copy refused by the engine (a null address or zero bytes)".to_string()
+                "had an SDMA copy refused (a null address, zero bytes or an injected fault)"
+                    .to_string()
             }
             other => format!("reported deferred-completion error {other}"),
         };

@@ -54,6 +54,7 @@ const IDLE_YIELDS: u32 = 100;
 /// The first timed park while dispatches wait for COUNTER conditions (nobody rings for a
 /// counter); each park that finds nothing doubles it, up to [`DEFERRED_SLICE_MAX`].
 const DEFERRED_SLICE_MIN: Duration = Duration::from_micros(20);
+/// The longest of those timed parks.
 const DEFERRED_SLICE_MAX: Duration = Duration::from_millis(1);
 
 /// One dispatch in flight on a core.

@@ -3,7 +3,8 @@
 //!
 //! - the **no-progress clock** ([`RunShared::stalled_for_ms`]) runs only while nothing is
 //!   running; past the scheduler timeout the run fails with SCHEDULER_TIMEOUT and a stall
-//!   class — READY_IDLE, DEP_DEADLOCK or ORCH_STARVATION ([`no_progress`]);
+//!   class — RUNNING_STALLED (dispatches waiting for their deferred completion), READY_IDLE,
+//!   DEP_DEADLOCK or ORCH_STARVATION ([`no_progress`]);
 //! - the **op-execute clock** of one dispatch runs from the moment it became its core's
 //!   running dispatch; past the op-execute timeout the run fails with OP_EXECUTE_TIMEOUT and
 //!   the scheduler abandons the core ([`op_execute_overrun`]).
