@@ -51,9 +51,11 @@ def slow_fill(args):
 
 
 def hang(args):
-    """Never returns."""
+    """Never returns; with a tensor argument, first sets its element 0 to 1 (it has started)."""
     import time
 
+    if args.tensor_count():
+        args[0][0] = 1
     while True:
         time.sleep(1)
 

@@ -213,7 +213,13 @@ def test_close_ends_a_registration_of_another_thread_waiting_behind_a_hung_task(
     w = Worker(level=3, num_sub_workers=1, close_timeout_s=0.3)
     hang = w.register(l3_subs.hang)
     w.init()
-    run = w.submit(lambda o, _a, _c: o.submit_sub(hang))
+    began = w.create_buffer(64).array((16,), np.float32)
+    began[:] = 0
+    run = w.submit(lambda o, _a, _c: o.submit_sub(hang, TaskArgs().add_tensor(began, TensorArgType.OUTPUT_EXISTING)))
+    deadline = time.monotonic() + 30
+    while began[0] != 1:  # the sub worker has begun the hung task (a loaded box is slow)
+        assert time.monotonic() < deadline, "the hung task never started"
+        time.sleep(0.01)
     outcome = []
 
     def register():
