@@ -95,19 +95,26 @@ unsafe extern "C" fn consume_kernel(args: *mut i64) {
     }
 }
 
-/// `b = a` at once, then defers completion until `flag[0] >= 1` (tensors a In, flag NoDep,
-/// b OutputExisting).
-unsafe extern "C" fn wait_counter_kernel(args: *mut i64) {
+/// `b = a` at once (tensors a In, flag NoDep, b OutputExisting); returns the flag's address.
+fn copy_a_to_b(args: *mut i64) -> u64 {
     let (a, flag, b) = (t(args, 0), t(args, 1), t(args, 2));
-    // SAFETY: 1-D u32 views of the run's memory; the flag is a u64 tensor of the run.
+    // SAFETY: 1-D u32 views of the run's memory, of a's length.
     unsafe {
         std::ptr::copy_nonoverlapping(
             base(&a) as *const u8,
             base(&b) as *mut u8,
             a.shapes[0] as usize * 4,
-        );
-        wait_counter(args, base(&flag) as *const u64, 1);
-    }
+        )
+    };
+    base(&flag)
+}
+
+/// `b = a` at once, then defers completion until `flag[0] >= 1` (tensors a In, flag NoDep,
+/// b OutputExisting).
+unsafe extern "C" fn wait_counter_kernel(args: *mut i64) {
+    let flag = copy_a_to_b(args);
+    // SAFETY: the flag is a u64 tensor of the run, 8-byte aligned.
+    unsafe { wait_counter(args, flag as *const u64, 1) };
 }
 
 /// Sleeps 40 ms, then sets `flag[0] = 1` (tensor flag NoDep).
@@ -122,16 +129,9 @@ unsafe extern "C" fn set_counter_kernel(args: *mut i64) {
 /// `b = a` at once, then defers completion until the u32 `flag[0]` (the low half of the
 /// first u64) reaches 5 (tensors a In, flag NoDep, b OutputExisting).
 unsafe extern "C" fn wait_counter32_kernel(args: *mut i64) {
-    let (a, flag, b) = (t(args, 0), t(args, 1), t(args, 2));
-    // SAFETY: as `wait_counter_kernel`; the flag's first u32 is 4-byte aligned.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            base(&a) as *const u8,
-            base(&b) as *mut u8,
-            a.shapes[0] as usize * 4,
-        );
-        wait_counter32(args, base(&flag) as *const u32, 5);
-    }
+    let flag = copy_a_to_b(args);
+    // SAFETY: the flag's first u32 is 4-byte aligned memory of the run.
+    unsafe { wait_counter32(args, flag as *const u32, 5) };
 }
 
 /// Sets the u32 next to the awaited one to 1 at once (a 64-bit read of the pair would then

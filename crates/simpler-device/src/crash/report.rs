@@ -211,6 +211,17 @@ fn tensor_args(out: &mut Buf, t: &ThreadView, a: &LiveView) {
     }
 }
 
+/// Appends `task 0x… (ring r, submit #n)` for task id `task`.
+fn task_ref(out: &mut Buf, task: u64) {
+    out.s("task ")
+        .hex(task)
+        .s(" (ring ")
+        .dec(task >> 32)
+        .s(", submit #")
+        .dec(task & 0xffff_ffff)
+        .s(")");
+}
+
 /// Appends the name of the code at `entry`, or its address.
 fn code_name(out: &mut Buf, entry: u64) {
     let mut name = [0u8; NAME_BYTES];
@@ -267,13 +278,8 @@ pub(crate) fn write(out: &mut Buf, fault: &Fault, t: &ThreadView, page: u64) {
             out.s("; func id ").dec(u64::from(f));
         }
         if t.task != u64::MAX {
-            out.s("; task ")
-                .hex(t.task)
-                .s(" (ring ")
-                .dec(t.task >> 32)
-                .s(", submit #")
-                .dec(t.task & 0xffff_ffff)
-                .s(")");
+            out.s("; ");
+            task_ref(out, t.task);
         }
         out.s("; block ")
             .idec(i64::from(t.block_idx))
@@ -292,13 +298,9 @@ pub(crate) fn write(out: &mut Buf, fault: &Fault, t: &ThreadView, page: u64) {
     } else if t.code == CodeKind::Counter as u32 {
         out.s("\n  counter: the runtime reading the deferred-completion counter at ")
             .hex(t.entry)
-            .s(" that task ")
-            .hex(t.task)
-            .s(" (ring ")
-            .dec(t.task >> 32)
-            .s(", submit #")
-            .dec(t.task & 0xffff_ffff)
-            .s(") registered (simpler_async_wait_counter): the kernel named a bad address");
+            .s(" that ");
+        task_ref(out, t.task);
+        out.s(" registered (simpler_async_wait_counter): the kernel named a bad address");
     } else {
         out.s("\n  code:    the runtime (no kernel or orchestration call in progress)");
     }

@@ -32,24 +32,21 @@ impl Scheduler<'_, '_> {
 
     /// Counts every waiting dispatch whose conditions all hold now; true if any.
     pub(super) fn settle_deferred(&mut self) -> bool {
-        if self.waiting.is_empty() {
-            return false;
-        }
-        let mut settled = Vec::new();
-        let sdma = self.sdma;
-        self.waiting.retain_mut(|w| {
-            let done = w.settle(sdma);
-            if done {
-                settled.push(w.task);
+        // No allocation: settled entries are swapped out in place (order does not matter).
+        let mut any = false;
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if !self.waiting[i].settle(self.sdma) {
+                i += 1;
+                continue;
             }
-            !done
-        });
-        for &task in &settled {
+            let task = self.waiting.swap_remove(i).task;
             self.shared.progress();
             self.shared.deferred.fetch_sub(1, Ordering::AcqRel);
             self.count_subtask(task);
+            any = true;
         }
-        !settled.is_empty()
+        any
     }
 
     /// Forgets the waiting dispatches (the run failed: they will never be counted).
