@@ -18,6 +18,7 @@
 //! - `tables`: the lock-free tables the handler reads — device threads and what they run,
 //!   live device allocations, names of loaded code;
 //! - `report`: the report's text, formatted without allocating;
+//! - `peek`: the fault-free read of the process's own memory the report uses;
 //! - `slab`: the tables' lock-free storage.
 //!
 //! Who writes what: the sim's device threads register themselves (`DeviceThread`); the
@@ -29,6 +30,7 @@
 //! This module must not know runs or tasks beyond the numbers it is handed; it must not
 //! allocate, lock or call anything not async-signal-safe inside the handler.
 
+mod peek;
 mod report;
 mod signal;
 mod slab;

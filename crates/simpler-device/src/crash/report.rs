@@ -9,7 +9,7 @@
 
 use simpler_abi::{MAX_TASK_TENSORS, TENSOR_COUNT_SLOT};
 
-use super::signal;
+use super::peek;
 use super::tables::{self, CodeKind, LiveView, ThreadKind, ThreadView, NAME_BYTES};
 
 /// A fixed-size text buffer; what does not fit is dropped.
@@ -174,7 +174,7 @@ pub(crate) fn locate(addr: u64, page: u64) -> Place {
 /// The u64 at `addr`, read without faulting.
 fn read_u64(addr: u64) -> Option<u64> {
     let mut b = [0u8; 8];
-    signal::read_own(addr, &mut b).then(|| u64::from_ne_bytes(b))
+    peek::read_own(addr, &mut b).then(|| u64::from_ne_bytes(b))
 }
 
 /// The func id whose entry in the run's func table is the call's entry.

@@ -1,6 +1,5 @@
-//! The signal handlers, the device threads' alternate signal stacks and the fault-free read
-//! of the process's own memory ([`read_own`]): the only `unsafe` code of the crash reporter
-//! besides the slab's chunk access.
+//! The signal handlers and the device threads' alternate signal stacks: with the fault-free
+//! read of `peek` and the slab's chunk access, the only `unsafe` code of the crash reporter.
 //!
 //! [`install`] puts one handler on SIGSEGV, SIGBUS, SIGFPE and SIGABRT (`sigaction`,
 //! `SA_SIGINFO | SA_ONSTACK`), remembering the handlers it replaces. On a device thread the
@@ -185,25 +184,6 @@ unsafe fn chain(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
             f(sig);
         }
     }
-}
-
-/// Copies `out.len()` bytes at address `addr` of this process into `out` without touching
-/// them directly (`process_vm_readv` on the process itself), so an unmapped or protected
-/// address is a `false`, not a fault. Async-signal-safe. False also where the system refuses
-/// the call.
-pub(crate) fn read_own(addr: u64, out: &mut [u8]) -> bool {
-    let local = libc::iovec {
-        iov_base: out.as_mut_ptr().cast(),
-        iov_len: out.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut c_void,
-        iov_len: out.len(),
-    };
-    // SAFETY: `local` describes `out`, writable for its length; the kernel reads `remote`
-    // on our behalf and reports an unreadable range as an error instead of faulting.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n == out.len() as isize
 }
 
 /// Writes all of `bytes` to stderr with `write(2)` (retrying partial writes and EINTR).
