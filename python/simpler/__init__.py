@@ -31,10 +31,12 @@ from .compiler import KernelCompiler, include_dir
 from .config import CallConfig, RuntimeEnv
 from .errors import *  # noqa: F401,F403 - the exception classes are part of the API
 from .errors import __all__ as _error_names
-from .host_worker import HostRunHandle, HostRunReport, HostWorker, SharedBuffer
+from .host_worker import HostWorker
 from .isolated_worker import IsolatedWorker
 from .orchestrator import Orchestrator
 from .remote import RemoteWorkerSpec
+from .runs import GraphReport, HostRunHandle, HostRunReport, RunHandle, RunReport
+from .shared_buffer import SharedBuffer
 from .tensor import Buffer, ChildTensor, TaskArgs, Tensor, as_array
 from .channel import (
     NotifyOp,
@@ -54,7 +56,7 @@ from .types import (
     scalar_to_uint64,
     uint64_to_scalar,
 )
-from .worker import GraphReport, RecordedRun, RunHandle, RunReport, Worker
+from .worker import RecordedRun, Worker
 
 __version__ = _native.__version__
 

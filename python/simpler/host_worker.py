@@ -40,17 +40,18 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import importlib.util
 import math
 import os
 import sys
 import threading
 import weakref
-from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _native
+from ._launch import child_program
 from ._source import with_source
 from .callable import CallableHandle, ChipCallable
 from .config import CallConfig
@@ -62,39 +63,22 @@ from .errors import (
     UnsupportedError,
     WorkerStateError,
 )
-from .tensor import ChildTensor, Tensor, as_array
+from .next_level import LocalChild, encode_payload
+from .options import CHIP_OPTIONS, PLATFORMS, trace_option
+from .orchestrator import Orchestrator
+from .remote import DataPlane, RayChild, RemoteWorkerSpec
+from .runs import HostRunHandle, HostRunReport
+from .shared_buffer import SharedBuffer
+from .tensor import ChildTensor, Tensor
 from .types import DataType, shape_tuple
-from .worker import (
-    _OPTIONS,
-    PLATFORMS,
-    RecordedRun,
-    Worker,
-    _trace_option,
-    _TracedReport,
-    wait_timeout,
-)
+from .worker import RecordedRun, Worker
 
-__all__ = ["HostWorker", "HostRunHandle", "HostRunReport", "SharedBuffer"]
+__all__ = ["HostWorker"]
 
 # Chip options of the level-2 Worker that a level-3 worker applies to each of its chips;
 # `heap_ring_size` is the level-3 engine's own heap ring here (bytes per heap, 4 heaps).
-_CHIP_OPTIONS = {key: field for key, field in _OPTIONS.items() if key != "heap_ring_size"}
+_CHIP_OPTIONS = {key: field for key, field in CHIP_OPTIONS.items() if key != "heap_ring_size"}
 _ISOLATIONS = ("thread", "process")
-
-
-def _child_program() -> Dict[str, Any]:
-    """How the engine starts a child: this interpreter running ``simpler._child``, with this
-    process's ``sys.path`` as ``PYTHONPATH`` in its environment, so functions pickled by
-    reference import there."""
-    path = [p for p in sys.path if p]
-    old = os.environ.get("PYTHONPATH")
-    if old:
-        path.extend(p for p in old.split(os.pathsep) if p and p not in path)
-    return {
-        "child_program": sys.executable,
-        "child_args": ["-m", "simpler._child"],
-        "child_env": [("PYTHONPATH", os.pathsep.join(path))],
-    }
 
 
 def _index_list(value: Any, what: str) -> List[int]:
@@ -122,114 +106,6 @@ def _close_upper_workers() -> None:
             w.close()
         except Exception as e:  # noqa: BLE001 - at exit: say it, close the others
             print(f"simpler: warning: closing {w!r} at exit: {e}", file=sys.stderr)
-
-
-@dataclass(frozen=True)
-class HostRunReport(_TracedReport):
-    """What a successful level-3 run reports. A traced run's report holds its merged trace
-    (the "L3 host" process, then one process per chip): ``has_trace``,
-    ``write_trace(path, format=None)`` and ``trace_summary()`` as level 2's
-    :class:`~simpler.RunReport` (``docs/tracing.md``)."""
-
-    run: int
-    """The run's id (per worker, from 1)."""
-    tasks: int
-    """Tasks the run executed."""
-    total_time_s: float
-    """From ``submit`` to the run's end."""
-    _native: Any = field(default=None, repr=False, compare=False)
-
-
-class HostRunHandle:
-    """A submitted level-3 run. ``done`` says whether it finished; ``wait(timeout)`` blocks
-    (``WaitTimeoutError`` after ``timeout`` seconds, or the run's own error); ``result()``
-    waits and returns the :class:`HostRunReport`. Waiting is idempotent."""
-
-    def __init__(self, native: "_native.HostRunHandle") -> None:
-        self._native = native
-
-    @property
-    def run(self) -> int:
-        """The run's id."""
-        return int(self._native.run)
-
-    @property
-    def done(self) -> bool:
-        """True once the run finished (successfully or not); never blocks."""
-        return bool(self._native.poll())
-
-    def wait(self, timeout: Optional[float] = None) -> None:
-        """Waits for the run; raises ``WaitTimeoutError`` (a ``TimeoutError``) if it is still
-        running after ``timeout`` seconds, or the run's error if it failed."""
-        self.result(timeout)
-
-    def result(self, timeout: Optional[float] = None) -> HostRunReport:
-        """Waits (see :meth:`wait`) and returns the run's report."""
-        report = self._native.wait(wait_timeout(timeout))
-        traced = report if report.has_trace else None
-        return HostRunReport(
-            int(report.run), int(report.tasks), float(report.total_time_s), traced
-        )
-
-    def __repr__(self) -> str:
-        return f"HostRunHandle(run={self.run}, done={self.done})"
-
-
-class SharedBuffer:
-    """Shared memory from :meth:`HostWorker.create_buffer`: ``nbytes`` zero-filled bytes that
-    this process and every child process of the worker map (anonymous memory, nothing in the
-    file system). :meth:`array` views it as a numpy array without copying; a view (or a slice
-    of one) passed as a task argument reaches a child process in place. The memory lives as
-    long as this object or any view of it."""
-
-    backend_kind = "SHARED_MEMFD"
-
-    def __init__(self, native: "_native.SharedMemory") -> None:
-        self._native = native
-
-    @property
-    def nbytes(self) -> int:
-        return int(self._native.nbytes)
-
-    @property
-    def identity(self) -> int:
-        """The shared region's id, the same in every process that maps it."""
-        region = self._native.region
-        return -1 if region is None else int(region)
-
-    @property
-    def __array_interface__(self) -> Dict[str, Any]:
-        return self._native.__array_interface__
-
-    def array(self, shape: Any = None, dtype: Any = np.uint8, byte_offset: int = 0) -> np.ndarray:
-        """A writable numpy view of the buffer: ``shape`` elements of ``dtype`` (a simpler
-        or numpy dtype) from ``byte_offset``; the whole buffer as bytes by default."""
-        try:
-            dt = np.dtype(DataType.of(dtype).to_numpy())
-        except (ArgumentTypeError, InvalidArgumentError):
-            dt = np.dtype(dtype)  # any numpy dtype views the bytes; tasks take simpler's
-        raw = np.asarray(self._native)
-        if isinstance(byte_offset, bool) or not isinstance(byte_offset, int) or byte_offset < 0:
-            raise InvalidArgumentError(f"byte_offset must be an int >= 0, got {byte_offset!r}")
-        if shape is None:
-            count = (self.nbytes - byte_offset) // dt.itemsize
-            shape = (count,)
-        dims = shape_tuple(shape, "shape")
-        need = math.prod(dims) * dt.itemsize
-        if byte_offset + need > self.nbytes:
-            raise InvalidArgumentError(
-                f"a {dt} view of shape {dims} at byte {byte_offset} needs "
-                f"{byte_offset + need} bytes; the buffer has {self.nbytes}"
-            )
-        return raw[byte_offset : byte_offset + need].view(dt).reshape(dims)
-
-    @property
-    def buf(self) -> memoryview:
-        """The whole buffer as a writable memoryview (upstream's ``buffer.shm.buf``)."""
-        return memoryview(np.asarray(self._native))
-
-    def __repr__(self) -> str:
-        return f"SharedBuffer(nbytes={self.nbytes}, identity={self.identity})"
 
 
 class HostWorker(Worker):
@@ -307,7 +183,7 @@ class HostWorker(Worker):
             ):
                 raise InvalidConfigError(f"{key} must be positive and finite, got {value!r}")
         # The trace level of runs whose CallConfig leaves it off (docs/tracing.md).
-        self.trace_level = _trace_option(config)
+        self.trace_level = trace_option(config)
         options = {field: config.pop(key) for key, field in _CHIP_OPTIONS.items() if key in config}
         if config:
             raise ArgumentTypeError(f"Worker() got unknown option(s): {', '.join(sorted(config))}")
@@ -324,7 +200,7 @@ class HostWorker(Worker):
             heap_ring_size=None if heap_ring_size is None else int(heap_ring_size),
             startup_timeout_s=startup,
             close_timeout_s=close_timeout,
-            **_child_program(),
+            **child_program(),
         )
         # Level 4 and above: the engine is made at init(), once the children are known.
         self._host: Any = None
@@ -521,8 +397,6 @@ class HostWorker(Worker):
         """Level 4 and above: a chip callable goes to the children (each registers it on its
         level-3 worker); a function goes to the children (as a level-3 orchestration
         function, and a sub callable of theirs) and to this worker's sub workers."""
-        from .next_level import encode_payload
-
         next_payload = encode_payload(target, hashid, name, pickled)
         sub_payload = pickled if pickled is not None and self.num_sub_workers > 0 else None
         with self._lock:
@@ -602,8 +476,6 @@ class HostWorker(Worker):
         worker id (``0, 1, ...`` in the order children are added). This worker initializes
         it at :meth:`init` and closes it at :meth:`close`."""
         self._check_topology("add_worker")
-        from .next_level import LocalChild
-
         if not isinstance(worker, HostWorker):
             raise ArgumentTypeError(
                 f"add_worker takes a Worker(level={self.level - 1}), got {type(worker).__name__}"
@@ -635,15 +507,11 @@ class HostWorker(Worker):
         :meth:`close`. Needs Ray (``pip install "simpler[ray]"``); Ray starts a local
         cluster unless ``ray.init(address=...)`` was called first."""
         self._check_topology("add_remote_worker")
-        import importlib.util
-
-        from . import remote
-
         if importlib.util.find_spec("ray") is None:
             raise UnsupportedError(
                 'add_remote_worker needs Ray, which is not installed: pip install "simpler[ray]"'
             )
-        if not isinstance(spec, remote.RemoteWorkerSpec):
+        if not isinstance(spec, RemoteWorkerSpec):
             raise ArgumentTypeError(
                 f"add_remote_worker takes a RemoteWorkerSpec, got {type(spec).__name__}"
             )
@@ -652,8 +520,8 @@ class HostWorker(Worker):
         HostWorker(level=3, **spec.worker_config())
         with self._lock:
             if self._plane is None:
-                self._plane = remote.DataPlane()
-            child = remote.RayChild(
+                self._plane = DataPlane()
+            child = RayChild(
                 spec, len(self._children), self._plane, self.remote_task_timeout_s
             )
             self._children.append(child)
@@ -753,8 +621,6 @@ class HostWorker(Worker):
     ) -> HostRunHandle:
         """:meth:`submit`, traced at ``config``'s level, else the worker's, else
         ``default_level``."""
-        from .orchestrator import Orchestrator
-
         if isinstance(orch_fn, (CallableHandle, ChipCallable)) or not callable(orch_fn):
             raise ArgumentTypeError(
                 "a level-3 run is an orchestration function f(orch, args, config), got "
@@ -877,18 +743,3 @@ class HostWorker(Worker):
             f"num_sub_workers={self.num_sub_workers}, chip_isolation={self.chip_isolation!r}, "
             f"state={self._state})"
         )
-
-
-def _host_array(value: Any, what: str, writable: bool = False) -> np.ndarray:
-    """The numpy array behind a host tensor argument (no copy)."""
-    if isinstance(value, Tensor):
-        if value.is_device:
-            raise ArgumentTypeError(
-                f"{what}: a level-2 device Buffer cannot be used at level 3; allocate chip "
-                "memory with orch.alloc_child_tensor(worker, shape, dtype)"
-            )
-        assert value.array is not None
-        return value.array
-    if isinstance(value, SharedBuffer):
-        return value.array()
-    return as_array(value, writable=writable, what=what)

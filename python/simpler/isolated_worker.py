@@ -42,6 +42,7 @@ import math
 from typing import Any, Dict, Optional
 
 from . import _native
+from ._launch import child_program
 from .config import CallConfig
 from .errors import InvalidConfigError, UnsupportedError, WorkerStateError
 from .worker import RecordedRun, Worker
@@ -87,8 +88,6 @@ class IsolatedWorker(Worker):
         when the child cannot start (nothing is left running). A borrowed context
         (``borrowed_context_generation``) is refused with ``InvalidConfigError`` naming
         ``chip_isolation``: the caller's context lives in this process."""
-        from .host_worker import _child_program
-
         del prewarm_config  # nothing to pre-warm: callables load at registration
         if borrowed_context_generation is not None:
             raise InvalidConfigError(
@@ -102,7 +101,7 @@ class IsolatedWorker(Worker):
             if self._state == "ready":
                 raise WorkerStateError("init() was already called")
             native = _native.IsolatedChipWorker(
-                self._config, startup_timeout_s=self._startup_timeout_s, **_child_program()
+                self._config, startup_timeout_s=self._startup_timeout_s, **child_program()
             )
             try:
                 for handle in self._handles.values():

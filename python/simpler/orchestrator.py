@@ -28,7 +28,8 @@ from . import _native
 from .callable import CallableHandle
 from .config import CallConfig
 from .errors import ArgumentTypeError, InvalidArgumentError
-from .tensor import ChildTensor, TaskArgs
+from .shared_buffer import SharedBuffer
+from .tensor import ChildTensor, TaskArgs, Tensor, as_array
 from .types import ArgSpec, DataType, TensorArgType, scalar_to_uint64, shape_tuple
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -346,9 +347,23 @@ class Orchestrator:
         return _native.HostTaskArgs(tensors, tags, scalars)
 
 
-def _host_item(value: Any, what: str, writable: bool = False) -> "_native.HostTensor":
-    from .host_worker import _host_array
+def _host_array(value: Any, what: str, writable: bool = False) -> np.ndarray:
+    """The numpy array behind a host tensor argument (no copy)."""
+    if isinstance(value, Tensor):
+        if value.is_device:
+            raise ArgumentTypeError(
+                f"{what}: a level-2 device Buffer cannot be used at level 3; allocate chip "
+                "memory with orch.alloc_child_tensor(worker, shape, dtype)"
+            )
+        assert value.array is not None
+        return value.array
+    if isinstance(value, SharedBuffer):
+        return value.array()
+    return as_array(value, writable=writable, what=what)
 
+
+def _host_item(value: Any, what: str, writable: bool = False) -> "_native.HostTensor":
+    """A host tensor argument as the engine takes it: its array (no copy) and dtype."""
     arr = _host_array(value, what, writable)
     try:
         dtype = DataType.from_numpy(arr.dtype)

@@ -45,10 +45,10 @@ completes (the handle keeps them alive): do not modify them meanwhile.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -66,32 +66,12 @@ from .errors import (
     UnsupportedError,
     WorkerStateError,
 )
+from .options import CHIP_OPTIONS, PLATFORMS, trace_option
+from .runs import RunHandle, RunReport
 from .tensor import Buffer, TaskArgs, Tensor, as_array
 from .types import ArgSpec, TensorArgType, is_scalar, scalar_item
 
-__all__ = ["Worker", "RunHandle", "RunReport", "GraphReport", "RecordedRun"]
-
-PLATFORMS = ("sim", "a2a3sim")
-# The runtime variants' names, as the host names them (simpler_host::Runtime).
-RUNTIMES: Tuple[str, ...] = tuple(_native.RUNTIMES)
-
-# Worker options and the host's WorkerConfig fields they set (unset ones take its defaults).
-_OPTIONS = {
-    "clusters": "clusters",
-    "aicpu_threads": "aicpu_threads",
-    "aicpu_thread_num": "aicpu_thread_num",
-    "heap_ring_size": "heap_size",
-    "task_window": "task_window",
-    "run_timeout_s": "run_timeout_s",
-    "launch_depth": "launch_depth",
-    "scheduler_timeout_s": "scheduler_timeout_s",
-    "op_execute_timeout_s": "op_execute_timeout_s",
-    "tensor_data_timeout_s": "tensor_data_timeout_s",
-    "sim_memcheck": "sim_memcheck",
-    "sim_executor": "sim_executor",
-    "runtime": "runtime",
-    "enable_sdma": "enable_sdma",
-}
+__all__ = ["Worker", "RecordedRun"]
 
 # Options that configure the device itself; a worker borrowing a caller's context refuses them.
 _DEVICE_OPTIONS = (
@@ -105,97 +85,6 @@ _DEVICE_OPTIONS = (
 
 # Upstream options with no effect here, accepted so upstream scripts run unchanged.
 _IGNORED_POSITIVE = ("startup_timeout_s", "py_control_timeout_s")
-
-
-def _trace_option(config: Dict[str, Any]) -> str:
-    """Pops a worker's ``trace`` option from ``config``: the trace level of its runs whose
-    :class:`CallConfig` leaves ``trace_level`` off (``"off"`` when not given;
-    ``docs/tracing.md``). ``InvalidConfigError`` naming ``trace`` for a bad level."""
-    level = str(config.pop("trace", None) or "off")
-    try:
-        _native.CallConfig(trace_level=level)
-    except Exception as e:
-        raise InvalidConfigError(f"trace: {e}") from None
-    return level
-
-
-_UNTRACED = "the run was not traced (its trace level was off)"
-
-
-class _TracedReport:
-    """The trace of a run report, level 2's :class:`RunReport` and level 3's
-    ``HostRunReport`` alike: ``_native`` is the native report of a traced run (else
-    ``None``), which holds the trace (``docs/tracing.md``)."""
-
-    _native: Any
-
-    @property
-    def has_trace(self) -> bool:
-        """True when the run ran at a trace level other than off."""
-        return self._native is not None and bool(self._native.has_trace)
-
-    def write_trace(self, path: Union[str, "os.PathLike[str]"], format: Optional[str] = None) -> None:
-        """Writes the trace atomically: Perfetto protobuf, or Chrome JSON for a ``.json``
-        path or ``format="chrome"``. ``ValueError`` for an untraced run."""
-        if self._native is None:
-            raise ValueError(_UNTRACED)
-        self._native.write_trace(os.fspath(path), format)
-
-    def trace_summary(self) -> str:
-        """The timing breakdown ``simpler trace summary`` prints (``docs/tracing.md``);
-        ``ValueError`` for an untraced run."""
-        if self._native is None:
-            raise ValueError(_UNTRACED)
-        return str(self._native.trace_summary())
-
-
-@dataclass(frozen=True)
-class GraphReport:
-    """What the host did for a ``host_build_graph`` run's graph (``RunReport.graph``)."""
-
-    build_time_s: float
-    """Running the orchestration on the host and writing the graph image (0 for a replay)."""
-    upload_time_s: float
-    """Allocating the image on the device and copying it there (0 for a replay)."""
-    tasks: int
-    """Tasks in the graph."""
-    image_bytes: int
-    """Bytes of the graph image."""
-    replayed: bool
-    """Whether the run replayed a :class:`RecordedRun`."""
-
-    @classmethod
-    def _of(cls, native: Any) -> Optional["GraphReport"]:
-        """The report of a native ``GraphReport`` (``None`` for none)."""
-        if native is None:
-            return None
-        return cls(
-            float(native.build_time_s),
-            float(native.upload_time_s),
-            int(native.tasks),
-            int(native.image_bytes),
-            bool(native.replayed),
-        )
-
-
-@dataclass(frozen=True)
-class RunReport(_TracedReport):
-    """What a successful run reports; a traced run's report also holds its trace."""
-
-    epoch: int
-    """The run's epoch (process-unique, non-zero)."""
-    device_time_s: float
-    """From the launch of the first kernel to the proof of completion."""
-    total_time_s: float
-    """From the call to the return, including staging and copy-back."""
-    tasks: Optional[int] = None
-    """Tasks the orchestration submitted, allocation-only and other kernel-less tasks
-    included (for a chip in a child process, as the child reports them)."""
-    graph: Optional[GraphReport] = None
-    """A ``host_build_graph`` run's graph: its build and upload times, tasks, image size,
-    and whether it was a replay; ``None`` under ``tensormap_and_ringbuffer`` (and for a
-    chip in a child process)."""
-    _native: Any = field(default=None, repr=False, compare=False)
 
 
 class RecordedRun:
@@ -326,7 +215,7 @@ class Worker:
         self.device_id = config.pop("device_id", 0)
         if self.platform not in PLATFORMS:
             raise UnsupportedError(f"platform {self.platform!r}: only 'sim' exists in this build")
-        options = {field: config.pop(key) for key, field in _OPTIONS.items() if key in config}
+        options = {field: config.pop(key) for key, field in CHIP_OPTIONS.items() if key in config}
         for key in ("device_ids", "num_sub_workers"):
             if config.pop(key, None):
                 raise UnsupportedError(
@@ -334,7 +223,7 @@ class Worker:
                     "Worker(level=3, ...)"
                 )
         # The trace level of runs whose CallConfig leaves it off (docs/tracing.md).
-        self.trace_level = _trace_option(config)
+        self.trace_level = trace_option(config)
         # "process" is python/simpler/isolated_worker.py (Worker.__new__ makes one).
         isolation = config.pop("chip_isolation", "thread")
         if isolation != "thread":
@@ -678,8 +567,6 @@ class Worker:
 
     def _traced_config(self, config: Optional[CallConfig], default: str) -> CallConfig:
         """``config`` with a trace level: its own, else the worker's, else ``default``."""
-        import dataclasses
-
         if config is not None and not isinstance(config, CallConfig):
             raise ArgumentTypeError(f"config must be a CallConfig, got {type(config).__name__}")
         base = config if config is not None else CallConfig()
@@ -870,56 +757,3 @@ class Worker:
             address = tensor.buffer.address + tensor.byte_offset
             return _native.DeviceTensor(address, list(tensor.shape), int(tensor.dtype))
         return _native.HostTensor(tensor.array, int(tensor.dtype))
-
-
-def wait_timeout(timeout: Any) -> Optional[float]:
-    """A run handle's ``timeout`` as the native wait takes it: ``None`` (wait as long as it
-    takes) or seconds as a float. Raises :class:`ArgumentTypeError` for anything but a
-    number (a bool included); the native wait refuses a negative or non-finite one."""
-    if timeout is not None and (
-        isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-    ):
-        raise ArgumentTypeError(f"timeout must be a number of seconds, got {timeout!r}")
-    return None if timeout is None else float(timeout)
-
-
-class RunHandle:
-    """A submitted run. ``done`` says whether it finished; ``wait(timeout)`` blocks (raising
-    ``TimeoutError`` after ``timeout`` seconds, or the run's own error); ``result()`` waits and
-    returns the :class:`RunReport`. Waiting is idempotent: every wait after the run finished
-    returns (or raises) the same outcome. The handle keeps its host arrays alive."""
-
-    def __init__(self, native: Any, worker: Worker) -> None:
-        self._native = native
-        self._worker = worker
-
-    @property
-    def epoch(self) -> int:
-        return int(self._native.epoch)
-
-    @property
-    def done(self) -> bool:
-        """True once the run finished (successfully or not)."""
-        return bool(self._native.poll())
-
-    def wait(self, timeout: Optional[float] = None) -> None:
-        """Waits for the run; raises ``WaitTimeoutError`` (a ``TimeoutError``) if it is still
-        running after ``timeout`` seconds, or the run's error if it failed."""
-        self._native.wait(wait_timeout(timeout))
-
-    def result(self, timeout: Optional[float] = None) -> RunReport:
-        """Waits (see :meth:`wait`) and returns the run's report."""
-        self.wait(timeout)
-        report = self._native.result()
-        traced = report if getattr(report, "has_trace", False) else None
-        return RunReport(
-            report.epoch,
-            report.device_time_s,
-            report.total_time_s,
-            report.tasks,
-            GraphReport._of(report.graph),
-            traced,
-        )
-
-    def __repr__(self) -> str:
-        return f"RunHandle(epoch={self.epoch}, done={self.done})"

@@ -103,7 +103,7 @@ def test_unknown_runtime_names_are_refused_listing_the_names():
         with pytest.raises(simpler.InvalidConfigError, match="runtime") as err:
             make()
         assert "tensormap_and_ringbuffer and host_build_graph" in str(err.value)
-    assert simpler.worker.RUNTIMES == (TMR, HBG)
+    assert simpler.options.RUNTIMES == (TMR, HBG)
     env = _native.RuntimeEnv(ready_queue=64)
     assert env.ready_queue == 64 and _native.RuntimeEnv().ready_queue is None
     assert _native.CallConfig(runtime=HBG).runtime == HBG and _native.CallConfig().runtime is None

@@ -291,7 +291,7 @@ def test_a_child_that_crashes_at_start_fails_init_and_a_second_init_is_refused(m
 
     monkeypatch.setattr(
         host_worker,
-        "_child_program",
+        "child_program",
         lambda: {"child_program": "/bin/sh", "child_args": ["-c", "echo boom >&2; exit 3"]},
     )
     w = Worker(level=3, device_ids=[0], num_sub_workers=2)

@@ -167,7 +167,7 @@ def test_a_child_that_cannot_start_fails_init_and_nothing_is_left(monkeypatch, t
 
     missing = str(tmp_path / "no-such-python")
     monkeypatch.setattr(
-        host_worker, "_child_program", lambda: {"child_program": missing, "child_args": []}
+        host_worker, "child_program", lambda: {"child_program": missing, "child_args": []}
     )
     w = Worker(level=3, device_ids=[0], num_sub_workers=2)
     with pytest.raises(simpler.StartupError) as info:

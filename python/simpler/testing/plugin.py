@@ -37,7 +37,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from ..worker import PLATFORMS, RUNTIMES, Worker
+from ..options import PLATFORMS, RUNTIMES
+from ..worker import Worker
 from .scene import SceneTestCase, _validate_cases, normalize_platform, scene_runtimes
 from .scene_l3 import device_ids, level3_options
 

@@ -67,9 +67,9 @@ from ..callable import ChipCallable, CoreCallable, resolve_example_from
 from ..compiler import KernelCompiler
 from ..config import CallConfig, RuntimeEnv
 from ..errors import InvalidConfigError
+from ..options import RUNTIMES
 from ..tensor import TaskArgs, as_array
 from ..types import ArgSpec, TensorArgType
-from ..worker import RUNTIMES
 from .scene_l3 import L3_CONFIG_KEYS, build_level3, level3_options, run_level3, shared_copies
 
 __all__ = [
