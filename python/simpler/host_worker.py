@@ -122,6 +122,11 @@ class HostWorker(Worker):
     ``runtime`` ...), applied to every chip. The engine checks the configuration here, before anything starts.
     """
 
+    @classmethod
+    def _serves(cls, level: Any, config: Dict[str, Any]) -> bool:
+        """``Worker(level=3, ...)`` and every level above make a host worker."""
+        return isinstance(level, int) and not isinstance(level, bool) and level >= 3
+
     def __init__(self, level: int = 3, **config: Any) -> None:
         if isinstance(level, bool) or not isinstance(level, int) or level < 3:
             raise InvalidConfigError(f"a host worker has level >= 3, got {level!r}")

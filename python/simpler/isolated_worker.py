@@ -55,6 +55,11 @@ class IsolatedWorker(Worker):
     :class:`~simpler.Worker`, plus ``startup_timeout_s`` (how long the child may take to bring
     its chip up, default 300; positive and finite)."""
 
+    @classmethod
+    def _serves(cls, level: Any, config: Dict[str, Any]) -> bool:
+        """``Worker(level=2, chip_isolation="process", ...)`` makes an isolated worker."""
+        return level == 2 and config.get("chip_isolation") == "process"
+
     def __init__(self, level: int = 2, **config: Any) -> None:
         isolation = config.pop("chip_isolation", "process")
         if isolation != "process":

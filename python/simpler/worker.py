@@ -189,17 +189,22 @@ class Worker:
     """
 
     def __new__(cls, level: int = 2, **config: Any) -> "Worker":
-        # Level 3 and above is one engine (python/simpler/host_worker.py); level 2 is this class,
-        # and its chip in a child process is python/simpler/isolated_worker.py.
-        if cls is Worker and isinstance(level, int) and not isinstance(level, bool) and level >= 3:
-            from .host_worker import HostWorker
-
-            return super().__new__(HostWorker)
-        if cls is Worker and level == 2 and config.get("chip_isolation") == "process":
-            from .isolated_worker import IsolatedWorker
-
-            return super().__new__(IsolatedWorker)
+        # `Worker(...)` makes the subclass that serves the level and options (each says so in
+        # `_serves`): HostWorker for level 3 and above (host_worker.py), IsolatedWorker for a
+        # level-2 chip in a child process (isolated_worker.py); else this class. The
+        # subclasses import this module, never the reverse.
+        if cls is Worker:
+            for sub in Worker.__subclasses__():
+                if sub._serves(level, config):
+                    return super().__new__(sub)
         return super().__new__(cls)
+
+    @classmethod
+    def _serves(cls, level: Any, config: Dict[str, Any]) -> bool:
+        """Whether ``Worker(level=level, **config)`` makes this subclass (each direct subclass
+        that serves a level or an option says which; none by default). ``config`` is only
+        read."""
+        return False
 
     def __init__(self, level: int = 2, **config: Any) -> None:
         if level != 2:

@@ -25,6 +25,7 @@ import numpy as np
 from ..config import CallConfig
 from ..next_level import TensorArg, decode_payload, task_args
 from ..types import TensorArgType
+from ..worker import Worker
 from .spec import _adopt_path, _ray
 
 __all__ = ["Level3Actor", "RemoteTaskError"]
@@ -55,12 +56,10 @@ class Level3Actor:
 
     def __init__(self, config: Dict[str, Any], worker_id: int,
                  path: Optional[Sequence[str]] = None) -> None:
-        from ..host_worker import HostWorker
-
         if path:
             _adopt_path(path)
         self.worker_id = int(worker_id)
-        self.worker = HostWorker(level=3, **config)
+        self.worker = Worker(level=3, **config)
         self.worker.init()
         # Tensors a child process of the worker (chip or sub worker) may see go to shared
         # memory.
