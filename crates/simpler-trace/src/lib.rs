@@ -22,7 +22,7 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::str::FromStr;
 
-pub use error::TraceError;
+pub use error::{Corruption, TraceError};
 pub use model::*;
 
 /// A trace file format.

@@ -537,14 +537,48 @@ fn chrome_round_trip() {
 #[test]
 fn readers_refuse_what_simpler_did_not_write() {
     assert!(matches!(read(b"{\"nope\": 1}"), Err(TraceError::Json(_))));
+    // A packet whose body "hello" does not decode; text that is no packet at all.
     assert!(matches!(
         read(b"\x0a\x05hello"),
-        Err(TraceError::Protobuf(_) | TraceError::Shape(_))
+        Err(TraceError::Protobuf {
+            offset: 0,
+            problem: Corruption::BadPacket
+        })
     ));
+    let prose = read(b"this is not a trace at all").unwrap_err();
     assert!(matches!(
-        read(b"this is not a trace at all"),
-        Err(TraceError::Protobuf(_) | TraceError::Shape(_))
+        prose,
+        TraceError::Protobuf {
+            offset: 0,
+            problem: Corruption::NotAPacket
+        }
     ));
+    assert_eq!(
+        prose.to_string(),
+        "not a valid Perfetto trace: at byte 0, the bytes there are not a trace packet"
+    );
+    // A file cut short inside its last packet names where that packet starts.
+    let mut bytes = Vec::new();
+    perfetto::write(&fixture(), &mut bytes).unwrap();
+    let last = PbTrace::parse_from_bytes(&bytes)
+        .unwrap()
+        .packet
+        .pop()
+        .unwrap();
+    let start = bytes.len()
+        - PbTrace {
+            packet: vec![last],
+            ..Default::default()
+        }
+        .write_to_bytes()
+        .unwrap()
+        .len();
+    match perfetto::read(&bytes[..bytes.len() - 1]) {
+        Err(TraceError::Protobuf { offset, problem }) => {
+            assert_eq!((offset, problem), (start, Corruption::Truncated));
+        }
+        other => panic!("read a cut file: {other:?}"),
+    }
     assert_eq!(read(b"").unwrap(), Trace::default());
     for format in [Format::Perfetto, Format::Chrome] {
         let mut bytes = Vec::new();

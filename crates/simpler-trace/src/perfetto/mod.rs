@@ -15,10 +15,11 @@
 //! interned: the first packet clears the sequence's incremental state and carries every name
 //! once (`interned_data`); each event packet needs that state and names its event and
 //! annotations by iid. The writer encodes straight into one output buffer ([`pb`]); the reader
-//! decodes with the `perfetto_protos` crate's types.
+//! decodes packet by packet with `prost` over the few messages it needs ([`schema`]).
 
 mod pb;
 mod read;
+mod schema;
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};

@@ -7,16 +7,12 @@
 //! drop counts, the edges that have a flow, and the host spans. Interned event and debug
 //! annotation names are resolved per packet sequence, as Perfetto does: a packet with
 //! `SEQ_INCREMENTAL_STATE_CLEARED` forgets its sequence's names, `interned_data` adds to them.
+//! The packets are decoded one at a time by [`super::schema`].
 
 use std::collections::{BTreeMap, HashMap};
 
-use perfetto_protos::debug_annotation::DebugAnnotation;
-use perfetto_protos::trace::Trace as PbTrace;
-use perfetto_protos::track_event::track_event::Type;
-use perfetto_protos::track_event::TrackEvent;
-use protobuf::Message;
-
 use super::pb::packet::SEQ_INCREMENTAL_STATE_CLEARED;
+use super::schema::{self, DebugAnnotation, EventType, TrackEvent};
 use super::{perfetto_pid, DROPPED, RUNS_TRACK};
 use crate::error::TraceError;
 use crate::model::*;
@@ -44,14 +40,14 @@ impl Raw {
     fn u(&self, key: &str) -> Option<u64> {
         self.ann
             .iter()
-            .find(|a| a.name() == key && a.has_uint_value())
-            .map(|a| a.uint_value())
+            .filter(|a| a.name() == key)
+            .find_map(|a| a.uint_value)
     }
     fn s(&self, key: &str) -> Option<&str> {
         self.ann
             .iter()
-            .find(|a| a.name() == key && a.has_string_value())
-            .map(|a| a.string_value())
+            .filter(|a| a.name() == key)
+            .find_map(|a| a.string_value.as_deref())
     }
     fn need(&self, key: &str) -> Result<u64, TraceError> {
         self.u(key).ok_or_else(|| {
@@ -70,8 +66,7 @@ struct Interned {
 impl Interned {
     /// The name of `e`: its own, else its interned one.
     fn event_name(&self, e: &TrackEvent) -> Result<String, TraceError> {
-        if e.has_name_iid() {
-            let iid = e.name_iid();
+        if let Some(iid) = e.name_iid {
             self.events.get(&iid).cloned().ok_or_else(|| {
                 TraceError::Shape(format!("event name iid {iid} was never interned"))
             })
@@ -80,20 +75,18 @@ impl Interned {
         }
     }
 
-    /// The annotations of `e` with their interned names resolved.
-    fn annotations(&self, e: &TrackEvent) -> Result<Vec<DebugAnnotation>, TraceError> {
-        e.debug_annotations
-            .iter()
-            .map(|a| {
-                let mut a = a.clone();
-                if a.has_name_iid() {
-                    let iid = a.name_iid();
+    /// The annotations of `e`, taken out of it, with their interned names resolved.
+    fn annotations(&self, e: &mut TrackEvent) -> Result<Vec<DebugAnnotation>, TraceError> {
+        std::mem::take(&mut e.debug_annotations)
+            .into_iter()
+            .map(|mut a| {
+                if let Some(iid) = a.name_iid {
                     let name = self.annotations.get(&iid).ok_or_else(|| {
                         TraceError::Shape(format!(
                             "debug annotation name iid {iid} was never interned"
                         ))
                     })?;
-                    a.set_name(name.clone());
+                    a.name = Some(name.clone());
                 }
                 Ok(a)
             })
@@ -103,12 +96,12 @@ impl Interned {
 
 /// Decodes a Perfetto protobuf trace written by [`super::write`].
 ///
-/// Errors: [`TraceError::Protobuf`] when the bytes are not a `perfetto.protos.Trace`;
+/// Errors: [`TraceError::Protobuf`] naming the offset of the first trace packet that does not
+/// decode (or of bytes that are not one);
 /// [`TraceError::Shape`] when non-empty bytes hold no process track, an event names an unknown
 /// track or an iid its sequence never interned, a slice end has no begin, or an annotation we
 /// wrote is missing.
 pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
-    let pb = PbTrace::parse_from_bytes(bytes).map_err(|e| TraceError::Protobuf(e.to_string()))?;
     let mut roles: BTreeMap<u64, Role> = BTreeMap::new();
     let mut names: BTreeMap<u32, String> = BTreeMap::new();
     let mut process_of_uuid: BTreeMap<u64, u32> = BTreeMap::new();
@@ -116,14 +109,15 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
     let mut counters: Vec<(u64, u64, i64, Option<u64>)> = Vec::new();
     let mut open: BTreeMap<u64, Vec<Raw>> = BTreeMap::new();
     let mut interned: HashMap<u32, Interned> = HashMap::new();
-    for packet in &pb.packet {
+    for packet in schema::packets(bytes) {
+        let packet = packet?;
         let seq = interned
             .entry(packet.trusted_packet_sequence_id())
             .or_default();
         if packet.sequence_flags() & SEQ_INCREMENTAL_STATE_CLEARED as u32 != 0 {
             *seq = Interned::default();
         }
-        if let Some(d) = packet.interned_data.as_ref() {
+        if let Some(d) = &packet.interned_data {
             for n in &d.event_names {
                 seq.events.insert(n.iid(), n.name().to_string());
             }
@@ -131,8 +125,7 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
                 seq.annotations.insert(n.iid(), n.name().to_string());
             }
         }
-        if packet.has_track_descriptor() {
-            let d = packet.track_descriptor();
+        if let Some(d) = &packet.track_descriptor {
             let uuid = d.uuid();
             if let Some(p) = d.process.as_ref() {
                 let pid = model_pid(p.pid())?;
@@ -164,48 +157,47 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
             }
             continue;
         }
-        if !packet.has_track_event() {
-            continue;
-        }
-        let e = packet.track_event();
         let ts = packet.timestamp();
+        let Some(mut e) = packet.track_event else {
+            continue;
+        };
         let track = e.track_uuid();
         if !roles.contains_key(&track) {
             return Err(TraceError::Shape(format!("event on unknown track {track}")));
         }
-        match e.type_() {
-            Type::TYPE_SLICE_BEGIN => open.entry(track).or_default().push(Raw {
+        match e.r#type() {
+            EventType::SliceBegin => open.entry(track).or_default().push(Raw {
                 track,
-                name: seq.event_name(e)?,
+                name: seq.event_name(&e)?,
                 start: ts,
                 end: ts,
                 instant: false,
-                ann: seq.annotations(e)?,
+                ann: seq.annotations(&mut e)?,
             }),
-            Type::TYPE_SLICE_END => {
+            EventType::SliceEnd => {
                 let mut r = open.get_mut(&track).and_then(|v| v.pop()).ok_or_else(|| {
                     TraceError::Shape(format!("slice end at {ts} on track {track} has no begin"))
                 })?;
                 r.end = ts;
                 raws.push(r);
             }
-            Type::TYPE_INSTANT => raws.push(Raw {
+            EventType::Instant => raws.push(Raw {
                 track,
-                name: seq.event_name(e)?,
+                name: seq.event_name(&e)?,
                 start: ts,
                 end: ts,
                 instant: true,
-                ann: seq.annotations(e)?,
+                ann: seq.annotations(&mut e)?,
             }),
-            Type::TYPE_COUNTER => {
+            EventType::Counter => {
                 let epoch = seq
-                    .annotations(e)?
+                    .annotations(&mut e)?
                     .iter()
                     .find(|a| a.name() == "epoch")
                     .map(|a| a.uint_value());
                 counters.push((track, ts, e.counter_value(), epoch));
             }
-            Type::TYPE_UNSPECIFIED => {}
+            EventType::Unspecified => {}
         }
     }
     if let Some((track, v)) = open.iter().find(|(_, v)| !v.is_empty()) {
