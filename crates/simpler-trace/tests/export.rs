@@ -387,9 +387,43 @@ fn perfetto_file_has_every_subtask_once_on_its_core_and_a_flow_per_edge() {
     assert_eq!(trace.processes[1].runs[0].dropped[0].count, 17);
 }
 
+/// The fixture with the optional fields the readers return absent somewhere too: a host span
+/// outside any run, an AICPU span that names no task or core.
+fn fixture_with_every_field() -> Trace {
+    let mut t = fixture();
+    let p = &mut t.processes[0];
+    let end = p.host_spans.iter().map(|h| h.end_ns).max().unwrap();
+    p.host_spans.push(HostSpan {
+        thread: "host lane".into(),
+        name: "close".into(),
+        epoch: None,
+        start_ns: end + 10,
+        end_ns: end + 20,
+    });
+    p.runs[0].aicpu.push(AicpuSpan {
+        thread: 1,
+        phase: AicpuPhase::SchedIdle,
+        task: None,
+        core: None,
+        start_ns: 7_000,
+        end_ns: 7_100,
+    });
+    let runs = || t.processes.iter().flat_map(|p| &p.runs);
+    let host = || t.processes.iter().flat_map(|p| &p.host_spans);
+    let aicpu = || runs().flat_map(|r| &r.aicpu);
+    assert!(t.processes.len() > 1 && t.processes.iter().all(|p| p.clock.host_ns > 0));
+    assert!(runs().any(|r| !r.tasks.is_empty() && !r.subtasks.is_empty()));
+    assert!(runs().any(|r| !r.edges.is_empty() && !r.counters.is_empty()));
+    assert!(runs().any(|r| !r.dropped.is_empty()));
+    assert!(host().any(|h| h.epoch.is_some()) && host().any(|h| h.epoch.is_none()));
+    assert!(aicpu().any(|a| a.task.is_some()) && aicpu().any(|a| a.task.is_none()));
+    assert!(aicpu().any(|a| a.core.is_some()) && aicpu().any(|a| a.core.is_none()));
+    t
+}
+
 #[test]
 fn perfetto_round_trip() {
-    let trace = fixture();
+    let trace = fixture_with_every_field();
     let mut bytes = Vec::new();
     perfetto::write(&trace, &mut bytes).unwrap();
     let back = perfetto::read(&bytes).unwrap();
