@@ -15,30 +15,36 @@ cd "$(dirname "$0")/.."
 trap 'echo "error: scripts/test-python.sh failed (line $LINENO)" >&2' ERR
 
 PYTHON=${PYTHON:-python3}
+# The cargo profile of the extension and the CLI: `ci` (release optimisation with debug
+# assertions; root Cargo.toml), so they reuse the build of scripts/test.sh.
+PROFILE=${PROFILE:-ci}
 VENV=target/py-venv
 
 command -v "$PYTHON" >/dev/null || { echo "error: $PYTHON not found" >&2; exit 1; }
 command -v cc >/dev/null || [ -n "${CC:-}" ] || { echo "error: no C compiler (cc) found; the tests compile C kernels" >&2; exit 1; }
 
-if [ ! -x "$VENV/bin/python" ]; then
-    echo "== creating $VENV"
-    "$PYTHON" -m venv "$VENV"
-fi
+# shellcheck source=scripts/stages.sh
+. scripts/stages.sh
 VPY="$VENV/bin/python"
 # The build backend runs the venv's `maturin` by name.
 export PATH="$PWD/$VENV/bin:$PATH"
-echo "== installing the build and test tools (maturin, numpy, cloudpickle, ray, pytest, mypy)"
 # cloudpickle is a dependency of the package (level-3 workers pickle Python sub callables
 # with it); ray is its optional `[ray]` extra (level-4 remote children), which the level-4
 # tests need; `pip install --no-deps .` below brings neither, so they are installed here.
-"$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9.4,<2" "numpy>=1.22" \
-    "cloudpickle>=2" "ray>=2.40" "pytest>=7" "mypy>=1.8"
-echo "== pip install . (builds the extension with maturin)"
-"$VPY" -m pip install --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
-# One test loads a bundle written by `simpler build`.
-echo "== building the simpler CLI"
-cargo build --quiet -p simpler-cli
-echo "== pytest python/tests"
+py_tools() {
+    [ -x "$VPY" ] || "$PYTHON" -m venv "$VENV"
+    "$VPY" -m pip install --quiet --disable-pip-version-check "maturin>=1.9.4,<2" "numpy>=1.22" \
+        "cloudpickle>=2" "ray>=2.40" "pytest>=7" "mypy>=1.8"
+}
+stage py-tools py_tools
+# The extension (maturin) and the CLI, which one test runs to write a bundle.
+py_build() {
+    MATURIN_PEP517_ARGS="--profile $PROFILE" "$VPY" -m pip install --quiet \
+        --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
+    cargo build --quiet --profile "$PROFILE" -p simpler-cli
+}
+stage py-build py_build
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then TESTS=(); else TESTS=(python/tests); fi
-SIMPLER_CLI="${CARGO_TARGET_DIR:-$PWD/target}/debug/simpler" "$VPY" -m pytest "${TESTS[@]}" -q \
-    -p no:cacheprovider "$@"
+# --durations: the slowest tests, so a slow addition is seen where it lands.
+stage pytest env SIMPLER_CLI="${CARGO_TARGET_DIR:-$PWD/target}/$PROFILE/simpler" "$VPY" -m pytest \
+    "${TESTS[@]}" -q -p no:cacheprovider --durations=15 "$@"

@@ -207,7 +207,7 @@ impl CoreRegs {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use std::sync::Arc;
@@ -253,8 +253,8 @@ mod tests {
 /// park/cancel_park against ringers' publish → ring. The doorbell's waits are untimed under
 /// loom, so a lost wake-up would leave the owner parked forever, which loom reports as a
 /// deadlock. Run with
-/// `RUSTFLAGS="--cfg loom" cargo test -p simpler-device --lib --release loom`.
-#[cfg(all(test, loom))]
+/// `cargo test -p simpler-device --lib --features loom --profile ci loom`.
+#[cfg(all(test, feature = "loom"))]
 mod loom_model {
     use super::Doorbell;
     use loom::sync::atomic::AtomicU32;

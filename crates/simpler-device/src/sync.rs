@@ -1,13 +1,14 @@
 //! The primitives under [`Doorbell`](crate::Doorbell), switched to loom's model-checked
-//! versions in this crate's own test build under `cfg(loom)` (`cfg(all(test, loom))`: a
-//! crate that depends on this one and runs its own loom models gets the real primitives),
+//! versions in this crate's own test build when its `loom` feature is on
+//! (`cfg(all(test, feature = "loom"))`: a crate that depends on this one gets the real
+//! primitives whatever its features),
 //! so that the loom model in `regs` checks the doorbell's real protocol code. Outside the
 //! model a [`Signal`]'s wait goes through the sim executor's waits (`exec`), so a
 //! doorbell suspends a pool fiber and blocks an OS thread alike.
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 pub(crate) use loom::sync::atomic::AtomicBool;
-#[cfg(not(all(test, loom)))]
+#[cfg(not(all(test, feature = "loom")))]
 pub(crate) use std::sync::atomic::AtomicBool;
 
 use std::time::Duration;
@@ -18,11 +19,11 @@ use std::time::Duration;
 pub(crate) struct Signal {
     /// The flag and, while the owner waits, how to wake it (a signal has one waiter: its
     /// doorbell's owner).
-    #[cfg(not(all(test, loom)))]
+    #[cfg(not(all(test, feature = "loom")))]
     state: parking_lot::Mutex<(bool, Option<crate::exec::Waiter>)>,
-    #[cfg(all(test, loom))]
+    #[cfg(all(test, feature = "loom"))]
     flag: loom::sync::Mutex<bool>,
-    #[cfg(all(test, loom))]
+    #[cfg(all(test, feature = "loom"))]
     cv: loom::sync::Condvar,
 }
 
@@ -35,7 +36,7 @@ impl std::fmt::Debug for Signal {
 impl Signal {
     /// Sets the flag and wakes the waiter, if it waits.
     pub(crate) fn raise(&self) {
-        #[cfg(not(all(test, loom)))]
+        #[cfg(not(all(test, feature = "loom")))]
         {
             let waiter = {
                 let mut st = self.state.lock();
@@ -46,7 +47,7 @@ impl Signal {
                 w.wake();
             }
         }
-        #[cfg(all(test, loom))]
+        #[cfg(all(test, feature = "loom"))]
         {
             let mut flag = self.flag.lock().unwrap();
             *flag = true;
@@ -57,7 +58,7 @@ impl Signal {
     /// Waits (once) unless the flag is set, until raised or `timeout` passes; then clears
     /// the flag. Spurious returns are allowed. Under the loom model the wait is untimed, so a raise
     /// that never comes shows as a deadlock.
-    #[cfg(not(all(test, loom)))]
+    #[cfg(not(all(test, feature = "loom")))]
     pub(crate) fn wait_take(&self, timeout: Duration) {
         {
             let mut st = self.state.lock();
@@ -76,7 +77,7 @@ impl Signal {
     }
 
     /// See the non-loom version.
-    #[cfg(all(test, loom))]
+    #[cfg(all(test, feature = "loom"))]
     pub(crate) fn wait_take(&self, _timeout: Duration) {
         let mut flag = self.flag.lock().unwrap();
         if !*flag {

@@ -297,7 +297,7 @@ pub(crate) fn discharge_on_quiescence(fence: &RunCompletionFence, order: &mut Ca
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::fence::tests::{fenced_run, ident, FakeOps};

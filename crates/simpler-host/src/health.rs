@@ -265,7 +265,7 @@ pub(crate) fn consume_device_fault_notices(
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
 

@@ -1,16 +1,17 @@
 //! The locks of the lock-sensitive pieces (the completion fence) and the atomics of the
 //! lock-free one (the fault monitor's notice ring), switched to `loom`'s model-checked
-//! versions under `cfg(loom)` so the loom models in `fence` and `fault_monitor` exercise the
-//! real code.
+//! versions when the crate's `loom` feature is on, so the loom models in `fence` and
+//! `fault_monitor` exercise the real code (`cargo test -p simpler-host --lib --features loom
+//! --profile ci loom`; only this crate recompiles for it).
 
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 pub(crate) use loom::sync::atomic;
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::atomic;
 pub(crate) use std::sync::TryLockError;
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::{Mutex, MutexGuard};
 
 /// Locks, ignoring poison: a panic while holding a fence lock leaves counts that are still

@@ -792,7 +792,7 @@ impl Drop for ChipWorker {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 pub(crate) mod tests {
     use super::*;
     use crate::{ArgDirection, ArgSpec, CodeImage, KernelSpec, Signature};

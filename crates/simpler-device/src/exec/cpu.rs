@@ -64,7 +64,7 @@ impl ThreadProbe {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::ThreadProbe;
     use std::time::Duration;

@@ -24,15 +24,15 @@
 //!
 //! Nothing here knows coroutines or threads: the pool calls these around them.
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 use loom::sync::atomic::AtomicU8;
 use std::collections::VecDeque;
-#[cfg(not(all(test, loom)))]
+#[cfg(not(all(test, feature = "loom")))]
 use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::AcqRel;
 use std::sync::atomic::Ordering::Acquire;
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 use loom::sync::{Condvar, Mutex};
 
 /// Not running and not queued: waits for a wake-up.
@@ -116,7 +116,7 @@ impl TaskState {
     }
 
     /// True once the body has returned.
-    #[cfg(all(test, loom))]
+    #[cfg(all(test, feature = "loom"))]
     pub(crate) fn is_done(&self) -> bool {
         self.0.load(Acquire) == DONE
     }
@@ -133,17 +133,17 @@ pub(crate) struct RunQueue<T> {
     work: Cond,
 }
 
-#[cfg(not(all(test, loom)))]
+#[cfg(not(all(test, feature = "loom")))]
 type Lock<T> = parking_lot::Mutex<T>;
-#[cfg(not(all(test, loom)))]
+#[cfg(not(all(test, feature = "loom")))]
 type Guard<'a, T> = parking_lot::MutexGuard<'a, T>;
-#[cfg(not(all(test, loom)))]
+#[cfg(not(all(test, feature = "loom")))]
 type Cond = parking_lot::Condvar;
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 type Lock<T> = Mutex<T>;
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 type Guard<'a, T> = loom::sync::MutexGuard<'a, T>;
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 type Cond = Condvar;
 
 /// What the run queue's lock protects.
@@ -170,12 +170,12 @@ impl<T> RunQueue<T> {
         }
     }
 
-    #[cfg(not(all(test, loom)))]
+    #[cfg(not(all(test, feature = "loom")))]
     fn lock(&self) -> Guard<'_, QueueState<T>> {
         self.state.lock()
     }
 
-    #[cfg(all(test, loom))]
+    #[cfg(all(test, feature = "loom"))]
     fn lock(&self) -> Guard<'_, QueueState<T>> {
         self.state.lock().unwrap()
     }
@@ -183,7 +183,7 @@ impl<T> RunQueue<T> {
     /// Waits on the condition variable until notified or `deadline`; true on timeout.
     /// Under the loom model the wait is untimed, so a lost wake-up is a deadlock loom
     /// reports.
-    #[cfg(not(all(test, loom)))]
+    #[cfg(not(all(test, feature = "loom")))]
     fn wait<'a>(
         &self,
         mut st: Guard<'a, QueueState<T>>,
@@ -200,7 +200,7 @@ impl<T> RunQueue<T> {
     }
 
     /// See the non-loom version.
-    #[cfg(all(test, loom))]
+    #[cfg(all(test, feature = "loom"))]
     fn wait<'a>(
         &self,
         st: Guard<'a, QueueState<T>>,
@@ -332,8 +332,8 @@ impl<T> Default for QueueState<T> {
 /// worker that sleeps on the run queue. Loom explores every interleaving; a lost wake-up
 /// leaves the worker asleep forever, which loom reports as a deadlock, and a fiber run
 /// twice or never trips an assertion. Run with
-/// `RUSTFLAGS="--cfg loom" cargo test -p simpler-device --lib --release loom`.
-#[cfg(all(test, loom))]
+/// `cargo test -p simpler-device --lib --features loom --profile ci loom`.
+#[cfg(all(test, feature = "loom"))]
 mod loom_model {
     use super::*;
     use loom::sync::atomic::AtomicU32;

@@ -153,7 +153,7 @@ impl FaultMonitor {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 pub(crate) mod tests {
     use super::*;
     use crate::fault_monitor::slot::tests::FakeSlot;

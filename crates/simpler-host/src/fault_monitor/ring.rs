@@ -18,13 +18,13 @@
 //! Owns only the ring's memory protocol; installing the callback that reports into it is
 //! the monitor's (`super`), and what a notice means for a device is the health module's.
 
-// The ring's atomics are loom's under `cfg(loom)` (the model below).
+// The ring's atomics are loom's with the `loom` feature (the model below).
 use crate::sync::atomic::{fence, AtomicU32 as RingU32, AtomicU64, Ordering};
 
 use simpler_device::{FaultNotice, StreamId};
 
 /// Slots of the notice ring (2 under the loom model, to keep its state space small).
-pub const RING_SLOTS: usize = if cfg!(loom) { 2 } else { 16 };
+pub const RING_SLOTS: usize = if cfg!(feature = "loom") { 2 } else { 16 };
 
 const WRITING: u64 = 1;
 const NO_STREAM: u64 = u64::MAX;
@@ -253,7 +253,7 @@ impl NoticeCursor {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::fault_monitor::tests::notice;
@@ -399,8 +399,8 @@ mod tests {
 /// The loom model of the ring: reporters racing each other (one laps the ring) and a reader
 /// racing them. A notice read is never torn, and once the reporters are done every
 /// generation is classified exactly once. Run with
-/// `RUSTFLAGS="--cfg loom" cargo test -p simpler-host --lib loom --release`.
-#[cfg(all(test, loom))]
+/// `cargo test -p simpler-host --lib --features loom --profile ci loom`.
+#[cfg(all(test, feature = "loom"))]
 mod loom_model {
     use super::*;
 

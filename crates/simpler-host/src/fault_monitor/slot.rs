@@ -100,7 +100,7 @@ impl FaultMonitor {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 pub(crate) mod tests {
     use super::*;
     use crate::fault_monitor::tests::notice;

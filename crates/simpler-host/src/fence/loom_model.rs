@@ -1,5 +1,5 @@
 //! The loom model: concurrent poll, wait and token counting on one fence. Run with
-//! `RUSTFLAGS="--cfg loom" cargo test -p simpler-host --lib loom --release`.
+//! `cargo test -p simpler-host --lib --features loom --profile ci loom`.
 
 use super::*;
 use crate::fence::wait_ref::WaitReference;

@@ -112,7 +112,7 @@ pub(crate) mod why {
     pub const NO_STREAM: &str = "no stream to record on";
     pub const NO_EVENT: &str = "the boundary has no event";
     pub const NOT_FENCED: &str = "the run is not fenced (a boundary is missing)";
-    #[cfg_attr(any(not(test), loom), allow(dead_code))]
+    #[cfg_attr(any(not(test), feature = "loom"), allow(dead_code))]
     pub const NOT_RECORDED: &str = "the boundary is not recorded";
 }
 
@@ -133,7 +133,7 @@ pub(crate) struct Boundary {
 }
 
 impl Boundary {
-    #[cfg_attr(any(not(test), loom), allow(dead_code))] // spec API, exercised by the tests
+    #[cfg_attr(any(not(test), feature = "loom"), allow(dead_code))] // spec API, exercised by the tests
     pub(crate) fn references(&self) -> u32 {
         self.pending + self.committed.iter().sum::<u32>()
     }
@@ -161,7 +161,7 @@ impl FenceState {
         self.identity.as_ref() == Some(id)
     }
 
-    #[cfg_attr(any(not(test), loom), allow(dead_code))] // spec API, exercised by the tests
+    #[cfg_attr(any(not(test), feature = "loom"), allow(dead_code))] // spec API, exercised by the tests
     pub(crate) fn references(&self) -> u32 {
         self.boundaries.iter().map(Boundary::references).sum()
     }
@@ -367,7 +367,7 @@ impl RunCompletionFence {
     }
 
     /// Status of one recorded boundary, for a successor's proof; caches nothing.
-    #[cfg_attr(any(not(test), loom), allow(dead_code))] // spec API, exercised by the tests
+    #[cfg_attr(any(not(test), feature = "loom"), allow(dead_code))] // spec API, exercised by the tests
     pub(crate) fn query_boundary<O: EventOps + ?Sized>(
         &self,
         ops: &O,
@@ -446,14 +446,14 @@ impl RunCompletionFence {
     }
 
     /// Outstanding references (reserved + committed) on both boundaries.
-    #[cfg_attr(any(not(test), loom), allow(dead_code))] // spec API, exercised by the tests
+    #[cfg_attr(any(not(test), feature = "loom"), allow(dead_code))] // spec API, exercised by the tests
     pub(crate) fn references(&self) -> u32 {
         lock(&self.state).references()
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 pub(crate) mod tests;
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 mod loom_model;

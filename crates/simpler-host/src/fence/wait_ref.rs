@@ -97,7 +97,7 @@ impl WaitReference {
     }
 
     /// Moves the token out of a place, leaving the place empty.
-    #[cfg_attr(any(not(test), loom), allow(dead_code))] // spec API, exercised by the tests
+    #[cfg_attr(any(not(test), feature = "loom"), allow(dead_code))] // spec API, exercised by the tests
     pub(crate) fn take(&mut self) -> WaitReference {
         std::mem::take(self)
     }
@@ -263,7 +263,7 @@ impl RunCompletionFence {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::fence::tests::{fenced_run, ident, FakeOps, S};

@@ -227,7 +227,7 @@ fn fence_err(what: &'static str) -> impl Fn(FenceError) -> HostError {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;

@@ -122,7 +122,7 @@ impl StagingPool {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use simpler_device::sim::SimDevice;

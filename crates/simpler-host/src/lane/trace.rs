@@ -56,7 +56,7 @@ impl LaneEngine {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;
