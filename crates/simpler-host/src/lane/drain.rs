@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 use simpler_abi::{code_name, RunResult};
-use simpler_device::{Device, DeviceError, StreamId};
+use simpler_device::DeviceError;
 
 use crate::caller_stream::{self, TailStatus};
 use crate::fence::{Completion, FenceError};
@@ -33,7 +33,7 @@ use crate::outcome::{
 use crate::pod::from_bytes;
 use crate::HostError;
 
-use super::finalize::{BoundStreams, Driver, Front, Step};
+use super::driver::{streams_idle, BoundStreams, Driver, Front, PairSync, Step};
 use super::{LaneEngine, Progress};
 
 /// How often a blocking driver looks at a pending run's result record, once the run is old
@@ -43,14 +43,6 @@ pub(super) const RECORD_PEEK_SLICE: Duration = Duration::from_millis(50);
 /// given up on: the last AICPU thread publishes moments before both kernels exit, so only
 /// a run with a kernel or the orchestrator left behind stays pending this long.
 pub(super) const PUBLISHED_FAILURE_GRACE: Duration = Duration::from_secs(1);
-
-/// Result of a bounded synchronize of a run's bound streams.
-pub(super) struct PairSync {
-    /// Every stream drained (a kernel fault is reported only after its stream drained).
-    pub(super) quiescent: bool,
-    /// The first error (a sticky kernel fault, a timeout, a failed call).
-    pub(super) error: Option<DeviceError>,
-}
 
 /// The front run's verdict, before copy back.
 pub(super) struct Verdict {
@@ -62,35 +54,6 @@ pub(super) struct Verdict {
     pub(super) device_time: Duration,
     /// Tasks the orchestration submitted, as the record says (0 when no record was read).
     pub(super) tasks: u64,
-}
-
-/// Bounded synchronize of the given streams (the bound streams of a run: never the whole
-/// device).
-pub(super) fn sync_streams(dev: &dyn Device, streams: &[StreamId], timeout: Duration) -> PairSync {
-    let mut error = None;
-    for &s in streams {
-        match dev.synchronize_stream(s, timeout) {
-            Ok(()) => {}
-            Err(e @ DeviceError::KernelFault { .. }) => {
-                error.get_or_insert(e);
-            }
-            Err(e) => {
-                return PairSync {
-                    quiescent: false,
-                    error: Some(error.unwrap_or(e)),
-                }
-            }
-        }
-    }
-    PairSync {
-        quiescent: true,
-        error,
-    }
-}
-
-/// Whether every stream is idle (non-blocking).
-pub(super) fn streams_idle(dev: &dyn Device, streams: &[StreamId]) -> bool {
-    streams.iter().all(|&s| dev.query_stream(s) == Ok(true))
 }
 
 impl Driver<'_, '_> {

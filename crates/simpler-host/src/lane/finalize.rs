@@ -1,7 +1,7 @@
-//! Finalize: the [`Driver`] that takes the front run to its end, one named step at a time —
-//! completion and verdict (`drain`), then caller discharge, successor discharge, retirement
-//! and copy back (here) — and [`LaneEngine::give_up`], the end of a run nothing proves
-//! quiescent (`docs/lane.md` §10, §11).
+//! Finalize: [`Driver::finalize_front`], which takes the front run to its end one named step
+//! at a time — completion and verdict (`drain`), then caller discharge, successor discharge,
+//! retirement and copy back (here) — and [`LaneEngine::give_up`], the end of a run nothing
+//! proves quiescent (`docs/lane.md` §10, §11).
 //!
 //! A blocking driver waits on the device with the lane lock released; a non-blocking one (a
 //! poll, holding a try-locked guard) answers WouldBlock from any step that would wait, before
@@ -9,80 +9,28 @@
 //! idempotent). Only the front run is finalized, and nothing is freed that its proofs do not
 //! cover.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
-use simpler_device::{Device, StreamId};
+use simpler_device::Device;
 
 use crate::args::OwnedArg;
 use crate::caller_stream::{self, CallerOrder, TailStatus};
-use crate::fence::{Completion, RunCompletionFence};
+use crate::fence::Completion;
 use crate::identity::RunIdentity;
 use crate::join::{self, JoinRefs};
-use crate::launch::LaunchGrade;
 use crate::signature::Signature;
 use crate::HostError;
 
-use super::drain::{sync_streams, PairSync, Verdict};
-use super::handle::Guard;
+use super::drain::Verdict;
+use super::driver::{BoundStreams, Driver, Front, Step};
 use super::queue::Phase;
 use super::run::{LaunchedRun, RunRequest, RunState, Stage};
 use super::staging::StagedArgs;
 use super::{LaneEngine, Progress, RunReport};
 use crate::trace::RunCapture;
 
-/// Why a step stopped the finalize early: the [`Progress`] to report.
-pub(super) type Step<T> = Result<T, Progress>;
-
-/// What finalizing needs to know about the front run, gathered once.
-pub(super) struct Front {
-    pub(super) dispatch: u64,
-    pub(super) identity: RunIdentity,
-    pub(super) started: Instant,
-    pub(super) grade: LaunchGrade,
-    pub(super) fence: Arc<RunCompletionFence>,
-    /// When the run's own timeout budget runs out.
-    pub(super) run_deadline: Instant,
-    /// From when a pending run's result record is worth a look: the runtime can publish a
-    /// failure before both kernels have exited only once a clock has fired, which takes at
-    /// least the shorter of the scheduler and op-execute timeouts.
-    pub(super) peek_from: Instant,
-}
-
-/// The streams the front run is bound to.
-pub(super) struct BoundStreams {
-    /// The lane's private pair.
-    pub(super) pair: [StreamId; 2],
-    /// The pair, plus the caller's stream of a caller launch whose Tail never went out (then
-    /// only its synchronize can prove the caller's wait consumed).
-    pub(super) bound: Vec<StreamId>,
-    /// The pair, plus the caller's stream of any caller launch.
-    pub(super) all: Vec<StreamId>,
-    /// Whether Tail went out (`None`: not a caller launch). With a Tail, the caller's stream
-    /// is proven by the Tail alone.
-    pub(super) tail_recorded: Option<bool>,
-}
-
-/// The thread finalizing the front run, with the lane lock it may release.
-pub(super) struct Driver<'g, 'l> {
-    pub(super) lane: &'g mut Guard<'l>,
-    pub(super) device: Arc<dyn Device>,
-    /// Device waits are allowed (with the lock released).
-    pub(super) blocking: bool,
-}
-
-impl<'g, 'l> Driver<'g, 'l> {
-    /// A driver over the locked `lane`.
-    pub(super) fn new(lane: &'g mut Guard<'l>, blocking: bool) -> Driver<'g, 'l> {
-        let device = lane.device.clone();
-        Driver {
-            lane,
-            device,
-            blocking,
-        }
-    }
-
+impl Driver<'_, '_> {
     /// Finalizes the front run if it can be: Finalized when it was made terminal (its own
     /// outcome, or given up on), WouldBlock when it is not launched or a step would wait
     /// without `blocking`, UserTimeout when `user_deadline` passed first.
@@ -122,29 +70,6 @@ impl<'g, 'l> Driver<'g, 'l> {
         self.retire(front)?;
         self.lane.copy_back_and_end(front, verdict, finalize_start);
         Ok(())
-    }
-
-    /// Runs `f` with the lane lock released when blocking (a driver), or in place when not
-    /// (a poll holds a try-locked guard and must never block re-acquiring it).
-    pub(super) fn outside_lock<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        if self.blocking {
-            MutexGuard::unlocked(self.lane, f)
-        } else {
-            f()
-        }
-    }
-
-    /// A bounded synchronize of `streams`, outside the lock when blocking.
-    pub(super) fn synchronize(&mut self, streams: &[StreamId]) -> PairSync {
-        let device = self.device.clone();
-        let timeout = self.lane.config.run_timeout;
-        self.outside_lock(|| sync_streams(&*device, streams, timeout))
-    }
-
-    /// Gives up on the front run (see [`LaneEngine::give_up`]); the step's stop.
-    pub(super) fn give_up(&mut self, error: HostError, why: &str) -> Progress {
-        self.lane.give_up(error, why);
-        Progress::Finalized
     }
 
     /// Caller discharge: the caller order's references on this run's fence. The AICPU

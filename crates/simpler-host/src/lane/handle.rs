@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex};
 use simpler_device::{Device, DevicePtr, StreamId};
 
 use super::memory::DeviceRange;
@@ -24,13 +24,10 @@ use crate::worker_config::WorkerConfig;
 use crate::HostError;
 
 use super::alias;
-use super::finalize::Driver;
+use super::driver::Driver;
 use super::queue::{Phase, LANE_CAPACITY};
 use super::run::{RunCell, RunRequest, RunState, Stage};
-use super::{LaneEngine, Progress, StagingReport, EPOCHS};
-
-/// The engine, locked.
-pub(super) type Guard<'a> = MutexGuard<'a, LaneEngine>;
+use super::{Guard, LaneEngine, Progress, StagingReport, EPOCHS};
 
 struct LaneShared {
     device: Arc<dyn Device>,
@@ -511,7 +508,7 @@ impl LaneHandle {
     }
 
     /// The host byte ranges (`[start, end)`) the runs in the lane hold, front first.
-    #[cfg(all(test, not(feature = "loom")))]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn host_ranges_in_flight(&self) -> Vec<(usize, usize)> {
         let lane = self.lock();
         lane.queue
@@ -523,8 +520,8 @@ impl LaneHandle {
     }
 
     /// The engine, locked (tests hold it to race other operations against it).
-    #[cfg(all(test, not(feature = "loom")))]
-    pub(crate) fn lock_for_tests(&self) -> MutexGuard<'_, LaneEngine> {
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn lock_for_tests(&self) -> Guard<'_> {
         self.lock()
     }
 }

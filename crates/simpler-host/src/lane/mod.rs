@@ -44,14 +44,14 @@
 //! lock; `handle` the [`LaneHandle`] the worker and every run handle hold (admission, poll,
 //! wait, the driver loop); `queue` the FIFO's ordering rules; `run` what the lane keeps per
 //! run; `slot` the device resources; `staging` the per-slot pools of staging buffers;
-//! `prepare`, `launch`, `drain` and `finalize` the four
-//! steps of a run; `teardown` close, drop and recovery; `alias` the ordering of runs that
+//! `prepare`, `launch`, `drain` and `finalize` the four steps of a run, the last two taken by
+//! the `driver`; `teardown` close, drop and recovery; `alias` the ordering of runs that
 //! share host buffers; `memory` the device allocations made through the worker's `malloc`,
 //! which in-place device tensors are checked against and frees are refused for while a run
 //! uses them.
 //!
 //! Concurrency: one lock around the [`LaneEngine`], whose `&mut self` methods never wait on
-//! the device. Device waits are the *driver*'s (`finalize::Driver`): one thread at a time
+//! the device. Device waits are the *driver*'s (`driver::Driver`): one thread at a time
 //! (`LaneEngine::driving`), which releases the lock around each wait; other waiters sleep on
 //! the handle's condvar with their own deadline, and a poll only ever try-locks. Only the
 //! driver, or a thread holding the lock while nobody drives, changes device-visible state.
@@ -78,6 +78,7 @@ use crate::HostError;
 
 mod alias;
 mod drain;
+mod driver;
 mod finalize;
 pub(crate) mod graph;
 mod handle;
@@ -159,6 +160,9 @@ enum Progress {
     /// The caller's deadline passed first.
     UserTimeout,
 }
+
+/// The engine, locked.
+type Guard<'a> = parking_lot::MutexGuard<'a, LaneEngine>;
 
 /// The lane's state: FIFO, slots, shared resources, device health and what it had to keep.
 /// Lives behind the [`LaneHandle`]'s lock; no method waits on the device.

@@ -20,12 +20,11 @@ use crate::join;
 use crate::lifecycle::{close_step, CloseStep, Ownership, WorkerState};
 use crate::{caller_stream, HostError};
 
-use super::drain::sync_streams;
-use super::finalize::Driver;
-use super::handle::{Guard, LaneHandle};
+use super::driver::{sync_streams, Driver};
+use super::handle::LaneHandle;
 use super::queue::Phase;
 use super::run::{RunState, Stage};
-use super::{LaneEngine, Progress};
+use super::{Guard, LaneEngine, Progress};
 
 /// How long a forced reset waits for a kernel that was left running past its op-execute
 /// timeout.
