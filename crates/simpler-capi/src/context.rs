@@ -2,9 +2,9 @@
 //! worker on it), `simpler_context_init_borrowed` (on a caller context,
 //! [`ChipWorker::borrowed_sim_context`]), `simpler_context_finalize` (the worker's close)
 //! and `simpler_context_destroy` (`docs/c-abi.md` §3). This module converts the
-//! config and keeps the context table; the worker decides everything else.
+//! config, adds a context to the context table (`context_table`) and takes it out with its
+//! runs; the worker decides everything else.
 
-use std::collections::HashSet;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,50 +14,12 @@ use simpler_device::sim::Memcheck;
 use simpler_device::Topology;
 use simpler_host::{ChipWorker, HostError, WorkerConfig};
 
+use crate::context_table::{context, Context, RunBook, CONTEXTS};
 use crate::ffi_guard;
-use crate::handles::{HandleKind, ProcessTable};
 use crate::raw::{self, Out};
 use crate::run::RUNS;
-use crate::status::{Failure, Outcome, SimplerStatus};
+use crate::status::{Failure, Outcome};
 use crate::types::{memcheck, SimplerContext, SimplerContextConfig};
-
-/// A live context: its worker and the runs made on it.
-pub struct Context {
-    /// The worker every entry calls.
-    pub worker: ChipWorker,
-    /// The runs made on this context (handles), and its latest launched run. Held only
-    /// briefly, never across a worker call.
-    pub book: Mutex<RunBook>,
-    /// Serializes the context's launches (held across the worker's submit).
-    pub launching: Mutex<()>,
-}
-
-/// What a context knows of its runs.
-#[derive(Debug, Default)]
-pub struct RunBook {
-    /// Every run handle made on the context and not finalized.
-    pub runs: HashSet<u64>,
-    /// The latest launched run not yet finalized (a joined launch's only valid
-    /// predecessor).
-    pub latest: Option<u64>,
-}
-
-/// The contexts of this process.
-pub static CONTEXTS: ProcessTable<Context> = ProcessTable::new(HandleKind::Context);
-
-/// The context behind `ctx`: refused for a forked child from the value alone, then looked
-/// up.
-///
-/// # Errors
-/// `SIMPLER_STATUS_NULL_POINTER`, `SIMPLER_STATUS_FORKED_CHILD` or
-/// `SIMPLER_STATUS_INVALID_HANDLE`.
-pub fn context(ctx: *mut SimplerContext) -> Result<(u64, Arc<Context>), Failure> {
-    if ctx.is_null() {
-        return Err(Failure::null("ctx"));
-    }
-    let handle = ctx as usize as u64;
-    Ok((handle, CONTEXTS.get().lookup(handle, "ctx")?))
-}
 
 fn ms(v: u64) -> Option<Duration> {
     (v != 0).then(|| Duration::from_millis(v))
@@ -224,24 +186,10 @@ pub unsafe extern "C" fn simpler_context_destroy(ctx: *mut SimplerContext) -> i3
     })
 }
 
-/// The status of a closed worker for entries the worker itself does not refuse after close.
-///
-/// # Errors
-/// `SIMPLER_STATUS_WORKER_CLOSED`, or the state query's own refusal.
-pub fn check_open(c: &Context) -> Outcome {
-    match c.worker.state()? {
-        simpler_host::WorkerState::Open => Ok(()),
-        _ => Err(Failure::new(
-            SimplerStatus::WorkerClosed,
-            "the context was finalized (simpler_context_finalize); only \
-             simpler_context_finalize and simpler_context_destroy accept it now",
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::SimplerStatus;
 
     fn config() -> SimplerContextConfig {
         SimplerContextConfig {

@@ -16,9 +16,11 @@
 //! - [`ffi_guard`]: `catch_unwind` and the per-thread last error;
 //! - [`handles`]: the handle encoding and the per-process tables;
 //! - [`raw`] and [`host_buffer`]: every read or write of caller memory (the unsafe code);
+//! - [`context_table`]: the live contexts and their lookup;
 //! - [`context`], [`register`], [`run`], [`memory`], [`sim`], [`library`]: the entries.
 
 pub mod context;
+pub mod context_table;
 pub mod ffi_guard;
 pub mod handles;
 pub mod host_buffer;

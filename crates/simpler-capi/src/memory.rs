@@ -6,7 +6,7 @@ use std::ffi::c_void;
 
 use simpler_device::DevicePtr;
 
-use crate::context::context;
+use crate::context_table::context;
 use crate::ffi_guard;
 use crate::raw::{self, Out};
 use crate::status::{Failure, Outcome};

@@ -8,7 +8,7 @@ use std::ffi::c_char;
 
 use simpler_host::{Bundle, CallableId, CallableSpec};
 
-use crate::context::{check_open, context};
+use crate::context_table::{check_open, context};
 use crate::ffi_guard;
 use crate::raw::{self, Out};
 use crate::status::{Failure, Outcome, SimplerStatus};

@@ -23,7 +23,7 @@ use simpler_host::{
     RunHandle, RuntimeEnv, ScalarValue,
 };
 
-use crate::context::{check_open, context, Context};
+use crate::context_table::{check_open, context, Context};
 use crate::ffi_guard;
 use crate::handles::{HandleKind, ProcessTable};
 use crate::host_buffer::CallerMemory;
