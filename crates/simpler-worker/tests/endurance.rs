@@ -1,9 +1,15 @@
 //! A thousand consecutive runs in one process — each a chip task into a heap-ring
 //! intermediate, read by a sub task — leave the thread count, the open descriptors, the
 //! memfd mappings (heap ring, shared buffers) and /dev/shm where they were, and the
-//! resident memory within 16 MiB. Its own test binary, so that no other test's threads or
-//! memory are counted. The same with chips in child processes: `endurance_process.rs`.
+//! resident memory within 16 MiB. The same with chips in child processes:
+//! `endurance_process.rs`.
+//!
+//! A test binary of its own, not a module of `it`: it measures the whole process, so no
+//! other test may run threads, open descriptors or allocate in it meanwhile.
 
+// The fixtures of the `it` binary; this binary uses a part of them.
+#[allow(dead_code, unused_imports)]
+#[path = "it/common.rs"]
 mod common;
 mod leak_probe;
 

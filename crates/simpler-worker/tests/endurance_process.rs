@@ -3,10 +3,15 @@
 //! memfd mappings and /dev/shm where they were and its resident memory within 16 MiB;
 //! each child's descriptors and memfd mappings stay flat too, and its resident memory
 //! within 16 MiB; the children are the two chips, alive (no zombie), and none is left after
-//! close. Its own test binary, so that no
-//! other test's threads, children or memory are counted.
+//! close.
+//!
+//! A test binary of its own, not a module of `it`: it measures the whole process and its
+//! children, so no other test may run threads, start children or allocate in it meanwhile.
 
 mod leak_probe;
+// The fixtures of the `it` binary; this binary uses a part of them.
+#[allow(dead_code)]
+#[path = "it/process_common.rs"]
 mod process_common;
 
 use std::sync::Arc;

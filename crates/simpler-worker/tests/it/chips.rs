@@ -2,13 +2,11 @@
 //! chips and checked by a sub task; device memory filled and read back through copy tasks;
 //! chip groups that start only once every target chip is idle and fail with any member.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
 use simpler_worker::*;
@@ -31,11 +29,12 @@ fn four_chips_compute_blocks_and_a_sub_task_checks_the_whole() {
     let (_xr, x) = f32_buffer(&w, &x_values);
     let (yr, y) = f32_buffer(&w, &vec![0.0; 4 * B as usize]);
     // The blocks wait for a gate until the whole graph is built, so every edge is live.
-    let gate = Gate::close(1);
+    let gate = Gate::close();
     let handle = w
         .submit(|o| {
             for c in 0..4 {
-                let args = add_args(&block(&x, c * B, B), &block(&y, c * B, B), 2);
+                let (xc, yc) = (block(&x, c * B, B), block(&y, c * B, B));
+                let args = add_args(&xc, &yc, gate.func().into());
                 o.submit_next_level(&chip, args, &CallConfig::default(), c as usize)?;
             }
             o.submit_sub(&check, TaskArgs::new().tensor(y.clone(), Tag::Input))?;
@@ -94,21 +93,20 @@ fn child_tensors_are_filled_run_on_and_read_back_through_copy_tasks() {
 #[test]
 fn a_group_starts_only_when_every_target_is_idle() {
     const N: u64 = 64;
-    const G: usize = 0;
     let (w, chip) = worker(2, 0);
     let chip = chip.unwrap();
     let (_xr, x) = f32_buffer(&w, &vec![1.0; 3 * N as usize]);
     let (yr, y) = f32_buffer(&w, &vec![0.0; 3 * N as usize]);
     let y0 = block(&y, 0, N);
     let (g0, g1) = (block(&y, N, N), block(&y, 2 * N, N));
-    let _gate = Gate::close(G);
+    let gate = Gate::close();
     let handle = w
         .submit(|o| {
             let cfg = CallConfig::default();
             // Chip 0 is held by a gated task; the group needs chips 0 and 1.
             o.submit_next_level(
                 &chip,
-                add_args(&block(&x, 0, N), &y0, 1 + G as u64),
+                add_args(&block(&x, 0, N), &y0, gate.func().into()),
                 &cfg,
                 0,
             )?;
@@ -130,7 +128,7 @@ fn a_group_starts_only_when_every_target_is_idle() {
         "chip 1 is idle, but the group's member on it must wait for chip 0"
     );
     assert!(!handle.done());
-    _gate.open();
+    gate.open();
     let report = handle.wait(Some(Duration::from_secs(20))).unwrap();
     assert_eq!(
         report.edges, 0,

@@ -6,12 +6,12 @@
 //! free their name; a run's domains are freed once it is over; a chip is in two domains
 //! with independent ranks.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{chip_config, f32_buffer};
+use crate::common::{chip_config, f32_buffer};
 use simpler_abi::comm::{self as comm, CommContext};
 use simpler_abi::*;
 use simpler_host::{ArgDirection, ArgSpec, CallableSpec, CodeImage, KernelSpec, Signature};

@@ -1,103 +1,24 @@
-//! Shared by the level-3 integration tests: an in-process chip callable `y = x + 1` over
-//! f32 tensors whose kernel is chosen per task by its scalar (`0` runs at once, `1..=GATES`
-//! waits for gate `g - 1` to open, `FAIL` reports fatal code 42), small chip
+//! The in-process fixtures of the level-3 tests: a chip callable `y = x + 1` over f32
+//! tensors whose kernel is chosen per task by its scalar (`0` runs at once, a gate's
+//! [`Gate::func`] waits for that gate to open, [`FAIL`] reports fatal code 42), small chip
 //! configurations, worker builders and f32 views of host memory.
 
-// Every test binary compiles this module on its own and uses only part of it.
-#![allow(dead_code)]
-
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use simpler_abi::*;
 use simpler_device::Topology;
 use simpler_host::{
     ArgDirection, ArgSpec, CallableSpec, CodeImage, KernelSpec, Signature, WorkerConfig,
 };
+pub use simpler_test_support::eventually;
+pub use simpler_test_support::gate::Gate;
+use simpler_test_support::gate::{add_one_kernels, GATES};
+use simpler_test_support::kernel::fatal_42;
 use simpler_worker::*;
 
-/// Gates a gated kernel waits on (each test binary has its own).
-pub const GATES: usize = 4;
-
-/// The scalar that selects the failing kernel.
+/// The scalar that selects the failing kernel (after the gated ones).
 pub const FAIL: u64 = 1 + GATES as u64;
-
-/// Open gates let gated kernels finish.
-pub static GATE: [AtomicBool; GATES] = [const { AtomicBool::new(true) }; GATES];
-
-/// Gate `g` closed until dropped (so a failing test never leaves a kernel waiting).
-pub struct Gate(usize);
-
-impl Gate {
-    /// Closes gate `g`.
-    pub fn close(g: usize) -> Gate {
-        GATE[g].store(false, Ordering::Release);
-        Gate(g)
-    }
-
-    /// Opens it.
-    pub fn open(&self) {
-        GATE[self.0].store(true, Ordering::Release);
-    }
-}
-
-impl Drop for Gate {
-    fn drop(&mut self) {
-        self.open();
-    }
-}
-
-/// Tensor argument `i` of a kernel.
-fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
-    // SAFETY: the runtime passes tensor pointers in the first slots.
-    unsafe { &*(*args.add(i) as *const ChipTensor) }
-}
-
-/// The elements of a 1-D contiguous f32 tensor.
-fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
-    // SAFETY: a 1-D contiguous f32 view of device (= host) memory owned by the run.
-    unsafe {
-        std::slice::from_raw_parts_mut(
-            (t.buffer_addr as *mut f32).add(t.start_offset as usize),
-            t.shapes[0] as usize,
-        )
-    }
-}
-
-/// y = x + 1
-unsafe extern "C" fn add_one(args: *mut i64) {
-    let (x, y) = (data(tensor(args, 0)), data(tensor(args, 1)));
-    for i in 0..y.len() {
-        y[i] = x[i] + 1.0;
-    }
-}
-
-/// Reports fatal code 42.
-unsafe extern "C" fn failing(args: *mut i64) {
-    // SAFETY: slot 49 points to the core's GlobalContext.
-    unsafe { (*(*args.add(GLOBAL_CONTEXT_SLOT) as *mut GlobalContext)).fatal_code = 42 };
-}
-
-fn wait_gate(g: usize) {
-    while !GATE[g].load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-macro_rules! gated {
-    ($name:ident, $g:expr) => {
-        unsafe extern "C" fn $name(args: *mut i64) {
-            wait_gate($g);
-            // SAFETY: same arguments as `add_one`.
-            unsafe { add_one(args) }
-        }
-    };
-}
-gated!(gated0, 0);
-gated!(gated1, 1);
-gated!(gated2, 2);
-gated!(gated3, 3);
 
 /// One AIV task over the whole tensors, kernel `scalars[0]`.
 unsafe extern "C" fn orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
@@ -131,7 +52,7 @@ pub fn add_one_callable(name: &str) -> Callable {
         dtype: DataType::Float32,
         shape: None,
     };
-    let kernels: [KernelEntry; 6] = [add_one, gated0, gated1, gated2, gated3, failing];
+    let failing = std::iter::once((FAIL as u32, fatal_42 as KernelEntry));
     Callable::Chip(Arc::new(CallableSpec {
         name: name.into(),
         signature: Signature::new(vec![
@@ -146,11 +67,10 @@ pub fn add_one_callable(name: &str) -> Callable {
         ])
         .unwrap(),
         orchestration: CodeImage::Orchestration(orch),
-        kernels: kernels
-            .into_iter()
-            .enumerate()
-            .map(|(i, f)| KernelSpec {
-                func_id: i as u32,
+        kernels: add_one_kernels()
+            .chain(failing)
+            .map(|(func_id, f)| KernelSpec {
+                func_id,
                 core_type: CoreType::Aiv,
                 image: CodeImage::Kernel(f),
             })
@@ -249,13 +169,4 @@ pub fn add_args(x: &Tensor, y: &Tensor, func: u64) -> TaskArgs {
         .tensor(x.clone(), Tag::Input)
         .tensor(y.clone(), Tag::Output)
         .scalar(func)
-}
-
-/// Waits (bounded) until `f` holds.
-pub fn eventually(what: &str, f: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }

@@ -2,13 +2,11 @@
 //! run (naming task, worker and cause), a failing orchestration cancelling what it had not
 //! dispatched, panics, every refusal at submit, init and close with its message.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
 use simpler_worker::*;
@@ -145,10 +143,11 @@ fn a_failing_orchestration_cancels_what_it_had_not_dispatched_and_waits_for_the_
     let (_xr, x) = f32_buffer(&w, &[1.0; 2 * N as usize]);
     let (yr, y) = f32_buffer(&w, &[0.0; 2 * N as usize]);
     let (y0, y1) = (block(&y, 0, N), block(&y, N, N));
-    let gate = Gate::close(0);
+    let gate = Gate::close();
     let handle = w
         .submit(|o| {
-            o.submit_next_level(&chip, add_args(&block(&x, 0, N), &y0, 1), &cfg(), 0)?;
+            let held = add_args(&block(&x, 0, N), &y0, gate.func().into());
+            o.submit_next_level(&chip, held, &cfg(), 0)?;
             std::thread::sleep(Duration::from_millis(50));
             // Queued behind the held chip: never dispatched.
             o.submit_next_level(&chip, add_args(&block(&x, N, N), &y1, 0), &cfg(), 0)?;

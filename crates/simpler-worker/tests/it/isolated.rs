@@ -5,62 +5,15 @@
 //! with ENDPOINT_FAILURE and its crash report, and everything after is refused. Also: the
 //! engine's copies to a chip in a child process take private host memory.
 
-mod process_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use process_common::*;
+use crate::process_common::*;
 use simpler_abi::DataType;
 use simpler_device::DevicePtr;
 use simpler_host::{CallConfig, ScalarValue};
+use simpler_test_support::c_sources::{self, Kernel, Y};
 use simpler_worker::*;
-
-/// `y += 2 x + 1` over f32 (x in, y inout), the kernel chosen by the `mode` scalar.
-const ACC_MANIFEST: &str = r#"name = "l2iso"
-
-[orchestration]
-source = "orchestration.c"
-
-[[kernels]]
-func_id = 0
-core = "aiv"
-source = "acc.c"
-entry = "acc"
-
-[[kernels]]
-func_id = 1
-core = "aiv"
-source = "nap.c"
-entry = "nap_acc"
-
-[[kernels]]
-func_id = 2
-core = "aiv"
-source = "fail.c"
-entry = "scribble_and_fail"
-
-[[kernels]]
-func_id = 3
-core = "aiv"
-source = "null.c"
-entry = "null_deref"
-
-[[args]]
-name = "x"
-direction = "in"
-dtype = "f32"
-
-[[args]]
-name = "y"
-direction = "inout"
-dtype = "f32"
-
-[[args]]
-name = "mode"
-direction = "scalar"
-dtype = "u32"
-"#;
 
 const ACC: u64 = 0;
 /// Sleeps 400 ms, then as ACC.
@@ -69,18 +22,6 @@ const NAP: u64 = 1;
 const FAIL: u64 = 2;
 /// Writes through a NULL pointer.
 const SEGV: u64 = 3;
-
-const ACC_ORCH: &str = r#"#include "simpler/orchestration.h"
-
-SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
-                                                        const SimplerOrchArgs *args) {
-    SimplerTaskDesc d;
-    simpler_task_init(&d, SIMPLER_CORE_AIV, (int32_t)args->scalars[0]);
-    simpler_task_add_input(&d, &args->tensors[0]);
-    simpler_task_add_inout(&d, &args->tensors[1]);
-    return simpler_submit(ops, &d, NULL);
-}
-"#;
 
 const ACC_C: &str = r#"#include "simpler/kernel.h"
 
@@ -116,14 +57,6 @@ SIMPLER_KERNEL void scribble_and_fail(int64_t *args) {
 }
 "#;
 
-const NULL_C: &str = r#"#include "simpler/kernel.h"
-
-SIMPLER_KERNEL void null_deref(int64_t *args) {
-    (void)args;
-    *(volatile float *)0 = 1.0f;
-}
-"#;
-
 /// The example's gemm sources (64 x 64 tiles, ragged edges) with a shape-free signature.
 const GEMM_MANIFEST: &str = r#"name = "gemm_any"
 
@@ -153,14 +86,29 @@ direction = "out"
 dtype = "f32"
 "#;
 
+/// `y += 2 x + 1` over f32 (x in, y inout, any shape), the kernel chosen by the `mode` scalar.
 fn acc_callable() -> Arc<simpler_host::CallableSpec> {
+    let k = |mode: u64, source, entry| Kernel {
+        func_id: mode as u32,
+        source,
+        entry,
+    };
+    let kernels = [
+        k(ACC, "acc.c", "acc"),
+        k(NAP, "nap.c", "nap_acc"),
+        k(FAIL, "fail.c", "scribble_and_fail"),
+        k(SEGV, "null.c", "null_deref"),
+    ];
     build_callable(&[
-        ("simpler.toml", ACC_MANIFEST),
-        ("orchestration.c", ACC_ORCH),
+        (
+            "simpler.toml",
+            &c_sources::manifest("l2iso", &kernels, Y::InOut, None),
+        ),
+        ("orchestration.c", &c_sources::orchestration(Y::InOut, None)),
         ("acc.c", ACC_C),
         ("nap.c", NAP_C),
         ("fail.c", FAIL_C),
-        ("null.c", NULL_C),
+        ("null.c", c_sources::NULL_DEREF_C),
     ])
 }
 
@@ -169,11 +117,11 @@ fn gemm_callable() -> Arc<simpler_host::CallableSpec> {
         ("simpler.toml", GEMM_MANIFEST),
         (
             "orchestration.c",
-            include_str!("../../../examples/gemm/orchestration.c"),
+            include_str!("../../../../examples/gemm/orchestration.c"),
         ),
         (
             "kernels/gemm_tile.c",
-            include_str!("../../../examples/gemm/kernels/gemm_tile.c"),
+            include_str!("../../../../examples/gemm/kernels/gemm_tile.c"),
         ),
     ])
 }

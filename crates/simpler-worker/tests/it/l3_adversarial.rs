@@ -4,21 +4,23 @@
 //! registration blocked behind busy runs and given up by its check, a task calling back into
 //! its worker (and dropping it), sub worker processes that never return, exit mid-task or
 //! are killed while idle, a start that fails half-way, and 200 runs over four chip processes
-//! that must not grow this process's descriptors, threads or children (`docs/l3-worker.md`
-//! §1, §2, §5, §8).
+//! that must not grow this process's descriptors, threads or children (run in a process of
+//! their own) (`docs/l3-worker.md` §1, §2, §5, §8). Every test holds `serial()`: they start
+//! child processes and count them.
 
-mod common;
-mod process_common;
+use crate::common;
+use crate::process_common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{add_args, add_one_callable, f32_buffer, options, read_f32, worker, Gate};
-use process_common::{alive, children, gone_within, serial};
+use crate::common::{add_args, add_one_callable, f32_buffer, options, read_f32, worker, Gate};
+use crate::process_common::{alive, children, gone_within, serial};
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
+use simpler_test_support::{in_own_process, test_name};
 use simpler_worker::process::{ChildProgram, SubChild, SubRequest, WireArg};
 use simpler_worker::*;
 
@@ -78,9 +80,10 @@ fn fill_ones(child: &mut SubChild, args: &[WireArg]) -> Result<(), String> {
 /// instead writes `boom` to stderr and exits with status 9 before it connects.
 fn sub_program(crash: Option<usize>) -> ChildProgram {
     let crash = crash.map_or(String::from("none"), |i| i.to_string());
+    let helper = test_name!(adversarial_sub_child);
     let script = format!(
         "if [ \"$SIMPLER_CHILD_INDEX\" = {crash} ]; then echo boom >&2; exit 9; fi; \
-         exec \"$0\" --exact adversarial_sub_child --ignored >/dev/null"
+         exec \"$0\" --exact {helper} --ignored >/dev/null"
     );
     ChildProgram {
         program: "/bin/sh".into(),
@@ -323,10 +326,10 @@ fn an_orchestration_may_wait_for_the_run_before_it() {
     let (_xr, x) = f32_buffer(&w, &[1.0; 16]);
     let (yr, y) = f32_buffer(&w, &[0.0; 16]);
     let (zr, z) = f32_buffer(&w, &[0.0; 16]);
-    let gate = Gate::close(0);
+    let gate = Gate::close();
     let first = w
         .submit(|o| {
-            o.submit_next_level(&chip, add_args(&x, &y, 1), &cfg(), 0)
+            o.submit_next_level(&chip, add_args(&x, &y, gate.func().into()), &cfg(), 0)
                 .map(|_| ())
         })
         .unwrap();
@@ -654,8 +657,13 @@ fn resources() -> (usize, usize, usize) {
 
 #[test]
 fn two_hundred_runs_on_four_chip_processes_keep_descriptors_threads_and_children_flat() {
-    use process_common::{callable, child_program, small_chip, AFFINE, N};
+    use crate::process_common::{callable, child_program, small_chip, AFFINE, N};
     let _serial = serial();
+    // It counts this process's descriptors and threads, which the other tests of this binary
+    // open and start on their own threads: it runs in a child process that runs it alone.
+    in_own_process!(
+        two_hundred_runs_on_four_chip_processes_keep_descriptors_threads_and_children_flat
+    );
     let w = Worker::new(WorkerOptions {
         chips: vec![small_chip(); 4],
         chip_isolation: ChipIsolation::Process,

@@ -4,13 +4,11 @@
 //! producer is held back (a gated kernel, a sleeping closure) so an unordered consumer
 //! would see the old bytes.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
 use simpler_worker::*;
@@ -43,7 +41,8 @@ fn a_sub_task_reads_what_a_chip_wrote_and_a_chip_reads_what_a_sub_task_wrote() {
     let (_xr, x) = f32_buffer(&w, &[1.0; N as usize]);
     let (_yr, y) = f32_buffer(&w, &[0.0; N as usize]);
     let (_zr, z) = f32_buffer(&w, &[0.0; N as usize]);
-    let gate = Gate::close(0);
+    let gate = Gate::close();
+    let held = u64::from(gate.func());
     let opener = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
         gate.open();
@@ -51,7 +50,7 @@ fn a_sub_task_reads_what_a_chip_wrote_and_a_chip_reads_what_a_sub_task_wrote() {
     // RAW chip -> sub: the chip's write is held back by the gate.
     let report = w
         .run(|o| {
-            o.submit_next_level(&chip, add_args(&x, &y, 1), &cfg(), 0)?;
+            o.submit_next_level(&chip, add_args(&x, &y, held), &cfg(), 0)?;
             o.submit_sub(&read, TaskArgs::new().tensor(y.clone(), Tag::Input))?;
             Ok(())
         })
@@ -110,13 +109,14 @@ fn a_writer_waits_for_earlier_readers_and_writers() {
     assert_eq!(tensor_f32(&x), vec![7.0; N as usize]);
 
     // WAR chip -> sub: the chip's read of x is held back by the gate.
-    let gate = Gate::close(1);
+    let gate = Gate::close();
+    let held = u64::from(gate.func());
     let opener = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(100));
         gate.open();
     });
     w.run(|o| {
-        o.submit_next_level(&chip, add_args(&x, &y, 2), &cfg(), 0)?;
+        o.submit_next_level(&chip, add_args(&x, &y, held), &cfg(), 0)?;
         o.submit_sub(&slow_write_1, TaskArgs::new().tensor(x.clone(), Tag::InOut))?;
         Ok(())
     })

@@ -4,15 +4,14 @@
 //! `Died` with their signal and stderr tail, startup failures that leave nothing running,
 //! and a child that ends when its parent is SIGKILLed (`docs/l3-worker.md` §5).
 
-mod process_common;
-
 use std::io::BufRead;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use process_common::*;
+use crate::process_common::*;
 use simpler_abi::DataType;
 use simpler_host::{CallConfig, CallableSpec, CodeImage, KernelSpec, WorkerConfig};
+use simpler_test_support::{child, test_name};
 use simpler_worker::memory::SharedRegion;
 use simpler_worker::process::{spawn_chip, spawn_sub, ChildProgram};
 use simpler_worker::{
@@ -346,21 +345,26 @@ fn startup_failures_are_typed_and_leave_nothing_running() {
 
 #[test]
 fn the_rust_child_program_is_found_beside_the_test_binary_or_named_by_the_variable() {
+    // The variable is set in a child process of this binary running only this test: setting
+    // it here would race the other tests' threads reading the environment.
+    let name =
+        test_name!(the_rust_child_program_is_found_beside_the_test_binary_or_named_by_the_variable);
+    if child::is_alone(&name) {
+        let e = ChildProgram::for_rust().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("SIMPLER_CHILD_PROGRAM=/no/such/child names no file"),
+            "{e}"
+        );
+        return;
+    }
     let _serial = serial();
     let found = ChildProgram::for_rust().unwrap();
     assert_eq!(
         std::fs::canonicalize(&found.program).unwrap(),
         std::fs::canonicalize(env!("CARGO_BIN_EXE_simpler-child")).unwrap()
     );
-    // The tests of this binary hold `serial()`, so none reads the variable meanwhile.
-    std::env::set_var("SIMPLER_CHILD_PROGRAM", "/no/such/child");
-    let e = ChildProgram::for_rust().unwrap_err();
-    std::env::remove_var("SIMPLER_CHILD_PROGRAM");
-    assert!(
-        e.to_string()
-            .contains("SIMPLER_CHILD_PROGRAM=/no/such/child names no file"),
-        "{e}"
-    );
+    child::rerun_alone(&name, &[("SIMPLER_CHILD_PROGRAM", "/no/such/child")]);
 }
 
 const HELPER: &str = "SIMPLER_PROCESS_TEST_HELPER";
@@ -386,7 +390,7 @@ fn a_chip_child_ends_when_its_parent_is_killed() {
     let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "helper_parent_of_a_chip_child",
+            &test_name!(helper_parent_of_a_chip_child),
             "--ignored",
             "--nocapture",
         ])

@@ -3,13 +3,12 @@
 //! builder of such callables, a small chip configuration, the child program, and checks of
 //! this process's children.
 
-#![allow(dead_code)] // each test binary uses part of it
-
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use simpler_host::{CallableSpec, WorkerConfig};
+use simpler_test_support::c_sources::{self, Kernel, Y};
 use simpler_worker::memory::SharedRegion;
 use simpler_worker::process::ChildProgram;
 use simpler_worker::HostMemory;
@@ -21,70 +20,10 @@ pub const N: usize = 1024;
 pub const AFFINE: u64 = 0;
 /// Sleeps ~20 s, then as AFFINE.
 pub const SLOW: u64 = 1;
-/// Prints a line to stderr, then calls abort().
+/// Prints `c_sources::ABORT_LINE` to stderr, then calls abort().
 pub const ABORT: u64 = 2;
 /// Writes through a NULL pointer.
 pub const SEGV: u64 = 3;
-
-const MANIFEST: &str = r#"name = "l3proc"
-
-[orchestration]
-source = "orchestration.c"
-
-[[kernels]]
-func_id = 0
-core = "aiv"
-source = "affine.c"
-entry = "affine"
-
-[[kernels]]
-func_id = 1
-core = "aiv"
-source = "slow.c"
-entry = "slow_affine"
-
-[[kernels]]
-func_id = 2
-core = "aiv"
-source = "abort.c"
-entry = "call_abort"
-
-[[kernels]]
-func_id = 3
-core = "aiv"
-source = "null.c"
-entry = "null_deref"
-
-[[args]]
-name = "x"
-direction = "in"
-dtype = "f32"
-shape = [1024]
-
-[[args]]
-name = "y"
-direction = "out"
-dtype = "f32"
-shape = [1024]
-
-[[args]]
-name = "mode"
-direction = "scalar"
-dtype = "u32"
-"#;
-
-/// One AIV task of kernel func `mode`: x in, y out.
-const ORCH_C: &str = r#"#include "simpler/orchestration.h"
-
-SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
-                                                        const SimplerOrchArgs *args) {
-    SimplerTaskDesc d;
-    simpler_task_init(&d, SIMPLER_CORE_AIV, (int32_t)args->scalars[0]);
-    simpler_task_add_input(&d, &args->tensors[0]);
-    simpler_task_add_output_existing(&d, &args->tensors[1]);
-    return simpler_submit(ops, &d, NULL);
-}
-"#;
 
 const AFFINE_C: &str = r#"#include "simpler/kernel.h"
 
@@ -112,37 +51,31 @@ SIMPLER_KERNEL void slow_affine(int64_t *args) {
 }
 "#;
 
-const ABORT_C: &str = r#"#include <stdio.h>
-#include <stdlib.h>
-#include "simpler/kernel.h"
-
-SIMPLER_KERNEL void call_abort(int64_t *args) {
-    (void)args;
-    fprintf(stderr, "abort kernel: giving up now\n");
-    fflush(stderr);
-    abort();
-}
-"#;
-
-const NULL_C: &str = r#"#include "simpler/kernel.h"
-
-SIMPLER_KERNEL void null_deref(int64_t *args) {
-    (void)args;
-    *(volatile float *)0 = 1.0f;
-}
-"#;
-
-/// The test callable (library images), built once per test binary.
+/// The test callable (library images), built once per test process.
 pub fn callable() -> Arc<CallableSpec> {
     static SPEC: OnceLock<Arc<CallableSpec>> = OnceLock::new();
     SPEC.get_or_init(|| {
+        let k = |func_id, source, entry| Kernel {
+            func_id,
+            source,
+            entry,
+        };
+        let kernels = [
+            k(AFFINE as u32, "affine.c", "affine"),
+            k(SLOW as u32, "slow.c", "slow_affine"),
+            k(ABORT as u32, "abort.c", "call_abort"),
+            k(SEGV as u32, "null.c", "null_deref"),
+        ];
         build_callable(&[
-            ("simpler.toml", MANIFEST),
-            ("orchestration.c", ORCH_C),
+            (
+                "simpler.toml",
+                &c_sources::manifest("l3proc", &kernels, Y::Out, Some(&[N as u64])),
+            ),
+            ("orchestration.c", &c_sources::orchestration(Y::Out, None)),
             ("affine.c", AFFINE_C),
             ("slow.c", SLOW_C),
-            ("abort.c", ABORT_C),
-            ("null.c", NULL_C),
+            ("abort.c", c_sources::ABORT_C),
+            ("null.c", c_sources::NULL_DEREF_C),
         ])
     })
     .clone()
@@ -193,7 +126,7 @@ pub fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(60)
 }
 
-/// Serializes the tests of one binary: they count this process's children.
+/// Serializes the tests that start child processes: they count this process's children.
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())

@@ -3,12 +3,10 @@
 //! task with ENDPOINT_FAILURE and is refused after while the other chip goes on; close
 //! leaves no child.
 
-mod process_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use process_common::*;
+use crate::process_common::*;
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
 use simpler_worker::*;

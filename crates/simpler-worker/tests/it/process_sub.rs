@@ -4,14 +4,13 @@
 //! with scalars, the child's error text as `SubFailed`, regions mapped once, refusals of
 //! what cannot cross, and shutdown (`docs/l3-worker.md` §7).
 
-mod process_common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use process_common::*;
+use crate::process_common::*;
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
+use simpler_test_support::test_name;
 use simpler_worker::memory::SharedRegion;
 use simpler_worker::process::{spawn_sub, ChildProgram, SubChild, SubRequest, WireArg};
 use simpler_worker::{
@@ -90,8 +89,8 @@ fn run(child: &mut SubChild, name: &str, payload: &[u8], args: &[WireArg]) -> Re
     }
 }
 
-/// This test binary running only its test `helper`, its harness's stdout silenced (the
-/// parent's stdout is the child's).
+/// This test binary running only its test `helper` (a libtest name), its harness's stdout
+/// silenced (the parent's stdout is the child's).
 fn this_binary_as_child(helper: &str) -> ChildProgram {
     ChildProgram {
         program: "/bin/sh".into(),
@@ -117,7 +116,12 @@ fn failed(result: Result<(), EndpointError>) -> WorkerError {
 #[test]
 fn a_sub_worker_process_registers_runs_and_reports_errors_over_shared_memory() {
     let _serial = serial();
-    let mut sub = spawn_sub(0, &this_binary_as_child("sub_child_program"), deadline()).unwrap();
+    let mut sub = spawn_sub(
+        0,
+        &this_binary_as_child(&test_name!(sub_child_program)),
+        deadline(),
+    )
+    .unwrap();
     let pid = sub.pid().unwrap();
     assert_eq!(sub.kind(), EndpointKind::Sub);
     assert_eq!(sub.describe(), format!("sub worker 0 (pid {pid})"));
@@ -219,7 +223,7 @@ fn a_sub_worker_process_registers_runs_and_reports_errors_over_shared_memory() {
 fn a_child_that_crashes_while_serving_a_sub_task_is_reported() {
     let _serial = serial();
     // A child that connects as a sub worker, then dies on its first run.
-    let program = this_binary_as_child("sub_child_that_dies");
+    let program = this_binary_as_child(&test_name!(sub_child_that_dies));
     let mut sub = spawn_sub(1, &program, deadline()).unwrap();
     let region = Arc::new(SharedRegion::new(64, "x").unwrap());
     let t = Tensor::new(Memory::Host(region), &[16], DataType::Float32).unwrap();

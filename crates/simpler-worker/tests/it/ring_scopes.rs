@@ -2,13 +2,11 @@
 //! scope has ended and its tasks are over, RING_FULL after the deadlock timeout (or at once
 //! for an allocation bigger than a heap), early `free`, and the scope rules.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use simpler_abi::DataType;
 use simpler_host::CallConfig;
 use simpler_worker::*;

@@ -4,12 +4,10 @@
 //! that chip's run with its subtasks — and an untraced run with none. A level-2 run of an
 //! [`IsolatedChip`] brings the same trace back, and its chip's task count.
 
-mod process_common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use process_common::*;
+use crate::process_common::*;
 use simpler_abi::DataType;
 use simpler_host::trace_model::TraceLevel;
 use simpler_host::{CallConfig, ScalarValue};
