@@ -16,7 +16,6 @@
 //! so [`read_view`] and [`write_view`] are `unsafe fn`s whose caller vouches for the view.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
 
 use simpler_abi::deferred::{
     DeferredCondition, SdmaSubmit, ASYNC_SLAB_SLOT, MAX_DEFERRED_CONDITIONS,
@@ -29,8 +28,6 @@ use simpler_abi::{
 };
 use simpler_device::sdma::SdmaEngine;
 use simpler_device::{crash, DevicePtr};
-
-use crate::aicpu::RunShared;
 
 /// The device memory of one run, as its launch descriptor names it.
 #[derive(Clone, Copy)]
@@ -204,57 +201,12 @@ impl RunMemory {
         }
     }
 
-    /// The run-state word shared by the AICPU threads of a run.
-    fn state_word(&self) -> &AtomicU64 {
+    /// The run-state word shared by the AICPU threads of a run: zero, or the address of the
+    /// run's shared state while it is handed between them (`aicpu::handoff`).
+    pub(crate) fn state_word(&self) -> &AtomicU64 {
         // SAFETY: `runtime_state_addr` is a host-allocated, 8-byte aligned, zeroed word
         // reserved for the runtime; `AtomicU64` has the layout of `u64`.
         unsafe { &*(self.desc.runtime_state_addr as *const AtomicU64) }
-    }
-
-    /// Publishes the run's shared state through the state word (release); returns this
-    /// thread's reference to it. The word holds a reference of its own until
-    /// [`drop_state`](RunMemory::drop_state).
-    pub(crate) fn share_state(&self, state: RunShared) -> Arc<RunShared> {
-        let state = Arc::new(state);
-        let p = Arc::into_raw(state.clone());
-        self.state_word().store(p as u64, Ordering::Release);
-        state
-    }
-
-    /// The state published through the state word that passes `accept` (this run's), once
-    /// it is there; calls `wait` between looks. A state a reset left behind (its threads
-    /// unwound without [`drop_state`](RunMemory::drop_state)) stays allocated and is
-    /// passed over.
-    pub(crate) fn find_state(
-        &self,
-        accept: impl Fn(&RunShared) -> bool,
-        mut wait: impl FnMut(),
-    ) -> Arc<RunShared> {
-        loop {
-            let p = self.state_word().load(Ordering::Acquire) as *const RunShared;
-            // SAFETY: a non-zero word points to a `RunShared` published by `share_state`,
-            // whose own reference is released only by `drop_state`, after the word is
-            // swapped to zero and every thread of its run has counted out — which this
-            // thread, if the state is its run's, has not — or never (a reset left it).
-            if !p.is_null() && accept(unsafe { &*p }) {
-                // SAFETY: as above, the word's reference keeps `p` alive while we take ours.
-                unsafe { Arc::increment_strong_count(p) };
-                // SAFETY: `p` came from `Arc::into_raw` and we now own one strong count.
-                return unsafe { Arc::from_raw(p) };
-            }
-            wait();
-        }
-    }
-
-    /// Swaps the state word back to zero and releases its reference (the last thread out
-    /// of a run; each thread's own reference goes with its `Arc`).
-    pub(crate) fn drop_state(&self) {
-        let p = self.state_word().swap(0, Ordering::AcqRel) as *const RunShared;
-        if !p.is_null() {
-            // SAFETY: a non-zero word holds the reference `share_state` leaked into it, and
-            // the swap took it out, so it is released once.
-            drop(unsafe { Arc::from_raw(p) });
-        }
     }
 
     /// Writes the run result record: every field first, then the epoch with release ordering.

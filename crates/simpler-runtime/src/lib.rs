@@ -18,9 +18,10 @@
 //! register file; it must not know host types, and depends on nothing above
 //! `simpler-device`.
 //!
-//! Its `unsafe` code lives in three places: `devmem` (every access to device memory by
+//! Its `unsafe` code lives in four places: `devmem` (every access to device memory by
 //! address — the trace buffers `trace` records into included — and the call of the
-//! kernel a dispatch names), `aicpu::ops` (the C boundary of
+//! kernel a dispatch names), `aicpu::handoff` (the run's shared state handed between its
+//! AICPU threads as a raw `Arc` pointer in the state word), `aicpu::ops` (the C boundary of
 //! the orchestration: its entry call and the callbacks it makes) and the task slot's body
 //! cell in `aicpu::task` (written by the orchestrator alone while the slot is free).
 //!

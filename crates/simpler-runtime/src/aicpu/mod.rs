@@ -17,6 +17,7 @@
 
 mod deferred;
 mod graph;
+mod handoff;
 mod idle;
 mod ops;
 mod orchestrator;
@@ -115,7 +116,7 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
                 format!("ring {r}'s task window must be a power of two ≥ 4, got {w}")
             });
         }
-        mem.share_state(shared)
+        shared.share(&mem)
     } else {
         find_state(&mem, desc.epoch)
     };
@@ -149,7 +150,8 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
 /// its state behind (its threads unwound without releasing it): wait for this run's own.
 fn find_state(mem: &RunMemory, epoch: u64) -> Arc<RunShared> {
     let mut polls = 0u32;
-    mem.find_state(
+    RunShared::find(
+        mem,
         |s| s.desc.epoch == epoch,
         || {
             if polls < 1000 {
@@ -169,7 +171,7 @@ fn graph_kernel(ctx: &AicpuContext<'_>, mem: RunMemory) -> i32 {
     let shared = if ctx.thread_idx == ctx.thread_num - 1 {
         let shared = graph::attach(mem, ctx.topology.clusters, schedulers as usize);
         crate::trace::align_clocks(&mem);
-        mem.share_state(shared)
+        shared.share(&mem)
     } else {
         find_state(&mem, mem.desc().epoch)
     };
@@ -257,7 +259,7 @@ fn count_out(
         // Leaked on purpose: an abandoned kernel's arguments point into this state.
         std::mem::forget(Arc::clone(shared));
     }
-    mem.drop_state();
+    RunShared::release(mem);
 }
 
 fn result_record(shared: &RunShared) -> RunResult {
@@ -358,7 +360,7 @@ mod tests {
 
     fn share(run: &Run) -> Arc<RunShared> {
         let mem = run.mem();
-        mem.share_state(RunShared::new(mem, 1, 1, [4; RING_COUNT], [16; RING_COUNT]))
+        RunShared::new(mem, 1, 1, [4; RING_COUNT], [16; RING_COUNT]).share(&mem)
     }
 
     #[test]
@@ -424,7 +426,7 @@ mod tests {
             assert!(t.cores.iter().all(|c| c.read_dmb() == EXIT_SIGNAL));
             assert_eq!(run.published(), 0);
             assert_ne!(run.word.load(Ordering::Acquire), 0);
-            run.mem().drop_state();
+            RunShared::release(&run.mem());
         }
     }
 
@@ -482,6 +484,6 @@ mod tests {
             shared.stalled_for_ms() < 20,
             "the end of a dispatch is progress"
         );
-        run.mem().drop_state();
+        RunShared::release(&run.mem());
     }
 }
