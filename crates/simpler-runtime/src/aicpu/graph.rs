@@ -13,26 +13,9 @@ use std::sync::atomic::Ordering;
 use simpler_abi::*;
 
 use super::ring::RING_COUNT;
-use super::state::{RunShared, DEFAULT_DEP_POOL};
+use super::state::{RunShared, WakeLists, DEFAULT_DEP_POOL};
 use super::task::{lane_core_type, Shape, TaskId, LANE_BITS};
 use crate::devmem::{GraphView, RunMemory};
-
-/// Every task's wake list: the tasks its completion releases.
-pub(crate) struct WakeLists {
-    /// `(first, count)` into `list`, per task.
-    spans: Vec<(u32, u32)>,
-    list: Vec<u32>,
-}
-
-impl WakeLists {
-    /// The tasks waiting for task `local`.
-    pub(crate) fn of(&self, local: u32) -> &[u32] {
-        match self.spans.get(local as usize) {
-            Some(&(first, count)) => &self.list[first as usize..(first + count) as usize],
-            None => &[],
-        }
-    }
-}
 
 /// The run state of a `host_build_graph` run of a chip of `clusters` clusters served by
 /// `schedulers` threads, with the image's tasks in ring 0 and those without producers
@@ -226,8 +209,5 @@ fn load(shared: &RunShared, g: &GraphView<'_>, mem: &RunMemory) -> Result<WakeLi
         slot.fanin.store(t.fanin, Ordering::Relaxed);
         spans.push((t.wake_first, t.wake_count));
     }
-    Ok(WakeLists {
-        spans,
-        list: g.wakes.to_vec(),
-    })
+    Ok(WakeLists::new(spans, g.wakes.to_vec()))
 }

@@ -169,9 +169,32 @@ pub(crate) struct RunShared {
     pub(crate) build: bool,
     /// `host_build_graph` on the device: each task's wake list, from the image; completions
     /// release these instead of fanout lists.
-    pub(crate) wakes: Option<super::graph::WakeLists>,
+    pub(crate) wakes: Option<WakeLists>,
     /// Most tasks a ready queue may hold (`host_build_graph`); 0 = unbounded.
     pub(crate) ready_cap: u32,
+}
+
+/// Every task's wake list: the tasks its completion releases.
+pub(crate) struct WakeLists {
+    /// `(first, count)` into `list`, per task.
+    spans: Vec<(u32, u32)>,
+    list: Vec<u32>,
+}
+
+impl WakeLists {
+    /// The wake lists of a graph image: task `i`'s is `list[first..first + count]` for
+    /// `(first, count) = spans[i]`.
+    pub(crate) fn new(spans: Vec<(u32, u32)>, list: Vec<u32>) -> WakeLists {
+        WakeLists { spans, list }
+    }
+
+    /// The tasks waiting for task `local`.
+    pub(crate) fn of(&self, local: u32) -> &[u32] {
+        match self.spans.get(local as usize) {
+            Some(&(first, count)) => &self.list[first as usize..(first + count) as usize],
+            None => &[],
+        }
+    }
 }
 
 impl RunShared {
