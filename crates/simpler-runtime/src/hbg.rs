@@ -15,7 +15,7 @@ use std::sync::Arc;
 use simpler_abi::*;
 use simpler_device::{DevicePtr, Doorbell};
 
-use crate::aicpu::{Orchestrator, RunShared, DEFAULT_DEP_POOL, RING_COUNT};
+use crate::aicpu::{call_entry, Orchestrator, RunShared, DEFAULT_DEP_POOL, RING_COUNT};
 use crate::devmem::RunMemory;
 
 /// A built graph: the image and what the build saw.
@@ -94,7 +94,7 @@ pub unsafe fn build(
     let mut shared = RunShared::new(mem, clusters, 1, windows, pools);
     shared.build = true;
     let mut o = Orchestrator::new(&shared, Arc::new(Doorbell::new()), clusters);
-    o.run();
+    o.run(call_entry);
     if let Some((code, message)) = shared.errors.verdict() {
         return Err(BuildFailure { code, message });
     }

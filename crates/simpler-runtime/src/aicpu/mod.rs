@@ -41,6 +41,7 @@ use simpler_abi::{
 };
 use simpler_device::{AicpuContext, DevicePtr};
 
+pub(crate) use self::ops::call_entry;
 pub(crate) use self::orchestrator::Orchestrator;
 pub use self::ring::RING_COUNT;
 pub(crate) use self::state::RunShared;
@@ -132,7 +133,7 @@ pub unsafe fn aicpu_kernel(ctx: &AicpuContext<'_>, arg: DevicePtr) -> i32 {
                 );
                 o.tracer = crate::trace::Tracer::for_aicpu(&mem, ctx.thread_idx);
                 crate::trace::align_clocks(&mem);
-                o.run();
+                o.run(call_entry);
             } else {
                 shared.orch_done.store(true, Ordering::Release);
                 shared.ring_schedulers();

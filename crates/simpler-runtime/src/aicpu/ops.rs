@@ -19,7 +19,7 @@ use crate::devmem;
 
 /// Calls the orchestration entry at `entry_addr` with a table whose callbacks serve `o`;
 /// returns the entry's return code.
-pub(super) fn call_entry(o: &mut Orchestrator<'_>, entry_addr: u64) -> i32 {
+pub(crate) fn call_entry(o: &mut Orchestrator<'_>, entry_addr: u64) -> i32 {
     let args = o.shared.mem.orch_args();
     let ops = OrchOps {
         size: std::mem::size_of::<OrchOps>() as u32,

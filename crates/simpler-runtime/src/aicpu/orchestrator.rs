@@ -18,7 +18,6 @@ use std::time::Duration;
 use simpler_abi::*;
 use simpler_device::Doorbell;
 
-use super::ops;
 use super::ring::{HeapRing, HEAP_ALIGN, RING_COUNT};
 use super::state::{RunShared, DEFAULT_TENSOR_WAIT_TIMEOUT_MS};
 use super::task::{TaskId, NO_TASK};
@@ -148,8 +147,9 @@ impl<'a> Orchestrator<'a> {
     }
 
     /// Runs the orchestration entry inside an outer scope, closes every scope, then marks
-    /// the orchestration done.
-    pub(crate) fn run(&mut self) {
+    /// the orchestration done. `call_entry` makes the entry call with a table serving this
+    /// orchestrator and returns the entry's code (the C boundary: `ops::call_entry`).
+    pub(crate) fn run(&mut self, call_entry: impl FnOnce(&mut Self, u64) -> i32) {
         let entry_addr = self.shared.desc.orch_entry;
         if entry_addr == 0 {
             self.fail(ORCH_INVALID_ARGS, || {
@@ -161,7 +161,7 @@ impl<'a> Orchestrator<'a> {
                 begin: 0,
                 opened_after: 0,
             });
-            let rc = ops::call_entry(self, entry_addr);
+            let rc = call_entry(self, entry_addr);
             if let Some(payload) = self.killed.take() {
                 std::panic::resume_unwind(payload);
             }
