@@ -53,7 +53,7 @@ pub(crate) fn admit(
     refuse_dead_targets(engine, &st, &s.target)?;
     let head = st.is_head(run_id);
     let State { runs, children, .. } = &mut *st;
-    let run = crate::orchestrator::open_run(runs, run_id, method)?;
+    let run = crate::run::open_run(runs, run_id, method)?;
 
     // The memory it names must be live; its release waits for the task.
     let mut uses = Vec::new();

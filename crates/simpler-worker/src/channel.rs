@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use simpler_abi::region::{self as abi, RegionDescriptor};
 
-use crate::comm::{attach, record, DomainRec};
-use crate::engine::Engine;
+use crate::comm::{attach, record};
+use crate::engine::{DomainRec, Engine};
 use crate::memory::{HostMemory, SharedRegion};
 use crate::{validate, WorkerError};
 

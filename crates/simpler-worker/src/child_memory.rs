@@ -23,7 +23,7 @@ pub(crate) fn alloc(
     dtype: DataType,
 ) -> Result<Tensor, WorkerError> {
     validate::chip_id(worker, engine.chips, engine.next_kind())?;
-    let nbytes = crate::orchestrator::nbytes(shape, dtype)?;
+    let nbytes = validate::nbytes(shape, dtype)?;
     let ControlReply::Ptr(ptr) = engine.control(worker, ControlOp::Malloc(nbytes))? else {
         unreachable!("malloc answers a pointer")
     };

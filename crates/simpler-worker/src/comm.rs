@@ -14,7 +14,7 @@ use simpler_abi::comm::{self as layout, CommContext, MAX_RANKS};
 use simpler_abi::DataType;
 use simpler_device::DevicePtr;
 
-use crate::engine::{ChildRec, Engine, State};
+use crate::engine::{ChildRec, DomainRec, Engine, State};
 use crate::lane::{ControlOp, ControlReply};
 use crate::memory::{HostMemory, SharedRegion};
 use crate::tensor::{c_strides, ChildAllocation, Memory, Tensor};
@@ -80,19 +80,6 @@ impl CommDomain {
     pub fn rank_of(&self, worker: usize) -> Option<&RankContext> {
         self.ranks.iter().find(|r| r.worker == worker)
     }
-}
-
-/// A live domain, under the engine lock.
-pub(crate) struct DomainRec {
-    pub(crate) name: String,
-    /// Member chip and the window's base in its address space, in rank order.
-    pub(crate) members: Vec<(usize, u64)>,
-    pub(crate) region: Arc<SharedRegion>,
-    /// Released: no task may name it any more; freed at its run's end.
-    pub(crate) released: bool,
-    /// A domain (its region starts with a workspace whose abort word kernels watch), not an
-    /// L3↔L2 region (`crate::channel`).
-    pub(crate) abortable: bool,
 }
 
 impl DomainRec {
@@ -389,7 +376,7 @@ pub(crate) fn record(
         domains,
         ..
     } = &mut *st;
-    match crate::orchestrator::open_run(runs, run, method) {
+    match crate::run::open_run(runs, run, method) {
         Ok(open) => open.domains.push(id),
         Err(e) => {
             drop(st);
@@ -445,7 +432,7 @@ fn context_offset(r: usize) -> u64 {
 /// [`WorkerError::InvalidArgument`] (`domain`) for a domain of another run or worker.
 pub(crate) fn release(engine: &Engine, run: u64, domain: &CommDomain) -> Result<(), WorkerError> {
     let mut st = engine.state.lock();
-    crate::orchestrator::open_run(&mut st.runs, run, "release_domain")?;
+    crate::run::open_run(&mut st.runs, run, "release_domain")?;
     let mine = st
         .runs
         .iter()

@@ -16,6 +16,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::graph::{TaskState, Use};
 use crate::lane::{ControlOp, ControlReply, Event, WorkItem};
+use crate::memory::SharedRegion;
 use crate::registry::Registry;
 use crate::ring::HeapRing;
 use crate::run::Run;
@@ -54,6 +55,20 @@ pub(crate) struct ChildRec {
     pub(crate) generation: u64,
 }
 
+/// A live comm domain (`crate::comm`) or L3↔L2 region (`crate::channel`): the shared
+/// region its member chips attached.
+pub(crate) struct DomainRec {
+    pub(crate) name: String,
+    /// Member chip and the window's base in its address space, in rank order.
+    pub(crate) members: Vec<(usize, u64)>,
+    pub(crate) region: Arc<SharedRegion>,
+    /// Released: no task may name it any more; freed at its run's end.
+    pub(crate) released: bool,
+    /// A domain (its region starts with a workspace whose abort word kernels watch), not an
+    /// L3↔L2 region (`crate::channel`).
+    pub(crate) abortable: bool,
+}
+
 /// Everything under the engine lock.
 pub(crate) struct State {
     /// Runs in flight, the head (dispatching) run first.
@@ -63,7 +78,7 @@ pub(crate) struct State {
     /// Live child allocations (and comm windows) by (chip, device address).
     pub(crate) children: HashMap<(usize, u64), ChildRec>,
     /// Live comm domains by id, until their run is over.
-    pub(crate) domains: HashMap<u64, crate::comm::DomainRec>,
+    pub(crate) domains: HashMap<u64, DomainRec>,
     /// The next comm domain's id.
     pub(crate) next_domain: u64,
     /// The next child allocation's or window's generation (from 1).

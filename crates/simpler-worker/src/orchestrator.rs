@@ -8,7 +8,6 @@
 //! scheduler's.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -21,7 +20,7 @@ use crate::engine::{Engine, State};
 use crate::graph::{Target, Work};
 use crate::memory::HostMemory;
 use crate::registry::CallableHandle;
-use crate::run::{HeapAlloc, Run};
+use crate::run::{open_run, returned, HeapAlloc};
 use crate::tensor::{Memory, Tag, TaskArg, TaskArgs, Tensor};
 use crate::tensormap::TaskId;
 use crate::validate::{self, Dest};
@@ -105,47 +104,6 @@ fn accesses<'a>(
             TaskArg::Tensor(t, tag) => Some((format!("{prefix}[{i}]"), t.clone(), *tag)),
             TaskArg::Scalar(_) => None,
         })
-}
-
-/// The refusal of `orch.<method>()` once the orchestration function has returned.
-fn returned(method: &str) -> WorkerError {
-    WorkerError::InvalidState(format!(
-        "orch.{method}() is valid only inside its orchestration function; this run's \
-         orchestration has returned"
-    ))
-}
-
-/// Run `id` among `runs` while its orchestration is open (checked under the engine lock,
-/// so a clone of the orchestrator racing with the function's return is refused, not
-/// admitted into a closed run).
-///
-/// # Errors
-/// [`WorkerError::InvalidState`] naming `orch.<method>()` once the run is closed.
-pub(crate) fn open_run<'a>(
-    runs: &'a mut VecDeque<Run>,
-    id: u64,
-    method: &str,
-) -> Result<&'a mut Run, WorkerError> {
-    runs.iter_mut()
-        .find(|r| r.id == id && !r.closed)
-        .ok_or_else(|| returned(method))
-}
-
-/// Bytes of `shape` × `dtype`.
-///
-/// # Errors
-/// [`WorkerError::InvalidArgument`] (`shape`) for no dimensions, a zero extent or overflow.
-pub(crate) fn nbytes(shape: &[u64], dtype: DataType) -> Result<u64, WorkerError> {
-    let n = shape
-        .iter()
-        .try_fold(dtype.size_bytes() as u64, |acc, e| acc.checked_mul(*e));
-    match n {
-        Some(n) if n > 0 && !shape.is_empty() => Ok(n),
-        _ => Err(bad(
-            "shape",
-            format!("{shape:?} of {dtype} has no elements or too many bytes"),
-        )),
-    }
 }
 
 impl Orchestrator {
@@ -423,7 +381,7 @@ impl Orchestrator {
     /// [`WorkerError::InvalidState`] outside the orchestration.
     pub fn alloc(&self, shape: &[u64], dtype: DataType) -> Result<Tensor, WorkerError> {
         let engine = self.engine("alloc")?;
-        let n = nbytes(shape, dtype)?;
+        let n = validate::nbytes(shape, dtype)?;
         let depth = {
             let mut st = engine.state.lock();
             open_run(&mut st.runs, self.ctx.run, "alloc")?.scopes.len() - 1

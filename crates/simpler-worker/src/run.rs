@@ -256,3 +256,27 @@ impl Run {
         }
     }
 }
+
+/// The refusal of `orch.<method>()` once the orchestration function has returned.
+pub(crate) fn returned(method: &str) -> WorkerError {
+    WorkerError::InvalidState(format!(
+        "orch.{method}() is valid only inside its orchestration function; this run's \
+         orchestration has returned"
+    ))
+}
+
+/// Run `id` among `runs` while its orchestration is open (checked under the engine lock,
+/// so a clone of the orchestrator racing with the function's return is refused, not
+/// admitted into a closed run).
+///
+/// # Errors
+/// [`WorkerError::InvalidState`] naming `orch.<method>()` once the run is closed.
+pub(crate) fn open_run<'a>(
+    runs: &'a mut VecDeque<Run>,
+    id: u64,
+    method: &str,
+) -> Result<&'a mut Run, WorkerError> {
+    runs.iter_mut()
+        .find(|r| r.id == id && !r.closed)
+        .ok_or_else(|| returned(method))
+}

@@ -8,6 +8,8 @@ use simpler_host::{
     ArgDirection, ArgError, ArgOffer, HostMemory as OfferedMemory, ScalarValue, Signature,
 };
 
+use simpler_abi::DataType;
+
 use crate::tensor::{Memory, Tag, TaskArg, TaskArgs, Tensor};
 use crate::WorkerError;
 
@@ -30,6 +32,23 @@ fn bad(arg: &str, reason: String) -> WorkerError {
     WorkerError::InvalidArgument {
         arg: arg.into(),
         reason,
+    }
+}
+
+/// Bytes of `shape` × `dtype`.
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] (`shape`) for no dimensions, a zero extent or overflow.
+pub(crate) fn nbytes(shape: &[u64], dtype: DataType) -> Result<u64, WorkerError> {
+    let n = shape
+        .iter()
+        .try_fold(dtype.size_bytes() as u64, |acc, e| acc.checked_mul(*e));
+    match n {
+        Some(n) if n > 0 && !shape.is_empty() => Ok(n),
+        _ => Err(bad(
+            "shape",
+            format!("{shape:?} of {dtype} has no elements or too many bytes"),
+        )),
     }
 }
 
