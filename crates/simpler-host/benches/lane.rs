@@ -10,7 +10,9 @@
 //! - `short_runs/depth{1,2}`: throughput of short runs kept two in flight.
 //! - `empty_run/round_trip`: submit + result of a run whose orchestration submits nothing.
 
-#[path = "../tests/common/mod.rs"]
+// The integration tests' fixtures; the bench uses a part of them.
+#[allow(dead_code, unused_imports)]
+#[path = "../tests/it/common.rs"]
 mod common;
 
 use std::time::{Duration, Instant};
@@ -68,7 +70,7 @@ fn spec(name: &str, orch: OrchEntry, tensors: bool) -> CallableSpec {
         kernels: vec![KernelSpec {
             func_id: 0,
             core_type: CoreType::Aiv,
-            image: CodeImage::Kernel(inc_kernel),
+            image: CodeImage::Kernel(add_one),
         }],
         runtime: None,
     }

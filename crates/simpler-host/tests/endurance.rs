@@ -2,7 +2,13 @@
 //! from shared-library images) in one process. Threads, open file descriptors, live device
 //! allocations and resident memory must stay flat: nothing is started, opened or loaded per
 //! run (the upstream sim dies after about 185 runs from per-run library reloads).
+//!
+//! A test binary of its own, not a module of `it`: it measures the whole process, so no
+//! other test may start threads, open descriptors or allocate in it meanwhile.
 
+// The fixtures of the `it` binary; this binary uses a part of them.
+#[allow(dead_code, unused_imports)]
+#[path = "it/common.rs"]
 mod common;
 
 use std::path::Path;

@@ -6,7 +6,13 @@
 //!
 //! The monitor and the callback slot are process-wide, so every row runs in this binary's
 //! one test, in order (parallel tests' notices would show up in each other's counters).
+//!
+//! A test binary of its own, not a module of `it`: the other tests' faults would raise
+//! notices into the same monitor while this one counts them.
 
+// The fixtures of the `it` binary; this binary uses a part of them.
+#[allow(dead_code, unused_imports)]
+#[path = "it/common.rs"]
 mod common;
 
 use std::num::NonZeroU64;
@@ -21,6 +27,7 @@ use simpler_device::{Device, FaultNotice, StreamId};
 use simpler_host::fault_monitor::FaultMonitor;
 use simpler_host::lifecycle::enter_context;
 use simpler_host::*;
+use simpler_test_support::eventually;
 
 /// How a row makes a notice.
 #[derive(Clone, Copy, Debug)]

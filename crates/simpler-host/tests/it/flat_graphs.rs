@@ -8,11 +8,9 @@
 //! The 1,000,000-task graph runs only in release builds (`scripts/test.sh` runs it); the
 //! 100,000-task one runs everywhere.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use simpler_abi::*;
 use simpler_host::*;
 

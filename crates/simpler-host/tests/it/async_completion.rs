@@ -7,13 +7,11 @@
 //! counter, a 65th condition, a counter that never arrives) fails the run with its code,
 //! naming the task, and the worker runs the next run normally.
 
-mod common;
-
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{push, submit, task};
+use crate::common::{push, submit, task};
 use simpler_abi::deferred::*;
 use simpler_abi::*;
 use simpler_device::sim::{FaultAction, FaultPoint, FaultRule, SimDevice, SimOptions};

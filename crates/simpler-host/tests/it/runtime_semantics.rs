@@ -16,16 +16,15 @@
 //! abort the whole process (a panic inside the runtime's `extern "C"` ops) runs in a child
 //! process of this test binary.
 
-mod common;
-
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use simpler_abi::*;
 use simpler_host::*;
+use simpler_test_support::{child, test_name};
 use ArgDirection::{In, InOut, Out};
 
 // ---------------------------------------------------------------------------------------
@@ -108,8 +107,8 @@ const SLOW_FAIL_FUNC: i32 = 8;
 
 unsafe extern "C" fn slow_failing_kernel(args: *mut i64) {
     sleep_ms(30);
-    // SAFETY: same arguments as `failing_kernel`.
-    unsafe { failing_kernel(args) }
+    // SAFETY: same arguments as `fatal_42`.
+    unsafe { fatal_42(args) }
 }
 
 /// Element offsets of a view, row-major.
@@ -478,7 +477,7 @@ fn register_with(w: &ChipWorker, tensors: &[(&str, ArgDirection)], scalars: usiz
         KernelSpec {
             func_id: FAIL_FUNC as u32,
             core_type: CoreType::Aiv,
-            image: CodeImage::Kernel(failing_kernel),
+            image: CodeImage::Kernel(fatal_42),
         },
         KernelSpec {
             func_id: SLOW_FAIL_FUNC as u32,
@@ -2235,32 +2234,15 @@ fn an_orchestration_returning_the_error_submit_gave_it_keeps_the_first_error() {
     assert!(msg.contains("fatal code 42"), "{msg}");
 }
 
-/// Runs the `#[ignore]`d test `name` of this binary in a child process (for scenarios that
-/// may abort the process) and asserts that it passed.
+/// Runs the `#[ignore]`d test `name` (a libtest name) of this binary in a child process
+/// (for scenarios that may abort the process) and asserts that it passed.
 fn in_child_process(name: &str) {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            name,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    let out = child::command(name)
+        .arg("--ignored")
         .env("RUST_BACKTRACE", "0")
         .output()
         .expect("spawning the test binary");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let lines: Vec<&str> = stderr.lines().collect();
-    let panics: Vec<String> = (0..lines.len())
-        .filter(|&i| lines[i].contains("panicked at"))
-        .map(|i| lines[i..(i + 2).min(lines.len())].join(" "))
-        .collect();
-    assert!(
-        out.status.success(),
-        "{name} in a child process: {}\n{}",
-        out.status,
-        panics.join("\n")
-    );
+    child::assert_passed(&out, name);
 }
 
 #[test]
@@ -2268,7 +2250,7 @@ fn a_tensor_whose_owner_task_was_never_issued_is_invalid_args() {
     // A hand-built ChipTensor (for example memset to zero in C) carries a bogus
     // owner_task_id. The runtime must refuse it, not crash: run in a child process, since
     // a panic inside the runtime's extern "C" ops aborts the whole process.
-    in_child_process("owner_task_never_issued");
+    in_child_process(&test_name!(owner_task_never_issued));
 }
 
 #[test]

@@ -19,11 +19,9 @@
 //! The program travels to the in-process orchestration as the address of a host value (a
 //! scalar argument): the sim device shares the host's address space.
 
-mod common;
-
 use std::sync::Mutex;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use simpler_abi::*;

@@ -6,13 +6,11 @@
 //! released or retained, and whether the worker admits runs afterwards), the alias ordering
 //! of runs that share host buffers, and the per-slot staging pools.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use simpler_abi::*;
 use simpler_device::sim::{FaultAction, FaultPoint, FaultRule, KernelKind, SimDevice};
 use simpler_device::{Device, Topology};
@@ -29,8 +27,8 @@ unsafe extern "C" fn gated_kernel(args: *mut i64) {
     while !GATE.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(1));
     }
-    // SAFETY: same arguments as `inc_kernel`.
-    unsafe { inc_kernel(args) }
+    // SAFETY: same arguments as `add_one`.
+    unsafe { add_one(args) }
 }
 
 /// Holds its core until [`MATRIX_GATE`] opens, then y = x + 1.
@@ -38,8 +36,8 @@ unsafe extern "C" fn matrix_gated_kernel(args: *mut i64) {
     while !MATRIX_GATE.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(1));
     }
-    // SAFETY: same arguments as `inc_kernel`.
-    unsafe { inc_kernel(args) }
+    // SAFETY: same arguments as `add_one`.
+    unsafe { add_one(args) }
 }
 
 fn spec() -> CallableSpec {
@@ -67,7 +65,7 @@ fn spec() -> CallableSpec {
             KernelSpec {
                 func_id: 0,
                 core_type: CoreType::Aiv,
-                image: CodeImage::Kernel(inc_kernel),
+                image: CodeImage::Kernel(add_one),
             },
             KernelSpec {
                 func_id: 1,

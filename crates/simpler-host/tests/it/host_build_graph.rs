@@ -4,11 +4,9 @@
 //! codes; tensor-data calls that would wait are refused; recordings replay on new buffers
 //! and refuse stale callables, other shapes or scalars, and corrupt images.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use simpler_abi::*;
 use simpler_device::Device;
 use simpler_host::*;

@@ -1,16 +1,11 @@
-//! Shared by the integration tests: an in-process callable `y = x + 1` over four
-//! independent tiles, whose kernel func is chosen per run (`scalars[0]`): 0 runs at once,
-//! `1..=GATES` waits for its gate to open. Each test binary has its own gates.
+//! The in-process fixtures of the integration tests and of the `lane` bench: a callable
+//! `y = x + 1` over four independent tiles whose kernel func is chosen per run
+//! (`scalars[0]`): 0 runs at once, a gate's [`Gate::func`] waits for that gate to open.
 //!
-//! Also the in-process kernel/orchestration helpers every integration test and the `lane`
-//! bench share: kernel argument access ([`tensor`], [`data`]), task descriptors ([`task`],
-//! [`push`], [`submit`]), 1-D views ([`view`]), f32 byte views and fault-rule constructors.
+//! Also the in-process kernel and orchestration helpers: kernel argument access ([`tensor`],
+//! [`data`]), task descriptors ([`task`], [`push`], [`submit`]), 1-D views ([`view`]), f32
+//! byte views and fault-rule constructors.
 
-// Every test binary (and the bench) compiles this module on its own and uses only part of
-// it, so what one binary leaves unused would otherwise warn there.
-#![allow(dead_code)]
-
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,42 +13,17 @@ use simpler_abi::*;
 use simpler_device::sim::{FaultAction, FaultPoint, FaultRule, SimDevice};
 use simpler_device::{Device, DevicePtr, Topology};
 use simpler_host::*;
+use simpler_test_support::gate::add_one_kernels;
+pub use simpler_test_support::gate::Gate;
+pub use simpler_test_support::kernel::{add_one, data, fatal_42};
 
 pub const N: usize = 1024;
 const TILES: usize = 4;
-pub const GATES: usize = 4;
-
-pub static GATE: [AtomicBool; GATES] = [const { AtomicBool::new(true) }; GATES];
 
 /// Tensor argument `i` of a kernel.
 pub fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
-    // SAFETY: the runtime passes tensor pointers in the first slots.
-    unsafe { &*(*args.add(i) as *const ChipTensor) }
-}
-
-/// The elements of a 1-D contiguous f32 tensor.
-pub fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
-    // SAFETY: a 1-D contiguous f32 view of device (= host) memory owned by the run.
-    unsafe {
-        std::slice::from_raw_parts_mut(
-            (t.buffer_addr as *mut f32).add(t.start_offset as usize),
-            t.shapes[0] as usize,
-        )
-    }
-}
-
-/// y = x + 1
-pub unsafe extern "C" fn inc_kernel(args: *mut i64) {
-    let (x, y) = (data(tensor(args, 0)), data(tensor(args, 1)));
-    for i in 0..y.len() {
-        y[i] = x[i] + 1.0;
-    }
-}
-
-/// Always reports fatal code 42.
-pub unsafe extern "C" fn failing_kernel(args: *mut i64) {
-    // SAFETY: slot 49 points to the core's GlobalContext.
-    unsafe { (*(*args.add(GLOBAL_CONTEXT_SLOT) as *mut GlobalContext)).fatal_code = 42 };
+    // SAFETY: the kernels of these tests get the runtime's argument arrays, tensors first.
+    unsafe { simpler_test_support::kernel::tensor(args, i) }
 }
 
 /// A task descriptor with no kernel on any lane, one block and no arguments.
@@ -149,26 +119,6 @@ pub const fn always(point: FaultPoint, action: FaultAction) -> FaultRule {
     }
 }
 
-fn wait_gate(g: usize) {
-    while !GATE[g].load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-macro_rules! gated {
-    ($name:ident, $g:expr) => {
-        unsafe extern "C" fn $name(args: *mut i64) {
-            wait_gate($g);
-            // SAFETY: same arguments as `inc_kernel`.
-            unsafe { inc_kernel(args) }
-        }
-    };
-}
-gated!(gated0, 0);
-gated!(gated1, 1);
-gated!(gated2, 2);
-gated!(gated3, 3);
-
 /// y = x + 1 in `TILES` independent AIV tasks, with kernel func `scalars[0]`.
 pub unsafe extern "C" fn inc_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
@@ -219,13 +169,7 @@ pub fn spec(name: &str) -> CallableSpec {
         ])
         .unwrap(),
         orchestration: CodeImage::Orchestration(inc_orch),
-        kernels: vec![
-            k(0, inc_kernel),
-            k(1, gated0),
-            k(2, gated1),
-            k(3, gated2),
-            k(4, gated3),
-        ],
+        kernels: add_one_kernels().map(|(id, f)| k(id, f)).collect(),
         runtime: None,
     }
 }
@@ -238,7 +182,7 @@ pub fn input(seed: f32) -> Vec<f32> {
     (0..N).map(|i| seed + i as f32).collect()
 }
 
-/// Host-tensor arguments; `func` 0 runs at once, `g + 1` waits for gate `g`.
+/// Host-tensor arguments; `func` 0 runs at once, a [`Gate::func`] waits for that gate.
 pub fn args(seed: f32, func: u64) -> Vec<OwnedArg> {
     vec![
         OwnedArg::Tensor {
@@ -303,18 +247,6 @@ pub fn worker() -> (Arc<SimDevice>, ChipWorker, CallableId) {
     let w = ChipWorker::with_device(config(), dev.clone() as Arc<dyn Device>).unwrap();
     let id = w.register(&spec("inc")).unwrap();
     (dev, w, id)
-}
-
-/// Waits (bounded) until `f` holds.
-pub fn eventually(what: &str, f: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// Borrowed host-tensor arguments `x`, `y` (`N` f32 each, as bytes) and func 0.

@@ -3,9 +3,7 @@
 //! whose correctness needs WAR ordering, and run-level failures that must leave the worker
 //! usable and the host buffers untouched.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use simpler_abi::*;
 use simpler_host::*;
 
@@ -151,7 +149,7 @@ fn spec(name: &str, orch: OrchEntry, sig: Vec<(&str, ArgDirection)>) -> Callable
         (0, CoreType::Aiv, add_kernel),
         (1, CoreType::Aiv, accumulate_kernel),
         (2, CoreType::Aic, double_kernel),
-        (3, CoreType::Aiv, failing_kernel),
+        (3, CoreType::Aiv, fatal_42),
     ];
     CallableSpec {
         name: name.into(),

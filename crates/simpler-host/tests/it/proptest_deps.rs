@@ -12,9 +12,7 @@
 //! The program travels to the in-process orchestration as the address of a host `Vec`
 //! (a scalar argument): the sim device shares the host's address space.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use simpler_abi::*;

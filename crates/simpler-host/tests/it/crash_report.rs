@@ -6,16 +6,15 @@
 //! SDMA copy past the output (on the engine's thread) and a deferred-completion counter at a
 //! wild address (on a scheduler thread) are named as that copy and that task's counter.
 
-mod common;
-
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::{host_f32, push, submit, task, tensor};
+use crate::common::{host_f32, push, submit, task, tensor};
 use simpler_abi::*;
 use simpler_device::sim::Memcheck;
 use simpler_device::Topology;
 use simpler_host::*;
+use simpler_test_support::{child, test_name};
 
 const CASE: &str = "SIMPLER_CRASH_CASE";
 const LEN: usize = 1000;
@@ -120,9 +119,9 @@ fn run_kernel(kernel: KernelEntry, memcheck: Memcheck, sdma: bool) -> Vec<f32> {
     y
 }
 
-fn child(name: &str) -> (Output, String) {
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+/// Runs test `name` (a libtest name) of this binary alone in a child with `CASE` set.
+fn case_in_child(name: &str) -> (Output, String) {
+    let out = child::command(name)
         .env(CASE, name)
         .env_remove("SIMPLER_SIM_MEMCHECK")
         .env_remove("SIMPLER_CRASH_REPORT")
@@ -138,9 +137,9 @@ fn with_sim_memcheck_an_overrun_faults_and_the_report_names_kernel_task_and_allo
         run_overrun(Memcheck::After);
         unreachable!("the kernel faults");
     }
-    let (out, err) = child(
-        "with_sim_memcheck_an_overrun_faults_and_the_report_names_kernel_task_and_allocation",
-    );
+    let (out, err) = case_in_child(&test_name!(
+        with_sim_memcheck_an_overrun_faults_and_the_report_names_kernel_task_and_allocation
+    ));
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
     for want in [
         "simpler: crash: SIGSEGV (invalid memory access, page protected against this access) on a device thread",
@@ -163,7 +162,9 @@ fn memcheck_is_off_by_default_and_the_same_run_completes_as_before() {
         println!("completed");
         return;
     }
-    let (out, err) = child("memcheck_is_off_by_default_and_the_same_run_completes_as_before");
+    let (out, err) = case_in_child(&test_name!(
+        memcheck_is_off_by_default_and_the_same_run_completes_as_before
+    ));
     assert!(out.status.success(), "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("completed"));
     assert!(!err.contains("simpler: crash"), "{err}");
@@ -175,7 +176,9 @@ fn an_sdma_copy_past_its_output_is_reported_as_that_copy() {
         run_kernel(sdma_overrun_kernel, Memcheck::After, true);
         unreachable!("the copy faults");
     }
-    let (out, err) = child("an_sdma_copy_past_its_output_is_reported_as_that_copy");
+    let (out, err) = case_in_child(&test_name!(
+        an_sdma_copy_past_its_output_is_reported_as_that_copy
+    ));
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
     for want in [
         "on a device thread\n  device:  ",
@@ -193,7 +196,9 @@ fn a_wild_counter_address_is_reported_as_that_tasks_counter() {
         run_kernel(wild_counter_kernel, Memcheck::Off, false);
         unreachable!("reading the counter faults");
     }
-    let (out, err) = child("a_wild_counter_address_is_reported_as_that_tasks_counter");
+    let (out, err) = case_in_child(&test_name!(
+        a_wild_counter_address_is_reported_as_that_tasks_counter
+    ));
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
     for want in [
         ", AICPU thread ",

@@ -5,12 +5,10 @@
 //! inside the host's launch..wait window once aligned, exact drop counts with tiny buffers,
 //! and nothing at all at level off.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use simpler_abi::*;
 use simpler_host::trace_model::{
     AicpuPhase, CoreKind, EdgeKind, ProcessTrace, RunTrace, Trace, TraceLevel,

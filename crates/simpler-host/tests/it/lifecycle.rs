@@ -7,13 +7,10 @@
 //! The real `fork()` test (child refuses, parent continues) is a unit test of the worker,
 //! where it can hold the lane's lock across the fork.
 
-mod common;
-
 use std::num::NonZeroU64;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use simpler_device::sim::{FaultAction, FaultPoint, FaultRule};
 use simpler_device::Device;
 use simpler_host::lifecycle::{current_context, enter_context};
@@ -31,8 +28,8 @@ fn explicit_and_automatic_ids_share_one_namespace_and_one_image_cache() {
     assert_eq!(st1.uploads, st0.uploads, "nothing loaded again");
     assert_eq!(
         st1.shared,
-        st0.shared + 6,
-        "orchestration + five kernels shared"
+        st0.shared + 1 + spec("x").kernels.len() as u64,
+        "the orchestration and every kernel shared"
     );
     assert_eq!(st1.live_images, st0.live_images);
     // Explicit ids: in range and free, else invalid-argument.
@@ -89,8 +86,8 @@ fn explicit_and_automatic_ids_share_one_namespace_and_one_image_cache() {
 #[test]
 fn the_registry_is_not_mutated_while_a_run_is_outstanding() {
     let (_dev, w, id) = worker();
-    GATE[1].store(false, Ordering::Release);
-    let h = w.submit(id, args(1.0, 2)).unwrap();
+    let gate = Gate::close();
+    let h = w.submit(id, args(1.0, gate.func().into())).unwrap();
     let mut out = 9;
     let rows: Vec<(&str, Result<(), HostError>)> = vec![
         ("register", w.register(&spec("b")).map(drop)),
@@ -109,7 +106,7 @@ fn the_registry_is_not_mutated_while_a_run_is_outstanding() {
     }
     assert_eq!(out, -1);
     assert!(w.callable_info(CallableId(7)).is_none());
-    GATE[1].store(true, Ordering::Release);
+    gate.open();
     check_output(h.result().unwrap(), 1.0);
     w.register_with_id(7, &spec("b")).unwrap();
     w.unregister(id).unwrap();
@@ -135,9 +132,14 @@ fn a_borrowed_context_is_checked_refused_and_retried_with_the_same_handle() {
     let y = w.malloc((N * 4) as u64).unwrap();
     w.copy_to(x, &f32_bytes(&input(2.0))).unwrap();
     let caller = dev.create_stream().unwrap();
-    GATE[2].store(false, Ordering::Release);
+    let gate = Gate::close();
     let h = w
-        .submit_on_stream(id, device_args(x, y, 3), &CallConfig::default(), caller)
+        .submit_on_stream(
+            id,
+            device_args(x, y, gate.func().into()),
+            &CallConfig::default(),
+            caller,
+        )
         .unwrap();
     drop(ctx);
     assert_eq!(current_context(), None);
@@ -159,7 +161,7 @@ fn a_borrowed_context_is_checked_refused_and_retried_with_the_same_handle() {
         let _other = enter_context(NonZeroU64::new(901).unwrap());
         refused(h.wait(None), "wait in another context");
     }
-    GATE[2].store(true, Ordering::Release);
+    gate.open();
     // Restored: the same handle waits, the worker closes.
     let _ctx = enter_context(g);
     h.wait(None).unwrap();
@@ -223,8 +225,8 @@ fn dropping_an_unclosed_worker_detaches_its_handles_and_keeps_what_it_cannot_pro
     // A run on the device when the worker is dropped: its handle ends with Detached, and its
     // staging, slot and streams are kept.
     let (dev, w, id) = worker();
-    GATE[3].store(false, Ordering::Release);
-    let h = w.submit(id, args(1.0, 4)).unwrap();
+    let gate = Gate::close();
+    let h = w.submit(id, args(1.0, gate.func().into())).unwrap();
     let held = dev.live_allocations();
     drop(w);
     let r = h.wait(None);
@@ -234,7 +236,7 @@ fn dropping_an_unclosed_worker_detaches_its_handles_and_keeps_what_it_cannot_pro
         held,
         "nothing the run may touch was freed"
     );
-    GATE[3].store(true, Ordering::Release);
+    gate.open();
 
     // An idle worker dropped without close: everything is provably free.
     let (dev, w, id) = worker();

@@ -17,13 +17,11 @@
 //! gave up, and the late ones ran on the cores they left (`docs/sim-device.md` §11). With
 //! fibers parking, all of a run's kernels are in flight together within microseconds.
 
-mod common;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use simpler_abi::*;
 use simpler_device::Topology;
 use simpler_host::*;

@@ -6,14 +6,12 @@
 //! borrowed worker never synchronizes or resets the whole device; and the execution-mode
 //! latch as the worker applies it.
 
-mod common;
-
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use parking_lot::Mutex;
 use simpler_device::sim::{FaultAction, FaultPoint, FaultRule, SimDevice};
 use simpler_device::{Device, DevicePtr, StreamId};
@@ -112,15 +110,15 @@ fn three_events_per_occupied_slot_allocated_lazily_and_reused() {
         "slot 0 again: reused"
     );
     // Two at once: the second occupies slot 1 (and joins the first).
-    GATE[0].store(false, Ordering::Release);
-    let a = launch(1);
+    let gate = Gate::close();
+    let a = launch(gate.func().into());
     let b = launch(0);
     assert_eq!(
         dev.calls(FaultPoint::CreateEvent),
         5 + 2 + 2 + 3,
         "slot 1: fence + join proofs + its own three"
     );
-    GATE[0].store(true, Ordering::Release);
+    gate.open();
     a.wait(None).unwrap();
     b.wait(None).unwrap();
     let mut out = vec![0u8; N * 4];

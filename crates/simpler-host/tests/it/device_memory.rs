@@ -3,11 +3,7 @@
 //! `InvalidDevicePointer` naming the argument), and `free` of memory a queued or running run
 //! uses is refused with `DeviceMemoryInUse` until the run is finalized.
 
-mod common;
-
-use std::sync::atomic::Ordering;
-
-use common::*;
+use crate::common::*;
 use simpler_abi::DataType;
 use simpler_device::{Device, DevicePtr};
 use simpler_host::*;
@@ -110,9 +106,9 @@ fn memory_a_queued_or_running_run_uses_is_not_freed() {
         w.malloc(n).unwrap(),
     );
     w.copy_to(x, &f32_bytes(&input(2.0))).unwrap();
-    GATE[0].store(false, Ordering::Release);
+    let gate = Gate::close();
     // Running (held by the gate), and queued behind it on the same memory.
-    let running = w.submit(id, device_args(x, y, 1)).unwrap();
+    let running = w.submit(id, device_args(x, y, gate.func().into())).unwrap();
     let queued = w.submit(id, device_args(x, y, 0)).unwrap();
     for (what, ptr) in [("x", x), ("y", y)] {
         match w.free(ptr) {
@@ -128,7 +124,7 @@ fn memory_a_queued_or_running_run_uses_is_not_freed() {
     }
     // Memory no run uses is freed at once.
     w.free(spare).unwrap();
-    GATE[0].store(true, Ordering::Release);
+    gate.open();
     running.wait(None).unwrap();
     queued.wait(None).unwrap();
     let mut out = vec![0u8; N * 4];

@@ -8,12 +8,10 @@
 //! Timeouts are a second or less so the file stays fast; margins are generous for a loaded
 //! two-core machine.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{data, host_f32, push, submit, task, tensor};
+use crate::common::{data, host_f32, push, submit, task, tensor};
 use simpler_abi::*;
 use simpler_device::Topology;
 use simpler_host::*;
