@@ -92,6 +92,17 @@ impl RunHandle {
     /// # Errors
     /// The run's error; the arguments are dropped then.
     pub fn result(self) -> Result<RunOutput, HostError> {
+        self.take_output()
+    }
+
+    /// [`result`](RunHandle::result) without giving the handle up, for a caller that must
+    /// choose where the handle is dropped (the last handle of a closed worker frees its
+    /// device, which joins the device's threads). Waits for the run; the arguments are
+    /// handed over once: a later call answers the same report with none.
+    ///
+    /// # Errors
+    /// As [`result`](RunHandle::result).
+    pub fn take_output(&self) -> Result<RunOutput, HostError> {
         self.wait(None)?;
         let report = self.cell.outcome()?;
         Ok(RunOutput {
@@ -110,4 +121,25 @@ impl RunHandle {
 fn _assert_send_sync() {
     fn is<T: Send + Sync>() {}
     is::<RunHandle>();
+}
+
+#[cfg(all(test, not(feature = "loom")))]
+mod tests {
+    use crate::worker::tests::{empty_spec, one_arg, small_worker};
+
+    #[test]
+    fn take_output_hands_the_arguments_over_once_and_keeps_the_handle() {
+        let w = small_worker();
+        let id = w.register(&empty_spec()).unwrap();
+        let handle = w.submit(id, one_arg()).unwrap();
+        let first = handle.take_output().unwrap();
+        assert_eq!(first.args.len(), 1);
+        let again = handle.take_output().unwrap();
+        assert_eq!(again.report.epoch, first.report.epoch);
+        assert!(again.args.is_empty(), "the arguments were handed over already");
+        // The handle outlives the worker: dropping it last is the caller's choice.
+        drop(w);
+        assert!(handle.poll());
+        drop(handle);
+    }
 }

@@ -35,7 +35,7 @@ use simpler_host::{HostError, RunHandle};
 
 use crate::error::{self, Raise};
 use crate::graph::{NativeGraphReport, NativeRecordedRun, RecordingOrigin};
-use crate::sync::lock;
+use crate::sync::{drop_detached, lock, take_last};
 
 /// The longest a wait stays detached before checking for signals.
 pub(crate) const SLICE: Duration = Duration::from_millis(50);
@@ -304,13 +304,7 @@ pub struct NativeRunHandle {
 impl NativeRunHandle {
     /// The handle of a run of the worker `identity` names.
     pub(crate) fn new(handle: RunHandle, identity: &EnvironmentIdentity) -> NativeRunHandle {
-        NativeRunHandle {
-            epoch: handle.epoch(),
-            handle: Mutex::new(Some(Arc::new(handle))),
-            outcome: Mutex::new(None),
-            borrowed: (identity.ownership == Ownership::Borrowed).then_some(*identity),
-            origin: None,
-        }
+        NativeRunHandle::of(handle, identity, None)
     }
 
     /// The handle of a recording run of `origin`'s callable: its report carries the
@@ -320,9 +314,20 @@ impl NativeRunHandle {
         identity: &EnvironmentIdentity,
         origin: RecordingOrigin,
     ) -> NativeRunHandle {
+        NativeRunHandle::of(handle, identity, Some(origin))
+    }
+
+    fn of(
+        handle: RunHandle,
+        identity: &EnvironmentIdentity,
+        origin: Option<RecordingOrigin>,
+    ) -> NativeRunHandle {
         NativeRunHandle {
-            origin: Some(origin),
-            ..NativeRunHandle::new(handle, identity)
+            epoch: handle.epoch(),
+            handle: Mutex::new(Some(Arc::new(handle))),
+            outcome: Mutex::new(None),
+            borrowed: (identity.ownership == Ownership::Borrowed).then_some(*identity),
+            origin,
         }
     }
 
@@ -341,25 +346,31 @@ impl NativeRunHandle {
 
     /// Collects the outcome of a terminal run: takes its report and drops its arguments (the
     /// numpy arrays it borrowed) while attached. Returns false while another thread still
-    /// holds the handle (it is inside a wait that is about to return) — never blocks, so it
-    /// runs attached: no thread can wait for the interpreter while holding the lock.
-    fn collect(&self) -> bool {
-        let mut slot = lock(&self.handle);
-        let Some(shared) = slot.take() else {
-            return true;
+    /// holds the handle (it is inside a wait that is about to return). Under the locks it
+    /// never blocks, so it runs attached there: no thread can wait for the interpreter while
+    /// holding them. The host's handle is dropped after, detached: the last handle of a
+    /// closed worker frees its device, which joins the device's threads.
+    fn collect(&self, py: Python<'_>) -> bool {
+        let handle = {
+            let mut slot = lock(&self.handle);
+            let Some(shared) = slot.take() else {
+                return true;
+            };
+            let handle = match Arc::try_unwrap(shared) {
+                Ok(handle) => handle,
+                Err(shared) => {
+                    *slot = Some(shared);
+                    return false;
+                }
+            };
+            // The run is terminal: this only takes the cached outcome and the arguments.
+            let outcome = handle
+                .take_output()
+                .map(|output| NativeRunReport::of(output.report, self.origin.as_ref()));
+            *lock(&self.outcome) = Some(outcome);
+            handle
         };
-        let handle = match Arc::try_unwrap(shared) {
-            Ok(handle) => handle,
-            Err(shared) => {
-                *slot = Some(shared);
-                return false;
-            }
-        };
-        // The run is terminal: `result` only takes the cached outcome and the arguments.
-        let outcome = handle
-            .result()
-            .map(|output| NativeRunReport::of(output.report, self.origin.as_ref()));
-        *lock(&self.outcome) = Some(outcome);
+        py.detach(move || drop(handle));
         true
     }
 }
@@ -406,7 +417,7 @@ impl NativeRunHandle {
             drop(handle);
             match waited {
                 Ok(()) => {
-                    self.collect();
+                    self.collect(py);
                     Slice::Done(Ok(()))
                 }
                 Err(HostError::WaitTimeout(_)) => Slice::Pending,
@@ -416,7 +427,7 @@ impl NativeRunHandle {
                     Slice::Done(Err(error::host_error(py, e)))
                 }
                 Err(e) => {
-                    self.collect();
+                    self.collect(py);
                     Slice::Done(Err(error::host_error(py, e)))
                 }
             }
@@ -441,10 +452,18 @@ impl NativeRunHandle {
             if let Some(outcome) = self.collected() {
                 return outcome.map_err(|e| error::host_error(py, e));
             }
-            if !self.collect() {
+            if !self.collect(py) {
                 // Another thread's wait still holds the handle; it lets go at once.
                 py.detach(|| std::thread::sleep(Duration::from_millis(1)));
             }
         }
+    }
+}
+
+impl Drop for NativeRunHandle {
+    /// A handle Python drops uncollected may be the last of a closed worker's: dropping it
+    /// frees the device, which joins its threads. So it goes detached.
+    fn drop(&mut self) {
+        drop_detached(take_last(&mut self.handle));
     }
 }

@@ -48,7 +48,7 @@ use crate::host_callable::NativeHostCallable;
 use crate::host_handle::{wait_sliced, NativeHostRunHandle};
 use crate::host_memory::{HostView, KnownMemory, NativeSharedMemory};
 use crate::orchestrator::{dtype, NativeOrchestrator};
-use crate::sync::lock;
+use crate::sync::{drop_detached, lock, take_last};
 use crate::task_args::{worker_id, NativeChildTensor};
 
 /// The level-3 engine driven from Python (see the module docs).
@@ -410,5 +410,14 @@ impl NativeHostWorker {
             self.sub_worker_count,
             self.closed()
         )
+    }
+}
+
+impl Drop for NativeHostWorker {
+    /// An engine Python drops without `close`: dropping it closes it — runs in flight are
+    /// waited for, children stopped, threads joined — and a level-4 child's lane calls
+    /// Python to shut its child down. So the reference goes detached.
+    fn drop(&mut self) {
+        drop_detached(take_last(&mut self.worker));
     }
 }

@@ -39,7 +39,7 @@ use crate::error::detached;
 use crate::error::{self, Raise};
 use crate::handle::{wait_in_slices, NativeRunReport, Slice};
 use crate::host_memory::private_tensor;
-use crate::sync::lock;
+use crate::sync::{drop_detached, lock, take_last};
 
 /// One chip in a child process, driven from Python.
 #[pyclass(module = "simpler._native", name = "IsolatedChipWorker", frozen)]
@@ -311,6 +311,15 @@ impl NativeIsolatedWorker {
     }
 }
 
+impl Drop for NativeIsolatedWorker {
+    /// A chip Python drops without `close`: dropping its engine closes it — the runs in
+    /// flight are waited for, the child stopped and reaped, threads joined. So the reference
+    /// goes detached.
+    fn drop(&mut self) {
+        drop_detached(take_last(&mut self.chip));
+    }
+}
+
 /// A submitted run of an `IsolatedChipWorker`: the level-2 `RunHandle`'s methods.
 #[pyclass(module = "simpler._native", name = "IsolatedRunHandle", frozen)]
 pub struct NativeIsolatedRunHandle {
@@ -325,9 +334,11 @@ impl NativeIsolatedRunHandle {
         self.handle.epoch()
     }
 
-    /// True once the run is terminal; never blocks.
-    fn poll(&self) -> bool {
-        self.handle.done()
+    /// True once the run is terminal; never waits for the run (it takes the run's outcome
+    /// lock, detached, as every call here that locks the engine's state).
+    fn poll(&self, py: Python<'_>) -> bool {
+        let handle = &self.handle;
+        py.detach(|| handle.done())
     }
 
     /// Waits for the run (`timeout` seconds at most; `None`: as long as it takes) in slices

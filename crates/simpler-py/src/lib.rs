@@ -45,7 +45,10 @@
 //! (`simpler-host`) is the one validator of options and arguments; this crate only converts
 //! Python objects, and every Rust error becomes a Python exception in one module, [`error`],
 //! with one class per error kind (defined in `simpler/errors.py`). Every call that may block
-//! detaches from the interpreter, so other Python threads keep running while a run executes.
+//! detaches from the interpreter, so other Python threads keep running while a run executes;
+//! so does the `Drop` of every class whose teardown may wait (a worker or handle Python
+//! drops unclosed: [`sync::drop_detached`]), since what it waits for may need the
+//! interpreter.
 //! The Python side of this contract is described in `docs/python.md`.
 //!
 //! Nothing outside this crate imports `pyo3`: the engine crates run without Python.

@@ -47,7 +47,7 @@ use crate::array::ArrayMemory;
 use crate::config::{executor, memcheck, uint32};
 use crate::error::{self, Raise};
 use crate::handle::{wait_in_slices, Slice};
-use crate::sync::lock;
+use crate::sync::{drop_detached, lock, take_last};
 
 /// Exceptions raised by host functions, with the raw id of the stream each ran on.
 type Kept = Arc<Mutex<Vec<(u32, PyErr)>>>;
@@ -367,11 +367,9 @@ impl NativeSimContext {
 
 impl Drop for NativeSimContext {
     fn drop(&mut self) {
-        let context = self
-            .context
-            .get_mut()
-            .map_or_else(|p| p.into_inner().take(), Option::take);
-        let Some(context) = context else { return };
+        let Some(context) = take_last(&mut self.context) else {
+            return;
+        };
         if std::process::id() != self.process {
             // A forked child: the device's threads do not exist here; touch nothing.
             std::mem::forget(context);
@@ -379,7 +377,7 @@ impl Drop for NativeSimContext {
         }
         // Dropping the device joins its stream threads, and a host function on one of them
         // needs the interpreter: drop detached.
-        Python::attach(|py| py.detach(move || drop(context)));
+        drop_detached(context);
     }
 }
 

@@ -283,13 +283,15 @@ impl NativeSubChild {
                     out.payload = Some(payload);
                 }
                 SubRequest::Run { args, .. } => {
-                    let mut child = lock(&self.inner);
-                    match mapped_args(py, &mut child, args)? {
+                    // Mapping only maps memory: it never waits, so it runs attached.
+                    let mapped = mapped_args(py, &mut lock(inner), args)?;
+                    match mapped {
                         Ok(args) => out.args = args,
                         Err(e) => {
-                            // The task fails here; Python never sees it.
-                            child
-                                .reply(Err(e.to_string()))
+                            // The task fails here; Python never sees it. The reply is a write
+                            // to the parent, which may wait: detached.
+                            let e = e.to_string();
+                            py.detach(|| lock(inner).reply(Err(e)))
                                 .map_err(|e| error::worker_error(py, e))?;
                             continue;
                         }

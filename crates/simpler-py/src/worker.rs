@@ -58,7 +58,7 @@ use crate::error::{self, Raise};
 use crate::graph::{NativeRecordedRun, RecordingOrigin};
 use crate::handle::{NativeRunHandle, NativeRunReport};
 use crate::sim_context::stream_arg;
-use crate::sync::lock;
+use crate::sync::{drop_detached, lock, take_last};
 
 /// One chip driven from Python.
 #[pyclass(module = "simpler._native", name = "ChipWorker", frozen)]
@@ -150,11 +150,11 @@ impl NativeWorker {
         Ok(id.0)
     }
 
-    /// Unregisters the callable `id`.
+    /// Unregisters the callable `id` (detached: it waits for the worker's context lock,
+    /// which a `close` draining runs holds).
     fn unregister(&self, py: Python<'_>, id: u32) -> PyResult<()> {
         let worker = self.live(py)?;
-        worker
-            .unregister(CallableId(id))
+        py.detach(|| worker.unregister(CallableId(id)))
             .map_err(|e| error::host_error(py, e))
     }
 
@@ -370,5 +370,15 @@ impl NativeWorker {
     #[getter]
     fn config(&self) -> NativeWorkerConfig {
         self.config.clone()
+    }
+}
+
+impl Drop for NativeWorker {
+    /// A worker Python drops without `close`: its last reference detaches the lane (runs in
+    /// flight are finalized first) and frees the device, which joins its threads; a
+    /// borrowed worker's lane may wait on the caller's streams, whose host functions need
+    /// the interpreter. So the reference goes detached.
+    fn drop(&mut self) {
+        drop_detached(take_last(&mut self.worker));
     }
 }
