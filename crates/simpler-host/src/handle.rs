@@ -136,7 +136,10 @@ mod tests {
         assert_eq!(first.args.len(), 1);
         let again = handle.take_output().unwrap();
         assert_eq!(again.report.epoch, first.report.epoch);
-        assert!(again.args.is_empty(), "the arguments were handed over already");
+        assert!(
+            again.args.is_empty(),
+            "the arguments were handed over already"
+        );
         // The handle outlives the worker: dropping it last is the caller's choice.
         drop(w);
         assert!(handle.poll());
