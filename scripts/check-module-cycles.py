@@ -2,6 +2,7 @@
 """Fails when modules import each other in a cycle.
 
 Usage: check-module-cycles.py [CRATE_SRC_DIR...]   (no argument: every crates/*/src)
+       check-module-cycles.py --python PACKAGE_DIR...
        check-module-cycles.py --self-test
 
 A crate is read from its roots (`lib.rs`, `main.rs`, `bin/*.rs`) by following its `mod`
@@ -13,10 +14,16 @@ child, following the `use` and `pub use m::*` re-exports of the modules on the w
 (`super::Name` re-exported by the parent with `use sibling::Name` is an edge to `sibling`).
 Prints each cycle with the reference behind each edge and exits 1 if there is one.
 
+With `--python`, the modules are those of a Python package dir (its subpackages' too, named
+`pkg.sub.mod`), and a module depends on each module of the package it imports, relative or
+absolute, wherever the import is (one inside a function hides a cycle, it does not break it),
+except under `if TYPE_CHECKING:`.
+
 `cycles()`, `graph_cycles()` and `report()` work on plain graphs ({node: {node it depends on:
 the reference why}}), so another graph builder can reuse them.
 """
 
+import ast
 import glob
 import os
 import re
@@ -271,6 +278,76 @@ def rust_cycles(src: str) -> list:
     return found
 
 
+def python_modules(pkg: str) -> dict:
+    """{dotted name: file} of the modules of the Python package dir `pkg`, named from `pkg`'s
+    own name (`simpler`, `simpler.remote.actor`); a `.pyi` stub with no `.py` beside it (a
+    native module's) is a module that imports nothing."""
+    mods, name = {}, os.path.basename(os.path.normpath(pkg))
+    for dirpath, dirs, files in os.walk(pkg):
+        dirs[:] = sorted(d for d in dirs if os.path.exists(os.path.join(dirpath, d, "__init__.py")))
+        for f in sorted(files):
+            stem, ext = os.path.splitext(f)
+            if ext == ".py" or (ext == ".pyi" and stem + ".py" not in files):
+                parts = os.path.relpath(os.path.join(dirpath, stem), pkg).split(os.sep)
+                parts = [name] + [p for p in parts if p not in (".", "__init__")]
+                mods[".".join(parts)] = os.path.join(dirpath, f)
+    return mods
+
+
+def runtime_imports(nodes):
+    """The import statements among the AST `nodes` and everything nested in them (function
+    bodies too), except the body of an `if TYPE_CHECKING:` (its `else` counts)."""
+    for node in nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in (
+            getattr(node.test, "id", None),
+            getattr(node.test, "attr", None),
+        ):
+            yield from runtime_imports(node.orelse)
+        else:
+            yield from runtime_imports(ast.iter_child_nodes(node))
+
+
+def python_graph(pkg: str) -> dict:
+    """{module: {module of the package it imports: the import}} of a Python package dir.
+    `from m import n` is an edge to the module `m.n` when there is one, else to `m`;
+    `import a.b.c` to the longest of `a.b.c`, `a.b`, `a` that is a module of the package."""
+    mods = python_modules(pkg)
+
+    def module_of(dotted: str):
+        while dotted and dotted not in mods:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    graph = {}
+    for mod, path in mods.items():
+        graph[mod] = {}
+        if path.endswith(".pyi"):
+            continue
+        package = mod.split(".")
+        if os.path.basename(path) != "__init__.py":
+            package.pop()
+        for node in runtime_imports(ast.parse(read(path), path).body):
+            if isinstance(node, ast.Import):
+                targets = [module_of(a.name) for a in node.names]
+            else:
+                base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+                base = ".".join(p for p in (base, node.module) if p)
+                names = [f"{base}.{a.name}" for a in node.names]
+                targets = [module_of(n if n in mods else base) for n in names]
+            for target in targets:
+                if target is not None and target != mod:
+                    why = f"{os.path.relpath(path)}:{node.lineno}: {ast.unparse(node)}"
+                    graph[mod].setdefault(target, why)
+    return graph
+
+
+def python_cycles(pkg: str) -> list:
+    """The cycles among the modules of a Python package dir."""
+    return graph_cycles(f"the Python package {os.path.relpath(pkg)}", python_graph(pkg))
+
+
 def report(found: list) -> bool:
     for label, comp, edges in found:
         print(f"error: modules of {label} import each other in a cycle: {' <-> '.join(comp)}")
@@ -310,12 +387,47 @@ def self_test() -> int:
         return 1
     print("self-test passed: a<->b, h<->i (glob re-export), c::{d<->e} (parent re-export);")
     print("  f -> g only (f's references to g are in a comment, a string and test code)")
+    return python_self_test()
+
+
+def python_self_test() -> int:
+    files = {
+        "__init__.py": "from . import _native\nfrom .a import x\n",
+        "_native.pyi": "def f() -> None: ...\n",
+        "a.py": "from . import _native\nfrom .b import y\ndef x(): pass\n",
+        "b.py": "def y():\n    from .a import x\n",
+        "c.py": (
+            "import typing\nif typing.TYPE_CHECKING:\n    from .d import z\nelse:\n    import os\n"
+        ),
+        "d.py": "from .c import *\nz = 1\n",
+        "sub/__init__.py": "",
+        "sub/e.py": "from ..f import w\n",
+        "f.py": "import pkg.sub.e\nw = 1\n",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = os.path.join(tmp, "pkg")
+        for name, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(pkg, name)), exist_ok=True)
+            with open(os.path.join(pkg, name), "w") as out:
+                out.write(text)
+        got = [comp for _, comp, _ in python_cycles(pkg)]
+    want = [["pkg.a", "pkg.b"], ["pkg.f", "pkg.sub.e"]]
+    if sorted(got) != want:
+        print(f"python self-test failed: found {got}, expected {want}")
+        return 1
+    print("python self-test passed: a<->b (an import inside a function), f<->sub.e (`..f`,")
+    print("  `import pkg.sub.e`); c -> d only under TYPE_CHECKING; `from . import _native` (a")
+    print("  stub) is no edge to the package")
     return 0
 
 
 def main(args: list) -> int:
     if args == ["--self-test"]:
         return self_test()
+    if args[:1] == ["--python"]:
+        if len(args) == 1:
+            raise SystemExit("error: --python takes one or more Python package dirs")
+        return 1 if report([c for pkg in args[1:] for c in python_cycles(pkg)]) else 0
     if not args:
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         args = sorted(glob.glob(os.path.join(repo, "crates", "*", "src")))
