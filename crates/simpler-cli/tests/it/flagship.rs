@@ -3,11 +3,11 @@
 //! the sim platform on small sizes and checked against the independent references of
 //! `simpler_examples`; and the orchestration's refusal of a bad block table.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::{path_str, simpler, text, write_npy_raw};
+use crate::common::{path_str, simpler, text, write_npy_raw};
 use simpler_examples::paged_attention::{self, PagedInputs, PagedShape};
 use simpler_examples::Array;
 

@@ -3,11 +3,9 @@
 //! failed-run code (1) — promptly, and never by a signal, although the kernel's thread is
 //! still executing the kernel's library when the process exits.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{command, path_str, text, write_f32_npy};
+use crate::common::{command, path_str, text, write_f32_npy};
 
 const MANIFEST: &str = r#"name = "hung"
 

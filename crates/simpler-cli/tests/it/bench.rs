@@ -3,9 +3,7 @@
 //! judged here (the tests run with 1 ms tasks, or one sample per figure, on a loaded
 //! machine); `docs/chip-runtime.md` and `docs/sim-device.md` say what they mean.
 
-mod common;
-
-use common::{simpler, text};
+use crate::common::{simpler, text};
 
 #[test]
 fn balance_reports_one_point_per_scheduler_and_cluster_count() {

@@ -3,7 +3,7 @@
 //! with no livelock and no false watchdog timeout, every result correct. The upstream sim
 //! busy-spins and livelocks or times out falsely here; ours polls briefly, then parks.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -2,11 +2,11 @@
 //! temporary directories (compiled with the system C compiler against `include/`), and the
 //! exit codes and messages of `simpler run`'s argument checking.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::{path_str, simpler, text, write_f32_npy};
+use crate::common::{path_str, simpler, text, write_f32_npy};
 use simpler_abi::{CoreType, DataType};
 use simpler_host::{ArgDirection, Bundle};
 

@@ -11,11 +11,11 @@
 //! Exit codes: 2 when the input is at fault (arguments, `.npy` files, bundle, code that does
 //! not load; nothing ran), 1 when the run or a check failed.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use common::{path_str, simpler, text, write_f32_npy, write_npy_raw};
+use crate::common::{path_str, simpler, text, write_f32_npy, write_npy_raw};
 use simpler_examples::{Array, Scalar};
 
 // ---- helpers -------------------------------------------------------------------------------

@@ -1,9 +1,6 @@
-//! Helpers shared by the integration tests of the `simpler` binary (`cli.rs`, `examples.rs`):
-//! spawning the binary (with a private kernel cache) and writing `.npy` files by hand,
+//! Helpers of the integration tests of the `simpler` binary: spawning the binary (with a
+//! private kernel cache), comparing f32 results, and writing `.npy` files by hand,
 //! independently of `simpler_toolchain::npy`.
-
-// Each test crate uses a different subset of these helpers.
-#![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Command, Output};

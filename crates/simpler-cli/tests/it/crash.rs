@@ -3,86 +3,12 @@
 //! dereferences NULL. Each `simpler run` is a child process; the tests check the crash
 //! report on its stderr and the signal it ended by (README.md, "Kernel crashes").
 
-mod common;
-
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Output;
 
-use common::{command, path_str, text, write_f32_npy};
-
-const MANIFEST: &str = r#"name = "crashy"
-
-[orchestration]
-source = "orchestration.c"
-
-[[kernels]]
-func_id = 0
-core = "aiv"
-source = "kernels/null.c"
-entry = "null_deref"
-
-[[kernels]]
-func_id = 1
-core = "aiv"
-source = "kernels/abort.c"
-entry = "call_abort"
-
-[[kernels]]
-func_id = 2
-core = "aiv"
-source = "kernels/overrun.c"
-entry = "write_past_end"
-
-[[args]]
-name = "x"
-direction = "in"
-dtype = "f32"
-shape = [1000]
-
-[[args]]
-name = "y"
-direction = "out"
-dtype = "f32"
-shape = [1000]
-
-[[args]]
-name = "mode"
-direction = "scalar"
-dtype = "u32"
-"#;
-
-/// Submits one AIV task of kernel func `mode` (x in, y out); mode 3 crashes here instead.
-const ORCH_C: &str = r#"#include "simpler/orchestration.h"
-
-SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
-                                                        const SimplerOrchArgs *args) {
-    const int32_t mode = (int32_t)args->scalars[0];
-    if (mode == 3) *(volatile int *)0 = 1;
-    SimplerTaskDesc d;
-    simpler_task_init(&d, SIMPLER_CORE_AIV, mode);
-    simpler_task_add_input(&d, &args->tensors[0]);
-    simpler_task_add_output_existing(&d, &args->tensors[1]);
-    return simpler_submit(ops, &d, NULL);
-}
-"#;
-
-const NULL_C: &str = r#"#include "simpler/kernel.h"
-
-SIMPLER_KERNEL void null_deref(int64_t *args) {
-    (void)args;
-    *(volatile float *)0 = 1.0f;
-}
-"#;
-
-const ABORT_C: &str = r#"#include <stdlib.h>
-#include "simpler/kernel.h"
-
-SIMPLER_KERNEL void call_abort(int64_t *args) {
-    (void)args;
-    abort();
-}
-"#;
+use crate::common::{command, path_str, text, write_f32_npy};
+use simpler_test_support::c_sources::{self, Kernel, Y};
 
 /// y = 2 x, then one more element at y[n]: past the end of the output.
 const OVERRUN_C: &str = r#"#include "simpler/kernel.h"
@@ -102,11 +28,24 @@ fn project() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
     std::fs::create_dir(p.join("kernels")).unwrap();
+    let k = |func_id, source, entry| Kernel {
+        func_id,
+        source,
+        entry,
+    };
+    let kernels = [
+        k(0, "kernels/null.c", "null_deref"),
+        k(1, "kernels/abort.c", "call_abort"),
+        k(2, "kernels/overrun.c", "write_past_end"),
+    ];
+    // Mode 3 crashes in the orchestration instead.
+    let manifest = c_sources::manifest("crashy", &kernels, Y::Out, Some(&[1000]));
+    let orchestration = c_sources::orchestration(Y::Out, Some(3));
     for (file, body) in [
-        ("simpler.toml", MANIFEST),
-        ("orchestration.c", ORCH_C),
-        ("kernels/null.c", NULL_C),
-        ("kernels/abort.c", ABORT_C),
+        ("simpler.toml", manifest.as_str()),
+        ("orchestration.c", &orchestration),
+        ("kernels/null.c", c_sources::NULL_DEREF_C),
+        ("kernels/abort.c", c_sources::ABORT_C),
         ("kernels/overrun.c", OVERRUN_C),
     ] {
         std::fs::write(p.join(file), body).unwrap();

@@ -1,11 +1,9 @@
 //! `simpler trace summary|svg|convert` on trace files written by simpler-trace, and their
 //! refusals: a bad file is named, exits non-zero and leaves no output behind.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{path_str, simpler, text};
+use crate::common::{path_str, simpler, text};
 use simpler_trace::sample::{synthetic, SampleSpec};
 use simpler_trace::{Format, Trace};
 
