@@ -6,7 +6,8 @@
 //! many host threads launching onto many streams of one device.
 //!
 //! The tests of this file run one at a time (they share the process's pool and measure its
-//! threads and address space).
+//! threads and address space). A test binary of its own, not a module of `it`: the other
+//! tests' devices would change both meanwhile.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

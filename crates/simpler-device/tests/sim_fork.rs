@@ -1,7 +1,9 @@
 //! A forked child starts a pool of its own (`docs/sim-device.md` §11): the parent's workers
 //! do not exist in the child, so a device the child creates must not queue its fibers on the
-//! parent's pool. The only test of its process (a fork while other tests run threads would
-//! copy their locks).
+//! parent's pool.
+//!
+//! A test binary of its own, not a module of `it`, and the only test of its process: a fork
+//! while other tests run threads would copy their locks.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};

@@ -4,7 +4,8 @@
 //! late or never; host functions in stream order; the memory fault points.
 //!
 //! The callback slot is process-wide, so everything that installs one runs in this binary's
-//! single test, one row after another.
+//! single test, one row after another. A test binary of its own, not a module of `it`: the
+//! other tests' kernel faults would raise notices into that slot too.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;

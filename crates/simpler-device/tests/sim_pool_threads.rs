@@ -1,6 +1,8 @@
 //! Many sim devices share the process's pool instead of starting threads of their own
-//! (`docs/sim-device.md` §11). The only test of its process, so that the OS thread counts it
-//! reads are its own.
+//! (`docs/sim-device.md` §11).
+//!
+//! A test binary of its own, not a module of `it`, and the only test of its process, so that
+//! the OS thread counts it reads are its own.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

@@ -5,21 +5,22 @@
 //! does, then fault.
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use simpler_device::crash::{self, KernelCall};
 use simpler_device::sim::{Memcheck, SimDevice};
 use simpler_device::{AicoreContext, AicpuContext, Device, DevicePtr, Topology};
+use simpler_test_support::{child, test_name};
 
 const CASE: &str = "SIMPLER_CRASH_CASE";
 const LONG: Duration = Duration::from_secs(20);
 
-/// Runs test `name` of this binary alone in a child with `SIMPLER_CRASH_CASE=name`.
-fn child(name: &str, env: &[(&str, &str)]) -> (Output, String) {
-    let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CASE, name)
+/// Runs test `name` (a libtest name) of this binary alone in a child with
+/// `SIMPLER_CRASH_CASE=name`.
+fn case_in_child(name: &str, env: &[(&str, &str)]) -> (Output, String) {
+    let mut c = child::command(name);
+    c.env(CASE, name)
         .env_remove("SIMPLER_SIM_MEMCHECK")
         .env_remove("SIMPLER_CRASH_REPORT");
     for (k, v) in env {
@@ -116,8 +117,8 @@ fn a_fault_on_a_core_prints_the_report_and_ends_by_sigsegv() {
         launch_aicore(&dev, write_near_null, DevicePtr::NULL);
         unreachable!("the kernel faults");
     }
-    let (out, err) = child(
-        "a_fault_on_a_core_prints_the_report_and_ends_by_sigsegv",
+    let (out, err) = case_in_child(
+        &test_name!(a_fault_on_a_core_prints_the_report_and_ends_by_sigsegv),
         &[],
     );
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
@@ -140,8 +141,8 @@ fn memcheck_after_faults_at_the_first_byte_past_an_allocation() {
         launch_aicore(&dev, write_past_end, buf);
         unreachable!("the kernel faults");
     }
-    let (out, err) = child(
-        "memcheck_after_faults_at_the_first_byte_past_an_allocation",
+    let (out, err) = case_in_child(
+        &test_name!(memcheck_after_faults_at_the_first_byte_past_an_allocation),
         &[],
     );
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
@@ -164,8 +165,8 @@ fn memcheck_before_faults_at_the_first_byte_before_an_allocation() {
         launch_aicore(&dev, write_before_start, buf);
         unreachable!("the kernel faults");
     }
-    let (out, err) = child(
-        "memcheck_before_faults_at_the_first_byte_before_an_allocation",
+    let (out, err) = case_in_child(
+        &test_name!(memcheck_before_faults_at_the_first_byte_before_an_allocation),
         &[],
     );
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
@@ -188,8 +189,8 @@ fn without_memcheck_the_same_write_lands_in_the_padding_as_before() {
         println!("survived");
         return;
     }
-    let (out, err) = child(
-        "without_memcheck_the_same_write_lands_in_the_padding_as_before",
+    let (out, err) = case_in_child(
+        &test_name!(without_memcheck_the_same_write_lands_in_the_padding_as_before),
         &[],
     );
     assert!(out.status.success(), "{err}");
@@ -207,8 +208,8 @@ fn abort_on_an_aicpu_thread_is_reported_and_ends_by_sigabrt() {
         dev.synchronize_stream(s, LONG).unwrap();
         unreachable!("the kernel aborts");
     }
-    let (out, err) = child(
-        "abort_on_an_aicpu_thread_is_reported_and_ends_by_sigabrt",
+    let (out, err) = case_in_child(
+        &test_name!(abort_on_an_aicpu_thread_is_reported_and_ends_by_sigabrt),
         &[],
     );
     assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{err}");
@@ -231,8 +232,8 @@ fn a_fault_on_another_thread_is_left_to_the_previous_handler() {
         unsafe { (8 as *mut u32).write_volatile(1) };
         unreachable!("the write faults");
     }
-    let (out, err) = child(
-        "a_fault_on_another_thread_is_left_to_the_previous_handler",
+    let (out, err) = case_in_child(
+        &test_name!(a_fault_on_another_thread_is_left_to_the_previous_handler),
         &[],
     );
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");
@@ -246,8 +247,8 @@ fn simpler_crash_report_0_leaves_the_handlers_alone() {
         launch_aicore(&dev, write_near_null, DevicePtr::NULL);
         unreachable!("the kernel faults");
     }
-    let (out, err) = child(
-        "simpler_crash_report_0_leaves_the_handlers_alone",
+    let (out, err) = case_in_child(
+        &test_name!(simpler_crash_report_0_leaves_the_handlers_alone),
         &[("SIMPLER_CRASH_REPORT", "0")],
     );
     assert_eq!(out.status.signal(), Some(libc::SIGSEGV), "{err}");

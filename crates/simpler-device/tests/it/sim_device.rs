@@ -10,6 +10,7 @@ use simpler_device::{
     AicoreContext, AicpuContext, Device, DeviceError, DevicePtr, EventId, EventStatus, StreamId,
     Topology,
 };
+use simpler_test_support::in_own_process;
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -232,6 +233,9 @@ fn thread_count() -> usize {
 
 #[test]
 fn launches_reuse_the_device_threads() {
+    // It counts the process's threads, which the other tests of this binary start on their
+    // own threads: it runs in a child process that runs it alone.
+    in_own_process!(launches_reuse_the_device_threads);
     let dev = SimDevice::new(Topology::default()).unwrap();
     let s = dev.create_stream().unwrap();
     // SAFETY: `count_core` ignores its argument.
