@@ -31,7 +31,7 @@
  * header belongs to the runtime: a kernel must not write it.
  *
  * Mirrors crates/simpler-abi/src/deferred.rs byte for byte and call for call;
- * crates/simpler-abi/tests/c_async.rs checks both. Includes simpler/kernel.h.
+ * crates/simpler-abi/tests/it/c_async.rs checks both. Includes simpler/kernel.h.
  */
 #ifndef SIMPLER_ASYNC_H
 #define SIMPLER_ASYNC_H

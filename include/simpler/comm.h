@@ -39,7 +39,7 @@
  * simpler/kernel.h.
  *
  * Mirrors crates/simpler-abi/src/comm.rs byte for byte and call for call;
- * crates/simpler-abi/tests/c_comm.rs checks both.
+ * crates/simpler-abi/tests/it/c_comm.rs checks both.
  */
 #ifndef SIMPLER_COMM_H
 #define SIMPLER_COMM_H

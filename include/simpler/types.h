@@ -2,7 +2,7 @@
  * simpler/types.h — the tensor types shared by kernels and orchestration.
  *
  * Mirrors crates/simpler-abi/src/tensor.rs and kernel.rs byte for byte; every struct has
- * _Static_asserts on its size and offsets, and crates/simpler-abi/tests/c_headers.rs
+ * _Static_asserts on its size and offsets, and crates/simpler-abi/tests/it/c_headers.rs
  * compiles a C file against this header to check that Rust agrees.
  */
 #ifndef SIMPLER_TYPES_H

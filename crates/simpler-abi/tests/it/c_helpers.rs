@@ -3,7 +3,7 @@
 //! run's f32 scalars) with the system C compiler (`cc`, or `$CC`), without libm, and checks
 //! what it prints against Rust's own arithmetic.
 
-mod cc;
+use crate::cc;
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -73,10 +73,12 @@ fn probe() -> &'static BTreeMap<String, f64> {
 fn run_probe() -> BTreeMap<String, f64> {
     // No -lm: the helpers must not need libm.
     let flags = ["-std=c11", "-O2", "-Wall", "-Werror", "-fno-builtin"];
-    let exe = cc::compile("probe", PROBE, &flags, &[]);
+    let exe = cc::compile("helpers_probe", PROBE, &flags, &[]);
     let run = Command::new(&exe).output().expect("run the probe");
     assert!(run.status.success());
-    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
+    // Only this probe's files: the scratch directory is every module's.
+    let _ = std::fs::remove_file(exe.with_extension("c"));
+    let _ = std::fs::remove_file(&exe);
     String::from_utf8(run.stdout)
         .unwrap()
         .lines()

@@ -5,7 +5,7 @@
 //! waits (64- and 32-bit, misaligned, null), an SDMA copy through a submit call that records its arguments, a refused copy, a
 //! worker without SDMA, and the 65th condition.
 
-mod cc;
+use crate::cc;
 
 use std::fmt::Write;
 use std::mem::{offset_of, size_of};

@@ -3,7 +3,7 @@
 //! headers' own `_Static_assert`s make a drifted header fail to compile; this test makes a
 //! drifted Rust type fail too.
 
-mod cc;
+use crate::cc;
 
 use std::collections::BTreeMap;
 use std::mem::{offset_of, size_of};
@@ -56,10 +56,17 @@ int main(void) {
 "#;
 
 fn c_layout() -> BTreeMap<String, usize> {
-    let exe = cc::compile("probe", PROBE, &["-std=c11", "-Wall", "-Werror"], &[]);
+    let exe = cc::compile(
+        "headers_probe",
+        PROBE,
+        &["-std=c11", "-Wall", "-Werror"],
+        &[],
+    );
     let run = Command::new(&exe).output().expect("run the probe");
     assert!(run.status.success());
-    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
+    // Only this probe's files: the scratch directory is every module's.
+    let _ = std::fs::remove_file(exe.with_extension("c"));
+    let _ = std::fs::remove_file(&exe);
     String::from_utf8(run.stdout)
         .unwrap()
         .lines()

@@ -1,9 +1,7 @@
 //! Shared by the C tests of this crate: the repository root, a scratch directory per test
 //! process, and the system C compiler (`$CC`, default `cc`) run with the repository's
 //! `include/` on the include path, failing the test with the compiler's diagnostics.
-//! Each test binary includes it with `mod cc;` and uses the part it needs.
-
-#![allow(dead_code)]
+//! Every module's programs share the scratch directory, so each names its own files.
 
 use std::ffi::OsStr;
 use std::path::PathBuf;

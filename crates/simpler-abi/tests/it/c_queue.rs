@@ -9,7 +9,7 @@
 //! timeouts and broken headers, and a probe prints the header's layout numbers, which must
 //! be the ones §8 of docs/comm.md states.
 
-mod cc;
+use crate::cc;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

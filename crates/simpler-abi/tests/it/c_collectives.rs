@@ -14,7 +14,7 @@
 //! - the orchestration, linked with a fake operations table: one require_sync_start AIV
 //!   task with the arguments in order, or SIMPLER_ORCH_INVALID_ARGS naming the argument.
 
-mod cc;
+use crate::cc;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@
 //! `<threads.h>`, and reports the clock the header chose; and the same checks run on the Rust
 //! functions with std threads.
 
-mod cc;
+use crate::cc;
 
 use std::collections::BTreeMap;
 use std::ffi::{c_void, OsStr};
