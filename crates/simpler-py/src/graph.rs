@@ -13,6 +13,8 @@ use std::sync::Arc;
 
 use simpler_host::{GraphReport, RecordedRun, Signature};
 
+use crate::sync::drop_detached;
+
 /// What the host did for a `host_build_graph` run's graph: its build and upload, or that
 /// it replayed a recording.
 #[pyclass(module = "simpler._native", name = "GraphReport", frozen)]
@@ -87,7 +89,7 @@ impl RecordingOrigin {
     /// The Python recording of the host's `recording`, made by a run of this origin.
     pub(crate) fn recorded(&self, recording: RecordedRun) -> NativeRecordedRun {
         NativeRecordedRun {
-            recording,
+            recording: Some(recording),
             origin: self.clone(),
         }
     }
@@ -99,8 +101,26 @@ impl RecordingOrigin {
 #[pyclass(module = "simpler._native", name = "RecordedRun", frozen)]
 #[derive(Clone)]
 pub struct NativeRecordedRun {
-    pub(crate) recording: RecordedRun,
+    /// `Some` until the drop (which takes it out to drop it detached).
+    recording: Option<RecordedRun>,
     pub(crate) origin: RecordingOrigin,
+}
+
+impl NativeRecordedRun {
+    /// The host's recording.
+    pub(crate) fn recording(&self) -> &RecordedRun {
+        self.recording
+            .as_ref()
+            .expect("a recording is taken out only by its drop")
+    }
+}
+
+impl Drop for NativeRecordedRun {
+    /// The graph image holds the device: the last holder of a closed worker's device frees
+    /// it, which joins the device's threads. So the recording goes detached.
+    fn drop(&mut self) {
+        drop_detached(self.recording.take());
+    }
 }
 
 #[pymethods]
@@ -108,7 +128,7 @@ impl NativeRecordedRun {
     /// The recorded callable's id on its worker.
     #[getter]
     fn callable_id(&self) -> u32 {
-        self.recording.callable().0
+        self.recording().callable().0
     }
 
     /// The recorded callable's name.
@@ -121,40 +141,40 @@ impl NativeRecordedRun {
     /// again has another, and the recording is refused as stale).
     #[getter]
     fn generation(&self) -> u64 {
-        self.recording.generation()
+        self.recording().generation()
     }
 
     /// Tasks in the graph.
     #[getter]
     fn tasks(&self) -> u32 {
-        self.recording.tasks()
+        self.recording().tasks()
     }
 
     /// Bytes of the uploaded graph image.
     #[getter]
     fn image_bytes(&self) -> u64 {
-        self.recording.image_bytes()
+        self.recording().image_bytes()
     }
 
     /// Seconds the recording run's host build took.
     #[getter]
     fn build_time_s(&self) -> f64 {
-        self.recording.build().build_time.as_secs_f64()
+        self.recording().build().build_time.as_secs_f64()
     }
 
     /// Seconds the recording run's upload took.
     #[getter]
     fn upload_time_s(&self) -> f64 {
-        self.recording.build().upload_time.as_secs_f64()
+        self.recording().build().upload_time.as_secs_f64()
     }
 
     fn __repr__(&self) -> String {
         format!(
             "RecordedRun(callable='{}', generation={}, tasks={}, image_bytes={})",
             self.origin.name,
-            self.recording.generation(),
-            self.recording.tasks(),
-            self.recording.image_bytes()
+            self.recording().generation(),
+            self.recording().tasks(),
+            self.recording().image_bytes()
         )
     }
 }

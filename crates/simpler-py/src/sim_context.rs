@@ -377,7 +377,7 @@ impl Drop for NativeSimContext {
         }
         // Dropping the device joins its stream threads, and a host function on one of them
         // needs the interpreter: drop detached.
-        drop_detached(context);
+        drop_detached(Some(context));
     }
 }
 

@@ -12,14 +12,16 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Drops `value` detached from the interpreter: what its drop waits for (an engine's
-/// threads joined, a child process reaped, a device's streams drained) may itself need the
-/// interpreter — a level-4 child's lane calls Python, a stream thread runs a Python host
-/// function — and would deadlock behind this thread's hold of it. For the `Drop` of a
+/// Drops `value` (if any) detached from the interpreter: what its drop waits for (an
+/// engine's threads joined, a child process reaped, a device's streams drained) may itself
+/// need the interpreter — a level-4 child's lane calls Python, a stream thread runs a Python
+/// host function — and would deadlock behind this thread's hold of it. For the `Drop` of a
 /// pyclass, which runs attached. While the interpreter is finalizing (no attaching then)
 /// the value is dropped where it is.
-pub(crate) fn drop_detached<T: Send>(value: T) {
-    let mut value = Some(value);
+pub(crate) fn drop_detached<T: Send>(mut value: Option<T>) {
+    if value.is_none() {
+        return;
+    }
     Python::try_attach(|py| {
         let value = value.take();
         py.detach(move || drop(value));

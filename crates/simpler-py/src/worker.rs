@@ -263,7 +263,7 @@ impl NativeWorker {
         let owned = args::owned_args(py, &origin.name, &origin.signature, args)?;
         let config = config.map(|c| c.config).unwrap_or_default();
         let handle = py
-            .detach(|| worker.submit_replay(&recording.recording, owned, &config))
+            .detach(|| worker.submit_replay(recording.recording(), owned, &config))
             .map_err(|e| error::host_error(py, e))?;
         Ok(NativeRunHandle::new(handle, worker.identity()))
     }
