@@ -230,7 +230,14 @@ def test_close_ends_a_registration_of_another_thread_waiting_behind_a_hung_task(
 
     t = threading.Thread(target=register)
     t.start()
-    time.sleep(0.2)  # the registration waits behind the hung task, holding the worker's lock
+    # Close only once the registration is under way: it holds the worker's lock while it
+    # waits behind the hung task (a loaded box may start the thread late), and is given a
+    # moment more to reach the engine's wait.
+    while w._lock.acquire(blocking=False):
+        w._lock.release()
+        assert time.monotonic() < deadline, "the registration never began"
+        time.sleep(0.01)
+    time.sleep(0.2)
     started = time.monotonic()
     w.close()
     t.join(10)
