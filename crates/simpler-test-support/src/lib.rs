@@ -6,7 +6,8 @@
 //! sources of small crashing kernels and their example manifest ([`c_sources`]), running one
 //! test of the current test binary alone in a child process ([`child`]), and bounded polling
 //! ([`eventually`]). Helpers only one crate's tests use stay in that crate's `tests/it/`.
-//! Depends on `simpler-abi` alone, so that every crate above it can use it.
+//! Depends on `simpler-abi` alone and must stay below `simpler-device`: the device crate's
+//! own tests use it, and a fixture built on the runtime's types belongs to that crate's tests.
 
 pub mod c_sources;
 pub mod child;
