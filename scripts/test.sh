@@ -35,8 +35,8 @@ stage build build_all
 reuse_mark
 stage rust-tests cargo test --workspace --profile ci
 # The 1,000,000-task flat graph, ignored by default.
-stage 1m-graph cargo test --profile ci -p simpler-host --test flat_graphs -- --ignored --exact \
-    a_flat_graph_of_1m_tasks_runs_in_the_default_window
+stage 1m-graph cargo test --profile ci -p simpler-host --test it -- --ignored --exact \
+    flat_graphs::a_flat_graph_of_1m_tasks_runs_in_the_default_window
 # The Python package: pip install . into target/py-venv (the extension built with the `ci`
 # profile), then pytest python/tests (with the CLI of the one build).
 ./scripts/test-python.sh
