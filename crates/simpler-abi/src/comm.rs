@@ -2,7 +2,7 @@
 //! [`CommContext`] per rank, then one window per rank), the layout arithmetic the host uses
 //! to build it, and the kernel-side calls ([`peer_ptr`], [`notify`], [`wait`], [`barrier`])
 //! that Rust kernels make on it — the mirror of `include/simpler/comm.h`, byte for byte and
-//! call for call (`tests/c_comm.rs` checks both). The rules are in `docs/comm.md`.
+//! call for call (`tests/it/c_comm.rs` checks both). The rules are in `docs/comm.md`.
 //!
 //! Region of `n` ranks (`1 ..= MAX_RANKS`), zeroed except for what the host writes (the
 //! workspace header and every rank's context):

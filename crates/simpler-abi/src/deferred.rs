@@ -10,7 +10,7 @@
 //! most [`MAX_DEFERRED_CONDITIONS`]; the scheduler reads it after the core's FIN.
 //!
 //! This module is the mirror of `include/simpler/async.h`, byte for byte and call for call
-//! (`tests/c_async.rs` checks both): the layout, the engine kinds, and the kernel-side calls
+//! (`tests/it/c_async.rs` checks both): the layout, the engine kinds, and the kernel-side calls
 //! [`wait_counter`], [`wait_counter32`] and [`sdma_copy`] that Rust kernels make.
 //!
 //! Failures fail the run, naming the task: a condition of an engine the chip does not have

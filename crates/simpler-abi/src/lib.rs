@@ -19,7 +19,7 @@
 //! or briefly sleeping the calling thread until a deadline on the monotonic clock. It
 //! allocates nothing, starts no threads and does no I/O. Every type here has a size/offset
 //! assertion below its definition and a matching `_Static_assert` in `include/simpler/*.h`;
-//! `tests/c_headers.rs` (for the comm types, `tests/c_comm.rs`, which also runs the C and
+//! `tests/it/c_headers.rs` (for the comm types, `tests/it/c_comm.rs`, which also runs the C and
 //! Rust calls side by side) compiles a C file against the headers and compares the numbers,
 //! so the two cannot drift apart silently.
 

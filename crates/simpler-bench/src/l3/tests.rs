@@ -1,6 +1,6 @@
 //! The sweep's parameters and its shape with tiny settings (1 run, k in {1, 2}) on chips in
 //! this process and sub worker threads; the chip-process row needs the `simpler-child`
-//! program and is exercised through the CLI (`crates/simpler-cli/tests/bench.rs`). No
+//! program and is exercised through the CLI (`crates/simpler-cli/tests/it/bench.rs`). No
 //! figure is judged: only that every one is there, positive and finite.
 
 use super::*;
