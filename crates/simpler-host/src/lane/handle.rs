@@ -508,7 +508,7 @@ impl LaneHandle {
     }
 
     /// The host byte ranges (`[start, end)`) the runs in the lane hold, front first.
-    #[cfg(all(test, not(loom)))]
+    #[cfg(all(test, not(feature = "loom")))]
     pub(crate) fn host_ranges_in_flight(&self) -> Vec<(usize, usize)> {
         let lane = self.lock();
         lane.queue
@@ -520,7 +520,7 @@ impl LaneHandle {
     }
 
     /// The engine, locked (tests hold it to race other operations against it).
-    #[cfg(all(test, not(loom)))]
+    #[cfg(all(test, not(feature = "loom")))]
     pub(crate) fn lock_for_tests(&self) -> Guard<'_> {
         self.lock()
     }
