@@ -12,7 +12,8 @@
 #   - a Rust test CRATE:TARGET[:FILTER] (simpler-host:it:balance::): the test binary of
 #     `cargo test --profile ci -p CRATE --test TARGET` is built once, before the loop, and then
 #     run directly with FILTER (as `cargo test ... -- FILTER` would), from the crate's
-#     directory, so an iteration costs no cargo time.
+#     directory, so an iteration costs no cargo time. A run in which FILTER matched no test
+#     counts as failed (as pytest fails a run that collected nothing).
 #
 # Options:
 #   --times N    runs of each test (default 10); the tests take turns, one run each per round
@@ -216,6 +217,11 @@ run_once() {
     # Whatever the run left in its group (a child it started) goes with it.
     kill -KILL -- "-$pid" 2>/dev/null || true
     CURRENT_PGID=""
+    if [ "$rc" -eq 0 ] && [ "${KIND[$i]}" = rust ] && grep -q '^running 0 tests$' "$log"; then
+        # A filter that matches nothing passes vacuously (pytest fails such a run itself).
+        echo "===== stress.sh: the filter '${FILTER[$i]}' matched no test" >>"$log"
+        rc=1
+    fi
     if [ "$rc" -eq 0 ]; then
         rm -f "$log"
         OUTCOME=pass
