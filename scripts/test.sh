@@ -34,8 +34,11 @@ build_all() {
 stage build build_all
 reuse_mark
 stage rust-tests cargo test --workspace --profile ci
-# The 1,000,000-task flat graph, ignored by default.
-stage 1m-graph cargo test --profile ci -p simpler-host --test it -- --ignored --exact \
+# The 1,000,000-task flat graph, ignored by default. `--workspace`, as every invocation here:
+# one selection of crates resolves one set of features (`-p simpler-host` would rebuild the
+# benchmarks' criterion and with it the test binary); the other crates' `it` binaries match
+# no test.
+stage 1m-graph cargo test --workspace --profile ci --test it -- --ignored --exact \
     flat_graphs::a_flat_graph_of_1m_tasks_runs_in_the_default_window
 # The Python package: pip install . into target/py-venv (the extension built with the `ci`
 # profile), then pytest python/tests (with the CLI of the one build).
