@@ -2,8 +2,8 @@
 # Builds one example into a callable bundle, generates its deterministic inputs and an
 # independent reference, runs it on the sim platform and checks the result.
 #   usage: scripts/run-example.sh [vector_add|formula|gemm|softmax|axpy]   (default: gemm)
-# Built with the release profile; PROFILE=NAME picks another cargo profile (CI passes `ci`, the
-# profile its tests were built with, so the example reuses that build).
+# Built with the release profile; SIMPLER_CARGO_PROFILE=NAME picks another cargo profile (CI
+# passes `ci`, the profile its tests were built with, so the example reuses that build).
 #
 # Files go to target/examples/<name>/ (under $CARGO_TARGET_DIR if set), written by
 # simpler-example-data:
@@ -18,7 +18,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 [ -f "examples/$example/simpler.toml" ] || { echo "error: no example named '$example' (see examples/)" >&2; exit 2; }
 
-profile="${PROFILE:-release}"
+profile="${SIMPLER_CARGO_PROFILE:-release}"
 echo "building simpler ($profile; the first build takes a minute or two)..." >&2
 cargo build --profile "$profile" -p simpler-cli -p simpler-examples
 target="${CARGO_TARGET_DIR:-$root/target}"

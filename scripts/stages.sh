@@ -37,17 +37,17 @@ stage_table() {
 }
 
 # `reuse_mark` notes the time; `reuse_check LABEL [CRATE…]` fails when anything was compiled
-# into target/$PROFILE since the mark, other than the crates named (library or binary names,
-# e.g. pyo3 simpler_py). It is how CI proves that every step after the one build reuses it: a
-# dependency whose features differ between two cargo invocations shows up here by name (the
-# fix is in crates/simpler-workspace-hack: `cargo hakari generate`).
+# into target/$SIMPLER_CARGO_PROFILE since the mark, other than the crates named (library or
+# binary names, e.g. pyo3 simpler_py). It is how CI proves that every step after the one build
+# reuses it: a dependency whose features differ between two cargo invocations shows up here by
+# name (the fix is in crates/simpler-workspace-hack: `cargo hakari generate`).
 reuse_mark() {
     REUSE_STAMP="$(mktemp)"
     sleep 1 # mtimes have a granularity; anything written from now on is newer than the mark
 }
 
 reuse_check() {
-    local label="$1" dir="${CARGO_TARGET_DIR:-target}/${PROFILE:-ci}"
+    local label="$1" dir="${CARGO_TARGET_DIR:-target}/${SIMPLER_CARGO_PROFILE:-ci}"
     shift
     local allowed=" $* " new=() f crate
     while IFS= read -r f; do

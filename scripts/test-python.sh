@@ -17,7 +17,7 @@ trap 'echo "error: scripts/test-python.sh failed (line $LINENO)" >&2' ERR
 PYTHON=${PYTHON:-python3}
 # The cargo profile of the extension and the CLI: `ci` (release optimisation with debug
 # assertions; root Cargo.toml), so they reuse the build of scripts/test.sh.
-PROFILE=${PROFILE:-ci}
+SIMPLER_CARGO_PROFILE=${SIMPLER_CARGO_PROFILE:-ci}
 VENV=target/py-venv
 
 command -v "$PYTHON" >/dev/null || { echo "error: $PYTHON not found" >&2; exit 1; }
@@ -39,12 +39,13 @@ py_tools() {
 stage py-tools py_tools
 # The extension (maturin) and the CLI, which one test runs to write a bundle.
 py_build() {
-    MATURIN_PEP517_ARGS="--profile $PROFILE" "$VPY" -m pip install --quiet \
+    MATURIN_PEP517_ARGS="--profile $SIMPLER_CARGO_PROFILE" "$VPY" -m pip install --quiet \
         --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
-    cargo build --quiet --profile "$PROFILE" -p simpler-cli
+    cargo build --quiet --profile "$SIMPLER_CARGO_PROFILE" -p simpler-cli
 }
 stage py-build py_build
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then TESTS=(); else TESTS=(python/tests); fi
 # --durations: the slowest tests, so a slow addition is seen where it lands.
-stage pytest env SIMPLER_CLI="${CARGO_TARGET_DIR:-$PWD/target}/$PROFILE/simpler" "$VPY" -m pytest \
-    "${TESTS[@]}" -q -p no:cacheprovider --durations=15 "$@"
+CLI="${CARGO_TARGET_DIR:-$PWD/target}/$SIMPLER_CARGO_PROFILE/simpler"
+stage pytest env SIMPLER_CLI="$CLI" "$VPY" -m pytest "${TESTS[@]}" -q -p no:cacheprovider \
+    --durations=15 "$@"

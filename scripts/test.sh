@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/stages.sh
 . scripts/stages.sh
-export PROFILE=ci
+export SIMPLER_CARGO_PROFILE=ci
 command -v cc >/dev/null || [ -n "${CC:-}" ] || { echo "error: no C compiler (cc) found; tests compile C kernels" >&2; exit 1; }
 
 stage fmt cargo fmt --all -- --check
