@@ -12,7 +12,8 @@ among the children of each module. A module depends on a sibling (or on a siblin
 its ancestors) when it names it through a `crate::`, `super::` or `self::` path or a `use` of a
 child, following the `use` and `pub use m::*` re-exports of the modules on the way
 (`super::Name` re-exported by the parent with `use sibling::Name` is an edge to `sibling`).
-Prints each cycle with the reference behind each edge and exits 1 if there is one.
+Prints each cycle with the reference behind each edge and exits 1 if there is one (2 for
+bad usage: an unknown option, a dir that is not a crate or a Python package).
 
 With `--python`, the modules are those of a Python package dir (its subpackages' too, named
 `pkg.sub.mod`), and a module depends on each module of the package it imports, relative or
@@ -255,7 +256,8 @@ def crate_roots(src: str) -> list:
     roots += sorted(glob.glob(os.path.join(src, "bin", "*.rs")))
     roots += sorted(glob.glob(os.path.join(src, "bin", "*", "main.rs")))
     if not roots:
-        raise SystemExit(f"error: {src} has no lib.rs, main.rs or bin/*.rs")
+        print(f"error: {src} has no lib.rs, main.rs or bin/*.rs", file=sys.stderr)
+        raise SystemExit(2)
     return roots
 
 
@@ -427,7 +429,15 @@ def main(args: list) -> int:
     if args[:1] == ["--python"]:
         if len(args) == 1:
             raise SystemExit("error: --python takes one or more Python package dirs")
+        for pkg in args[1:]:
+            if not os.path.isfile(os.path.join(pkg, "__init__.py")):
+                print(f"error: {pkg} is not a Python package (no __init__.py)", file=sys.stderr)
+                return 2
         return 1 if report([c for pkg in args[1:] for c in python_cycles(pkg)]) else 0
+    unknown = [a for a in args if a.startswith("-")]
+    if unknown:
+        print(f"error: unknown option {unknown[0]} (see the docstring at the top)", file=sys.stderr)
+        return 2
     if not args:
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         args = sorted(glob.glob(os.path.join(repo, "crates", "*", "src")))

@@ -45,10 +45,16 @@ BUDGET=0
 TESTS=()
 while [ $# -gt 0 ]; do
     case "$1" in
-        --times) TIMES=${2:?--times needs a number}; shift 2 ;;
-        --hogs) HOGS=${2:?--hogs needs a number}; shift 2 ;;
-        --timeout) TIMEOUT=${2:?--timeout needs seconds}; shift 2 ;;
-        --budget) BUDGET=${2:?--budget needs seconds}; shift 2 ;;
+        --times | --hogs | --timeout | --budget)
+            [ $# -ge 2 ] || { echo "error: $1 needs a whole number" >&2; exit 2; }
+            case "$1" in
+                --times) TIMES=$2 ;;
+                --hogs) HOGS=$2 ;;
+                --timeout) TIMEOUT=$2 ;;
+                --budget) BUDGET=$2 ;;
+            esac
+            shift 2
+            ;;
         -h | --help) usage ;;
         --*) echo "error: unknown option $1" >&2; usage ;;
         *) TESTS+=("$1"); shift ;;
@@ -61,6 +67,13 @@ for n in "$TIMES" "$HOGS" "$TIMEOUT" "$BUDGET"; do
 done
 [ ${#TESTS[@]} -gt 0 ] || { echo "error: no test given" >&2; usage; }
 [ "$TIMEOUT" -gt 0 ] || { echo "error: --timeout must be positive" >&2; exit 2; }
+[ "$TIMES" -gt 0 ] || { echo "error: --times must be positive" >&2; exit 2; }
+for t in "${TESTS[@]}"; do
+    head=${t%%::*}
+    case "$head" in
+        *.py | */*) [ -e "$head" ] || { echo "error: no test file or folder '$head'" >&2; exit 2; } ;;
+    esac
+done
 
 LOGS="$ROOT/target/stress/$(date +%Y%m%d-%H%M%S)-$$"
 mkdir -p "$LOGS"
@@ -189,7 +202,7 @@ run_once() {
     log="$LOGS/${name%_}-$n.log"
     LAST_LOG=$log
     if [ "${KIND[$i]}" = py ]; then
-        SIMPLER_CLI=${SIMPLER_CLI:-$ROOT/target/debug/simpler} \
+        SIMPLER_CLI=${SIMPLER_CLI:-$ROOT/target/ci/simpler} \
             setsid "$VPY" -m pytest -q -p no:cacheprovider "${TESTS[$i]}" >"$log" 2>&1 </dev/null &
     else
         # As cargo runs a test binary: from the crate's directory, with its manifest dir set.

@@ -196,13 +196,13 @@ impl NoticeRing {
         self.resets.fetch_add(1, Ordering::AcqRel);
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(feature = "loom")))]
     /// Test hook: hands out one generation without reporting (its reporter is preempted).
     pub(crate) fn sequence_bump_for_tests(&self) {
         self.sequence.fetch_add(1, Ordering::AcqRel);
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(feature = "loom")))]
     /// Test hook: leaves slot `gen % 16` in the writing state of generation `gen`, as a
     /// reporter preempted mid-write would.
     pub(crate) fn hold_writing(&self, gen: u64) {
