@@ -675,8 +675,10 @@ impl Scheduler<'_, '_> {
     /// Sync-start drain step; true if this scheduler dispatched blocks.
     ///
     /// The task stays in the drain until all its blocks are claimed; the scheduler that then
-    /// flips `go` back to false ends the drain (resetting the published capacities before
-    /// releasing the task word, so the next drain never sees a stale `go`).
+    /// takes `go` back from this task ends the drain (resetting the published capacities
+    /// before releasing the task word, so the next drain never sees a stale `go`). `go`
+    /// names its task, so a scheduler whose step still holds an ended drain's task can
+    /// neither claim for the next drain nor end it (which would lose the next task).
     fn drain(&mut self) -> bool {
         let drain = &self.shared.drain;
         let task = drain.task.load(Ordering::Acquire);
@@ -696,13 +698,20 @@ impl Scheduler<'_, '_> {
         self.placements(shape, lanes, true, &mut places);
         drain.idle[self.index].store(places.len() as u32, Ordering::Release);
         let remaining = block_num.saturating_sub(slot.next_block.load(Ordering::Acquire));
-        if !drain.go.load(Ordering::Acquire) {
+        if drain.go.load(Ordering::Acquire) != task {
             let total: u32 = drain.idle.iter().map(|c| c.load(Ordering::Acquire)).sum();
-            if total < remaining || remaining == 0 {
+            // Only from "no drain is go": a step of an ended drain (its task word read
+            // before the next drain began) never starts anything.
+            if total < remaining
+                || remaining == 0
+                || drain
+                    .go
+                    .compare_exchange(NO_DRAIN, task, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+            {
                 self.places = places;
                 return false;
             }
-            drain.go.store(true, Ordering::Release);
             self.shared.ring_schedulers();
         }
         let mut any = false;
@@ -721,7 +730,7 @@ impl Scheduler<'_, '_> {
         if slot.next_block.load(Ordering::Acquire) >= block_num
             && drain
                 .go
-                .compare_exchange(true, false, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange(task, NO_DRAIN, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
             for c in drain.idle.iter() {

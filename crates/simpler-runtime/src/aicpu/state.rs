@@ -102,8 +102,10 @@ pub(crate) struct Drain {
     pub(crate) task: AtomicU64,
     /// Idle capacity published per scheduler.
     pub(crate) idle: Box<[AtomicU32]>,
-    /// Set once the published capacity covers the task's blocks.
-    pub(crate) go: AtomicBool,
+    /// The task whose blocks may be claimed (its published capacity covers them), or
+    /// `NO_DRAIN`. A task id rather than a flag: a scheduler still inside an ended drain's
+    /// step must neither claim for nor end the next task's drain.
+    pub(crate) go: AtomicU64,
 }
 
 /// [`Drain::task`] when no drain is active.
@@ -233,7 +235,7 @@ impl RunShared {
             drain: Drain {
                 task: AtomicU64::new(NO_DRAIN),
                 idle: (0..schedulers).map(|_| AtomicU32::new(0)).collect(),
-                go: AtomicBool::new(false),
+                go: AtomicU64::new(NO_DRAIN),
             },
             errors: ErrorWords::default(),
             exited: AtomicU32::new(0),
