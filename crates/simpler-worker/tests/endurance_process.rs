@@ -14,12 +14,10 @@ mod leak_probe;
 #[path = "it/process_common.rs"]
 mod process_common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leak_probe::Probe;
 use process_common::*;
-use simpler_abi::DataType;
 use simpler_host::CallConfig;
 use simpler_worker::*;
 
@@ -47,24 +45,12 @@ fn a_thousand_runs_over_chip_processes_keep_this_process_and_its_children_flat()
     w.init().unwrap();
     let mut pids: Vec<u32> = w.child_pids().into_iter().map(|(_, p)| p).collect();
     pids.sort_unstable();
-    let xr = w.create_buffer((N * 4) as u64).unwrap();
-    let yr = w.create_buffer((2 * N * 4) as u64).unwrap();
-    let xm: Arc<dyn HostMemory> = xr.clone();
-    let ym: Arc<dyn HostMemory> = yr.clone();
-    let x = Tensor::new(Memory::Host(xm), &[N as u64], DataType::Float32).unwrap();
-    let y = |c: u64| {
-        Tensor::view(
-            Memory::Host(ym.clone()),
-            c * N as u64 * 4,
-            &[N as u64],
-            &[1],
-            DataType::Float32,
-        )
-        .unwrap()
-    };
+    let buffers = XyBuffers::new(&w);
+    let (xr, yr, x) = (&buffers.xr, &buffers.yr, &buffers.x);
+    let y = |c: u64| buffers.y(c);
     let cfg = CallConfig::default();
     let run = |i: usize| {
-        write_f32(&xr, 0, &vec![i as f32; N]);
+        write_f32(xr, 0, &vec![i as f32; N]);
         let report = w
             .run(|o| {
                 for c in 0..2 {
@@ -79,7 +65,7 @@ fn a_thousand_runs_over_chip_processes_keep_this_process_and_its_children_flat()
             .unwrap();
         assert_eq!(report.tasks, 2);
         let want = 2.0 * i as f32 + 1.0;
-        let out = read_f32(&yr, 0, 2 * N);
+        let out = read_f32(yr, 0, 2 * N);
         assert!(
             out.iter().all(|v| *v == want),
             "run {i}: both chips wrote {want}"

@@ -233,3 +233,43 @@ impl RegionSlice {
         }
     }
 }
+
+/// The buffers the chip-process tests run over: `x`, [`N`] f32 in a region of its own, and
+/// `y`, [`N`] f32 per chip in a second region (chip `c`'s at byte `c · N · 4`).
+pub struct XyBuffers {
+    /// The region of `x`, [`N`] f32.
+    pub xr: Arc<SharedRegion>,
+    /// The region of `y`, 2 × [`N`] f32.
+    pub yr: Arc<SharedRegion>,
+    /// `x` as a tensor.
+    pub x: simpler_worker::Tensor,
+}
+
+impl XyBuffers {
+    /// Allocates both regions from `w` (zeroed).
+    pub fn new(w: &simpler_worker::Worker) -> Self {
+        let xr = w.create_buffer((N * 4) as u64).unwrap();
+        let yr = w.create_buffer((2 * N * 4) as u64).unwrap();
+        let xm: Arc<dyn HostMemory> = xr.clone();
+        let x = simpler_worker::Tensor::new(
+            simpler_worker::Memory::Host(xm),
+            &[N as u64],
+            simpler_abi::DataType::Float32,
+        )
+        .unwrap();
+        XyBuffers { xr, yr, x }
+    }
+
+    /// Chip `c`'s half of `y` as a tensor.
+    pub fn y(&self, c: u64) -> simpler_worker::Tensor {
+        let ym: Arc<dyn HostMemory> = self.yr.clone();
+        simpler_worker::Tensor::view(
+            simpler_worker::Memory::Host(ym),
+            c * N as u64 * 4,
+            &[N as u64],
+            &[1],
+            simpler_abi::DataType::Float32,
+        )
+        .unwrap()
+    }
+}

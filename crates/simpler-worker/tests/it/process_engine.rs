@@ -33,22 +33,10 @@ fn chips_in_child_processes_run_fail_alone_and_leave_nothing() {
     for ((name, pid), (i, d)) in pids.iter().zip([(0, 4), (1, 9)]) {
         assert_eq!(name, &format!("chip {i} (device {d}, pid {pid})"));
     }
-    let xr = w.create_buffer((N * 4) as u64).unwrap();
-    let yr = w.create_buffer((2 * N * 4) as u64).unwrap();
-    write_f32(&xr, 0, &(0..N).map(|i| i as f32).collect::<Vec<_>>());
-    let xm: Arc<dyn HostMemory> = xr.clone();
-    let ym: Arc<dyn HostMemory> = yr.clone();
-    let x = Tensor::new(Memory::Host(xm), &[N as u64], DataType::Float32).unwrap();
-    let y = |c: u64| {
-        Tensor::view(
-            Memory::Host(ym.clone()),
-            c * N as u64 * 4,
-            &[N as u64],
-            &[1],
-            DataType::Float32,
-        )
-        .unwrap()
-    };
+    let buffers = XyBuffers::new(&w);
+    let (xr, yr, x) = (&buffers.xr, &buffers.yr, &buffers.x);
+    write_f32(xr, 0, &(0..N).map(|i| i as f32).collect::<Vec<_>>());
+    let y = |c: u64| buffers.y(c);
     let args = |y: Tensor, mode: u64| {
         TaskArgs::new()
             .tensor(x.clone(), Tag::Input)
@@ -75,7 +63,7 @@ fn chips_in_child_processes_run_fail_alone_and_leave_nothing() {
         })
         .unwrap();
     assert_eq!((report.tasks, report.edges), (3, 1));
-    let out = read_f32(&yr, 0, 2 * N);
+    let out = read_f32(yr, 0, 2 * N);
     for i in 0..N {
         assert_eq!(out[i], 2.0 * i as f32 + 1.0);
         assert_eq!(out[N + i], 2.0 * i as f32 + 1.0);

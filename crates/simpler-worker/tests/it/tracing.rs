@@ -25,22 +25,10 @@ fn traced_run(isolation: ChipIsolation) {
     .unwrap();
     let chip = w.register(Callable::Chip(callable())).unwrap();
     w.init().unwrap();
-    let xr = w.create_buffer((N * 4) as u64).unwrap();
-    let yr = w.create_buffer((2 * N * 4) as u64).unwrap();
-    write_f32(&xr, 0, &(0..N).map(|i| i as f32).collect::<Vec<_>>());
-    let xm: Arc<dyn HostMemory> = xr.clone();
-    let ym: Arc<dyn HostMemory> = yr.clone();
-    let x = Tensor::new(Memory::Host(xm), &[N as u64], DataType::Float32).unwrap();
-    let y = |c: u64| {
-        Tensor::view(
-            Memory::Host(ym.clone()),
-            c * N as u64 * 4,
-            &[N as u64],
-            &[1],
-            DataType::Float32,
-        )
-        .unwrap()
-    };
+    let buffers = XyBuffers::new(&w);
+    let (xr, x) = (&buffers.xr, &buffers.x);
+    write_f32(xr, 0, &(0..N).map(|i| i as f32).collect::<Vec<_>>());
+    let y = |c: u64| buffers.y(c);
     let submit = |o: &Orchestrator| {
         for c in 0..2u64 {
             let args = TaskArgs::new()
