@@ -48,6 +48,8 @@ pub(crate) const COHORT_STALL_AFTER: Duration = Duration::from_millis(2);
 pub(crate) const COHORT_WINDOW: Duration = Duration::from_millis(50);
 /// The stall monitor's period while the pool is saturated.
 pub(crate) const MONITOR_TICK: Duration = Duration::from_millis(1);
+/// Slices a busy worker runs between two looks at the timers (see [`Pool::work`]).
+const TIMER_LOOK_EVERY: u32 = 4;
 /// Default stack of a fiber, bytes (the default of a Rust thread): mapped up front,
 /// committed by the OS only as it is touched.
 pub(crate) const DEFAULT_STACK_BYTES: usize = 2 << 20;
@@ -423,8 +425,16 @@ impl Pool {
         if let Some(p) = ThreadProbe::current() {
             let _ = slot.probe.set(p);
         }
+        // Slices run since the timers were last looked at: a look reads the clock, so a
+        // worker busy with short slices looks every TIMER_LOOK_EVERY slices (a due timer
+        // then waits a few microseconds longer), and always after waking from a sleep.
+        let mut since_look = TIMER_LOOK_EVERY;
         loop {
-            self.fire_timers();
+            if since_look >= TIMER_LOOK_EVERY {
+                since_look = 0;
+                self.fire_timers();
+            }
+            since_look += 1;
             if let Some(spare) = self.retire_if_surplus() {
                 let mut go = spare.go.lock();
                 while !*go {
@@ -433,6 +443,7 @@ impl Pool {
                 continue;
             }
             let Some(task) = self.next_task() else {
+                since_look = TIMER_LOOK_EVERY;
                 continue;
             };
             self.arm_monitor_if_saturated();

@@ -5,6 +5,11 @@
 //! a heap from which runtime-allocated outputs are carved, one packed block per task,
 //! reclaimed in task order as the ring's oldest tasks are consumed. Only the orchestrator
 //! thread allocates and reclaims; other threads only look slots up.
+//!
+//! A dropped ring gives its full-size chunks, recycled ([`Task::recycle`]), to a
+//! process-wide spare list that later runs' rings take from before they allocate: a run
+//! then starts on memory already touched (no page faults, no zeroing) whose slots keep
+//! their vectors' capacity.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,6 +23,12 @@ pub const RING_COUNT: usize = 4;
 pub const HEAP_ALIGN: u64 = 1024;
 /// Most slots per chunk.
 const CHUNK: usize = 1024;
+/// Most spare chunks kept for later runs (64 Ki slots); beyond it a dropped ring frees its
+/// chunks.
+const SPARE_LIMIT: usize = 64;
+
+/// Recycled full-size chunks of finished runs' rings.
+static SPARE_CHUNKS: parking_lot::Mutex<Vec<Box<[Task]>>> = parking_lot::Mutex::new(Vec::new());
 
 /// One ring's task slots.
 pub(crate) struct TaskRing {
@@ -59,7 +70,12 @@ impl TaskRing {
     /// Makes sure the slot of `local` is allocated (orchestrator only).
     pub(crate) fn ensure(&self, local: u32) {
         let (c, _) = self.index(local);
-        self.chunks[c].get_or_init(|| (0..self.chunk).map(|_| Task::default()).collect());
+        self.chunks[c].get_or_init(|| {
+            let spare = (self.chunk == CHUNK)
+                .then(|| SPARE_CHUNKS.lock().pop())
+                .flatten();
+            spare.unwrap_or_else(|| (0..self.chunk).map(|_| Task::default()).collect())
+        });
     }
 
     /// The slot of `local`, which must have been [`ensure`](TaskRing::ensure)d.
@@ -92,6 +108,25 @@ impl TaskRing {
     /// True when one more task fits (`alive < window − 1`).
     pub(crate) fn has_room(&self) -> bool {
         self.alive() < self.window - 1
+    }
+}
+
+impl Drop for TaskRing {
+    fn drop(&mut self) {
+        let mut chunks: Vec<Box<[Task]>> = self
+            .chunks
+            .iter_mut()
+            .filter_map(OnceLock::take)
+            .filter(|c| c.len() == CHUNK)
+            .collect();
+        let room = SPARE_LIMIT.saturating_sub(SPARE_CHUNKS.lock().len());
+        chunks.truncate(room);
+        for chunk in chunks.iter_mut() {
+            chunk.iter_mut().for_each(Task::recycle);
+        }
+        let mut spare = SPARE_CHUNKS.lock();
+        let room = SPARE_LIMIT.saturating_sub(spare.len());
+        spare.extend(chunks.into_iter().take(room));
     }
 }
 

@@ -51,6 +51,10 @@ const PARK_SLICE: Duration = Duration::from_millis(20);
 /// Passes with no progress that yield the CPU before the thread parks: a completion is
 /// usually microseconds away while cores are busy, and parking costs a futex round trip.
 const IDLE_YIELDS: u32 = 100;
+/// The same on a pool fiber while a core of this scheduler is busy: a yield is one queue
+/// push and lets the cores queued before it run, so the next pass collects their ends
+/// together, where a park costs a wake-up per COND write.
+const POOL_IDLE_YIELDS: u32 = 4;
 /// The first timed park while dispatches wait for COUNTER conditions (nobody rings for a
 /// counter); each park that finds nothing doubles it, up to [`DEFERRED_SLICE_MAX`].
 const DEFERRED_SLICE_MIN: Duration = Duration::from_micros(20);
@@ -121,6 +125,9 @@ struct Scheduler<'a, 'c> {
     waiting: Vec<Waiting>,
     /// The chip's SDMA engine, if it has one.
     sdma: Option<&'a simpler_device::sdma::SdmaEngine>,
+    /// The clock as read once at the start of the current pass
+    /// ([`RunShared::tick`]): dispatch stamps and the op-execute clock use it.
+    now: Instant,
 }
 
 /// Runs scheduler `index` of `schedulers` until the run is over.
@@ -138,6 +145,7 @@ pub(crate) fn run(ctx: &AicpuContext<'_>, shared: &RunShared, index: u32, schedu
         tracer: Tracer::for_aicpu(&shared.mem, ctx.thread_idx),
         waiting: Vec::new(),
         sdma: ctx.sdma,
+        now: shared.tick(),
     };
     for c in (0..topo.clusters).filter(|c| c % schedulers == index) {
         let base = s.cores.len();
@@ -195,6 +203,7 @@ impl Scheduler<'_, '_> {
         let mut deferred_slice = DEFERRED_SLICE_MIN;
         loop {
             self.pass += 1;
+            self.now = self.shared.tick();
             let t0 = trace::start(&self.tracer, TRACE_LEVEL_SCHEDULER);
             let mut progress = self.collect();
             progress |= self.settle_deferred();
@@ -234,7 +243,14 @@ impl Scheduler<'_, '_> {
             if !self.shared.errors.is_fatal() && watchdog::no_progress(self.shared) {
                 continue;
             }
-            if idle_passes < IDLE_YIELDS && simpler_device::wait::polling_pays() {
+            let yields = if simpler_device::wait::polling_pays() {
+                IDLE_YIELDS
+            } else if self.cores.iter().any(CoreExec::busy) {
+                POOL_IDLE_YIELDS
+            } else {
+                0
+            };
+            if idle_passes < yields {
                 idle_passes += 1;
                 if idle_since.is_none() {
                     idle_since = trace::start(&self.tracer, TRACE_LEVEL_SCHEDULER);
@@ -286,7 +302,7 @@ impl Scheduler<'_, '_> {
             let Some(run) = c.running.filter(|_| !c.abandoned) else {
                 continue;
             };
-            let ran_ms = run.started.elapsed().as_millis() as u64;
+            let ran_ms = self.now.saturating_duration_since(run.started).as_millis() as u64;
             if ran_ms <= limit {
                 continue;
             }
@@ -377,7 +393,11 @@ impl Scheduler<'_, '_> {
     fn advance(&mut self, i: usize) {
         let c = &mut self.cores[i];
         // The op-execute clock of the promoted dispatch starts now, when it starts to run.
-        c.running = c.pending.take().map(started_now);
+        let now = self.now;
+        c.running = c.pending.take().map(|sub| Sub {
+            started: now,
+            ..sub
+        });
         if c.running.is_none() {
             self.shared.idle.set(c.cluster, c.lane, true);
         }
@@ -390,7 +410,7 @@ impl Scheduler<'_, '_> {
         self.cores[core].warm = self.pass;
         let shared = self.shared;
         // Progress first: whoever then sees nothing running sees this progress too.
-        shared.progress();
+        shared.progress_coarse();
         shared.running.fetch_sub(1, Ordering::AcqRel);
         if failed {
             let core_id = self.cores[core].id;
@@ -654,7 +674,7 @@ impl Scheduler<'_, '_> {
             id,
             lane: lane as u8,
             block,
-            started: Instant::now(),
+            started: self.now,
             acked: false,
         });
         if c.running.is_none() {
@@ -664,7 +684,7 @@ impl Scheduler<'_, '_> {
             c.pending = sub;
         }
         self.shared.running.fetch_add(1, Ordering::AcqRel);
-        self.shared.progress();
+        self.shared.progress_coarse();
         let core_id = c.id;
         self.ctx.cores[core_id as usize].write_dmb(u64::from(id));
         if let (Some(t), Some(t0)) = (self.tracer.as_mut(), t0) {
@@ -821,14 +841,5 @@ impl Scheduler<'_, '_> {
             }
             regs.set_owner(None);
         }
-    }
-}
-
-/// A pending dispatch that has just become its core's running one: its op-execute clock
-/// starts now.
-fn started_now(sub: Sub) -> Sub {
-    Sub {
-        started: Instant::now(),
-        ..sub
     }
 }

@@ -152,6 +152,10 @@ pub(crate) struct RunShared {
     started: Instant,
     /// Milliseconds since `started` of the last progress (submit, dispatch, completion).
     last_progress_ms: AtomicU64,
+    /// The coarse clock: milliseconds since `started` as of the latest [`tick`](Self::tick)
+    /// (every scheduler pass), never ahead of [`now_ms`](Self::now_ms). The hot paths note
+    /// progress by it instead of reading the clock per task.
+    clock_ms: AtomicU64,
     pub(crate) scheduler_timeout_ms: u64,
     /// The longest one kernel dispatch may run, milliseconds.
     pub(crate) op_execute_timeout_ms: u64,
@@ -244,6 +248,7 @@ impl RunShared {
             func_types: mem.func_types(),
             started: Instant::now(),
             last_progress_ms: AtomicU64::new(0),
+            clock_ms: AtomicU64::new(0),
             scheduler_timeout_ms: u64::from(timeout),
             op_execute_timeout_ms: u64::from(op_execute),
             schedulers_exited: AtomicU32::new(0),
@@ -287,6 +292,22 @@ impl RunShared {
     pub(crate) fn progress(&self) {
         self.last_progress_ms
             .store(self.now_ms(), Ordering::Relaxed);
+    }
+
+    /// [`progress`](Self::progress) at the coarse clock's time: no clock read. The time
+    /// noted is at most one scheduler pass old, so a stall may be seen that much early
+    /// (a pass is microseconds; the timeouts are seconds).
+    pub(crate) fn progress_coarse(&self) {
+        self.last_progress_ms
+            .store(self.clock_ms.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    /// Reads the clock once for a scheduler pass and advances the coarse clock to it.
+    pub(crate) fn tick(&self) -> Instant {
+        let now = Instant::now();
+        let ms = now.saturating_duration_since(self.started).as_millis() as u64;
+        self.clock_ms.fetch_max(ms, Ordering::Relaxed);
+        now
     }
 
     /// The no-progress clock: milliseconds since the last progress, counted only while no
@@ -366,8 +387,45 @@ impl RunShared {
                 .store(simpler_device::clock::device_ns(origin), Ordering::Relaxed);
         }
         queue.push(id);
-        self.ring_schedulers();
+        let body = self.task(id).body();
+        self.ring_for(shape, body.lanes, body.block_num, id);
         true
+    }
+
+    /// Wakes the schedulers that can start a block of a ready task of `shape` on `lanes` on
+    /// an idle place now — one of them for a one-block task, chosen by `id` so that wakes
+    /// spread — and none when no place for it is idle. That loses no task: the idle map's
+    /// bits of a scheduler's clusters are written by that scheduler alone, so one that
+    /// parks while its map says "idle" looked at the queues after its last placement (and a
+    /// push between that look and its park finds it parking and rings it); and with no
+    /// place idle, every scheduler that could run the task has a core busy, whose next
+    /// COND write wakes it to look at the queues again. Waking every scheduler per ready
+    /// task would wake a herd of fibers to start one dispatch.
+    fn ring_for(&self, shape: Shape, lanes: u8, block_num: u32, id: TaskId) {
+        let owners = self.idle.owners_fitting(shape, lanes);
+        if owners == 0 {
+            return;
+        }
+        let pick = if block_num > 1 {
+            owners
+        } else {
+            // The first owner at or after `id mod schedulers`, wrapping around.
+            let start = (id % self.bells.len().max(1) as u64) as u32;
+            let at_or_after = owners >> start;
+            let first = if at_or_after != 0 {
+                start + at_or_after.trailing_zeros()
+            } else {
+                owners.trailing_zeros()
+            };
+            1u64 << first
+        };
+        for (i, bell) in self.bells.iter().enumerate() {
+            if pick & (1 << i) != 0 {
+                if let Some(b) = bell.get() {
+                    b.ring();
+                }
+            }
+        }
     }
 
     /// Drops one pin of `id`; when it was the last, the orchestrator may reclaim the slot.
@@ -416,7 +474,7 @@ impl RunShared {
                 .fetch_sub(body.edges, Ordering::AcqRel);
         }
         self.completed.fetch_add(1, Ordering::AcqRel);
-        self.progress();
+        self.progress_coarse();
         self.unpin(id);
         self.ring_orchestrator();
         if self.all_done() {

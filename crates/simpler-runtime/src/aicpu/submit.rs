@@ -347,7 +347,12 @@ impl<'a> Orchestrator<'a> {
                 out.count += 1;
             }
         }
-        self.shared.progress();
+        // The coarse clock, advanced here every 64 submits too: the schedulers advance it on
+        // every pass, but they may all be parked while the orchestrator submits.
+        if self.shared.submitted.load(Ordering::Relaxed).is_multiple_of(64) {
+            self.shared.tick();
+        }
+        self.shared.progress_coarse();
         // Publish: drop the wiring guard.
         if slot.fanin.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.shared.make_ready(id);

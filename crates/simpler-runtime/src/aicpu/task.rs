@@ -214,6 +214,24 @@ impl Task {
         self.id.store(id, Ordering::Release);
     }
 
+    /// Returns the slot to the state of a new one ([`Task::default`]) for a later run's
+    /// ring, keeping the capacity of its vectors (tensors, retained producers, consumers),
+    /// so a recycled slot's submit allocates nothing.
+    pub(crate) fn recycle(&mut self) {
+        let body = self.body.get_mut();
+        let mut tensors = std::mem::take(&mut body.tensors);
+        let mut retained = std::mem::take(&mut body.retained);
+        let mut consumers = std::mem::take(&mut self.fanout.get_mut().consumers);
+        tensors.clear();
+        retained.clear();
+        consumers.clear();
+        *self = Task::default();
+        let body = self.body.get_mut();
+        body.tensors = tensors;
+        body.retained = retained;
+        self.fanout.get_mut().consumers = consumers;
+    }
+
     /// Adds a pin if the task is not consumed yet; false if it already is.
     pub(crate) fn try_pin(&self) -> bool {
         self.pins
