@@ -174,6 +174,35 @@ pub trait Device: Send + Sync {
         arg: DevicePtr,
     ) -> Result<(), DeviceError>;
 
+    /// Enqueues the AICore kernel for lazy activation (`docs/sim-device.md` §13): as
+    /// [`launch_aicore`](Device::launch_aicore), except that once everything queued before
+    /// it has finished the launch *arms* every core — its DMB reset, its COND set to
+    /// `armed_cond` — and the kernel runs only on the cores whose DMB is written after
+    /// that (once each, from that write on). A core never written ends with the launch when
+    /// it is disarmed ([`CoreRegs::disarm`](crate::CoreRegs::disarm), true), which the
+    /// kernel's protocol must do for every core it did not dispatch to; a reset disarms
+    /// every core. An empty run then touches no core. A backend without lazy activation
+    /// may run it as [`launch_aicore`](Device::launch_aicore) (the default): the kernel
+    /// then runs on every core, `disarm` answers false, and the kernel itself must write
+    /// `armed_cond` when it starts, as the runtime's does.
+    ///
+    /// # Safety
+    /// As for [`Device::launch_aicore`].
+    ///
+    /// # Errors
+    /// As for [`Device::launch_aicore`].
+    unsafe fn launch_aicore_lazy(
+        &self,
+        stream: StreamId,
+        kernel: AicoreKernel,
+        arg: DevicePtr,
+        armed_cond: u64,
+    ) -> Result<(), DeviceError> {
+        let _ = armed_cond;
+        // SAFETY: the caller's contract is `launch_aicore`'s.
+        unsafe { self.launch_aicore(stream, kernel, arg) }
+    }
+
     /// Enqueues the AICPU kernel on a stream: once everything queued before it has
     /// finished, it runs on AICPU threads `0..threads`, and the stream moves on when every
     /// thread has returned. The first non-zero return of a thread, or a panic of one (with

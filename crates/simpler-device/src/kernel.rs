@@ -63,7 +63,9 @@ impl AicpuContext<'_> {
 ///   own `# Safety`);
 /// - call the kernel once on each AICore of the device, all concurrently (cores of one
 ///   launch may wait for each other and for the AICPU kernel through the registers), each
-///   with a `ctx` that is true for the calling core: its ids and its own [`CoreRegs`];
+///   with a `ctx` that is true for the calling core: its ids and its own [`CoreRegs`]; for
+///   a [`Device::launch_aicore_lazy`] call, once on each core whose DMB is written after
+///   the launch armed it (from that write on, concurrently with the rest), and on no other;
 /// - release no device memory of its own accord while the kernel runs (only
 ///   [`Device::free`] by the launch's caller releases memory).
 ///
@@ -72,6 +74,7 @@ impl AicpuContext<'_> {
 /// its own documentation does not require of the launcher.
 ///
 /// [`Device::launch_aicore`]: crate::Device::launch_aicore
+/// [`Device::launch_aicore_lazy`]: crate::Device::launch_aicore_lazy
 /// [`Device::free`]: crate::Device::free
 pub type AicoreKernel = unsafe fn(&AicoreContext<'_>, DevicePtr);
 

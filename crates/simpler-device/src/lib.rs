@@ -18,6 +18,7 @@
 //! it hands out as opaque bytes; only a crash report looks further, at the numbers the
 //! runtime recorded for the call that crashed (and that call's tensor arguments).
 
+mod activation;
 pub mod clock;
 pub mod crash;
 pub mod deadline;

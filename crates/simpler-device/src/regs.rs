@@ -129,6 +129,8 @@ pub struct CoreRegs {
     cond: AtomicU64,
     core_bell: Doorbell,
     owner_bell: RwLock<Option<Arc<Doorbell>>>,
+    /// Lazy activation by a [`launch_aicore_lazy`](crate::Device::launch_aicore_lazy).
+    pub(crate) activation: crate::activation::Activation,
 }
 
 impl CoreRegs {
@@ -148,7 +150,19 @@ impl CoreRegs {
     /// Writes DATA_MAIN_BASE (release) and wakes the core if it is parked.
     pub fn write_dmb(&self, value: u64) {
         self.dmb.store(value, Ordering::Release);
+        // A core armed by a lazy launch starts its kernel on its first DMB write.
+        self.activation.on_dmb_write();
         self.core_bell.ring();
+    }
+
+    /// Ends a lazy launch's hold on this core if its kernel was never started (no DMB write
+    /// since the launch armed it): true if so — the launch counts the core as ended and its
+    /// kernel will not run for that launch, so nothing more may be written to DMB for it —
+    /// false if the kernel was started (it must then be told to leave as the kernel's
+    /// protocol says) or the core was not armed lazily (an eager launch runs it; a backend
+    /// without lazy activation always answers false).
+    pub fn disarm(&self) -> bool {
+        self.activation.disarm()
     }
 
     /// Reads DATA_MAIN_BASE (acquire).

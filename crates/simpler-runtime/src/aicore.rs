@@ -16,10 +16,11 @@ use crate::trace::{self, Tracer};
 ///
 /// # Safety
 /// `arg` must meet the launch argument contract of the crate doc until the kernel returns,
-/// and the kernel must be called as [`simpler_device::AicoreKernel`]'s contract says: once
-/// on every AICore of the device, concurrently with the run's
-/// [`aicpu_kernel`](crate::aicpu_kernel), which tells the cores what to run and when to
-/// leave.
+/// and the kernel must be called as [`simpler_device::AicoreKernel`]'s contract says —
+/// once on every AICore of the device, or, launched lazily with COND armed to
+/// [`ready`](crate::handshake::ready)`(epoch)`, once on every core that is dispatched to —
+/// concurrently with the run's [`aicpu_kernel`](crate::aicpu_kernel), which tells the cores
+/// what to run and when to leave (and disarms the cores it never dispatched to).
 pub unsafe fn aicore_kernel(ctx: &AicoreContext<'_>, arg: DevicePtr) {
     // SAFETY: the caller's contract covers `arg`.
     let Some(mem) = (unsafe { RunMemory::from_launch_arg(arg) }) else {

@@ -79,7 +79,7 @@ pub struct SimOptions {
     pub memcheck: Memcheck,
     /// How device threads run (`docs/sim-device.md` §11).
     pub executor: ExecutorKind,
-    /// Provision the chip's SDMA engine (`docs/sim-device.md` §12): kernels may then start
+    /// Provision the chip's SDMA engine (`docs/sim-device.md` §13): kernels may then start
     /// asynchronous copies. Off by default, as on hardware (`enable_sdma`).
     pub sdma: bool,
 }
@@ -189,6 +189,15 @@ impl SimDevice {
     /// Arms a fault-injection rule (rules are checked in the order they were injected).
     pub fn inject(&self, rule: FaultRule) {
         self.faults.inject(rule);
+    }
+
+    /// AICore kernel calls on this device so far: one per core per launch that ran on it
+    /// (a lazy launch runs only on the cores that were dispatched to,
+    /// [`Device::launch_aicore_lazy`]).
+    pub fn aicore_kernel_calls(&self) -> u64 {
+        self.chip
+            .aicore_calls
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Starts recording when each kernel runs (clearing earlier records), or stops.
@@ -394,7 +403,28 @@ impl Device for SimDevice {
     ) -> Result<(), DeviceError> {
         let s = self.stream(stream)?;
         self.submit(FaultPoint::LaunchAicore, || {
-            s.enqueue(Op::Aicore { kernel, arg })
+            s.enqueue(Op::Aicore {
+                kernel,
+                arg,
+                armed_cond: None,
+            })
+        })
+    }
+
+    unsafe fn launch_aicore_lazy(
+        &self,
+        stream: StreamId,
+        kernel: AicoreKernel,
+        arg: DevicePtr,
+        armed_cond: u64,
+    ) -> Result<(), DeviceError> {
+        let s = self.stream(stream)?;
+        self.submit(FaultPoint::LaunchAicore, || {
+            s.enqueue(Op::Aicore {
+                kernel,
+                arg,
+                armed_cond: Some(armed_cond),
+            })
         })
     }
 

@@ -47,6 +47,8 @@ pub(crate) struct Chip {
     pub(crate) device: u32,
     /// The SDMA engine, when the device was started with one ([`SimOptions::sdma`](super::SimOptions::sdma)).
     pub(crate) sdma: Option<SdmaEngine>,
+    /// AICore kernel calls so far, one per core per launch that ran on it.
+    pub(crate) aicore_calls: std::sync::atomic::AtomicU64,
 }
 
 impl Chip {
@@ -75,12 +77,15 @@ impl Chip {
             kill,
             device,
             sdma,
+            aicore_calls: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// Wakes every device thread (so that a raised kill switch is noticed at once).
     pub(crate) fn wake_all(&self) {
         for c in self.cores.iter() {
+            // A core a lazy launch armed but never started ends with the launch at once.
+            c.disarm();
             c.wake_core();
         }
         for b in self.aicpu_bells.iter() {
@@ -207,16 +212,20 @@ impl Pools {
                             sub_block_id: t.sub_block_of(core),
                             regs: &chip.cores[core as usize],
                         };
-                        // SAFETY: this job executes one `launch_aicore` call, whose caller
-                        // vouched for `arg` until the kernel finishes (its `# Safety`);
-                        // `arg` is passed unchanged, `run_aicore` sent the job to every
-                        // core at once, `ctx` is this core's, and the device frees no
-                        // memory by itself.
+                        chip.aicore_calls.fetch_add(1, Ordering::Relaxed);
+                        // SAFETY: this job executes one `launch_aicore` (or lazy) call, whose
+                        // caller vouched for `arg` until the kernel finishes (its
+                        // `# Safety`); `arg` is passed unchanged, `run_aicore` sent the job
+                        // to every core at once (`run_aicore_lazy` to each core on its first
+                        // DMB write, as the lazy contract says), `ctx` is this core's, and
+                        // the device frees no memory by itself.
                         let ending = run_caught(|| unsafe { kernel(&ctx, arg) });
                         crash.end_launch();
                         if let Ending::Panicked(message) = ending {
                             end.note_panic(|| format!("AICore {core}"), message);
                         }
+                        // Before the count-down: the next launch may arm the core then.
+                        chip.cores[core as usize].activation.finished();
                         done.count_down();
                     }
                 }
@@ -297,6 +306,43 @@ impl Pools {
         end.finish()
     }
 
+    /// Arms the AICore kernel on every core without running it (`docs/sim-device.md` §13):
+    /// each core's DMB and COND are reset, the core is armed, then COND is set to
+    /// `armed_cond`; a core's kernel starts on its first DMB write, and a core disarmed
+    /// before one ([`CoreRegs::disarm`], or a reset) counts as ended without running.
+    /// Returns when every core has ended, with the first panic of a core, if any.
+    pub(crate) fn run_aicore_lazy(
+        &self,
+        kernel: AicoreKernel,
+        arg: DevicePtr,
+        armed_cond: u64,
+    ) -> KernelEnd {
+        let end = Arc::new(LaunchEnd::default());
+        let done = Arc::new(Countdown::new(self.aicore.len()));
+        for (regs, tx) in self.chip.cores.iter().zip(&self.aicore) {
+            regs.reset();
+            let (tx, end, done) = (tx.clone(), end.clone(), done.clone());
+            regs.activation.arm(Box::new(move |run| {
+                if run {
+                    tx.send(Job::Aicore {
+                        kernel,
+                        arg,
+                        end,
+                        done,
+                    });
+                } else {
+                    done.count_down();
+                }
+            }));
+        }
+        // Only once every core is armed: whoever sees `armed_cond` may write DMB.
+        for regs in self.chip.cores.iter() {
+            regs.write_cond(armed_cond);
+        }
+        done.wait();
+        end.finish()
+    }
+
     /// Runs the AICPU kernel on the first `threads` AICPU threads; returns the first non-zero
     /// status any of them returned (0 if none) and the first panic, if any.
     pub(crate) fn run_aicpu(&self, kernel: AicpuKernel, arg: DevicePtr, threads: u32) -> KernelEnd {
@@ -318,6 +364,9 @@ impl Pools {
 
 impl Drop for Pools {
     fn drop(&mut self) {
+        for regs in self.chip.cores.iter() {
+            regs.disarm();
+        }
         for inbox in self.aicore.iter().chain(&self.aicpu) {
             inbox.close();
         }

@@ -101,6 +101,8 @@ pub(crate) enum Op {
     Aicore {
         kernel: AicoreKernel,
         arg: DevicePtr,
+        /// Lazy activation with this COND value once armed (`None`: every core runs it).
+        armed_cond: Option<u64>,
     },
     Aicpu {
         kernel: AicpuKernel,
@@ -374,9 +376,16 @@ fn serve(id: StreamId, shared: &Shared, pools: &Pools, memory: &Memory, faults: 
         };
         let fault = match op {
             Op::Copy { dst, bytes } => memory.copy_in(dst, &bytes).err().map(|_| Fault::status(-1)),
-            Op::Aicore { kernel, arg } => {
+            Op::Aicore {
+                kernel,
+                arg,
+                armed_cond,
+            } => {
                 let fate = kernel_fate(faults, FaultPoint::AicoreKernel);
-                run_kernel(id, shared, faults, fate, || pools.run_aicore(kernel, arg))
+                run_kernel(id, shared, faults, fate, || match armed_cond {
+                    Some(cond) => pools.run_aicore_lazy(kernel, arg, cond),
+                    None => pools.run_aicore(kernel, arg),
+                })
             }
             Op::Aicpu {
                 kernel,

@@ -118,10 +118,14 @@ impl LaneEngine {
                         join::JoinError::Device(what, e) => HostError::device(what)(e),
                     })?;
                 }
+                // Lazily: a core starts on its first dispatch, so cores a run never
+                // dispatches to take no slice (docs/sim-device.md §13); COND reads the run's
+                // READY from the arm on, as if the core had started.
+                let armed = simpler_runtime::handshake::ready(identity.epoch);
                 // SAFETY: `desc` is this run's launch descriptor; the lane keeps it and the slot
                 // regions it names allocated until the run's boundaries are proven
                 // (docs/lane.md).
-                unsafe { dev.launch_aicore(streams.aicore, kernels.aicore, desc) }
+                unsafe { dev.launch_aicore_lazy(streams.aicore, kernels.aicore, desc, armed) }
                     .map_err(HostError::device("launching the AICore kernel"))?;
                 sink.mark_submitted();
                 fence.note_kernel_submitted(&identity, StreamRole::Aicore);

@@ -10,6 +10,7 @@
 
 mod common;
 
+mod activation;
 mod async_completion;
 mod balance;
 mod caller_stream;

@@ -821,13 +821,22 @@ impl Scheduler<'_, '_> {
     /// Tells every owned core to exit and waits until each has (its cores are idle), except
     /// the abandoned ones: their kernel has not returned; the exit signal waits in DMB for
     /// whenever it does.
+    ///
+    /// A core that a lazy launch armed and this run never dispatched to is disarmed instead
+    /// (`docs/sim-device.md` §13): its kernel never ran, and the launch counts it as ended.
     fn shutdown(&self) {
-        for i in 0..self.cores.len() {
-            self.regs(i).write_dmb(EXIT_SIGNAL);
-        }
-        for i in 0..self.cores.len() {
+        let mut started = vec![true; self.cores.len()];
+        for (i, started) in started.iter_mut().enumerate() {
             let regs = self.regs(i);
-            if self.cores[i].abandoned {
+            if self.cores[i].last_dispatch == 0 && regs.disarm() {
+                *started = false;
+                continue;
+            }
+            regs.write_dmb(EXIT_SIGNAL);
+        }
+        for (i, &started) in started.iter().enumerate() {
+            let regs = self.regs(i);
+            if self.cores[i].abandoned || !started {
                 regs.set_owner(None);
                 continue;
             }

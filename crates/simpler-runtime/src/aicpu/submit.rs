@@ -349,7 +349,12 @@ impl<'a> Orchestrator<'a> {
         }
         // The coarse clock, advanced here every 64 submits too: the schedulers advance it on
         // every pass, but they may all be parked while the orchestrator submits.
-        if self.shared.submitted.load(Ordering::Relaxed).is_multiple_of(64) {
+        if self
+            .shared
+            .submitted
+            .load(Ordering::Relaxed)
+            .is_multiple_of(64)
+        {
             self.shared.tick();
         }
         self.shared.progress_coarse();
