@@ -1,6 +1,6 @@
 //! The chip's SDMA engine as the sim plays it: an asynchronous copy engine that kernels
 //! submit copies to and that completes them in submission order on a thread of its own
-//! (`docs/sim-device.md` §13). A copy is identified by its ticket (1, 2, …); it has landed
+//! (`docs/sim-device.md` §12). A copy is identified by its ticket (1, 2, …); it has landed
 //! once [`SdmaEngine::completed`] reaches its ticket. Each completion rings the chip's AICPU
 //! doorbells, so a scheduler waiting for it wakes without polling.
 //!

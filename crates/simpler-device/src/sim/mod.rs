@@ -79,7 +79,7 @@ pub struct SimOptions {
     pub memcheck: Memcheck,
     /// How device threads run (`docs/sim-device.md` §11).
     pub executor: ExecutorKind,
-    /// Provision the chip's SDMA engine (`docs/sim-device.md` §13): kernels may then start
+    /// Provision the chip's SDMA engine (`docs/sim-device.md` §12): kernels may then start
     /// asynchronous copies. Off by default, as on hardware (`enable_sdma`).
     pub sdma: bool,
 }
