@@ -281,9 +281,9 @@ impl<'a> Orchestrator<'a> {
         for i in 0..n {
             if tags[i] == TensorArgType::Output {
                 let t = &mut body.tensors[i];
-                let shape: Vec<u64> = t.shape().to_vec();
+                let (shapes, nd) = (t.shapes, t.shape().len());
                 let dt = t.data_type().expect("checked above");
-                *t = ChipTensor::contiguous(heap_at, &shape, dt);
+                *t = ChipTensor::contiguous(heap_at, &shapes[..nd], dt);
                 t.owner_task_id = id;
                 heap_at += out_bytes[i];
             }

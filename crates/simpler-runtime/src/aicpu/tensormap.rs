@@ -135,7 +135,14 @@ impl Accesses {
 #[derive(Default)]
 pub struct TensorMap {
     buffers: HashMap<u64, Accesses>,
+    /// Emptied access lists of swept buffers, kept (with their capacity) for buffers met
+    /// later: a run that allocates many short-lived intermediates then records their
+    /// accesses without allocating.
+    spare: Vec<Accesses>,
 }
+
+/// Most emptied access lists [`TensorMap::sweep`] keeps.
+const SPARE_LISTS: usize = 4096;
 
 impl TensorMap {
     /// Collects into `deps` the tasks a new access of `region` in buffer `base` must wait
@@ -189,7 +196,11 @@ impl TensorMap {
     /// Records an access by `task`. A write drops earlier entries it fully covers with the
     /// same geometry, which it now orders behind itself.
     pub fn record(&mut self, base: u64, region: Region, write: bool, task: u64) {
-        let list = self.buffers.entry(base).or_default();
+        let spare = &mut self.spare;
+        let list = self
+            .buffers
+            .entry(base)
+            .or_insert_with(|| spare.pop().unwrap_or_default());
         let access = Access { task, region };
         if write {
             list.writes.retain(|a| a.region != region);
@@ -203,10 +214,17 @@ impl TensorMap {
     /// Drops every entry of a task for which `is_done` holds, and every buffer left with
     /// none; cost: one pass over the map.
     pub fn sweep(&mut self, is_done: impl Fn(u64) -> bool) {
+        let spare = &mut self.spare;
         self.buffers.retain(|_, list| {
             list.writes.retain(|a| !is_done(a.task));
             list.reads.retain(|a| !is_done(a.task));
-            !list.is_empty()
+            if !list.is_empty() {
+                return true;
+            }
+            if spare.len() < SPARE_LISTS {
+                spare.push(std::mem::take(list));
+            }
+            false
         });
     }
 
