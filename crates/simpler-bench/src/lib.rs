@@ -32,12 +32,23 @@
 //! recording on one warm worker, end to end and on the host, beside the two targets
 //! (`simpler bench --replay`).
 //!
+//! [`decoder`] is the decode step of `examples/decoder_layer` per (batch, context): its device
+//! time, the same graph with empty kernels, the runtime's time per task and the share of a
+//! step spent outside kernels, estimated from the empty step and from a traced step's critical
+//! path (`simpler bench --workload decoder_layer`).
+//!
+//! [`peer`] puts the executor bench's independent and chain no-op shapes beside the same
+//! shapes on rayon, in the same process, and reports ours as a fraction of rayon's
+//! (`simpler bench --peer`).
+//!
 //! [`balance`] is the scheduler-balance workload: as many independent sleeping tasks as the
 //! chip has cores, over a grid of scheduler and cluster counts (`simpler bench --balance`).
 
 pub mod balance;
+pub mod decoder;
 pub mod executor;
 pub mod l3;
+pub mod peer;
 pub mod replay;
 pub mod trace_cost;
 pub mod trace_write;

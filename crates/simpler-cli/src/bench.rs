@@ -5,10 +5,17 @@
 //! executors instead; with `--l3`, [`l3`] the level-3 engine's overhead sweep; with
 //! `--trace-level L`, what tracing at level L costs per run and per task ([`trace_cost`]);
 //! with `--trace-write`, how long writing a trace file takes in each format ([`trace_write`]);
-//! with `--replay`, [`replay`] what `host_build_graph` and its recordings buy.
+//! with `--replay`, [`replay`] what `host_build_graph` and its recordings buy; with
+//! `--workload decoder_layer [--batch B...] [--context C...] [--steps N] [--example DIR]`,
+//! [`decoder`] the decode step of `examples/decoder_layer` (device time, the same graph with
+//! empty kernels, the runtime's time per task and the share outside kernels, from the empty
+//! step and from a traced step's critical path); with `--peer`, [`peer`] the executor bench's
+//! independent and chain no-op shapes beside the same shapes on rayon.
 
+pub(crate) mod decoder;
 pub(crate) mod executor;
 pub(crate) mod l3;
+pub(crate) mod peer;
 pub(crate) mod replay;
 
 pub(crate) use executor::ExecutorChoice;

@@ -4,8 +4,8 @@
 //! exit codes. The work lives in the modules: [`build`] (compiling an example into a
 //! bundle), [`run`] (matching a run's files against the callable's signature, executing,
 //! checking), [`trace`] (summary, SVG swimlane and conversion of trace files) and [`bench`]
-//! (runtime overhead, sim executor, scheduler balance, level-3 engine, tracing and
-//! `host_build_graph` replay figures); manifests, compiling, the kernel
+//! (runtime overhead, sim executor, scheduler balance, level-3 engine, tracing,
+//! `host_build_graph` replay, decoder-layer workload and rayon peer figures); manifests, compiling, the kernel
 //! cache, `.npy` files, scalars and comparison are [`simpler_toolchain`]'s.
 //!
 //! Exit codes: `0` success, `1` the run, an output write (the bundle of `build`, an
@@ -100,7 +100,7 @@ enum Command {
         /// Tasks per run, at least 1 [default: 16384; with --executor, 4096 per throughput
         /// run; with --l3, the largest k of the sweep, at least 2, default 256; with
         /// --trace-write, the synthetic trace's tasks, default 100000; with --replay, the
-        /// no-op graph's tasks, default 1000].
+        /// no-op graph's tasks, default 1000; with --peer, 4096 per run].
         #[arg(
             long,
             value_parser = clap::value_parser!(u64).range(1..),
@@ -108,7 +108,7 @@ enum Command {
         )]
         tasks: Option<u64>,
         /// Measured runs per configuration, at least 1 (the median is reported) [default: 5;
-        /// with --l3, 300; with --replay, 20]; with --executor, the base sample count of every figure; with
+        /// with --l3, 300; with --replay, 20; with --peer, the rounds, 5]; with --executor, the base sample count of every figure; with
         /// --l3, the runs per k up to 16 (fewer for larger k, at least 20).
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
         runs: Option<u32>,
@@ -184,6 +184,54 @@ enum Command {
             conflicts_with_all = ["balance", "executor", "l3", "trace_level", "trace_write"]
         )]
         replay: bool,
+        /// Measure a real workload instead: `decoder_layer`, one decode step of
+        /// examples/decoder_layer (the example's default model: embed 256, 8/2 heads, head_dim
+        /// 32, ffn 512, block 16; inputs of seed 0) per --batch x --context row on one warm
+        /// 24-core worker. Per row: the median device time of a real step and of the same graph
+        /// with every kernel empty (bench/empty_kernel.c), --steps each after a warm-up,
+        /// interleaved; the tasks per step; runtime us/task = empty step / tasks (target <=
+        /// 1.0); outside kernels = empty / step (target <= 25%); and from one more real step
+        /// traced at level tasks, (step - critical-path kernel time) / step (target <= 25%).
+        /// Needs a C compiler ($CC or cc).
+        #[arg(
+            long,
+            value_enum,
+            value_name = "WORKLOAD",
+            conflicts_with_all = ["balance", "executor", "l3", "trace_level", "trace_write", "replay", "tasks", "runs"]
+        )]
+        workload: Option<bench::decoder::Workload>,
+        /// With --workload: the batch sizes, at least 1 each [default: 8 32].
+        #[arg(long, num_args = 1.., value_name = "B", requires = "workload",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        batch: Vec<u64>,
+        /// With --workload: the context lengths (longest sequence, tokens), at least 1 each
+        /// [default: 4096].
+        #[arg(long, num_args = 1.., value_name = "C", requires = "workload",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        context: Vec<u64>,
+        /// With --workload: timed steps per row and callable, at least 1 [default: 3].
+        #[arg(long, value_name = "N", requires = "workload",
+              value_parser = clap::value_parser!(u32).range(1..))]
+        steps: Option<u32>,
+        /// With --workload: ragged sequences, lengths uniform in 1..=context (the last one
+        /// context long), as simpler_examples::decoder_layer::inputs makes them [default: every
+        /// sequence context tokens long, as examples/decoder_layer/bench.py runs it].
+        #[arg(long, requires = "workload")]
+        ragged: bool,
+        /// With --workload: the example folder [default: examples/decoder_layer under the
+        /// current directory, else the one of the repository simpler was built from].
+        #[arg(long, value_name = "DIR", requires = "workload")]
+        example: Option<PathBuf>,
+        /// Compare with a peer instead: the --executor bench's independent and chain no-op
+        /// shapes (--tasks [default: 4096] per run, 24 cores, pool executor) and the same shapes
+        /// on rayon in this process (a scope spawning every task; a chain of tasks each spawned
+        /// by its predecessor), interleaved, median of --runs [default: 5] rounds; prints
+        /// tasks/s of both and ours / rayon (target: independent >= 25%; chain: none).
+        #[arg(
+            long,
+            conflicts_with_all = ["balance", "executor", "l3", "trace_level", "trace_write", "replay", "workload"]
+        )]
+        peer: bool,
         /// Measure scheduler balance instead: one sleeping task per core, makespan ÷ task
         /// time for 1, 3, 6 schedulers × 1, 5, 8, 24 clusters.
         #[arg(long)]
@@ -421,6 +469,45 @@ fn main() -> ExitCode {
         )
         .map_err(|e| (bench_exit_code(e.as_ref()), e)),
         Command::Bench {
+            workload: Some(bench::decoder::Workload::DecoderLayer),
+            batch,
+            context,
+            steps,
+            example,
+            ragged,
+            json,
+            ..
+        } => {
+            let mut params = simpler_bench::decoder::DecoderParams::default();
+            if ragged {
+                params.lengths = simpler_bench::decoder::Lengths::Ragged;
+            }
+            if !batch.is_empty() {
+                params.batches = batch.iter().map(|&b| b as usize).collect();
+            }
+            if !context.is_empty() {
+                params.contexts = context.iter().map(|&c| c as usize).collect();
+            }
+            params.steps = steps.unwrap_or(params.steps);
+            bench::decoder::command(example.as_deref(), &params, json).map_err(|e| {
+                let code = bench::decoder::input_error_code(e.as_ref())
+                    .unwrap_or_else(|| bench_exit_code(e.as_ref()));
+                (code, e)
+            })
+        }
+        Command::Bench {
+            peer: true,
+            tasks,
+            runs,
+            json,
+            ..
+        } => bench::peer::command(
+            tasks.unwrap_or(simpler_bench::peer::DEFAULT_TASKS),
+            runs.unwrap_or(simpler_bench::peer::DEFAULT_RUNS),
+            json,
+        )
+        .map_err(|e| (bench_exit_code(e.as_ref()), e)),
+        Command::Bench {
             tasks, runs, json, ..
         } => bench::command(
             tasks.unwrap_or(16_384),
@@ -513,6 +600,15 @@ mod tests {
             "floor",
             "--l3",
             "L2 empty-run floor",
+            "--workload",
+            "decoder_layer",
+            "--batch",
+            "--context",
+            "--steps",
+            "--example",
+            "--ragged",
+            "--peer",
+            "rayon",
         ] {
             assert!(
                 help.contains(text),

@@ -18,6 +18,19 @@ use crate::Array;
 /// RMSNorm's epsilon, the example's `eps` scalar.
 pub const EPS: f32 = 1e-6;
 
+/// The example's default model (`dl_data.MODEL` of `examples/decoder_layer`): embed 256,
+/// 8 query heads, 2 KV heads, head_dim 32, FFN 512.
+pub const DEFAULT_MODEL: Model = Model {
+    embed: 256,
+    heads: 8,
+    kv_heads: 2,
+    head_dim: 32,
+    ffn: 512,
+};
+
+/// The example's default KV-cache block, tokens per block (`dl_data.make_inputs`).
+pub const DEFAULT_BLOCK_SIZE: usize = 16;
+
 /// The model's sizes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Model {

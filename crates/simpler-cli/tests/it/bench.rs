@@ -1,5 +1,5 @@
-//! Command-line tests of `simpler bench --balance`, `--executor`, `--l3` and `--replay`: the flags
-//! they take and refuse, and the shape of their reports. The figures themselves are never
+//! Command-line tests of `simpler bench --balance`, `--executor`, `--l3`, `--replay`,
+//! `--workload decoder_layer` and `--peer`: the flags they take and refuse, and the shape of their reports. The figures themselves are never
 //! judged here (the tests run with 1 ms tasks, or one sample per figure, on a loaded
 //! machine); `docs/chip-runtime.md` and `docs/sim-device.md` say what they mean.
 
@@ -320,6 +320,242 @@ fn replay_flags_are_refused_where_they_do_not_apply() {
         &["bench", "--replay", "--executor", "pool"],
         &["bench", "--replay", "--trace-write"],
         &["bench", "--replay", "--runs", "0"],
+    ] {
+        let o = simpler(args, dir.path());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {:?}", text(&o));
+    }
+}
+
+/// Tasks one decode step of `examples/decoder_layer` submits for `batch` sequences of
+/// `lens` tokens each (the example's default model and block), counted from the
+/// orchestration's structure: one allocation-only task, 5 row-wise ops over tiles of 8
+/// sequences, 4 projections in 64 x 64 output tiles with K steps of 128, one rope task per
+/// sequence, and per sequence and KV head 4 attention tasks per cache block plus 1.
+fn decoder_layer_tasks(lens: &[usize]) -> u64 {
+    use simpler_examples::decoder_layer::{DEFAULT_BLOCK_SIZE, DEFAULT_MODEL};
+    let m = DEFAULT_MODEL;
+    let batch = lens.len();
+    let mm = |rows: usize, k: usize, n: usize| rows.div_ceil(64) * n.div_ceil(64) * k.div_ceil(128);
+    let qkv = (m.heads + 2 * m.kv_heads) * m.head_dim;
+    let matmuls = mm(batch, m.embed, qkv)
+        + mm(batch, m.heads * m.head_dim, m.embed)
+        + mm(batch, m.embed, 2 * m.ffn)
+        + mm(batch, m.ffn, m.embed);
+    let blocks: usize = lens.iter().map(|n| n.div_ceil(DEFAULT_BLOCK_SIZE)).sum();
+    let attention = m.kv_heads * (4 * blocks + batch);
+    (1 + 5 * batch.div_ceil(8) + matmuls + batch + attention) as u64
+}
+
+/// `simpler bench --workload decoder_layer <flags> --json`, parsed.
+fn decoder_layer_json(flags: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["bench", "--workload", "decoder_layer", "--json"];
+    args.extend(flags);
+    let o = simpler(&args, dir.path());
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {err}");
+    serde_json::from_str(&out).expect("one JSON object")
+}
+
+#[test]
+fn decoder_layer_reports_every_figure_of_a_tiny_row() {
+    let report = decoder_layer_json(&["--batch", "1", "--context", "32", "--steps", "1"]);
+    let rows = report["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{report}");
+    let r = &rows[0];
+    assert_eq!(
+        (r["batch"].as_u64(), r["context"].as_u64()),
+        (Some(1), Some(32))
+    );
+    assert_eq!(r["tasks"].as_u64(), Some(decoder_layer_tasks(&[32])), "{r}");
+    for key in ["step_us", "empty_step_us", "runtime_us_per_task"] {
+        let v = r[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} missing: {r}"));
+        assert!(v.is_finite() && v > 0.0, "{key}: {r}");
+    }
+    for key in ["outside_kernels", "outside_kernels_from_trace"] {
+        let v = r[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{key} missing: {r}"));
+        assert!(v > 0.0 && v <= 1.0, "{key}: {r}");
+    }
+    let per_task = r["empty_step_us"].as_f64().unwrap() / r["tasks"].as_f64().unwrap();
+    assert!(
+        (r["runtime_us_per_task"].as_f64().unwrap() - per_task).abs() < 1e-9,
+        "{r}"
+    );
+    assert_eq!(report["targets"]["runtime_us_per_task"], 1.0);
+    assert_eq!(report["targets"]["outside_kernels_from_trace"], 0.25);
+}
+
+#[test]
+fn decoder_layer_counts_the_tasks_of_full_and_ragged_sequences() {
+    let flags = ["--batch", "3", "--context", "40", "--steps", "1"];
+    let full = decoder_layer_json(&flags);
+    assert_eq!(full["lengths"], "full");
+    assert_eq!(
+        full["rows"][0]["tasks"].as_u64(),
+        Some(decoder_layer_tasks(&[40; 3])),
+        "{full}"
+    );
+    let mut ragged_flags = flags.to_vec();
+    ragged_flags.push("--ragged");
+    let ragged = decoder_layer_json(&ragged_flags);
+    assert_eq!(ragged["lengths"], "ragged");
+    use simpler_examples::decoder_layer::{inputs, DEFAULT_BLOCK_SIZE, DEFAULT_MODEL};
+    let x = inputs(DEFAULT_MODEL, 3, 40, DEFAULT_BLOCK_SIZE, 0);
+    let lens: Vec<usize> = x.paged.context_lens.iter().map(|&n| n as usize).collect();
+    assert_ne!(lens, [40; 3], "ragged lengths differ");
+    assert_eq!(
+        ragged["rows"][0]["tasks"].as_u64(),
+        Some(decoder_layer_tasks(&lens)),
+        "{ragged}"
+    );
+}
+
+#[test]
+fn decoder_layer_table_prints_each_row_beside_its_targets() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = simpler(
+        &[
+            "bench",
+            "--workload",
+            "decoder_layer",
+            "--batch",
+            "1",
+            "2",
+            "--context",
+            "16",
+            "--steps",
+            "1",
+        ],
+        dir.path(),
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {err}");
+    for text in [
+        "runtime us/task",
+        "outside kernels",
+        "from trace",
+        "<= 1.00",
+        "<= 25%",
+        "embed 256, heads 8/2 kv, head_dim 32, ffn 512, block 16",
+    ] {
+        assert!(out.contains(text), "{text:?} missing:\n{out}");
+    }
+    for batch in ["    1      16", "    2      16"] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(batch))
+            .unwrap_or_else(|| panic!("row {batch:?} missing:\n{out}"));
+        assert!(line.contains("met") || line.contains("MISSED"), "{line}");
+    }
+}
+
+#[test]
+fn decoder_layer_flags_are_refused_where_they_do_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["bench", "--batch", "1"][..],
+        &["bench", "--steps", "1"],
+        &["bench", "--example", "x"],
+        &["bench", "--ragged"],
+        &["bench", "--workload", "decoder_layer", "--tasks", "5"],
+        &["bench", "--workload", "decoder_layer", "--runs", "2"],
+        &["bench", "--workload", "decoder_layer", "--replay"],
+        &["bench", "--workload", "decoder_layer", "--batch", "0"],
+        &["bench", "--workload", "decoder_layer", "--steps", "0"],
+        &["bench", "--workload", "gemm"],
+    ] {
+        let o = simpler(args, dir.path());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {:?}", text(&o));
+    }
+    let missing = dir.path().join("no_such_example");
+    let o = simpler(
+        &[
+            "bench",
+            "--workload",
+            "decoder_layer",
+            "--example",
+            missing.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{:?}", text(&o));
+    let (_, err) = text(&o);
+    assert!(
+        err.contains("no_such_example") && err.contains("--example"),
+        "{err}"
+    );
+}
+
+#[test]
+fn peer_reports_both_runtimes_and_their_ratios() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = simpler(
+        &["bench", "--peer", "--tasks", "64", "--runs", "1", "--json"],
+        dir.path(),
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("one JSON object");
+    let mut keys: Vec<&str> = report
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["chain_ratio", "independent_ratio", "ours", "rayon"]);
+    let positive = |v: &serde_json::Value| v.as_f64().is_some_and(|v| v.is_finite() && v > 0.0);
+    assert!(positive(&report["independent_ratio"]), "{report}");
+    assert!(positive(&report["chain_ratio"]), "{report}");
+    for side in ["ours", "rayon"] {
+        for key in ["independent_tasks_per_s", "chain_tasks_per_s"] {
+            assert!(positive(&report[side][key]), "{side}.{key}: {report}");
+        }
+        assert_eq!(report[side]["tasks_per_run"], 64, "{report}");
+    }
+    let ratio = report["ours"]["independent_tasks_per_s"].as_f64().unwrap()
+        / report["rayon"]["independent_tasks_per_s"].as_f64().unwrap();
+    assert!((report["independent_ratio"].as_f64().unwrap() - ratio).abs() <= 1e-9 * ratio);
+}
+
+#[test]
+fn peer_table_prints_both_shapes_beside_the_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = simpler(
+        &["bench", "--peer", "--tasks", "32", "--runs", "1"],
+        dir.path(),
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout: {out}\nstderr: {err}");
+    let independent = out
+        .lines()
+        .find(|l| l.starts_with("independent "))
+        .unwrap_or_else(|| panic!("independent row missing:\n{out}"));
+    assert!(
+        independent.ends_with(">= 25% met") || independent.ends_with(">= 25% MISSED"),
+        "{independent}"
+    );
+    let chain = out
+        .lines()
+        .find(|l| l.starts_with("chain "))
+        .unwrap_or_else(|| panic!("chain row missing:\n{out}"));
+    assert!(chain.ends_with("—"), "{chain}");
+}
+
+#[test]
+fn peer_flags_are_refused_where_they_do_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["bench", "--peer", "--l3"][..],
+        &["bench", "--peer", "--executor", "pool"],
+        &["bench", "--peer", "--balance"],
+        &["bench", "--peer", "--workload", "decoder_layer"],
+        &["bench", "--peer", "--runs", "0"],
+        &["bench", "--peer", "--tasks", "0"],
     ] {
         let o = simpler(args, dir.path());
         assert_eq!(o.status.code(), Some(2), "{args:?}: {:?}", text(&o));
