@@ -29,27 +29,25 @@
 
 pub mod callables;
 pub mod critical;
+mod error;
+mod params;
+mod report;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use simpler_device::Topology;
-use simpler_examples::decoder_layer::{Model, DEFAULT_BLOCK_SIZE, DEFAULT_MODEL};
 use simpler_host::trace_model::TraceLevel;
 use simpler_host::{CallConfig, CallableId, ChipWorker, HostError, RunReport, WorkerConfig};
-use simpler_toolchain::build::{BuildError, Compiler};
+use simpler_toolchain::build::Compiler;
 
 pub use self::callables::{layer_callables, LayerCallables, Lengths, StepArgs, EMPTY_KERNEL};
 pub use self::critical::{critical_path, task_kernel_ns, CriticalPath, CycleError};
+pub use self::error::DecoderBenchError;
+pub use self::params::{DecoderParams, DEFAULT_BATCHES, DEFAULT_CONTEXTS, DEFAULT_STEPS};
+pub use self::report::{DecoderReport, DecoderRow, DecoderTargets, ModelSizes, TARGETS};
 use crate::median;
 
-/// Default batch sizes: the two rows the targets name.
-pub const DEFAULT_BATCHES: [usize; 2] = [8, 32];
-/// Default context length, tokens.
-pub const DEFAULT_CONTEXTS: [usize; 1] = [4096];
-/// Default timed steps per row and callable (after one warm-up step each).
-pub const DEFAULT_STEPS: u32 = 3;
 /// Clusters of the worker's chip (24 cores), the sim's default chip.
 const CLUSTERS: u32 = 8;
 /// AICPU threads of the worker's chip.
@@ -62,269 +60,6 @@ const TRACE_RECORDS_PER_TASK: u64 = 4;
 const TRACE_RECORDS_SLACK: u64 = 4096;
 /// Traced steps tried, the buffers doubled after each that dropped events.
 const TRACE_TRIES: u32 = 4;
-
-/// Why the decoder-layer bench failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DecoderBenchError {
-    /// The worker, a registration or a step failed.
-    #[error(transparent)]
-    Host(#[from] HostError),
-    /// The example folder has no manifest.
-    #[error(
-        "`{}` does not exist: the decoder-layer bench needs the example folder \
-         `examples/decoder_layer` (give it with --example DIR)",
-        path.display()
-    )]
-    MissingExample {
-        /// The manifest looked for.
-        path: std::path::PathBuf,
-    },
-    /// The example folder has no empty kernel.
-    #[error(
-        "the empty kernel `{}` does not exist (the bench runs the layer's graph again with \
-         every kernel replaced by it)",
-        path.display()
-    )]
-    MissingEmptyKernel {
-        /// The file looked for.
-        path: std::path::PathBuf,
-    },
-    /// The layer or its empty twin does not build.
-    #[error("cannot build the decoder layer of `{}`", dir.display())]
-    Build {
-        /// The example folder.
-        dir: std::path::PathBuf,
-        /// Why.
-        #[source]
-        source: Box<BuildError>,
-    },
-    /// A parameter out of range (`name` is the [`DecoderParams`] field).
-    #[error("bench parameter `{name}` {reason}")]
-    InvalidParam {
-        /// The field.
-        name: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The empty-kernel step submitted another number of tasks than the real one.
-    #[error(
-        "batch {batch}, context {context}: the empty-kernel step submitted {empty} tasks, the \
-         real step {real}"
-    )]
-    TaskMismatch {
-        /// The row's batch.
-        batch: usize,
-        /// The row's context.
-        context: usize,
-        /// Tasks of the real step.
-        real: u64,
-        /// Tasks of the empty step.
-        empty: u64,
-    },
-    /// The traced step's report holds no trace of its run.
-    #[error("batch {batch}, context {context}: the traced step's report has no trace of its run")]
-    NoTrace {
-        /// The row's batch.
-        batch: usize,
-        /// The row's context.
-        context: usize,
-    },
-    /// Every traced step dropped trace events.
-    #[error(
-        "batch {batch}, context {context}: the traced step dropped {dropped} trace events even \
-         with {records} records per buffer"
-    )]
-    TraceDropped {
-        /// The row's batch.
-        batch: usize,
-        /// The row's context.
-        context: usize,
-        /// Events dropped by the last try.
-        dropped: u64,
-        /// Records per buffer of the last try.
-        records: u32,
-    },
-    /// The traced edges form a cycle.
-    #[error("batch {batch}, context {context}: {source}")]
-    Cycle {
-        /// The row's batch.
-        batch: usize,
-        /// The row's context.
-        context: usize,
-        /// The cycle.
-        #[source]
-        source: CycleError,
-    },
-}
-
-/// What the bench runs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecoderParams {
-    /// Batch sizes (sequences per step), each at least 1; rows are batch × context.
-    pub batches: Vec<usize>,
-    /// Context lengths (the longest sequence, tokens), each at least 1.
-    pub contexts: Vec<usize>,
-    /// Timed steps per row and callable, at least 1 (after one warm-up step each).
-    pub steps: u32,
-    /// The model's sizes.
-    pub model: Model,
-    /// Tokens per KV-cache block, at least 1.
-    pub block_size: usize,
-    /// Seed of the inputs.
-    pub seed: u64,
-    /// How long the sequences are.
-    pub lengths: Lengths,
-}
-
-impl Default for DecoderParams {
-    /// Batch 8 and 32 at context 4096, every sequence full length, 3 steps, the example's
-    /// default model and block, seed 0.
-    fn default() -> Self {
-        DecoderParams {
-            batches: DEFAULT_BATCHES.to_vec(),
-            contexts: DEFAULT_CONTEXTS.to_vec(),
-            steps: DEFAULT_STEPS,
-            model: DEFAULT_MODEL,
-            block_size: DEFAULT_BLOCK_SIZE,
-            seed: 0,
-            lengths: Lengths::Full,
-        }
-    }
-}
-
-impl DecoderParams {
-    /// Checks every field (so the inputs' generator, which panics on bad sizes, never sees
-    /// one).
-    ///
-    /// # Errors
-    /// [`DecoderBenchError::InvalidParam`] naming the first bad field.
-    pub fn check(&self) -> Result<(), DecoderBenchError> {
-        let bad = |name, reason: &str| {
-            Err(DecoderBenchError::InvalidParam {
-                name,
-                reason: reason.to_string(),
-            })
-        };
-        let m = &self.model;
-        match () {
-            _ if self.batches.is_empty() => bad("batches", "is empty"),
-            _ if self.batches.contains(&0) => bad("batches", "holds 0 (each must be at least 1)"),
-            _ if self.contexts.is_empty() => bad("contexts", "is empty"),
-            _ if self.contexts.contains(&0) => bad("contexts", "holds 0 (each must be at least 1)"),
-            _ if self.steps == 0 => bad("steps", "must be at least 1"),
-            _ if self.block_size == 0 => bad("block_size", "must be at least 1"),
-            _ if m.embed == 0 || m.ffn == 0 => bad("model", "has a zero embed or ffn"),
-            _ if m.head_dim == 0 || !m.head_dim.is_multiple_of(2) => {
-                bad("model", "needs an even head_dim of at least 2")
-            }
-            _ if m.kv_heads == 0 || m.heads == 0 || !m.heads.is_multiple_of(m.kv_heads) => {
-                bad("model", "needs heads a non-zero multiple of kv_heads")
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// The targets of the figures (`docs/sim-performance.md` §7).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct DecoderTargets {
-    /// Upper bound of [`DecoderRow::runtime_us_per_task`], µs.
-    pub runtime_us_per_task: f64,
-    /// Upper bound of [`DecoderRow::outside_kernels`], a share.
-    pub outside_kernels: f64,
-    /// Upper bound of [`DecoderRow::outside_kernels_from_trace`], a share.
-    pub outside_kernels_from_trace: f64,
-}
-
-/// The targets.
-pub const TARGETS: DecoderTargets = DecoderTargets {
-    runtime_us_per_task: 1.0,
-    outside_kernels: 0.25,
-    outside_kernels_from_trace: 0.25,
-};
-
-/// The figures of one (batch, context) row.
-#[derive(Clone, Debug, Serialize)]
-pub struct DecoderRow {
-    /// Sequences per step.
-    pub batch: usize,
-    /// The longest sequence, tokens.
-    pub context: usize,
-    /// Tasks per step, as the runtime counted them ([`RunReport::tasks`]).
-    pub tasks: u64,
-    /// Median device time of a real step, µs.
-    pub step_us: f64,
-    /// Median device time of an empty-kernel step, µs.
-    pub empty_step_us: f64,
-    /// `empty_step_us / tasks`, µs.
-    pub runtime_us_per_task: f64,
-    /// `empty_step_us / step_us`, at most 1.
-    pub outside_kernels: f64,
-    /// `(traced step − critical-path kernel time) / traced step`, in 0..=1.
-    pub outside_kernels_from_trace: f64,
-    /// Median wall time of the real step's run call (staging and copy-back included), µs.
-    pub wall_us: f64,
-    /// Median wall time of the empty step's run call, µs.
-    pub empty_wall_us: f64,
-    /// Device time of the traced real step, µs.
-    pub traced_step_us: f64,
-    /// Kernel time of the critical path of the traced step, µs.
-    pub critical_path_us: f64,
-    /// Tasks on that path.
-    pub critical_path_tasks: usize,
-    /// Every subtask's kernel time of the traced step summed, µs: ÷ the chip's cores, the
-    /// shortest step the kernels alone allow on a wide graph (beside the critical path, the
-    /// shortest a deep one allows).
-    pub trace_kernel_us: f64,
-    /// Subtask spans the traced step recorded.
-    pub trace_subtasks: usize,
-    /// Dependency edges the traced step recorded.
-    pub trace_edges: usize,
-    /// Records per trace buffer of the traced step.
-    pub trace_buffer_records: u32,
-}
-
-/// The model's sizes, as reported.
-#[derive(Clone, Copy, Debug, Serialize)]
-pub struct ModelSizes {
-    /// Hidden size E.
-    pub embed: usize,
-    /// Query heads H.
-    pub heads: usize,
-    /// Key/value heads.
-    pub kv_heads: usize,
-    /// Elements per head.
-    pub head_dim: usize,
-    /// MLP width.
-    pub ffn: usize,
-    /// Tokens per KV-cache block.
-    pub block_size: usize,
-}
-
-/// The whole report.
-#[derive(Clone, Debug, Serialize)]
-pub struct DecoderReport {
-    /// One per (batch, context), batches outer.
-    pub rows: Vec<DecoderRow>,
-    /// The targets.
-    pub targets: DecoderTargets,
-    /// The model.
-    pub model: ModelSizes,
-    /// Timed steps per row and callable.
-    pub steps: u32,
-    /// Seed of the inputs.
-    pub seed: u64,
-    /// How long the sequences were.
-    pub lengths: Lengths,
-    /// What `step_us` times: "device_time" ([`RunReport::device_time`]).
-    pub timed: &'static str,
-    /// AICore cores of the worker's chip.
-    pub cores: u32,
-    /// Its AICPU threads.
-    pub aicpu_threads: u32,
-    /// Host CPUs.
-    pub host_cpus: usize,
-}
 
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
@@ -558,55 +293,6 @@ pub fn decoder_bench_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn params_refuse_each_bad_field_by_name() {
-        let ok = DecoderParams::default();
-        assert!(ok.check().is_ok());
-        let name = |p: DecoderParams| match p.check() {
-            Err(DecoderBenchError::InvalidParam { name, .. }) => name,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(
-            name(DecoderParams {
-                batches: vec![],
-                ..ok.clone()
-            }),
-            "batches"
-        );
-        assert_eq!(
-            name(DecoderParams {
-                contexts: vec![4, 0],
-                ..ok.clone()
-            }),
-            "contexts"
-        );
-        assert_eq!(
-            name(DecoderParams {
-                steps: 0,
-                ..ok.clone()
-            }),
-            "steps"
-        );
-        assert_eq!(
-            name(DecoderParams {
-                block_size: 0,
-                ..ok.clone()
-            }),
-            "block_size"
-        );
-        let odd = Model {
-            head_dim: 3,
-            ..DEFAULT_MODEL
-        };
-        assert_eq!(
-            name(DecoderParams {
-                model: odd,
-                ..ok.clone()
-            }),
-            "model"
-        );
-    }
 
     #[test]
     fn trace_buffers_grow_with_the_task_count() {
