@@ -122,7 +122,7 @@ impl<'a> Orchestrator<'a> {
         Orchestrator {
             shared,
             bell,
-            map: TensorMap::default(),
+            map: TensorMap::recycled(),
             scopes: Vec::with_capacity(MAX_SCOPE_DEPTH),
             scope_tasks: Vec::new(),
             scope_tasks_cap: window_total,

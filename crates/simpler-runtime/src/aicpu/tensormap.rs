@@ -144,7 +144,47 @@ pub struct TensorMap {
 /// Most emptied access lists [`TensorMap::sweep`] keeps.
 const SPARE_LISTS: usize = 4096;
 
+/// Maps of finished runs, emptied, for later runs' orchestrators ([`TensorMap::recycled`]):
+/// a run then starts with the table capacity and access lists of the one before.
+static RECYCLED: parking_lot::Mutex<Vec<TensorMap>> = parking_lot::Mutex::new(Vec::new());
+/// Most maps kept in [`RECYCLED`] (one per run lane in flight is plenty).
+const RECYCLED_MAPS: usize = 4;
+
+impl Drop for TensorMap {
+    /// Empties the map and keeps it for a later run, unless it never held anything or
+    /// enough maps are kept already.
+    fn drop(&mut self) {
+        if self.buffers.capacity() == 0 || RECYCLED.lock().len() >= RECYCLED_MAPS {
+            return;
+        }
+        let mut map = std::mem::take(self);
+        for (_, mut list) in map.buffers.drain() {
+            if map.spare.len() >= SPARE_LISTS {
+                break;
+            }
+            list.writes.clear();
+            list.reads.clear();
+            map.spare.push(list);
+        }
+        map.buffers.clear();
+        let mut kept = RECYCLED.lock();
+        if kept.len() < RECYCLED_MAPS {
+            kept.push(map);
+        } else {
+            // Dropping it here would recycle it again: let its parts go one by one.
+            let TensorMap { buffers, spare } = &mut map;
+            drop(std::mem::take(buffers));
+            drop(std::mem::take(spare));
+        }
+    }
+}
+
 impl TensorMap {
+    /// An empty map, reusing one a finished run left (see [`RECYCLED`]) when there is one.
+    pub fn recycled() -> TensorMap {
+        RECYCLED.lock().pop().unwrap_or_default()
+    }
+
     /// Collects into `deps` the tasks a new access of `region` in buffer `base` must wait
     /// for, skipping (and pruning) tasks for which `is_done` holds: earlier overlapping
     /// writers for a read; earlier overlapping writers and readers for a write.
