@@ -175,6 +175,11 @@ pub(crate) struct Pools {
     aicore: Vec<Arc<Inbox<Job>>>,
     aicpu: Vec<Arc<Inbox<Job>>>,
     handles: Vec<Spawned>,
+    /// Held for the whole of an AICore launch: launches from different streams run one
+    /// after the other, so a lazy launch arms a core only once the last one is over. (A
+    /// fiber may park holding it and release it from another worker thread: parking_lot's
+    /// lock is not tied to the thread that took it.)
+    aicore_launch: Mutex<()>,
 }
 
 impl Pools {
@@ -185,6 +190,7 @@ impl Pools {
             aicore: Vec::new(),
             aicpu: Vec::new(),
             handles: Vec::new(),
+            aicore_launch: Mutex::new(()),
         };
         for core in 0..chip.topology.core_count() {
             let tx = Arc::new(Inbox::<Job>::default());
@@ -289,6 +295,7 @@ impl Pools {
     /// Runs the AICore kernel on every core and returns when all have returned, with the
     /// first panic of a core, if any (the status is always 0).
     pub(crate) fn run_aicore(&self, kernel: AicoreKernel, arg: DevicePtr) -> KernelEnd {
+        let _one_at_a_time = crate::exec::blocking(|| self.aicore_launch.lock());
         for regs in self.chip.cores.iter() {
             regs.reset();
         }
@@ -317,6 +324,7 @@ impl Pools {
         arg: DevicePtr,
         armed_cond: u64,
     ) -> KernelEnd {
+        let _one_at_a_time = crate::exec::blocking(|| self.aicore_launch.lock());
         let end = Arc::new(LaunchEnd::default());
         let done = Arc::new(Countdown::new(self.aicore.len()));
         for (regs, tx) in self.chip.cores.iter().zip(&self.aicore) {
