@@ -159,8 +159,7 @@ pub(crate) fn admit(
         Admitted::Ready => {
             run.enqueue(id);
             if head {
-                // Dispatched at once, from this thread (`docs/l3-worker.md` §4).
-                crate::scheduler::advance(engine, &mut st);
+                engine.kick();
             }
         }
         Admitted::Pending => {}

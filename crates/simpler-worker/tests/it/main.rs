@@ -12,7 +12,6 @@
 mod common;
 mod process_common;
 
-mod batches;
 mod chips;
 mod comm;
 mod errors;
