@@ -294,7 +294,7 @@ pub struct ReplayReport {
 }
 
 /// Borrowed run arguments over `values`.
-fn host_args(values: &mut [BenchArg]) -> Vec<HostArg<'_>> {
+pub(crate) fn host_args(values: &mut [BenchArg]) -> Vec<HostArg<'_>> {
     values
         .iter_mut()
         .map(|a| match a {

@@ -10,10 +10,11 @@ use simpler_abi::DataType;
 use simpler_examples::decoder_layer::{self, Model};
 use simpler_examples::paged_attention::{self, PagedShape};
 use simpler_examples::Array;
-use simpler_host::{CallableSpec, HostArg, HostTensor};
+use simpler_host::{CallableSpec, HostArg};
 use simpler_toolchain::build::{build_example, build_manifest, Compiler};
 
 use super::DecoderBenchError;
+use crate::replay::BenchArg;
 
 /// Position of `context_lens` in the signature.
 const CONTEXT_LENS: usize = 11;
@@ -69,23 +70,12 @@ pub fn layer_callables(
     })
 }
 
-/// One argument of a step, owned.
-#[derive(Clone, Debug)]
-enum StepArg {
-    Tensor {
-        bytes: Vec<u8>,
-        shape: Vec<u64>,
-        dtype: DataType,
-    },
-    Scalar(u64),
-}
-
 /// One decode step's arguments in signature order (13 tensors, then `eps`), reused by every
 /// step of a row: the caches are `inout`, and a step writes the same new-token slots with the
 /// same values each time (its attention reads them after writing them).
 #[derive(Clone, Debug)]
 pub struct StepArgs {
-    args: Vec<StepArg>,
+    args: Vec<BenchArg>,
 }
 
 fn f32_bytes(data: &[f32]) -> Vec<u8> {
@@ -186,12 +176,12 @@ impl StepArgs {
         lengths: Lengths,
     ) -> StepArgs {
         let x = decoder_layer::inputs(model, batch, context, block_size, seed);
-        let tensor = |bytes, shape: &[u64], dtype| StepArg::Tensor {
+        let tensor = |bytes, shape: &[u64], dtype| BenchArg::Tensor {
             bytes,
             shape: shape.to_vec(),
             dtype,
         };
-        let mut args: Vec<StepArg> = x
+        let mut args: Vec<BenchArg> = x
             .dense
             .iter()
             .map(|a| tensor(f32_bytes(&a.data), &a.shape, DataType::Float32))
@@ -221,38 +211,24 @@ impl StepArgs {
             &[batch as u64, model.embed as u64],
             DataType::Float32,
         ));
-        args.push(StepArg::Scalar(u64::from(decoder_layer::EPS.to_bits())));
+        args.push(BenchArg::Scalar(u64::from(decoder_layer::EPS.to_bits())));
         StepArgs { args }
     }
 
     /// The sequences' lengths (the `context_lens` argument).
     pub fn context_lens(&self) -> Vec<i32> {
         match &self.args[CONTEXT_LENS] {
-            StepArg::Tensor { bytes, .. } => bytes
+            BenchArg::Tensor { bytes, .. } => bytes
                 .chunks_exact(4)
                 .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect(),
-            StepArg::Scalar(_) => Vec::new(),
+            BenchArg::Scalar(_) => Vec::new(),
         }
     }
 
     /// The run arguments, borrowing the buffers.
     pub fn host_args(&mut self) -> Vec<HostArg<'_>> {
-        self.args
-            .iter_mut()
-            .map(|a| match a {
-                StepArg::Tensor {
-                    bytes,
-                    shape,
-                    dtype,
-                } => HostArg::Tensor(HostTensor {
-                    bytes,
-                    shape: shape.clone(),
-                    dtype: *dtype,
-                }),
-                StepArg::Scalar(v) => HostArg::Scalar(*v),
-            })
-            .collect()
+        crate::replay::host_args(&mut self.args)
     }
 }
 
@@ -263,8 +239,8 @@ mod tests {
 
     fn tensor(a: &StepArgs, i: usize) -> (&[u8], &[u64]) {
         match &a.args[i] {
-            StepArg::Tensor { bytes, shape, .. } => (bytes, shape),
-            StepArg::Scalar(_) => panic!("argument {i} is a scalar"),
+            BenchArg::Tensor { bytes, shape, .. } => (bytes, shape),
+            BenchArg::Scalar(_) => panic!("argument {i} is a scalar"),
         }
     }
 

@@ -305,6 +305,25 @@ impl SimDevice {
         true
     }
 
+    /// Queues an AICore launch on `stream`: eager (`None`) or lazy with COND armed to the
+    /// value. The callers' `# Safety` covers `arg`.
+    fn enqueue_aicore(
+        &self,
+        stream: StreamId,
+        kernel: AicoreKernel,
+        arg: DevicePtr,
+        armed_cond: Option<u64>,
+    ) -> Result<(), DeviceError> {
+        let s = self.stream(stream)?;
+        self.submit(FaultPoint::LaunchAicore, || {
+            s.enqueue(Op::Aicore {
+                kernel,
+                arg,
+                armed_cond,
+            })
+        })
+    }
+
     fn stream(&self, id: StreamId) -> Result<Arc<Stream>, DeviceError> {
         self.streams
             .lock()
@@ -401,14 +420,7 @@ impl Device for SimDevice {
         kernel: AicoreKernel,
         arg: DevicePtr,
     ) -> Result<(), DeviceError> {
-        let s = self.stream(stream)?;
-        self.submit(FaultPoint::LaunchAicore, || {
-            s.enqueue(Op::Aicore {
-                kernel,
-                arg,
-                armed_cond: None,
-            })
-        })
+        self.enqueue_aicore(stream, kernel, arg, None)
     }
 
     unsafe fn launch_aicore_lazy(
@@ -418,14 +430,7 @@ impl Device for SimDevice {
         arg: DevicePtr,
         armed_cond: u64,
     ) -> Result<(), DeviceError> {
-        let s = self.stream(stream)?;
-        self.submit(FaultPoint::LaunchAicore, || {
-            s.enqueue(Op::Aicore {
-                kernel,
-                arg,
-                armed_cond: Some(armed_cond),
-            })
-        })
+        self.enqueue_aicore(stream, kernel, arg, Some(armed_cond))
     }
 
     unsafe fn launch_aicpu(

@@ -552,7 +552,7 @@ impl Scheduler<'_, '_> {
                         // it behind a busy core here.
                         self.places = places;
                         queue.push(task);
-                        self.ring_owners(owners);
+                        self.shared.ring_owners(owners);
                         return any;
                     }
                     // The idle places were taken meanwhile: nothing left to wait for.
@@ -598,17 +598,6 @@ impl Scheduler<'_, '_> {
     fn allowance(&self, shape: Shape, lanes: u8, waiting: usize) -> usize {
         let idle = self.shared.idle.count_fitting(shape, lanes);
         preload_allowance(shape, idle, waiting, self.shared.bells.len())
-    }
-
-    /// Rings the doorbells of the schedulers whose bits are set in `owners`.
-    fn ring_owners(&self, owners: u64) {
-        for (i, bell) in self.shared.bells.iter().enumerate() {
-            if owners & (1 << i) != 0 {
-                if let Some(b) = bell.get() {
-                    b.ring();
-                }
-            }
-        }
     }
 
     /// Claims the next block of `task` and dispatches it at `place`: `None` when no block was

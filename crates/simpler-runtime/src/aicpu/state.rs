@@ -419,8 +419,13 @@ impl RunShared {
             };
             1u64 << first
         };
+        self.ring_owners(pick);
+    }
+
+    /// Rings the doorbells of the schedulers whose bits are set in `owners`.
+    pub(crate) fn ring_owners(&self, owners: u64) {
         for (i, bell) in self.bells.iter().enumerate() {
-            if pick & (1 << i) != 0 {
+            if owners & (1 << i) != 0 {
                 if let Some(b) = bell.get() {
                     b.ring();
                 }

@@ -166,15 +166,11 @@ impl Drop for TensorMap {
             list.reads.clear();
             map.spare.push(list);
         }
-        map.buffers.clear();
+        // `kept` is released before `map` could drop: a map that finds the list filled
+        // meanwhile drops here and, looking again, frees itself.
         let mut kept = RECYCLED.lock();
         if kept.len() < RECYCLED_MAPS {
             kept.push(map);
-        } else {
-            // Dropping it here would recycle it again: let its parts go one by one.
-            let TensorMap { buffers, spare } = &mut map;
-            drop(std::mem::take(buffers));
-            drop(std::mem::take(spare));
         }
     }
 }
