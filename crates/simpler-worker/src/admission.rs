@@ -159,7 +159,8 @@ pub(crate) fn admit(
         Admitted::Ready => {
             run.enqueue(id);
             if head {
-                engine.kick();
+                // Dispatched at once, from this thread (`docs/l3-worker.md` §4).
+                crate::scheduler::advance(engine, &mut st);
             }
         }
         Admitted::Pending => {}

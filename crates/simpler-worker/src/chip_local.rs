@@ -2,7 +2,9 @@
 //! [`Endpoint`] over one [`ChipWorker`]. A task's host tensors are lent to the chip run in
 //! place (no copy by the engine: `owned_args`), device tensors pass as device memory. It
 //! owns the map from the worker's callable keys to the chip's own callable ids; it never
-//! reaches into the chip's lane.
+//! reaches into the chip's lane. A batch of runs ([`Endpoint::run_batch`]) is pipelined:
+//! up to the chip's launch depth are submitted before the oldest is waited for, so the
+//! chip stages and launches a run while the one ahead of it executes (`docs/lane.md` §2).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,7 +12,9 @@ use std::sync::Arc;
 use simpler_device::DevicePtr;
 use simpler_host::{CallConfig, CallableId, ChipWorker, WorkerConfig};
 
-use crate::endpoint::{Callable, CallableKey, Endpoint, EndpointError, EndpointKind, RunFacts};
+use crate::endpoint::{
+    BatchRun, Callable, CallableKey, Endpoint, EndpointError, EndpointKind, RunFacts,
+};
 use crate::memory::{HostMemory, SharedRegion};
 use crate::tensor::TaskArg;
 use crate::WorkerError;
@@ -20,6 +24,8 @@ pub(crate) struct ChipLocal {
     index: usize,
     device: u32,
     chip: ChipWorker,
+    /// Runs of a batch in flight at once: the chip's launch depth (1 or 2).
+    depth: usize,
     ids: HashMap<CallableKey, CallableId>,
     /// What the last run reported, until the lane takes it.
     last_run: RunFacts,
@@ -37,6 +43,7 @@ impl ChipLocal {
         device: u32,
         config: WorkerConfig,
     ) -> Result<ChipLocal, WorkerError> {
+        let depth = config.launch_depth.max(1) as usize;
         let chip = ChipWorker::new(config).map_err(|e| WorkerError::Startup {
             endpoint: format!("chip {index} (device {device})"),
             reason: e.to_string(),
@@ -45,9 +52,33 @@ impl ChipLocal {
             index,
             device,
             chip,
+            depth,
             ids: HashMap::new(),
             last_run: RunFacts::default(),
             windows: HashMap::new(),
+        })
+    }
+
+    /// Submits one run (it goes on without this thread).
+    fn submit(
+        &self,
+        key: CallableKey,
+        args: &[TaskArg],
+        config: &CallConfig,
+    ) -> Result<simpler_host::RunHandle, EndpointError> {
+        let id = self.id(key)?;
+        let owned = crate::owned_args(self.index, args)?;
+        Ok(self.chip.submit_with(id, owned, config)?)
+    }
+
+    /// Waits for a submitted run and answers what it reported.
+    fn finish(handle: simpler_host::RunHandle) -> Result<RunFacts, EndpointError> {
+        let report = handle.result()?.report;
+        Ok(RunFacts {
+            tasks: Some(report.tasks),
+            trace: report
+                .trace
+                .map(|t| Box::new(std::sync::Arc::unwrap_or_clone(t).into_model())),
         })
     }
 
@@ -95,17 +126,29 @@ impl Endpoint for ChipLocal {
         args: &[TaskArg],
         config: &CallConfig,
     ) -> Result<(), EndpointError> {
-        let id = self.id(key)?;
-        let owned = crate::owned_args(self.index, args)?;
-        let handle = self.chip.submit_with(id, owned, config)?;
-        let report = handle.result()?.report;
-        self.last_run = RunFacts {
-            tasks: Some(report.tasks),
-            trace: report
-                .trace
-                .map(|t| Box::new(std::sync::Arc::unwrap_or_clone(t).into_model())),
-        };
+        let handle = self.submit(key, args, config)?;
+        self.last_run = ChipLocal::finish(handle)?;
         Ok(())
+    }
+
+    fn run_batch(
+        &mut self,
+        runs: &[BatchRun<'_>],
+        done: &mut dyn FnMut(usize, Result<RunFacts, EndpointError>),
+    ) {
+        // Submitted, oldest first; a run refused at submit keeps its place in the order.
+        let mut pending: std::collections::VecDeque<(usize, Result<_, EndpointError>)> =
+            std::collections::VecDeque::with_capacity(self.depth);
+        for (i, r) in runs.iter().enumerate() {
+            if pending.len() == self.depth {
+                let (j, submitted) = pending.pop_front().expect("a full pipeline");
+                done(j, submitted.and_then(ChipLocal::finish));
+            }
+            pending.push_back((i, self.submit(r.key, r.args, r.config)));
+        }
+        for (j, submitted) in pending {
+            done(j, submitted.and_then(ChipLocal::finish));
+        }
     }
 
     fn take_run_facts(&mut self) -> RunFacts {

@@ -34,6 +34,17 @@ pub struct RunFacts {
     pub trace: Option<Box<simpler_host::trace_model::Trace>>,
 }
 
+/// One run of a batch ([`Endpoint::run_batch`]): what [`Endpoint::run`] takes.
+#[derive(Clone, Copy)]
+pub struct BatchRun<'a> {
+    /// The callable.
+    pub key: CallableKey,
+    /// Its arguments, in signature order.
+    pub args: &'a [TaskArg],
+    /// The run's options.
+    pub config: &'a CallConfig,
+}
+
 /// What kind of worker an endpoint is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EndpointKind {
@@ -247,6 +258,31 @@ pub trait Endpoint: Send + 'static {
         args: &[TaskArg],
         config: &CallConfig,
     ) -> Result<(), EndpointError>;
+
+    /// Runs `runs` in order, each as [`run`](Endpoint::run) would: one that fails fails
+    /// alone, the later ones still run. Calls `done(i, outcome)` once per run, in order,
+    /// as soon as run `i` is over, with what [`take_run_facts`](Endpoint::take_run_facts)
+    /// would answer after it or with its error; after an outcome of
+    /// [`EndpointError::Died`] it stops (the engine fails the runs left with that death).
+    /// The engine batches only runs of tasks that were ready together — none waits for
+    /// another — so an endpoint may start a run before the ones ahead of it are over (a
+    /// chip pipelines them). The default calls `run` and `take_run_facts` for each in turn.
+    fn run_batch(
+        &mut self,
+        runs: &[BatchRun<'_>],
+        done: &mut dyn FnMut(usize, Result<RunFacts, EndpointError>),
+    ) {
+        for (i, r) in runs.iter().enumerate() {
+            let outcome = self
+                .run(r.key, r.args, r.config)
+                .map(|()| self.take_run_facts());
+            let died = matches!(outcome, Err(EndpointError::Died { .. }));
+            done(i, outcome);
+            if died {
+                return;
+            }
+        }
+    }
 
     /// What the endpoint knows of its last successful [`run`](Endpoint::run) (chips: the
     /// chip run's task count, and its trace when its config asked for one;

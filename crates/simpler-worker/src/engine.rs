@@ -3,10 +3,11 @@
 //! over (tensor-map retirement, release of the memory it named) (`docs/l3-worker.md` §1,
 //! §6).
 //!
-//! The orchestrator (adding tasks), the scheduler thread (completions, dispatch) and the
-//! worker (control calls, close) all change this state under [`Engine::state`]; the heap
-//! ring and the registry have their own locks, taken after it or alone. Nothing here
-//! blocks while holding the lock.
+//! The orchestrator (adding tasks, dispatching the ready ones), the lanes (their members'
+//! ends, and the dispatch that follows: `crate::scheduler`) and the worker (control calls,
+//! close) all change this state under [`Engine::state`]; the heap ring and the registry
+//! have their own locks, taken after it or alone. Nothing here blocks while holding the
+//! lock.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
 
 use crate::graph::{TaskState, Use};
-use crate::lane::{ControlOp, ControlReply, Event, WorkItem};
+use crate::lane::{ControlOp, ControlReply, WorkItem};
 use crate::memory::SharedRegion;
 use crate::registry::Registry;
 use crate::ring::HeapRing;
@@ -32,13 +33,36 @@ pub(crate) const CHECK_SLICE: std::time::Duration = std::time::Duration::from_mi
 pub(crate) struct LaneSlot {
     /// The endpoint's `describe()`.
     pub(crate) describe: String,
-    /// A task member is dispatched to it.
-    pub(crate) busy: bool,
+    /// Task members dispatched to it and not yet ended (a chip lane takes up to
+    /// [`CHIP_LANE_DEPTH`] at once, any other lane one).
+    pub(crate) queued: usize,
     /// Held for the chip group at the head of the group queue.
     pub(crate) reserved: bool,
     /// The death report, once the endpoint died.
     pub(crate) dead: Option<String>,
 }
+
+impl LaneSlot {
+    /// A lane with nothing dispatched to it.
+    pub(crate) fn new(describe: String) -> LaneSlot {
+        LaneSlot {
+            describe,
+            queued: 0,
+            reserved: false,
+            dead: None,
+        }
+    }
+
+    /// Some task member is dispatched to it and not yet over.
+    pub(crate) fn busy(&self) -> bool {
+        self.queued > 0
+    }
+}
+
+/// Most single chip tasks dispatched to one chip lane and not yet ended: the lane hands
+/// the runs among them that wait in its channel to its chip together (`crate::lane`,
+/// `docs/l3-worker.md` §4), so a lane never waits for the dispatch of its next task.
+pub(crate) const CHIP_LANE_DEPTH: usize = 16;
 
 /// A live child allocation (persistent device memory of one chip).
 pub(crate) struct ChildRec {
@@ -96,7 +120,7 @@ impl State {
     }
 }
 
-/// What a running worker shares between the caller's threads, the scheduler and the
+/// What a running worker shares between the caller's threads, the lanes and the
 /// orchestrators.
 pub(crate) struct Engine {
     /// The worker's process-unique id.
@@ -107,8 +131,6 @@ pub(crate) struct Engine {
     pub(crate) changed: Condvar,
     /// Held while an orchestration function runs: orchestrations are serialized.
     pub(crate) orchestrating: Mutex<()>,
-    /// The scheduler's channel.
-    pub(crate) events: Sender<Event>,
     /// The lanes' channels.
     pub(crate) lanes: Vec<Sender<WorkItem>>,
     /// The heaps of `orch.alloc`.
@@ -138,11 +160,6 @@ impl Engine {
         } else {
             "chip"
         }
-    }
-
-    /// Wakes the scheduler.
-    pub(crate) fn kick(&self) {
-        let _ = self.events.send(Event::Kick);
     }
 
     /// Runs a control call on `lane` and waits for its answer.

@@ -5,8 +5,8 @@
 //! children a binding makes, [`NextLevelChild`], in place of chips, `docs/l4-worker.md`). A user's orchestration function
 //! runs on the caller's thread and submits tasks to next-level workers (chips) and sub
 //! workers; the engine infers their dependencies from the tensors' tags over host buffers,
-//! allocates intermediates from a ring of heaps, and one scheduler thread dispatches ready
-//! tasks to endpoints (`docs/l3-worker.md`).
+//! allocates intermediates from a ring of heaps, and ready tasks are dispatched to
+//! endpoints by whichever thread made them ready (`docs/l3-worker.md`).
 //!
 //! Modules, by responsibility:
 //! - **The worker and its runs**: `worker` ([`Worker`]: life, registration, submit,
@@ -16,8 +16,9 @@
 //!   argument checks), `admission` (a checked task into its run's graph), `child_memory`
 //!   (child tensors), `running` (an initialized worker's threads, and their shutdown).
 //! - **The engine**: `engine` (the state behind the one lock), `graph` (task slots),
-//!   `tensormap` (footprints, live accesses), `ring` (the heap ring), `scheduler` (the
-//!   scheduler thread: completions, dispatch), `lane` (one thread per endpoint).
+//!   `tensormap` (footprints, live accesses), `ring` (the heap ring), `scheduler`
+//!   (completions and dispatch, under the engine lock), `lane` (one thread per endpoint,
+//!   handing batches of runs to it).
 //! - **Arguments and memory**: [`tensor`] (views, tags, task arguments), [`memory`] (the
 //!   host memory contract, shared regions children map), `host_view` (host tensors as
 //!   bytes, [`SubArgs`] accessors).
@@ -68,8 +69,8 @@ pub use channel::{Compare, Notify, WorkerChipRegion, MAX_REGION_PART};
 pub use chip_args::owned_args;
 pub use comm::{CommBufferSpec, CommDomain, RankContext};
 pub use endpoint::{
-    Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch, RunFacts, SubArgs,
-    SubClosure,
+    BatchRun, Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch, RunFacts,
+    SubArgs, SubClosure,
 };
 pub use error::WorkerError;
 pub use isolated::{

@@ -4,8 +4,8 @@
 //!
 //! Every submit is checked first (handle, worker ids, each tensor against where it goes:
 //! `crate::validate`), then admitted into the run's graph (`crate::admission`). This module
-//! owns the orchestrator's validity, scopes and the run's allocations; dispatch is the
-//! scheduler's.
+//! owns the orchestrator's validity, scopes and the run's allocations; dispatch is
+//! `crate::scheduler`'s (run on this thread when a submit makes a task ready).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -680,12 +680,14 @@ impl Orchestrator {
         let domains = run.domains.clone();
         if let Err(e) = outcome {
             run.record_error(&WorkerError::Orchestration(e));
-            let cancelled = run.graph.cancel_undispatched("the orchestration failed");
+            let why = "the orchestration failed";
+            run.cancelled = Some(why.into());
+            let cancelled = run.graph.cancel_undispatched(why);
             engine.tasks_over(run, children, &cancelled);
         }
         run.closed = true;
         crate::comm::release_all(&mut st, &domains);
-        engine.kick();
+        crate::scheduler::advance(engine, &mut st);
     }
 }
 

@@ -34,8 +34,10 @@ pub struct RunReport {
     /// From `Worker::submit` to the run's end.
     pub total_time: Duration,
     /// The wall time its chip tasks' callables ran, summed over tasks and group members:
-    /// each measured on its lane around the endpoint's run call (copies not counted). For a
-    /// chip in a child process it includes the request's trip through the mailbox.
+    /// each measured on its lane from the later of its batch's start and the previous run's
+    /// end to its own end, so a pipelined batch counts its wall time once (copies not
+    /// counted). For a chip in a child process it includes the request's trip through the
+    /// mailbox.
     pub chip_time: Duration,
     /// Tasks the orchestrations of its chip tasks' runs submitted
     /// (`simpler_host::RunReport::tasks`), summed over tasks and group members: the chips'
@@ -179,6 +181,10 @@ pub(crate) struct Run {
     pub(crate) running: usize,
     /// The orchestration has returned: no more tasks.
     pub(crate) closed: bool,
+    /// Why the run's undispatched tasks were cancelled (its orchestration failed): single
+    /// chip tasks still waiting in a lane's channel are cancelled too when the lane comes
+    /// to them (`crate::scheduler::claim`).
+    pub(crate) cancelled: Option<String>,
     /// The first error.
     pub(crate) error: Option<WorkerError>,
     /// Open scopes' allocations (by memory identity); `[0]` is the run's own scope.
@@ -209,6 +215,7 @@ impl Run {
             ready_sub: VecDeque::new(),
             running: 0,
             closed: false,
+            cancelled: None,
             error: None,
             scopes: vec![Vec::new()],
             domains: Vec::new(),

@@ -1,4 +1,4 @@
-//! What an initialized worker holds — its engine, lane and scheduler threads, its children's
+//! What an initialized worker holds — its engine, lane threads, its children's
 //! kill switches — and how `close` ends it: wait for the runs in flight (killing the child
 //! processes still running tasks once the close timeout has passed), free the child tensors
 //! left, shut every endpoint down and join every thread (`docs/l3-worker.md` §1, §5).
@@ -12,19 +12,17 @@ use std::time::{Duration, Instant};
 
 use crate::endpoint::KillSwitch;
 use crate::engine::Engine;
-use crate::lane::{Event, WorkItem};
+use crate::lane::WorkItem;
 use crate::WorkerError;
 
 /// The threads and channels of an initialized worker.
 pub(crate) struct Running {
-    /// The engine the lanes, the scheduler and the orchestrators share.
+    /// The engine the lanes and the orchestrators share.
     pub(crate) engine: Arc<Engine>,
     /// The thread that called `init` (the only one `close` is taken from).
     pub(crate) init_thread: ThreadId,
     /// The lane threads, in lane order.
     pub(crate) lanes: Vec<JoinHandle<()>>,
-    /// The scheduler thread.
-    pub(crate) scheduler: JoinHandle<()>,
     /// The child processes: (endpoint, pid).
     pub(crate) pids: Vec<(String, u32)>,
     /// Each lane's endpoint's kill switch (child processes have one).
@@ -39,7 +37,7 @@ pub(crate) struct Running {
 const KILL_AGAIN: Duration = Duration::from_millis(500);
 
 /// Waits for the runs in flight (killing the child processes still busy after the close
-/// timeout), frees child tensors, stops lanes and the scheduler.
+/// timeout), frees child tensors, stops the lanes.
 pub(crate) fn shut_down(r: Running) -> Result<(), WorkerError> {
     let engine = r.engine;
     {
@@ -63,7 +61,7 @@ pub(crate) fn shut_down(r: Running) -> Result<(), WorkerError> {
             // killed) give up at their next poll (`docs/comm.md` §5).
             crate::comm::abort_all(&st);
             for (lane, slot) in st.lanes.iter().enumerate() {
-                if let (true, None, Some(kill)) = (slot.busy, &slot.dead, &r.kill[lane]) {
+                if let (true, None, Some(kill)) = (slot.busy(), &slot.dead, &r.kill[lane]) {
                     tracing::warn!(endpoint = %slot.describe, "close() kills a busy child process");
                     kill.trip(&reason);
                 }
@@ -75,12 +73,6 @@ pub(crate) fn shut_down(r: Running) -> Result<(), WorkerError> {
     let stopped = stop_lanes(&engine.lanes, r.lanes);
     if first.is_ok() {
         first = stopped;
-    }
-    let _ = engine.events.send(Event::Stop);
-    if r.scheduler.join().is_err() && first.is_ok() {
-        first = Err(WorkerError::InvalidState(
-            "the scheduler thread panicked".into(),
-        ));
     }
     first
 }

@@ -1,52 +1,77 @@
-//! The scheduler thread: takes lane events from its channel, resolves what a task
-//! member's end means (completion, failure, poisoning), dispatches the head run's READY
-//! tasks to idle lanes and ends runs that are over (`docs/l3-worker.md` §2, §4).
+//! Completions and dispatch: what a task member's end means (completion, failure,
+//! poisoning), dispatching the head run's READY tasks to lanes, and ending runs that are
+//! over (`docs/l3-worker.md` §2, §4). There is no thread of its own: a lane applies its
+//! members' ends itself ([`apply`]) and an orchestration dispatches the tasks it makes
+//! ready ([`advance`]), each under the engine lock, so a task's hand-off costs no wake-up
+//! of a third thread.
 //!
 //! Dispatch, in this order each pass: the chip-group FIFO's head once every target lane is
 //! idle (until then its targets are reserved: no single task starts on them), then each
-//! idle chip lane's own FIFO head (no stealing), then the sub FIFO's head on any idle sub
-//! lanes (a group on distinct ones). A task aimed at a dead endpoint fails with
-//! [`WorkerError::EndpointFailure`]. Only the head run dispatches; when it is over its
-//! handle is answered and the next run becomes the head.
+//! unreserved chip lane's own FIFO, up to [`CHIP_LANE_DEPTH`] members queued on the lane
+//! (no stealing), then the sub FIFO's head on any idle sub lanes (a group on distinct
+//! ones). A task aimed at a dead endpoint fails with [`WorkerError::EndpointFailure`].
+//! Only the head run dispatches; when it is over its handle is answered and the next run
+//! becomes the head.
 
-use std::thread::JoinHandle;
-
-use crossbeam_channel::Receiver;
-
-use crate::engine::{Engine, State};
+use crate::engine::{Engine, State, CHIP_LANE_DEPTH};
 use crate::graph::{Target, TaskState, Work};
 use crate::lane::{Event, TaskOp, WorkItem};
 use crate::run::Run;
 use crate::tensormap::TaskId;
 use crate::WorkerError;
 
-/// Starts the scheduler thread of `engine`.
-///
-/// # Errors
-/// The thread could not be started.
-pub(crate) fn spawn(
-    engine: std::sync::Arc<Engine>,
-    events: Receiver<Event>,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("simpler-scheduler".into())
-        .spawn(move || {
-            while let Ok(first) = events.recv() {
-                let mut st = engine.state.lock();
-                let mut stop = handle(&engine, &mut st, first);
-                while let Ok(more) = events.try_recv() {
-                    stop |= handle(&engine, &mut st, more);
-                }
-                advance(&engine, &mut st);
-                if stop {
-                    return;
-                }
-            }
-        })
+/// Applies `events` (in order) under the engine lock, then dispatches what can run and
+/// ends the runs that are over.
+pub(crate) fn apply(engine: &Engine, events: impl IntoIterator<Item = Event>) {
+    let mut st = engine.state.lock();
+    for event in events {
+        handle(engine, &mut st, event);
+    }
+    advance(engine, &mut st);
 }
 
-/// Applies one event; true for [`Event::Stop`].
-fn handle(engine: &Engine, st: &mut State, event: Event) -> bool {
+/// Which of `members` (run, task) lane `lane` is about to hand its endpoint may start.
+/// A single chip task of a run whose orchestration failed is cancelled instead, as every
+/// task not yet dispatched was (`docs/l3-worker.md` §2): it waited in the lane's channel
+/// and its endpoint never saw it. A cancelled member is over here (its dependents
+/// poisoned, the run ended once nothing else is left) and must not be reported again.
+pub(crate) fn claim(engine: &Engine, lane: usize, members: &[(u64, TaskId)]) -> Vec<bool> {
+    let mut st = engine.state.lock();
+    if st.runs.iter().all(|r| r.cancelled.is_none()) {
+        return vec![true; members.len()];
+    }
+    let mut go = Vec::with_capacity(members.len());
+    let mut any = false;
+    for &(run, task) in members {
+        let State { runs, children, .. } = &mut *st;
+        let r = runs.iter_mut().find(|r| r.id == run);
+        let Some(r) = r.filter(|r| r.cancelled.is_some()) else {
+            go.push(true);
+            continue;
+        };
+        if !matches!(r.graph.task(task).target, Target::Chip(_)) {
+            go.push(true);
+            continue;
+        }
+        let why = r.cancelled.clone().unwrap_or_default();
+        let name = r.graph.task(task).name.clone();
+        let error = WorkerError::InvalidState(format!("task {name} was cancelled: {why}"));
+        r.running -= 1;
+        r.record_error(&error);
+        let over = r.graph.fail(task, error);
+        engine.tasks_over(r, children, &over);
+        st.lanes[lane].queued -= 1;
+        go.push(false);
+        any = true;
+    }
+    if any {
+        advance(engine, &mut st);
+    }
+    go
+}
+
+/// Applies one event.
+fn handle(engine: &Engine, st: &mut State, event: Event) {
     match event {
         Event::Done {
             lane,
@@ -68,10 +93,7 @@ fn handle(engine: &Engine, st: &mut State, event: Event) -> bool {
             st.lanes[lane].dead.get_or_insert(report);
             crate::comm::member_died(st, lane);
         }
-        Event::Kick => {}
-        Event::Stop => return true,
     }
-    false
 }
 
 /// What a task member's lane measured and its endpoint reported, besides the verdict.
@@ -93,7 +115,7 @@ fn member_done(
     result: Result<(), WorkerError>,
     facts: MemberFacts,
 ) {
-    st.lanes[lane].busy = false;
+    st.lanes[lane].queued -= 1;
     let describe = st.lanes[lane].describe.clone();
     let State {
         runs,
@@ -213,7 +235,7 @@ fn dispatch(engine: &Engine, st: &mut State) {
             failed.push((id, dead(&lanes[*w])));
             continue;
         }
-        if ws.iter().all(|w| !lanes[*w].busy) {
+        if ws.iter().all(|w| !lanes[*w].busy()) {
             run.ready_groups.pop_front();
             start(engine, run, lanes, id, &ws);
         } else {
@@ -224,9 +246,9 @@ fn dispatch(engine: &Engine, st: &mut State) {
         }
     }
 
-    // Single chip tasks: each lane's own FIFO.
+    // Single chip tasks: each lane's own FIFO, several at once (the lane batches them).
     for w in 0..engine.chips {
-        while !lanes[w].busy && !lanes[w].reserved {
+        while lanes[w].queued < CHIP_LANE_DEPTH && !lanes[w].reserved {
             let Some(id) = run.ready_chip[w].pop_front() else {
                 break;
             };
@@ -274,7 +296,7 @@ fn dispatch(engine: &Engine, st: &mut State) {
         }
         let idle: Vec<usize> = alive
             .into_iter()
-            .filter(|l| !lanes[*l].busy)
+            .filter(|l| !lanes[*l].busy())
             .take(n)
             .collect();
         if idle.len() < n {
@@ -347,7 +369,7 @@ fn start(
     };
     assert_eq!(ops.len(), targets.len(), "one member per target lane");
     for (op, &lane) in ops.into_iter().zip(targets) {
-        lanes[lane].busy = true;
+        lanes[lane].queued += 1;
         let item = WorkItem::Task {
             run: run.id,
             task: id,

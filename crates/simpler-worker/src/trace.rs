@@ -6,7 +6,7 @@
 //! [`RunReport::trace`](crate::RunReport::trace) holds.
 //!
 //! This module owns what a run collects ([`RunCapture`]) and the merge; the lanes time
-//! their calls and the scheduler hands the pieces in.
+//! their calls and `crate::scheduler` hands the pieces in.
 
 use simpler_device::clock;
 use simpler_host::trace_model::{HostSpan, ProcessTrace, Trace, TraceLevel};

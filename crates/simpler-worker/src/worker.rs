@@ -1,11 +1,11 @@
-//! The [`Worker`]: its life (new → initialized → closed; `init` starts endpoints, lanes
-//! and the scheduler, and rolls back on failure), registration before and after init, runs
+//! The [`Worker`]: its life (new → initialized → closed; `init` starts endpoints and
+//! lanes, and rolls back on failure), registration before and after init, runs
 //! (`submit` reserves a pipeline place, runs the orchestration on the caller's thread and
 //! returns a [`RunHandle`]), buffers and child tensors (`docs/l3-worker.md` §1, §2, §8).
 //!
 //! The worker owns the threads it starts and joins them at `close` (or drop), through
 //! `crate::running`. What runs do — admission, dispatch, completion — is the orchestrator's
-//! and the scheduler's.
+//! and `crate::scheduler`'s.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -261,7 +261,7 @@ impl Worker {
     }
 
     /// Starts every endpoint (chips, then sub workers), gives each the callables of its
-    /// kind, then starts the lanes and the scheduler. If anything fails, everything already
+    /// kind, then starts the lanes. If anything fails, everything already
     /// started is shut down and the worker is unusable.
     ///
     /// # Errors
@@ -350,37 +350,12 @@ impl Worker {
         let kill = endpoints.iter().map(|ep| ep.kill_switch()).collect();
         let slots = endpoints
             .iter()
-            .map(|ep| LaneSlot {
-                describe: ep.describe(),
-                busy: false,
-                reserved: false,
-                dead: None,
-            })
+            .map(|ep| LaneSlot::new(ep.describe()))
             .collect();
-        let (events_tx, events_rx) = crossbeam_channel::unbounded();
-        let mut senders = Vec::new();
-        let mut lanes = Vec::new();
-        let mut endpoints = endpoints.into_iter().enumerate();
-        while let Some((i, ep)) = endpoints.next() {
-            let (tx, rx) = crossbeam_channel::unbounded();
-            match crate::lane::spawn(self.uid, i, ep, rx, events_tx.clone()) {
-                Ok(h) => {
-                    senders.push(tx);
-                    lanes.push(h);
-                }
-                Err(e) => {
-                    // The endpoint went down with the failed spawn's closure; stop the rest.
-                    for (_, mut rest) in endpoints {
-                        let _ = rest.shutdown();
-                    }
-                    let _ = stop_lanes(&senders, lanes);
-                    return Err(WorkerError::Startup {
-                        endpoint: format!("lane {i}"),
-                        reason: format!("its thread could not start: {e}"),
-                    });
-                }
-            }
-        }
+        let (senders, receivers): (Vec<_>, Vec<_>) = endpoints
+            .iter()
+            .map(|_| crossbeam_channel::unbounded())
+            .unzip();
         let engine = Arc::new(Engine {
             uid: self.uid,
             state: Mutex::new(State {
@@ -395,7 +370,6 @@ impl Worker {
             }),
             changed: Condvar::new(),
             orchestrating: Mutex::new(()),
-            events: events_tx,
             lanes: senders,
             ring: HeapRing::new(self.options.heap_ring_size, self.options.deadlock_timeout),
             registry: self.registry.clone(),
@@ -407,21 +381,28 @@ impl Worker {
             sub_ends,
             sub_processes: matches!(self.options.sub_workers, SubWorkers::Processes { .. }),
         });
-        let scheduler = match crate::scheduler::spawn(engine.clone(), events_rx) {
-            Ok(h) => h,
-            Err(e) => {
-                let _ = stop_lanes(&engine.lanes, lanes);
-                return Err(WorkerError::Startup {
-                    endpoint: "the scheduler".into(),
-                    reason: format!("its thread could not start: {e}"),
-                });
+        let mut lanes = Vec::new();
+        let mut endpoints = endpoints.into_iter().zip(receivers).enumerate();
+        while let Some((i, (ep, rx))) = endpoints.next() {
+            match crate::lane::spawn(engine.clone(), i, ep, rx) {
+                Ok(h) => lanes.push(h),
+                Err(e) => {
+                    // The endpoint went down with the failed spawn's closure; stop the rest.
+                    for (_, (mut rest, _)) in endpoints {
+                        let _ = rest.shutdown();
+                    }
+                    let _ = stop_lanes(&engine.lanes[..lanes.len()], lanes);
+                    return Err(WorkerError::Startup {
+                        endpoint: format!("lane {i}"),
+                        reason: format!("its thread could not start: {e}"),
+                    });
+                }
             }
-        };
+        }
         Ok(Running {
             engine,
             init_thread: std::thread::current().id(),
             lanes,
-            scheduler,
             pids,
             kill,
             close_timeout: self.options.close_timeout,

@@ -26,6 +26,12 @@
 //! - **upstream** ([`UPSTREAM`]): the upstream project's figure on its aarch64 hosts with
 //!   no-op Python callables, for reference; not measured here.
 //!
+//! Beside each row's line: its slowest tail ([`Tail`], p90 ÷ median, target ≤
+//! [`TAIL_TARGET`]); for the chip rows the per-task slope against half the floor plus
+//! [`SLOPE_OVER_HALF_FLOOR_US`] ([`L3Report::slope_target_us`]), and chips in child
+//! processes against chips in this process at k = 16 ([`process_over_thread`], target ≤
+//! [`PROCESS_OVER_THREAD_TARGET`]).
+//!
 //! Runs per k: [`L3Params::runs`] for k ≤ 16, fewer for larger k ([`runs_for`]), so the
 //! default sweep stays well under a minute on 2 CPUs.
 //!
@@ -150,6 +156,73 @@ pub const CHIP_PROCESS_TARGET: LineTarget = LineTarget {
     fixed_us: 30.0,
     per_task_us: 5.0,
 };
+
+/// Most a point's p90 may be over its median ([`Tail`]): a run's slow tail within a small
+/// multiple of its typical time.
+pub const TAIL_TARGET: f64 = 3.0;
+
+/// Most [`RowKind::ChipProcess`]'s median may be over [`RowKind::ChipThread`]'s at the
+/// same k ([`L3Report::process_over_thread`]).
+pub const PROCESS_OVER_THREAD_TARGET: f64 = 1.5;
+
+/// The k at which [`L3Report::process_over_thread`] is read when the sweep has it (else
+/// the largest k below it both rows have).
+pub const PROCESS_OVER_THREAD_K: u64 = 16;
+
+/// A chip row's per-task slope target relative to the chip's own cost: at most half the
+/// L2 empty run (the floor's median: the chips run two at a time on 2 CPUs) plus this.
+pub const SLOPE_OVER_HALF_FLOOR_US: f64 = 5.0;
+
+/// A row's slowest tail: the point whose p90 is the largest multiple of its median.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Tail {
+    /// The point's k.
+    pub k: u64,
+    /// Its p90 ÷ its median.
+    pub ratio: f64,
+}
+
+impl Tail {
+    /// The slowest tail among `points`; `None` for no points.
+    pub fn worst(points: &[Point]) -> Option<Tail> {
+        points
+            .iter()
+            .map(|p| Tail {
+                k: p.k,
+                ratio: p.run_us.p90 / p.run_us.median,
+            })
+            .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
+    }
+}
+
+/// Two rows' medians at one k, one over the other.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct RowRatio {
+    /// The k.
+    pub k: u64,
+    /// The first row's median ÷ the second's.
+    pub ratio: f64,
+}
+
+/// The median of [`RowKind::ChipProcess`] over that of [`RowKind::ChipThread`] at
+/// [`PROCESS_OVER_THREAD_K`], or at the largest k below it both have; `None` without both
+/// rows or such a k.
+pub fn process_over_thread(rows: &[RowFigures]) -> Option<RowRatio> {
+    let row = |kind| rows.iter().find(|r| r.row == kind);
+    let (process, thread) = (row(RowKind::ChipProcess)?, row(RowKind::ChipThread)?);
+    process
+        .points
+        .iter()
+        .filter(|p| p.k <= PROCESS_OVER_THREAD_K)
+        .filter_map(|p| {
+            let t = thread.points.iter().find(|t| t.k == p.k)?;
+            Some(RowRatio {
+                k: p.k,
+                ratio: p.run_us.median / t.run_us.median,
+            })
+        })
+        .max_by_key(|r| r.k)
+}
 
 /// A figure measured elsewhere, printed for reference.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -289,6 +362,8 @@ pub struct RowFigures {
     /// Chip rows with k = 1 in the sweep: the measured median at k = 1 minus the floor's
     /// median, µs — the same share read off the point itself (robust where the line bends).
     pub engine_k1_us: Option<f64>,
+    /// The row's slowest tail (target: at most [`TAIL_TARGET`]).
+    pub worst_tail: Option<Tail>,
 }
 
 /// The whole sweep.
@@ -306,6 +381,12 @@ pub struct L3Report {
     pub floor_us: Option<Spread>,
     /// One entry per measured row, in [`L3Params::rows`] order.
     pub rows: Vec<RowFigures>,
+    /// The chip rows' per-task slope target: half the floor's median plus
+    /// [`SLOPE_OVER_HALF_FLOOR_US`], µs (when the floor was measured).
+    pub slope_target_us: Option<f64>,
+    /// Chips in child processes against chips in this process ([`process_over_thread`];
+    /// target: at most [`PROCESS_OVER_THREAD_TARGET`]).
+    pub process_over_thread: Option<RowRatio>,
     /// The upstream figure, for reference.
     pub upstream: Reference,
 }
@@ -347,6 +428,7 @@ pub fn measure_l3(params: &L3Params, spec: CallableSpec) -> Result<L3Report, L3B
                 let one = points.iter().find(|p| p.k == 1)?;
                 Some(one.run_us.median - f.median)
             }),
+            worst_tail: Tail::worst(&points),
             points,
         });
     }
@@ -356,6 +438,8 @@ pub fn measure_l3(params: &L3Params, spec: CallableSpec) -> Result<L3Report, L3B
         chip_clusters: rows::CHIP_CLUSTERS,
         chip_aicpu_threads: rows::CHIP_AICPU_THREADS,
         floor_us,
+        slope_target_us: floor_us.map(|f| f.median / 2.0 + SLOPE_OVER_HALF_FLOOR_US),
+        process_over_thread: process_over_thread(&figures),
         rows: figures,
         upstream: UPSTREAM,
     })

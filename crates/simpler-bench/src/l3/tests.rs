@@ -129,6 +129,80 @@ fn the_targets_read_each_part_on_its_own() {
     assert_eq!(RowKind::SubThread.target(), None);
 }
 
+fn point(k: u64, median: f64, p90: f64) -> Point {
+    Point {
+        k,
+        runs: 1,
+        run_us: Spread {
+            median,
+            p90,
+            samples: 1,
+        },
+    }
+}
+
+fn row(kind: RowKind, points: Vec<Point>) -> RowFigures {
+    RowFigures {
+        row: kind,
+        worst_tail: Tail::worst(&points),
+        points,
+        fit: Fit {
+            fixed_us: 0.0,
+            per_task_us: 0.0,
+        },
+        target: None,
+        met: None,
+        engine_one_task_us: None,
+        engine_k1_us: None,
+    }
+}
+
+#[test]
+fn the_worst_tail_is_the_largest_p90_over_median() {
+    let points = vec![
+        point(1, 10.0, 20.0),
+        point(2, 10.0, 45.0),
+        point(4, 100.0, 120.0),
+    ];
+    assert_eq!(Tail::worst(&points), Some(Tail { k: 2, ratio: 4.5 }));
+    assert_eq!(Tail::worst(&[]), None);
+}
+
+#[test]
+fn process_over_thread_is_read_at_16_or_the_largest_k_below_both_rows_have() {
+    let thread = row(
+        RowKind::ChipThread,
+        vec![
+            point(1, 10.0, 10.0),
+            point(16, 100.0, 100.0),
+            point(64, 400.0, 400.0),
+        ],
+    );
+    let process = row(
+        RowKind::ChipProcess,
+        vec![
+            point(1, 30.0, 30.0),
+            point(16, 125.0, 125.0),
+            point(64, 4000.0, 4000.0),
+        ],
+    );
+    let rows = [thread.clone(), process];
+    assert_eq!(
+        process_over_thread(&rows),
+        Some(RowRatio { k: 16, ratio: 1.25 })
+    );
+    let short = row(
+        RowKind::ChipProcess,
+        vec![point(1, 30.0, 30.0), point(2, 1.0, 1.0)],
+    );
+    assert_eq!(
+        process_over_thread(&[thread.clone(), short]),
+        Some(RowRatio { k: 1, ratio: 3.0 }),
+        "k = 2 is not in the thread row"
+    );
+    assert_eq!(process_over_thread(&[thread]), None);
+}
+
 #[test]
 fn a_tiny_sweep_reports_every_point_of_every_row() {
     let cache = tempfile::tempdir().unwrap();
@@ -173,6 +247,14 @@ fn a_tiny_sweep_reports_every_point_of_every_row() {
         }
         assert_eq!(r.engine_k1_us.is_some(), r.row == RowKind::ChipThread);
     }
+    for r in &report.rows {
+        assert_eq!(r.worst_tail, Tail::worst(&r.points), "{r:?}");
+    }
+    assert_eq!(
+        report.slope_target_us,
+        Some(floor.median / 2.0 + SLOPE_OVER_HALF_FLOOR_US)
+    );
+    assert_eq!(report.process_over_thread, None, "no process row");
     let json = serde_json::to_value(&report).unwrap();
     assert_eq!(json["rows"][0]["row"], "chip_thread");
     assert_eq!(json["upstream"]["fit"]["per_task_us"], 8.08);

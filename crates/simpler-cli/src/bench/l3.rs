@@ -10,7 +10,8 @@ use std::ffi::OsString;
 
 use simpler_bench::l3::{
     callable::noop_chip_callable, measure_l3, runs_for, L3BenchError, L3Params, L3Report,
-    LineTarget, Met, RowKind, K_SWEEP,
+    LineTarget, Met, RowKind, K_SWEEP, PROCESS_OVER_THREAD_TARGET, SLOPE_OVER_HALF_FLOOR_US,
+    TAIL_TARGET,
 };
 use simpler_worker::{ChildProgram, WorkerError};
 
@@ -161,6 +162,57 @@ fn print_table(r: &L3Report) {
         num(r.upstream.fit.per_task_us),
         r.upstream.what
     );
+    let tails: Vec<String> = r
+        .rows
+        .iter()
+        .filter_map(|row| {
+            let t = row.worst_tail?;
+            Some(format!(
+                "{} {}x (k = {})",
+                row_label(row.row),
+                num(t.ratio),
+                t.k
+            ))
+        })
+        .collect();
+    println!(
+        "slowest tail, p90 / median (target <= {}x): {}",
+        num(TAIL_TARGET),
+        tails.join("; ")
+    );
+    if let Some(target) = r.slope_target_us {
+        let slopes: Vec<String> = r
+            .rows
+            .iter()
+            .filter(|row| row.target.is_some())
+            .map(|row| {
+                let yes = if row.fit.per_task_us <= target {
+                    "yes"
+                } else {
+                    "no"
+                };
+                format!(
+                    "{} {} us ({yes})",
+                    row_label(row.row),
+                    num(row.fit.per_task_us)
+                )
+            })
+            .collect();
+        println!(
+            "per-task slope vs half the floor + {} us = {} us: {}",
+            num(SLOPE_OVER_HALF_FLOOR_US),
+            num(target),
+            slopes.join("; ")
+        );
+    }
+    if let Some(p) = r.process_over_thread {
+        println!(
+            "chip, process / chip, thread at k = {}: {}x (target <= {}x)",
+            p.k,
+            num(p.ratio),
+            num(PROCESS_OVER_THREAD_TARGET)
+        );
+    }
     if r.rows.iter().any(|row| row.fit.fixed_us < 0.0) {
         println!(
             "a negative fixed cost: those medians grow faster than linearly in k, the line \

@@ -10,15 +10,16 @@
 use std::time::Instant;
 
 use simpler_device::DevicePtr;
+use simpler_host::trace_model::TraceLevel;
 use simpler_host::{Bundle, BundleCode, BundleKernel, CallConfig, CallableSpec, CodeImage};
 
 use crate::endpoint::{
-    Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch, RunFacts,
+    BatchRun, Callable, CallableKey, Endpoint, EndpointError, EndpointKind, KillSwitch, RunFacts,
 };
 use crate::memory::{HostMemory, SharedRegion};
 use crate::process::link::Link;
 use crate::process::wire::{
-    ChipArg, Payload, Request, Response, Start, WireCallConfig, WireCallable, WireTensor,
+    ChipArg, Payload, Request, Response, Start, WireCallConfig, WireCallable, WireRun, WireTensor,
 };
 use crate::process::ChildProgram;
 use crate::tensor::{Memory, TaskArg};
@@ -27,6 +28,10 @@ use crate::{owned_args, WorkerError};
 /// Copies up to this many bytes travel inside the message; bigger ones through a temporary
 /// shared region.
 pub(crate) const INLINE_COPY: usize = 256 * 1024;
+
+/// Most runs of one `RunBatch` request: one trip through the mailbox for them all, whose
+/// answer stays well inside the response area.
+pub(crate) const MAX_BATCH: usize = 8;
 
 /// A chip served by a child process.
 pub(crate) struct ChipProcess {
@@ -206,6 +211,81 @@ fn staging(len: usize, what: &str) -> Result<SharedRegion, EndpointError> {
     })
 }
 
+/// What a child's `Ran` says: the task count and the trace, decoded (a trace that does not
+/// decode is lost, never the run's result).
+fn ran_facts(tasks: u64, trace: Option<Vec<u8>>) -> RunFacts {
+    RunFacts {
+        tasks: Some(tasks),
+        trace: trace.and_then(|json| serde_json::from_slice(&json).ok().map(Box::new)),
+    }
+}
+
+impl ChipProcess {
+    /// Sends untraced `runs` (the batch's runs from `first` on) as one `RunBatch` and
+    /// reports each; false when the child died (nothing more is sent).
+    fn run_chunk(
+        &mut self,
+        first: usize,
+        runs: &[BatchRun<'_>],
+        done: &mut dyn FnMut(usize, Result<RunFacts, EndpointError>),
+    ) -> bool {
+        // A run whose arguments cannot cross fails here, alone; the others go.
+        let mut outcomes: Vec<Option<Result<RunFacts, EndpointError>>> = Vec::new();
+        let mut wire = Vec::new();
+        for r in runs {
+            match chip_args(self.index, r.args) {
+                Ok(args) => {
+                    wire.push(WireRun {
+                        key: r.key,
+                        args,
+                        config: WireCallConfig::from(r.config),
+                    });
+                    outcomes.push(None);
+                }
+                Err(e) => outcomes.push(Some(Err(EndpointError::Failed(e)))),
+            }
+        }
+        let sent = wire.len();
+        let mut answers: Vec<Result<RunFacts, EndpointError>> = Vec::with_capacity(sent);
+        if sent > 0 {
+            match self.link.call(&Request::RunBatch { runs: wire }) {
+                Ok(Response::RanBatch(each)) if each.len() == sent => {
+                    answers.extend(each.into_iter().map(|r| match r {
+                        Response::Ran { tasks, trace } => Ok(ran_facts(tasks, trace)),
+                        other => Err(unexpected(other, "run")),
+                    }));
+                }
+                Ok(other) => {
+                    let text = format!("{other:?}");
+                    answers.extend((0..sent).map(|_| {
+                        Err(EndpointError::Failed(WorkerError::InvalidState(format!(
+                            "the child answered a batch of {sent} runs with {text}"
+                        ))))
+                    }));
+                }
+                Err(died) => {
+                    // Reported for the first run sent; the lane fails the rest with it.
+                    let at = outcomes
+                        .iter()
+                        .position(Option::is_none)
+                        .expect("one was sent");
+                    for (i, o) in outcomes.into_iter().enumerate().take(at) {
+                        done(first + i, o.expect("failed here"));
+                    }
+                    done(first + at, Err(died));
+                    return false;
+                }
+            }
+        }
+        let mut answers = answers.into_iter();
+        for (i, o) in outcomes.into_iter().enumerate() {
+            let outcome = o.unwrap_or_else(|| answers.next().expect("one answer each"));
+            done(first + i, outcome);
+        }
+        true
+    }
+}
+
 impl Endpoint for ChipProcess {
     fn kind(&self) -> EndpointKind {
         EndpointKind::Chip
@@ -270,13 +350,44 @@ impl Endpoint for ChipProcess {
         match self.link.call(&request)? {
             // A trace that does not decode is lost, never the run's result.
             Response::Ran { tasks, trace } => {
-                self.last_run = RunFacts {
-                    tasks: Some(tasks),
-                    trace: trace.and_then(|json| serde_json::from_slice(&json).ok().map(Box::new)),
-                };
+                self.last_run = ran_facts(tasks, trace);
                 Ok(())
             }
             other => Err(unexpected(other, "run")),
+        }
+    }
+
+    /// Untraced runs cross in `RunBatch` requests of up to [`MAX_BATCH`] (one mailbox trip
+    /// each, pipelined on the chip there); a traced run crosses alone (its trace may need
+    /// the whole response area).
+    fn run_batch(
+        &mut self,
+        runs: &[BatchRun<'_>],
+        done: &mut dyn FnMut(usize, Result<RunFacts, EndpointError>),
+    ) {
+        let mut at = 0;
+        while at < runs.len() {
+            if runs[at].config.trace_level != TraceLevel::Off {
+                let r = runs[at];
+                let outcome = self
+                    .run(r.key, r.args, r.config)
+                    .map(|()| self.take_run_facts());
+                let died = matches!(outcome, Err(EndpointError::Died { .. }));
+                done(at, outcome);
+                if died {
+                    return;
+                }
+                at += 1;
+                continue;
+            }
+            let end = (at..runs.len())
+                .take(MAX_BATCH)
+                .find(|&i| runs[i].config.trace_level != TraceLevel::Off)
+                .unwrap_or(runs.len().min(at + MAX_BATCH));
+            if !self.run_chunk(at, &runs[at..end], done) {
+                return;
+            }
+            at = end;
         }
     }
 

@@ -16,7 +16,9 @@ use simpler_host::{Bundle, CallableId, ChipWorker};
 use crate::memory::{HostMemory, SharedRegion};
 use crate::process::child::{Connection, RegionCache};
 use crate::process::mailbox::{ChildState, AREA_LEN};
-use crate::process::wire::{encode, ChipArg, Payload, Request, Response, Start, WireCallable};
+use crate::process::wire::{
+    encode, ChipArg, Payload, Request, Response, Start, WireCallable, WireRun,
+};
 use crate::process::wire_error::{WireError, WireHost};
 use crate::tensor::{ChildAllocation, Memory, TaskArg, Tensor};
 use crate::{owned_args, CallableKey, WorkerError};
@@ -81,6 +83,7 @@ pub fn serve_chip_child_status() -> u8 {
         pid: std::process::id(),
     });
     let mut server = ChipServer {
+        depth: worker.config().launch_depth.max(1) as usize,
         worker,
         index,
         callables: HashMap::new(),
@@ -128,9 +131,47 @@ fn ran(tasks: u64, trace: Option<&simpler_host::trace_model::Trace>) -> Response
     Response::Ran { tasks, trace: None }
 }
 
+/// The answer to a `RunBatch` of `responses`, kept inside the response area: traces go
+/// first (a trace never changes a run's verdict, `docs/tracing.md` §2), then each error
+/// that still does not fit its share of the area crosses as its text, cut to that share
+/// (`docs/l3-worker.md` §5).
+fn fit_batch(mut responses: Vec<Response>) -> Response {
+    let fits = |r: &[Response]| encode(&Response::RanBatch(r.to_vec())).len() <= AREA_LEN;
+    if fits(&responses) {
+        return Response::RanBatch(responses);
+    }
+    let mut dropped = 0;
+    for r in responses.iter_mut() {
+        if let Response::Ran { trace, .. } = r {
+            dropped += usize::from(trace.take().is_some());
+        }
+    }
+    if dropped > 0 {
+        eprintln!(
+            "simpler chip child: warning: a batch of runs does not fit the mailbox's \
+             {AREA_LEN}-byte response area with its traces; the results go back without \
+             {dropped} trace(s)"
+        );
+    }
+    let share = AREA_LEN / (2 * responses.len().max(1));
+    if !fits(&responses) {
+        for r in responses.iter_mut() {
+            if let Response::Err(e) = r {
+                if encode(&*e).len() > share {
+                    let text = e.clone().into_worker().to_string();
+                    *e = WireError::InvalidState(crate::process::wire_error::cut(text, share));
+                }
+            }
+        }
+    }
+    Response::RanBatch(responses)
+}
+
 /// A chip and the callables registered on it, by the engine's keys.
 struct ChipServer {
     worker: ChipWorker,
+    /// Runs of a batch in flight at once: the chip's launch depth.
+    depth: usize,
     index: usize,
     callables: HashMap<CallableKey, CallableId>,
     /// Comm windows mapped for the parent (`Request::MapWindow`), by base address: a
@@ -153,24 +194,10 @@ impl ChipServer {
                 Ok(Response::Ok)
             }
             Request::Run { key, args, config } => {
-                let id = self.id(key)?;
-                let args = args
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, a)| self.task_arg(i, a, regions))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let owned = owned_args(self.index, &args)?;
-                let out = self
-                    .worker
-                    .submit_with(id, owned, &config.into())?
-                    .result()?;
-                // The task count, and a traced run's trace, go back with the result
-                // (`docs/tracing.md`).
-                Ok(ran(
-                    out.report.tasks,
-                    out.report.trace.as_deref().map(|t| t.model()),
-                ))
+                let started = self.start_run(WireRun { key, args, config }, regions)?;
+                ChipServer::finish_run(started)
             }
+            Request::RunBatch { runs } => Ok(self.run_batch(runs, regions)),
             Request::Malloc { nbytes } => Ok(Response::Ptr(self.worker.malloc(nbytes)?.addr())),
             Request::Free { ptr } => {
                 self.worker.free(DevicePtr::from_raw(ptr))?;
@@ -249,6 +276,60 @@ impl ChipServer {
             ))),
             Request::Shutdown => unreachable!("served by the loop"),
         }
+    }
+
+    /// Submits `run` to the chip (it goes on without this thread): its tensors (kept with
+    /// the handle: the chip reads and writes their mappings in place) and its handle.
+    fn start_run(
+        &self,
+        run: WireRun,
+        regions: &mut RegionCache,
+    ) -> Result<(Vec<TaskArg>, simpler_host::RunHandle), WorkerError> {
+        let id = self.id(run.key)?;
+        let args = run
+            .args
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| self.task_arg(i, a, regions))
+            .collect::<Result<Vec<_>, _>>()?;
+        let owned = owned_args(self.index, &args)?;
+        let handle = self.worker.submit_with(id, owned, &run.config.into())?;
+        Ok((args, handle))
+    }
+
+    /// Waits for a started run and answers `Ran`: the task count, and a traced run's
+    /// trace, go back with the result (`docs/tracing.md`).
+    fn finish_run(
+        (args, handle): (Vec<TaskArg>, simpler_host::RunHandle),
+    ) -> Result<Response, WorkerError> {
+        let out = handle.result()?;
+        drop(args);
+        Ok(ran(
+            out.report.tasks,
+            out.report.trace.as_deref().map(|t| t.model()),
+        ))
+    }
+
+    /// Serves a `RunBatch`: the runs pipelined on the chip (up to its launch depth submitted
+    /// before the oldest is waited for), one response per run, in order; a run that fails
+    /// fails alone. The answer is kept inside the response area ([`fit_batch`]).
+    fn run_batch(&self, runs: Vec<WireRun>, regions: &mut RegionCache) -> Response {
+        let n = runs.len();
+        let mut out = Vec::with_capacity(n);
+        let mut pending = std::collections::VecDeque::with_capacity(self.depth);
+        let answer = |started: Result<_, WorkerError>| {
+            started
+                .and_then(ChipServer::finish_run)
+                .unwrap_or_else(|e| Response::Err(WireError::from_worker(&e)))
+        };
+        for run in runs {
+            if pending.len() == self.depth {
+                out.push(answer(pending.pop_front().expect("a full pipeline")));
+            }
+            pending.push_back(self.start_run(run, regions));
+        }
+        out.extend(pending.into_iter().map(answer));
+        fit_batch(out)
     }
 
     fn register(
@@ -387,6 +468,63 @@ mod tests {
                 tasks: 3,
                 trace: None
             }
+        );
+    }
+
+    #[test]
+    fn a_batch_answer_stays_inside_the_response_area_traces_first_then_error_texts() {
+        let fits = |r: &Response| encode(r).len() <= AREA_LEN;
+        // Small: as it is.
+        let small = vec![
+            ran(1, None),
+            Response::Err(WireError::InvalidState("no".into())),
+        ];
+        assert_eq!(fit_batch(small.clone()), Response::RanBatch(small));
+        // Traces that do not fit together go; the results stay.
+        let trace = trace_named("t".repeat(AREA_LEN / 3));
+        let traced = vec![
+            ran(1, Some(&trace)),
+            ran(2, Some(&trace)),
+            ran(3, Some(&trace)),
+        ];
+        let answer = fit_batch(traced);
+        assert!(fits(&answer));
+        let Response::RanBatch(each) = answer else {
+            panic!("{answer:?}")
+        };
+        assert_eq!(
+            each,
+            (1..=3)
+                .map(|tasks| Response::Ran { tasks, trace: None })
+                .collect::<Vec<_>>()
+        );
+        // Errors too big for their share are cut to their text; small ones keep their type.
+        let big = |i: usize| {
+            Response::Err(WireError::InvalidArgument {
+                arg: format!("args[{i}]"),
+                reason: format!("HEAD{}TAIL", "r".repeat(60_000)),
+            })
+        };
+        let mut errors: Vec<Response> = (0..30).map(big).collect();
+        errors.push(Response::Err(WireError::InvalidState("kept".into())));
+        let answer = fit_batch(errors);
+        assert!(fits(&answer), "{}", encode(&answer).len());
+        let Response::RanBatch(each) = answer else {
+            panic!("{answer:?}")
+        };
+        assert_eq!(each.len(), 31);
+        for (i, r) in each[..30].iter().enumerate() {
+            let Response::Err(WireError::InvalidState(text)) = r else {
+                panic!("{r:?}")
+            };
+            assert!(
+                text.contains(&format!("args[{i}]")) && text.ends_with("TAIL"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            each[30],
+            Response::Err(WireError::InvalidState("kept".into()))
         );
     }
 

@@ -199,6 +199,23 @@ pub(crate) enum Request {
     },
     /// Stop and exit.
     Shutdown,
+    /// Run chip callables one after another (pipelined on the chip), each as `Run` would:
+    /// answered with `RanBatch`, one response per run, in order.
+    RunBatch {
+        /// The runs.
+        runs: Vec<WireRun>,
+    },
+}
+
+/// One run of a [`Request::RunBatch`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct WireRun {
+    /// The engine's key.
+    pub(crate) key: CallableKey,
+    /// The arguments, in signature order.
+    pub(crate) args: Vec<ChipArg>,
+    /// The run's options.
+    pub(crate) config: WireCallConfig,
 }
 
 /// A child's response.
@@ -228,6 +245,8 @@ pub(crate) enum Response {
     },
     /// Failed.
     Err(WireError),
+    /// The runs of a `RunBatch`, in order: each `Ran` or `Err`.
+    RanBatch(Vec<Response>),
 }
 
 /// A message's bytes.

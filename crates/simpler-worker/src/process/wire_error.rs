@@ -19,11 +19,18 @@ pub(crate) const MAX_TEXT: usize = 64 * 1024;
 
 /// `text`, cut to at most [`MAX_TEXT`] bytes: its first 4 KiB, a marker, and its tail.
 pub(crate) fn bounded(text: String) -> String {
-    if text.len() <= MAX_TEXT {
+    cut(text, MAX_TEXT)
+}
+
+/// `text`, cut to about `max` bytes (at least 256): its head (up to 4 KiB, a quarter of
+/// `max` at most), a marker, and its tail.
+pub(crate) fn cut(text: String, max: usize) -> String {
+    let max = max.max(256);
+    if text.len() <= max {
         return text;
     }
-    let head_end = floor_char(&text, 4096);
-    let tail_start = ceil_char(&text, text.len() - (MAX_TEXT - 4096 - 64));
+    let head_end = floor_char(&text, 4096.min(max / 4));
+    let tail_start = ceil_char(&text, text.len() - (max - head_end - 64));
     format!(
         "{}\n[... {} bytes cut ...]\n{}",
         &text[..head_end],
@@ -517,11 +524,19 @@ mod tests {
 
     #[test]
     fn long_texts_keep_head_and_tail() {
+        let cut_to = super::cut;
         let text = format!("HEAD{}TAIL", "x".repeat(200_000));
         let cut = bounded(text);
         assert!(cut.len() <= MAX_TEXT, "{}", cut.len());
         assert!(cut.starts_with("HEAD") && cut.ends_with("TAIL"));
         assert!(cut.contains("bytes cut"));
+        let short = cut_to(format!("HEAD{}TAIL", "y".repeat(10_000)), 1000);
+        assert!(short.len() <= 1000, "{}", short.len());
+        assert!(
+            short.starts_with("HEAD") && short.ends_with("TAIL"),
+            "{short}"
+        );
+        assert_eq!(cut_to("fits".into(), 1000), "fits");
         let sub = WireError::from_worker(&WorkerError::SubFailed {
             message: "Traceback: boom".into(),
         });

@@ -12,6 +12,7 @@
 mod common;
 mod process_common;
 
+mod batches;
 mod chips;
 mod comm;
 mod errors;
