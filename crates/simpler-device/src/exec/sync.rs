@@ -45,17 +45,16 @@ impl Notify {
         if self.count.load(Ordering::Acquire) == 0 {
             return;
         }
-        loop {
-            let next = {
-                let mut w = self.waiters.lock();
-                let next = w.pop();
-                self.count.store(w.len(), Ordering::Release);
-                next
-            };
-            match next {
-                Some(w) => w.wake(),
-                None => return,
-            }
+        // Take every waiter registered now in one step. Popping them one at a time would
+        // let a woken waiter that re-checks, finds nothing and waits again be popped and
+        // woken again by the same call, over and over: a wake-up livelock of milliseconds.
+        let woken = {
+            let mut w = self.waiters.lock();
+            self.count.store(0, Ordering::Release);
+            std::mem::take(&mut *w)
+        };
+        for w in woken {
+            w.wake();
         }
     }
 }
