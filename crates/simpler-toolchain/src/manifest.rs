@@ -35,6 +35,9 @@ use simpler_host::{ArgDirection, ArgSpec, Runtime, Signature, SignatureError};
 /// File name of the manifest inside an example directory.
 pub const MANIFEST_FILE: &str = "simpler.toml";
 
+/// The largest manifest [`load`] reads (1 MiB); a larger one is refused unread.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+
 /// Why a manifest could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
@@ -44,14 +47,16 @@ pub enum ManifestError {
         /// Where it was looked for.
         path: PathBuf,
     },
-    /// The manifest could not be read.
+    /// The manifest could not be read: it is not a regular file (a directory, FIFO or
+    /// device, refused at open), larger than [`MAX_MANIFEST_BYTES`], not UTF-8, or the OS
+    /// failed.
     #[error("cannot read manifest `{}`", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The OS error.
+        /// What was wrong, naming the file (and its size when it is too large).
         #[source]
-        source: std::io::Error,
+        source: simpler_host::fsio::ReadFileError,
     },
     /// The manifest is not valid TOML or does not have the expected fields.
     #[error("invalid manifest `{}`", path.display())]
@@ -249,13 +254,14 @@ fn de_dtype<'de, D: Deserializer<'de>>(d: D) -> Result<DataType, D::Error> {
     })
 }
 
-/// Where the manifest of `target` is: `target` itself if it is a file, else
-/// `target/simpler.toml`.
+/// Where the manifest of `target` is: `target` itself if it exists and is not a directory,
+/// else `target/simpler.toml`.
 pub fn manifest_path(target: &Path) -> PathBuf {
-    if target.is_file() {
-        target.to_path_buf()
-    } else {
-        target.join(MANIFEST_FILE)
+    // Anything there but a directory is the manifest itself, so that a FIFO or a device is
+    // refused as such by `load`.
+    match std::fs::metadata(target) {
+        Ok(m) if !m.is_dir() => target.to_path_buf(),
+        _ => target.join(MANIFEST_FILE),
     }
 }
 
@@ -345,11 +351,16 @@ pub fn parse(text: &str, path: &Path) -> Result<(Manifest, Signature), ManifestE
 /// [`ManifestError`] naming the file.
 pub fn load(target: &Path) -> Result<LoadedManifest, ManifestError> {
     let path = manifest_path(target);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ManifestError::Missing { path })
-        }
+    use simpler_host::fsio::{read_regular, ReadFileError};
+    let text = match read_regular(&path, MAX_MANIFEST_BYTES, "a manifest") {
+        Ok(bytes) => String::from_utf8(bytes).map_err(|e| ManifestError::Io {
+            source: ReadFileError::Io {
+                path: path.clone(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()),
+            },
+            path: path.clone(),
+        })?,
+        Err(ReadFileError::Missing { .. }) => return Err(ManifestError::Missing { path }),
         Err(source) => return Err(ManifestError::Io { path, source }),
     };
     let (manifest, signature) = parse(&text, &path)?;
@@ -533,5 +544,35 @@ dtype = "f32"
         let e = load(dir.path()).unwrap_err();
         assert!(matches!(e, ManifestError::Missing { .. }), "{e:?}");
         assert!(e.to_string().contains("simpler.toml"), "{e}");
+    }
+
+    #[test]
+    fn load_refuses_a_fifo_a_device_and_an_oversized_manifest() {
+        use simpler_host::fsio::ReadFileError;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.toml");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        // Returns at once: the open does not wait for a writer.
+        let e = load(&fifo).unwrap_err();
+        assert!(
+            matches!(&e, ManifestError::Io { source: ReadFileError::NotRegular { kind: "a FIFO", .. }, .. }),
+            "{e:?}"
+        );
+        let e = load(Path::new("/dev/zero")).unwrap_err();
+        assert!(
+            matches!(&e, ManifestError::Io { source: ReadFileError::NotRegular { .. }, .. }),
+            "{e:?}"
+        );
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_MANIFEST_BYTES as usize + 1]).unwrap();
+        let e = load(&big).unwrap_err();
+        assert!(
+            matches!(&e, ManifestError::Io { source: ReadFileError::TooLarge { .. }, .. }),
+            "{e:?}"
+        );
     }
 }

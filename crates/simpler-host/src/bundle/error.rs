@@ -106,10 +106,20 @@ pub enum BundleError {
         /// How many.
         count: u64,
     },
-    /// Reading or writing the file failed.
+    /// The file could not be read: it is missing, not a regular file (a directory, FIFO or
+    /// device), larger than [`MAX_BUNDLE_BYTES`](super::MAX_BUNDLE_BYTES), or the OS failed.
+    #[error("cannot read bundle file `{}`", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong, naming the file (and its size when it is too large).
+        #[source]
+        source: crate::fsio::ReadFileError,
+    },
+    /// Writing the file failed.
     #[error("cannot {op} bundle file `{}`", path.display())]
     Io {
-        /// "read" or "write".
+        /// "write".
         op: &'static str,
         /// The file.
         path: PathBuf,

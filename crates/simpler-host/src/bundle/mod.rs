@@ -73,6 +73,9 @@ pub const BUNDLE_MAGIC: &[u8; 8] = b"SIMPLERB";
 pub const BUNDLE_FORMAT_VERSION: u32 = 1;
 /// The 4 bytes every ELF file starts with.
 pub const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+/// The largest bundle file [`Bundle::read`] reads (1 GiB); a larger one is refused before
+/// it is read ([`BundleError::Read`]).
+pub const MAX_BUNDLE_BYTES: u64 = 1 << 30;
 /// Bytes before the metadata: magic, version, metadata length.
 const PREFIX_LEN: usize = 16;
 /// Bytes of the trailing checksum.
@@ -175,14 +178,18 @@ impl Bundle {
     /// Reads and validates the bundle file at `path`.
     ///
     /// # Errors
-    /// [`BundleError::Io`] if the file cannot be read, else as [`Bundle::from_bytes`].
+    /// [`BundleError::Read`] if the file is missing, not a regular file (refused without
+    /// blocking on a FIFO), larger than [`MAX_BUNDLE_BYTES`] or unreadable, else as
+    /// [`Bundle::from_bytes`].
     pub fn read(path: impl AsRef<Path>) -> Result<Bundle, BundleError> {
         let path = path.as_ref();
-        let data = std::fs::read(path).map_err(|source| BundleError::Io {
-            op: "read",
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let data =
+            crate::fsio::read_regular(path, MAX_BUNDLE_BYTES, "a bundle").map_err(|source| {
+                BundleError::Read {
+                    path: path.to_path_buf(),
+                    source,
+                }
+            })?;
         Bundle::from_bytes(&data)
     }
 

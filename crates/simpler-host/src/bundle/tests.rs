@@ -445,7 +445,7 @@ fn io_error_names_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.simpler");
     let e = Bundle::read(&missing).unwrap_err();
-    assert!(matches!(e, BundleError::Io { op: "read", .. }), "{e:?}");
+    assert!(matches!(e, BundleError::Read { .. }), "{e:?}");
     assert!(e.to_string().contains("nope.simpler"), "{e}");
     let e = sample()
         .write(dir.path().join("no-such-dir").join("x.simpler"))
@@ -492,4 +492,29 @@ fn write_is_atomic_and_leaves_no_temp_file() {
     assert!(matches!(e, BundleError::DuplicateFuncId { .. }), "{e:?}");
     assert_eq!(std::fs::read(&path).unwrap(), before);
     assert_eq!(dir_entries(dir.path()), vec!["gemm.simpler".to_string()]);
+}
+
+#[test]
+fn reading_refuses_devices_fifos_and_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.simpler");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for (path, kind) in [
+        (std::path::Path::new("/dev/zero"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (dir.path(), "a directory"),
+    ] {
+        let e = Bundle::read(path).unwrap_err();
+        let BundleError::Read { source, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert!(
+            matches!(source, crate::fsio::ReadFileError::NotRegular { kind: k, .. } if *k == kind),
+            "{source:?}"
+        );
+    }
 }

@@ -44,6 +44,15 @@ pub const NPY_MAGIC: &[u8; 6] = b"\x93NUMPY";
 /// Deepest bracket nesting a header may use (a real one uses 2: the dict and the shape).
 pub const MAX_HEADER_NESTING: usize = 16;
 
+/// Longest header [`read`] accepts, in bytes (64 KiB; NumPy writes under 200, and its own
+/// reader refuses more than 10 000 by default).
+pub const MAX_HEADER_BYTES: usize = 1 << 16;
+
+/// Largest data section [`read`] accepts, in bytes (4 GiB): a header declaring more is
+/// refused before the data is read ([`NpyError::TooLarge`]); [`read_limited`] takes another
+/// limit.
+pub const MAX_DATA_BYTES: u64 = 1 << 32;
+
 /// A dense array as read from or written to a `.npy` file.
 #[derive(Clone, PartialEq, Eq)]
 pub struct NpyArray {
@@ -107,6 +116,30 @@ pub enum NpyError {
     Missing {
         /// The file.
         path: PathBuf,
+    },
+    /// The path is not a regular file (a directory, FIFO, socket or device); refused at
+    /// open, without blocking on a FIFO.
+    #[error("`{}` is {kind}, not a regular file", path.display())]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is ([`simpler_host::fsio::ReadFileError::NotRegular`]'s `kind`).
+        kind: &'static str,
+    },
+    /// The header declares more data than the reader's limit; nothing past the header was
+    /// read.
+    #[error(
+        "`{}` declares {declared} bytes of data, more than the {limit} bytes a .npy input \
+         may hold",
+        path.display()
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Bytes of data its header declares (shape × element size).
+        declared: u64,
+        /// The most bytes accepted ([`MAX_DATA_BYTES`] for [`read`]).
+        limit: u64,
     },
     /// Reading or writing failed.
     #[error("cannot {op} `{}`", path.display())]
@@ -345,8 +378,9 @@ fn dtype_of(descr: &str, path: &Path) -> Result<DataType, NpyError> {
     })
 }
 
-/// The header's text and where the data starts, after checking magic, version and length.
-fn split_header<'a>(data: &'a [u8], path: &Path) -> Result<(Cow<'a, str>, usize), NpyError> {
+/// Where the header starts, how long it says it is and whether it is UTF-8, after checking
+/// magic and version in the first 12 (or fewer) bytes of `data`.
+fn header_span(data: &[u8], path: &Path) -> Result<(usize, usize, bool), NpyError> {
     let malformed = |reason: String| NpyError::MalformedHeader {
         path: path.to_path_buf(),
         reason,
@@ -379,6 +413,16 @@ fn split_header<'a>(data: &'a [u8], path: &Path) -> Result<(Cow<'a, str>, usize)
     } else {
         u32::from_le_bytes(data[8..12].try_into().expect("4 bytes")) as usize
     };
+    Ok((start, header_len, utf8))
+}
+
+/// The header's text and where the data starts, after checking magic, version and length.
+fn split_header<'a>(data: &'a [u8], path: &Path) -> Result<(Cow<'a, str>, usize), NpyError> {
+    let malformed = |reason: String| NpyError::MalformedHeader {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let (start, header_len, utf8) = header_span(data, path)?;
     let data_start = start
         .checked_add(header_len)
         .filter(|&e| e <= data.len())
@@ -401,11 +445,47 @@ fn split_header<'a>(data: &'a [u8], path: &Path) -> Result<(Cow<'a, str>, usize)
     Ok((text, data_start))
 }
 
+/// What a header says: the shape, the element type, where the data starts and how many
+/// bytes of it the shape needs (`None` when that overflows `u64`).
+struct Header {
+    shape: Vec<u64>,
+    dtype: DataType,
+    data_start: usize,
+    expected: Option<u64>,
+}
+
+impl Header {
+    /// The [`NpyError::DataLength`] of a data section of `got` bytes.
+    fn length_error(self, path: &Path, got: u64) -> NpyError {
+        NpyError::DataLength {
+            path: path.to_path_buf(),
+            shape: self.shape,
+            dtype: self.dtype,
+            expected: self.expected.unwrap_or(u64::MAX),
+            got,
+        }
+    }
+}
+
 /// Parses the contents of a `.npy` file; `path` is only used in messages.
 ///
 /// # Errors
 /// [`NpyError`] naming `path`.
 pub fn parse(data: &[u8], path: &Path) -> Result<NpyArray, NpyError> {
+    let header = parse_header(data, path)?;
+    let body = &data[header.data_start..];
+    if header.expected != Some(body.len() as u64) {
+        return Err(header.length_error(path, body.len() as u64));
+    }
+    Ok(NpyArray {
+        shape: header.shape,
+        dtype: header.dtype,
+        bytes: body.to_vec(),
+    })
+}
+
+/// Parses the header at the start of `data` (which holds at least the whole header).
+fn parse_header(data: &[u8], path: &Path) -> Result<Header, NpyError> {
     let malformed = |reason: String| NpyError::MalformedHeader {
         path: path.to_path_buf(),
         reason,
@@ -474,46 +554,103 @@ pub fn parse(data: &[u8], path: &Path) -> Result<NpyArray, NpyError> {
             path: path.to_path_buf(),
         });
     }
-    let body = &data[data_start..];
     let expected = numel(&shape).and_then(|n| n.checked_mul(dtype.size_bytes() as u64));
-    if expected != Some(body.len() as u64) {
-        return Err(NpyError::DataLength {
-            path: path.to_path_buf(),
-            shape,
-            dtype,
-            expected: expected.unwrap_or(u64::MAX),
-            got: body.len() as u64,
-        });
-    }
-    Ok(NpyArray {
+    Ok(Header {
         shape,
         dtype,
-        bytes: body.to_vec(),
+        data_start,
+        expected,
     })
 }
 
-/// Reads a `.npy` file.
+/// Reads a `.npy` file, refusing one whose header declares more than [`MAX_DATA_BYTES`] of
+/// data.
 ///
 /// # Errors
-/// [`NpyError`] naming the file: missing, unreadable, not a `.npy`, malformed header,
-/// unsupported dtype or order, data length mismatch.
+/// As [`read_limited`].
 pub fn read(path: &Path) -> Result<NpyArray, NpyError> {
-    let data = match std::fs::read(path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(NpyError::Missing {
-                path: path.to_path_buf(),
-            })
-        }
-        Err(source) => {
-            return Err(NpyError::Io {
-                op: "read",
-                path: path.to_path_buf(),
-                source,
-            })
-        }
+    read_limited(path, MAX_DATA_BYTES)
+}
+
+/// Reads a `.npy` file whose data section may hold at most `limit` bytes.
+///
+/// The file must be a regular file (checked at open, without blocking on a FIFO:
+/// [`simpler_host::fsio::open_regular`]). The header is read first (at most
+/// [`MAX_HEADER_BYTES`]); the data section must then be exactly the shape × element size
+/// bytes the header declares, compared with the file's size before any data is read, and
+/// no more than that is read.
+///
+/// # Errors
+/// [`NpyError`] naming the file: missing, not a regular file, unreadable, not a `.npy`,
+/// malformed or over-long header, unsupported dtype or order, more data declared than
+/// `limit` ([`NpyError::TooLarge`]), data length mismatch.
+pub fn read_limited(path: &Path, limit: u64) -> Result<NpyArray, NpyError> {
+    use simpler_host::fsio::{open_regular, ReadFileError};
+    use std::io::Read;
+    let io = |source| NpyError::Io {
+        op: "read",
+        path: path.to_path_buf(),
+        source,
     };
-    parse(&data, path)
+    let (mut file, size) = open_regular(path).map_err(|e| match e {
+        ReadFileError::Missing { path } => NpyError::Missing { path },
+        ReadFileError::NotRegular { path, kind } => NpyError::NotRegular { path, kind },
+        ReadFileError::Io { path, source } => NpyError::Io {
+            op: "read",
+            path,
+            source,
+        },
+        ReadFileError::TooLarge {
+            path, size, limit, ..
+        } => NpyError::TooLarge {
+            path,
+            declared: size,
+            limit,
+        },
+    })?;
+    // Magic, version and header length, then the header they declare.
+    let mut head = Vec::with_capacity(128);
+    (&mut file).take(12).read_to_end(&mut head).map_err(io)?;
+    let (start, header_len, _) = header_span(&head, path)?;
+    if header_len > MAX_HEADER_BYTES {
+        return Err(NpyError::MalformedHeader {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the header claims {header_len} bytes, more than the {MAX_HEADER_BYTES} \
+                 accepted"
+            ),
+        });
+    }
+    let header_end = (start + header_len) as u64;
+    (&mut file)
+        .take(header_end.saturating_sub(head.len() as u64))
+        .read_to_end(&mut head)
+        .map_err(io)?;
+    let header = parse_header(&head, path)?;
+    // What the header declares, against the file's size and the limit, before reading it.
+    let present = size.saturating_sub(header.data_start as u64);
+    if header.expected != Some(present) {
+        return Err(header.length_error(path, present));
+    }
+    let expected = present;
+    if expected > limit {
+        return Err(NpyError::TooLarge {
+            path: path.to_path_buf(),
+            declared: expected,
+            limit,
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
+    file.take(expected).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 != expected {
+        // The file shrank while being read.
+        return Err(header.length_error(path, bytes.len() as u64));
+    }
+    Ok(NpyArray {
+        shape: header.shape,
+        dtype: header.dtype,
+        bytes,
+    })
 }
 
 /// Serializes `n`-byte little-endian elements as `T` through npyz.

@@ -382,3 +382,88 @@ fn write_replaces_atomically_and_reports_io_errors() {
     assert!(matches!(e, NpyError::Io { op: "write", .. }), "{e:?}");
     assert!(e.to_string().contains("missing-dir"), "{e}");
 }
+
+#[test]
+fn read_refuses_devices_fifos_and_directories_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("in.npy");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for (path, kind) in [
+        (Path::new("/dev/zero"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (dir.path(), "a directory"),
+    ] {
+        // A FIFO with no writer returns at once (a blocking open would hang this test).
+        let e = read(path).unwrap_err();
+        assert!(
+            matches!(&e, NpyError::NotRegular { kind: k, .. } if *k == kind),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+    }
+    let e = read(&dir.path().join("none.npy")).unwrap_err();
+    assert!(matches!(e, NpyError::Missing { .. }), "{e:?}");
+}
+
+#[test]
+fn read_takes_exactly_what_the_header_declares() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.npy");
+    let good = encode(&arr(&[2, 3], DataType::Int32));
+    std::fs::write(&path, &good).unwrap();
+    assert_eq!(read(&path).unwrap(), arr(&[2, 3], DataType::Int32));
+    // The file holds more than the header declares.
+    let mut longer = good.clone();
+    longer.extend_from_slice(&[0; 1000]);
+    std::fs::write(&path, &longer).unwrap();
+    match read(&path).unwrap_err() {
+        NpyError::DataLength { expected, got, .. } => assert_eq!((expected, got), (24, 1024)),
+        other => panic!("{other:?}"),
+    }
+    // Less.
+    std::fs::write(&path, &good[..good.len() - 5]).unwrap();
+    match read(&path).unwrap_err() {
+        NpyError::DataLength { expected, got, .. } => assert_eq!((expected, got), (24, 19)),
+        other => panic!("{other:?}"),
+    }
+    // A header length past the file, and one over the header limit.
+    std::fs::write(&path, &good[..40]).unwrap();
+    let e = read(&path).unwrap_err().to_string();
+    assert!(e.contains("claims"), "{e}");
+    let mut huge = good.clone();
+    huge[6] = 2;
+    huge[8..12].copy_from_slice(&(MAX_HEADER_BYTES as u32 + 1).to_le_bytes());
+    std::fs::write(&path, &huge).unwrap();
+    let e = read(&path).unwrap_err();
+    assert!(matches!(e, NpyError::MalformedHeader { .. }), "{e:?}");
+    assert!(e.to_string().contains("more than the 65536"), "{e}");
+}
+
+#[test]
+fn read_refuses_data_over_the_limit_before_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.npy");
+    std::fs::write(&path, encode(&arr(&[4, 4], DataType::Float32))).unwrap();
+    assert_eq!(read_limited(&path, 64).unwrap().bytes.len(), 64);
+    let e = read_limited(&path, 63).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NpyError::TooLarge {
+                declared: 64,
+                limit: 63,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("a.npy") && msg.contains("64 bytes") && msg.contains("63"),
+        "{msg}"
+    );
+}
