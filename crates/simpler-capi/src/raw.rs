@@ -143,11 +143,12 @@ pub unsafe fn array<'a, T>(ptr: *const T, n: usize, param: &str) -> Result<&'a [
 
 /// Refuses a range no Rust slice can describe: more than `isize::MAX` bytes, or one that
 /// wraps past the end of the address space (a count a caller got wrong, never memory it
-/// has).
+/// has). The one check of a caller's host range: the copy entries ([`bytes`],
+/// [`bytes_mut`]) and `simpler_prepare_run`'s host tensors apply it.
 ///
 /// # Errors
 /// `SIMPLER_STATUS_INVALID_ARGUMENT` naming `param`.
-fn check_extent(ptr: *const u8, len: usize, param: &str) -> Result<(), Failure> {
+pub fn check_extent(ptr: *const u8, len: usize, param: &str) -> Result<(), Failure> {
     if len > isize::MAX as usize || (ptr as usize).checked_add(len).is_none() {
         return Err(Failure::invalid(
             param,

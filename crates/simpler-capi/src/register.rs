@@ -76,8 +76,14 @@ pub unsafe extern "C" fn simpler_register_callable_file(
         let spec = || {
             // SAFETY: the header's contract for `path`.
             let path = unsafe { raw::c_str(path, "path") }?;
-            let bytes = std::fs::read(path)
-                .map_err(|e| Failure::invalid("path", format!("cannot read `{path}`: {e}")))?;
+            // A FIFO, device or directory is refused at open (without blocking), and no more
+            // than the bundle limit is read.
+            let bytes = simpler_host::fsio::read_regular(
+                std::path::Path::new(path),
+                simpler_host::bundle::MAX_BUNDLE_BYTES,
+                "a bundle",
+            )
+            .map_err(|e| Failure::invalid("path", e.to_string()))?;
             spec_of(&bytes, &format!("bundle file `{path}`"))
         };
         register_auto(ctx, spec, &out)

@@ -169,8 +169,26 @@ fn offer_of(i: usize, a: &SimplerArg) -> Result<ArgOffer, Failure> {
                     format!("{} bytes do not fit", a.nbytes),
                 )
             })?;
+            let ptr_param = format!("{param}.host_ptr");
             if a.host_ptr.is_null() && len != 0 {
-                return Err(Failure::null(&format!("{param}.host_ptr")));
+                return Err(Failure::null(&ptr_param));
+            }
+            if len != 0 {
+                // The range check of the copy entries, so a range that wraps is refused
+                // here rather than faulting at the launch.
+                raw::check_extent(a.host_ptr.cast_const(), len, &ptr_param)?;
+                // Kernels read a tensor's elements in place as their type: the data must
+                // start on an element boundary.
+                let align = dtype.size_bytes();
+                if !(a.host_ptr as usize).is_multiple_of(align) {
+                    return Err(Failure::invalid(
+                        &ptr_param,
+                        format!(
+                            "{:p} is not aligned to the {align}-byte elements of {dtype}",
+                            a.host_ptr
+                        ),
+                    ));
+                }
             }
             Ok(ArgOffer::Host(HostMemory {
                 addr: a.host_ptr as usize,

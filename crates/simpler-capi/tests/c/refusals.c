@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -166,6 +167,47 @@ static void registry_and_runs(const char *gemm_path, const char *sleepy_path) {
                 SIMPLER_STATUS_INVALID_ARGUMENT, "src");
         REFUSED(simpler_copy_from_device(ctx, host, 4096, UINT64_MAX),
                 SIMPLER_STATUS_INVALID_ARGUMENT, "dst");
+        /* A host tensor's range is checked at prepare as the copies check theirs: 1 MiB at
+         * UINTPTR_MAX - 100 wraps, and is refused before any launch could touch it. */
+        const uint64_t g_shape[2] = {512, 512};
+        const uint64_t g_bytes = 512u * 512u * sizeof(float);
+        float *ga = (float *)calloc(512 * 512 + 1, sizeof(float));
+        float *gc = (float *)calloc(512 * 512, sizeof(float));
+        EXPECT(ga != NULL && gc != NULL, "the gemm buffers were allocated");
+        SimplerArg wraps[3] = {
+            simpler_arg_host((void *)(UINTPTR_MAX - 100), g_bytes, SIMPLER_DT_FLOAT32, 2, g_shape),
+            simpler_arg_host(ga, g_bytes, SIMPLER_DT_FLOAT32, 2, g_shape),
+            simpler_arg_host(gc, g_bytes, SIMPLER_DT_FLOAT32, 2, g_shape)};
+        REFUSED(simpler_prepare_run(ctx, 0, wraps, 3, NULL, &none),
+                SIMPLER_STATUS_INVALID_ARGUMENT, "args[0].host_ptr");
+        REFUSED(simpler_prepare_run(ctx, 0, wraps, 3, NULL, &none),
+                SIMPLER_STATUS_INVALID_ARGUMENT, "past the end of the address space");
+        /* A host tensor that does not start on an element boundary is refused, naming it. */
+        SimplerArg misaligned[3] = {
+            simpler_arg_host(ga, g_bytes, SIMPLER_DT_FLOAT32, 2, g_shape),
+            simpler_arg_host((char *)ga + 1, g_bytes, SIMPLER_DT_FLOAT32, 2, g_shape),
+            simpler_arg_host(gc, g_bytes, SIMPLER_DT_FLOAT32, 2, g_shape)};
+        REFUSED(simpler_prepare_run(ctx, 0, misaligned, 3, NULL, &none),
+                SIMPLER_STATUS_INVALID_ARGUMENT, "args[1].host_ptr");
+        REFUSED(simpler_prepare_run(ctx, 0, misaligned, 3, NULL, &none),
+                SIMPLER_STATUS_INVALID_ARGUMENT, "not aligned to the 4-byte elements");
+        EXPECT(none == NULL, "no run on failure");
+        free(ga);
+        free(gc);
+        /* A bundle path that is a device, a FIFO with no writer (refused at once, not waited
+         * on) or a directory is refused before anything is read. */
+        REFUSED(simpler_register_callable_file(ctx, "/dev/zero", &id),
+                SIMPLER_STATUS_INVALID_ARGUMENT, "is a character device, not a regular file");
+        char fifo[64];
+        snprintf(fifo, sizeof fifo, "/tmp/simpler-refusals-%d.fifo", (int)getpid());
+        unlink(fifo);
+        EXPECT(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+        REFUSED(simpler_register_callable_file(ctx, fifo, &id), SIMPLER_STATUS_INVALID_ARGUMENT,
+                "is a FIFO, not a regular file");
+        unlink(fifo);
+        REFUSED(simpler_register_callable_file(ctx, "/tmp", &id), SIMPLER_STATUS_INVALID_ARGUMENT,
+                "is a directory, not a regular file");
+        EXPECT(id == -1, "a refused file's id is -1, got %d", id);
     }
 
     /* A bounded wait on a run that sleeps: TIMEOUT, and the run stays waitable. */
