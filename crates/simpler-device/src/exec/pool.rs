@@ -32,7 +32,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::cpu::ThreadProbe;
 use super::fiber::{SliceEnd, Suspend, Task};
-use super::protocol::{AfterPark, RunQueue};
+use super::protocol::{AfterPark, Lifo, RunQueue};
 
 /// How long a slice may keep its worker busy (its CPU time advances: a spin, a long
 /// computation, page faults) or blocked in the OS (a sleep, a lock, a blocking call) while
@@ -50,6 +50,9 @@ pub(crate) const COHORT_WINDOW: Duration = Duration::from_millis(50);
 pub(crate) const MONITOR_TICK: Duration = Duration::from_millis(1);
 /// Slices a busy worker runs between two looks at the timers (see [`Pool::work`]).
 const TIMER_LOOK_EVERY: u32 = 4;
+/// Looks at the queue's length an idle worker takes, searching, before it sleeps (a push
+/// meanwhile wakes no sleeper: the searcher takes the fiber).
+const SEARCH_SPINS: u32 = 0;
 /// Default stack of a fiber, bytes (the default of a Rust thread): mapped up front,
 /// committed by the OS only as it is touched.
 pub(crate) const DEFAULT_STACK_BYTES: usize = 2 << 20;
@@ -96,6 +99,14 @@ struct WorkerSlot {
     probe: std::sync::OnceLock<ThreadProbe>,
     /// Counted out of the pool (blocking section, or stalled as the monitor saw it).
     counted_out: AtomicBool,
+    /// The worker's LIFO slot: the fiber its running fiber woke last, run next.
+    lifo: Arc<Lifo<Arc<Task>>>,
+}
+
+thread_local! {
+    /// The LIFO slot of the pool worker running on this thread (None on other threads).
+    static LOCAL_LIFO: std::cell::RefCell<Option<Arc<Lifo<Arc<Task>>>>> =
+        const { std::cell::RefCell::new(None) };
 }
 
 /// Worker bookkeeping (changes only when a worker starts, retires or is counted out).
@@ -237,10 +248,25 @@ impl Pool {
     /// A push from outside the workers (a host thread, a fiber of a blocking section) arms
     /// the stall monitor when every worker is busy: the workers that would arm it may all
     /// be held by kernels that never suspend.
+    ///
+    /// A wake from a fiber running on a worker (or from the worker itself) puts the fiber
+    /// in that worker's LIFO slot while no worker sleeps ([`RunQueue::push_local`]); the
+    /// monitor is then armed, since the waking fiber may keep its worker.
     pub(crate) fn wake(&'static self, task: &Arc<Task>) {
         if task.state.wake() {
-            self.queue.push_as(task.clone(), task.urgent);
-            self.arm_monitor_if_saturated();
+            let local = LOCAL_LIFO.with(|l| {
+                l.borrow()
+                    .as_ref()
+                    .map(|lifo| self.queue.push_local(lifo, task.clone(), task.urgent))
+            });
+            match local {
+                Some(true) => self.arm_monitor_if_waiting(),
+                Some(false) => self.arm_monitor_if_saturated(),
+                None => {
+                    self.queue.push_as(task.clone(), task.urgent);
+                    self.arm_monitor_if_saturated();
+                }
+            }
         }
     }
 
@@ -265,6 +291,7 @@ impl Pool {
                 continue;
             }
             let slot = Arc::new(WorkerSlot::default());
+            self.queue.register(slot.lifo.clone());
             let idx = w.started;
             let s = slot.clone();
             std::thread::Builder::new()
@@ -279,8 +306,10 @@ impl Pool {
     }
 
     /// Counts the calling worker out of the pool and makes sure another takes its place.
+    /// Its LIFO slot closes, and a fiber in it goes to the shared queue.
     fn count_out(&'static self, slot: &WorkerSlot) {
         if !slot.counted_out.swap(true, Ordering::AcqRel) {
+            self.queue.close_lifo(&slot.lifo);
             {
                 let mut w = self.workers.lock();
                 w.out += 1;
@@ -295,6 +324,7 @@ impl Pool {
     /// Counts a worker back in (its blocking section or stall ended).
     fn count_in(&self, slot: &WorkerSlot) {
         if slot.counted_out.swap(false, Ordering::AcqRel) {
+            self.queue.open_lifo(&slot.lifo);
             let mut w = self.workers.lock();
             w.out -= 1;
             self.serving.store(w.live - w.out, Ordering::Release);
@@ -405,15 +435,17 @@ impl Pool {
         }
     }
 
-    /// The next fiber to run, sleeping while there is none; None to re-check timers and
-    /// surplus. An idle worker does not poll first: on a 2-CPU host a polling worker takes
-    /// the CPU that the host thread (or the other worker) needs, and measured slower at the
-    /// median and with millisecond tails (`docs/sim-performance.md`).
-    fn next_task(&self) -> Option<Arc<Task>> {
-        if let Some(t) = self.queue.try_pop() {
-            return Some(t);
-        }
-        self.queue.pop_or_sleep(
+    /// The next fiber to run ([`RunQueue::next`]: the worker's LIFO slot, the shared
+    /// queue, a brief search, other workers' slots), sleeping while there is none; None to
+    /// re-check timers and surplus. An idle worker does not poll for long: on a 2-CPU host
+    /// a polling worker takes the CPU that the host thread (or the other worker) needs, and
+    /// measured slower at the median and with millisecond tails
+    /// (`docs/sim-performance.md`).
+    fn next_task(&self, slot: &WorkerSlot, streak: &mut u32) -> Option<Arc<Task>> {
+        self.queue.next(
+            &slot.lifo,
+            streak,
+            SEARCH_SPINS,
             || self.next_deadline(),
             |_| self.serving.load(Ordering::Acquire) <= self.target,
         )
@@ -425,6 +457,9 @@ impl Pool {
         if let Some(p) = ThreadProbe::current() {
             let _ = slot.probe.set(p);
         }
+        LOCAL_LIFO.with(|l| *l.borrow_mut() = Some(slot.lifo.clone()));
+        // Fibers taken from the LIFO slot in a row (see `RunQueue::next`).
+        let mut streak = 0;
         // Slices run since the timers were last looked at: a look reads the clock, so a
         // worker busy with short slices looks every TIMER_LOOK_EVERY slices (a due timer
         // then waits a few microseconds longer), and always after waking from a sleep.
@@ -436,13 +471,15 @@ impl Pool {
             }
             since_look += 1;
             if let Some(spare) = self.retire_if_surplus() {
+                // Only this thread puts into its slot: empty now, it stays empty.
+                self.queue.drain_lifo(&slot.lifo);
                 let mut go = spare.go.lock();
                 while !*go {
                     spare.cv.wait(&mut go);
                 }
                 continue;
             }
-            let Some(task) = self.next_task() else {
+            let Some(task) = self.next_task(slot, &mut streak) else {
                 since_look = TIMER_LOOK_EVERY;
                 continue;
             };
@@ -496,6 +533,19 @@ impl Pool {
         if !(self.queue.looks_busy() && self.queue.none_sleeping()) {
             return;
         }
+        self.arm_monitor();
+    }
+
+    /// Wakes the stall monitor if no worker sleeps: a fiber was just put in a LIFO slot,
+    /// and the fiber that woke it may keep its worker.
+    fn arm_monitor_if_waiting(&'static self) {
+        if self.monitor.armed_hint.load(Ordering::Acquire) || !self.queue.none_sleeping() {
+            return;
+        }
+        self.arm_monitor();
+    }
+
+    fn arm_monitor(&'static self) {
         let mut armed = self.monitor.armed.lock();
         if !*armed {
             *armed = true;
@@ -566,7 +616,8 @@ impl Pool {
                 }
             }
             std::thread::sleep(MONITOR_TICK);
-            let saturated = self.queue.looks_busy() && self.queue.none_sleeping();
+            let saturated = (self.queue.looks_busy() || self.queue.any_lifo_occupied())
+                && self.queue.none_sleeping();
             if !saturated {
                 *self.monitor.armed.lock() = false;
                 self.monitor.armed_hint.store(false, Ordering::Release);

@@ -25,12 +25,14 @@
 //! Nothing here knows coroutines or threads: the pool calls these around them.
 
 #[cfg(all(test, feature = "loom"))]
-use loom::sync::atomic::AtomicU8;
+use loom::sync::atomic::{AtomicU8, AtomicUsize};
 use std::collections::VecDeque;
-#[cfg(not(all(test, feature = "loom")))]
-use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::AcqRel;
 use std::sync::atomic::Ordering::Acquire;
+use std::sync::atomic::Ordering::Release;
+#[cfg(not(all(test, feature = "loom")))]
+use std::sync::atomic::{AtomicU8, AtomicUsize};
+use std::sync::Arc;
 
 #[cfg(all(test, feature = "loom"))]
 use loom::sync::{Condvar, Mutex};
@@ -122,15 +124,75 @@ impl TaskState {
     }
 }
 
-/// The run queue and its sleeping workers.
+/// Consecutive fibers a worker may take from its LIFO slot before it takes the front of
+/// the shared queue first (fairness: two fibers waking each other must not starve the
+/// queue).
+pub(crate) const LIFO_STREAK: u32 = 3;
+
+/// The run queue, the workers' LIFO slots and the workers that sleep on the queue.
 pub(crate) struct RunQueue<T> {
     /// The queue's length as of the last change, read without the lock (a hint: the lock
     /// decides).
-    len_hint: std::sync::atomic::AtomicUsize,
-    /// The count of sleeping workers as of the last change (a hint for the stall monitor).
-    sleeping_hint: std::sync::atomic::AtomicUsize,
+    len_hint: AtomicUsize,
+    /// The count of sleeping workers as of the last change, stored under the lock. The
+    /// stall monitor reads it as a hint; [`RunQueue::push_local`] reads it under a LIFO
+    /// slot's lock, where it decides (a worker about to sleep stores it before it looks
+    /// into the slots).
+    sleeping_hint: AtomicUsize,
+    /// Workers searching: they found the queue empty and look again briefly before they
+    /// sleep. A push that sees one notifies no sleeper (the searcher re-checks the queue
+    /// under the lock after it stops searching).
+    searching: AtomicUsize,
     state: Lock<QueueState<T>>,
     work: Cond,
+}
+
+/// One worker's LIFO slot: the fiber last woken by a fiber running on that worker, run by
+/// it next. Only its worker's thread puts into it; its worker, a worker about to sleep
+/// (a steal) and the stall monitor (a worker counted out) take from it.
+pub(crate) struct Lifo<T> {
+    slot: Lock<LifoSlot<T>>,
+}
+
+/// What a LIFO slot's lock protects.
+struct LifoSlot<T> {
+    /// The fiber, and whether it is urgent (it keeps its place if it goes to the queue).
+    task: Option<(T, bool)>,
+    /// Closed while its worker is counted out of the pool: wakes go to the shared queue.
+    closed: bool,
+}
+
+impl<T> Default for Lifo<T> {
+    fn default() -> Self {
+        Lifo {
+            slot: Lock::new(LifoSlot {
+                task: None,
+                closed: false,
+            }),
+        }
+    }
+}
+
+impl<T> Lifo<T> {
+    #[cfg(not(all(test, feature = "loom")))]
+    fn lock(&self) -> Guard<'_, LifoSlot<T>> {
+        self.slot.lock()
+    }
+
+    #[cfg(all(test, feature = "loom"))]
+    fn lock(&self) -> Guard<'_, LifoSlot<T>> {
+        self.slot.lock().unwrap()
+    }
+
+    /// Takes the fiber in the slot, if any.
+    fn take(&self) -> Option<(T, bool)> {
+        self.lock().task.take()
+    }
+
+    /// True if a fiber sits in the slot.
+    pub(crate) fn is_occupied(&self) -> bool {
+        self.lock().task.is_some()
+    }
 }
 
 #[cfg(not(all(test, feature = "loom")))]
@@ -158,13 +220,16 @@ pub(crate) struct QueueState<T> {
     /// more sleep than are already being woken (a futex wake per push would cost more than
     /// the work it hands over).
     pub(crate) waking: usize,
+    /// Every worker's LIFO slot, for a worker about to sleep to steal from.
+    lifos: Vec<Arc<Lifo<T>>>,
 }
 
 impl<T> RunQueue<T> {
     pub(crate) fn new() -> RunQueue<T> {
         RunQueue {
-            len_hint: std::sync::atomic::AtomicUsize::new(0),
-            sleeping_hint: std::sync::atomic::AtomicUsize::new(0),
+            len_hint: AtomicUsize::new(0),
+            sleeping_hint: AtomicUsize::new(0),
+            searching: AtomicUsize::new(0),
             state: Default::default(),
             work: Default::default(),
         }
@@ -210,8 +275,148 @@ impl<T> RunQueue<T> {
     }
 
     fn note_len(&self, st: &QueueState<T>) {
-        self.len_hint
-            .store(st.queue.len(), std::sync::atomic::Ordering::Release);
+        self.len_hint.store(st.queue.len(), Release);
+    }
+
+    fn note_sleeping(&self, st: &QueueState<T>) {
+        self.sleeping_hint.store(st.sleeping, Release);
+    }
+
+    /// Adds a worker's LIFO slot to those a worker about to sleep steals from.
+    pub(crate) fn register(&self, lifo: Arc<Lifo<T>>) {
+        self.lock().lifos.push(lifo);
+    }
+
+    /// Queues a fiber made runnable by a fiber running on the worker that owns `lifo`: into
+    /// that slot (true), to run when the current fiber suspends, unless a worker sleeps or
+    /// the slot is closed (then on the shared queue, which wakes a sleeper: false). A fiber
+    /// the new one displaces from the slot goes to the shared queue.
+    ///
+    /// No fiber is stranded in the slot: the sleeping count is read again under the slot's
+    /// lock after the put, and a worker about to sleep stores its count before it takes
+    /// each slot's lock to steal, so either that worker finds the fiber or this call sees
+    /// the sleeper and moves the fiber to the shared queue.
+    pub(crate) fn push_local(&self, lifo: &Lifo<T>, task: T, urgent: bool) -> bool {
+        if self.sleeping_hint.load(Acquire) > 0 {
+            self.push_as(task, urgent);
+            return false;
+        }
+        let mut slot = lifo.lock();
+        if slot.closed {
+            drop(slot);
+            self.push_as(task, urgent);
+            return false;
+        }
+        let displaced = slot.task.replace((task, urgent));
+        let mine = if self.sleeping_hint.load(Acquire) > 0 {
+            slot.task.take()
+        } else {
+            None
+        };
+        drop(slot);
+        if let Some((d, u)) = displaced {
+            self.push_as(d, u);
+        }
+        match mine {
+            Some((t, u)) => {
+                self.push_as(t, u);
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// Closes `lifo` (its worker is counted out of the pool: its current fiber may not
+    /// suspend for long) and moves the fiber in it, if any, to the shared queue.
+    pub(crate) fn close_lifo(&self, lifo: &Lifo<T>) {
+        let t = {
+            let mut slot = lifo.lock();
+            slot.closed = true;
+            slot.task.take()
+        };
+        if let Some((t, u)) = t {
+            self.push_as(t, u);
+        }
+    }
+
+    /// Opens `lifo` again (its worker is counted back in).
+    pub(crate) fn open_lifo(&self, lifo: &Lifo<T>) {
+        lifo.lock().closed = false;
+    }
+
+    /// Moves the fiber in `lifo`, if any, to the shared queue (its worker leaves).
+    pub(crate) fn drain_lifo(&self, lifo: &Lifo<T>) {
+        if let Some((t, u)) = lifo.take() {
+            self.push_as(t, u);
+        }
+    }
+
+    /// True if a fiber sits in some worker's LIFO slot (takes the locks: for the stall
+    /// monitor).
+    pub(crate) fn any_lifo_occupied(&self) -> bool {
+        let lifos: Vec<Arc<Lifo<T>>> = self.lock().lifos.clone();
+        lifos.iter().any(|l| l.is_occupied())
+    }
+
+    /// The next fiber for the worker that owns `lifo`: its LIFO slot first, unless it took
+    /// [`LIFO_STREAK`] fibers from it in a row (`streak` counts them; the front of the
+    /// shared queue then goes first), then the shared queue; with both empty it searches
+    /// (`spins` looks at the queue's length, lock-free) and then sleeps as
+    /// [`RunQueue::pop_or_sleep`] does, stealing from the other workers' slots first.
+    pub(crate) fn next(
+        &self,
+        lifo: &Lifo<T>,
+        streak: &mut u32,
+        spins: u32,
+        deadline: impl Fn() -> Option<std::time::Instant>,
+        stay: impl FnMut(&mut QueueState<T>) -> bool,
+    ) -> Option<T> {
+        if *streak >= LIFO_STREAK {
+            *streak = 0;
+            if let Some(t) = self.try_pop_busy() {
+                return Some(t);
+            }
+        }
+        if let Some((t, _)) = lifo.take() {
+            *streak += 1;
+            return Some(t);
+        }
+        *streak = 0;
+        if let Some(t) = self.try_pop_busy() {
+            return Some(t);
+        }
+        let searched = spins > 0;
+        if searched {
+            self.search(spins);
+        }
+        self.pop_or_sleep_searched(deadline, stay, searched)
+    }
+
+    /// [`RunQueue::try_pop`], skipped (None) while the queue looks empty: the caller
+    /// re-checks under the lock before it sleeps.
+    fn try_pop_busy(&self) -> Option<T> {
+        if self.looks_busy() {
+            self.try_pop()
+        } else {
+            None
+        }
+    }
+
+    /// Counts the caller as searching while it looks at the queue's length up to `spins`
+    /// times (stopping once it looks non-empty); pushes meanwhile notify no sleeper.
+    fn search(&self, spins: u32) {
+        self.searching.fetch_add(1, AcqRel);
+        for _ in 0..spins {
+            if self.looks_busy() {
+                break;
+            }
+            // (Under loom each look is a branch point already; a yield there would make
+            // loom run the other threads first and hide the race the model is for.)
+            std::hint::spin_loop();
+        }
+        // Stopped searching: from here, a push notifies a sleeper again, and the caller
+        // re-checks the queue under the lock before it sleeps.
+        self.searching.fetch_sub(1, AcqRel);
     }
 
     /// Queues a runnable fiber and wakes a sleeping worker, if any.
@@ -231,7 +436,9 @@ impl<T> RunQueue<T> {
             st.queue.push_back(task);
         }
         self.note_len(&st);
-        if st.sleeping > st.waking {
+        // A searching worker re-checks the queue under the lock once it stops searching,
+        // so it will see this fiber: no futex wake needed.
+        if st.sleeping > st.waking && self.searching.load(Acquire) == 0 {
             st.waking += 1;
             self.work.notify_one();
         }
@@ -247,14 +454,12 @@ impl<T> RunQueue<T> {
 
     /// True if the queue looked non-empty at its last change (no lock taken).
     pub(crate) fn looks_busy(&self) -> bool {
-        self.len_hint.load(std::sync::atomic::Ordering::Acquire) > 0
+        self.len_hint.load(Acquire) > 0
     }
 
     /// True if no worker sleeps on the queue (no lock taken; a hint).
     pub(crate) fn none_sleeping(&self) -> bool {
-        self.sleeping_hint
-            .load(std::sync::atomic::Ordering::Acquire)
-            == 0
+        self.sleeping_hint.load(Acquire) == 0
     }
 
     /// Takes the front fiber, sleeping while there is none, at most until `deadline()`
@@ -262,24 +467,54 @@ impl<T> RunQueue<T> {
     /// that read wakes the sleepers ([`RunQueue::wake_all`], which takes the lock), so it
     /// is never slept past. None when the deadline passed with the queue empty. `stay` is
     /// asked under the lock before each sleep: false makes the worker leave (it is
-    /// surplus) with None.
+    /// surplus) with None. Before each sleep it steals the fiber of any worker's LIFO
+    /// slot. (The pool calls it through [`RunQueue::next`]; the loom model calls it
+    /// directly.)
+    #[cfg(all(test, feature = "loom"))]
     pub(crate) fn pop_or_sleep(
         &self,
         deadline: impl Fn() -> Option<std::time::Instant>,
+        stay: impl FnMut(&mut QueueState<T>) -> bool,
+    ) -> Option<T> {
+        self.pop_or_sleep_searched(deadline, stay, false)
+    }
+
+    /// [`RunQueue::pop_or_sleep`]; `searched`: the caller has just searched, so pushes may
+    /// have skipped waking a sleeper on its account. A worker that has searched or slept
+    /// and takes a fiber while more wait wakes a sleeper for them (if none is searching or
+    /// being woken already).
+    fn pop_or_sleep_searched(
+        &self,
+        deadline: impl Fn() -> Option<std::time::Instant>,
         mut stay: impl FnMut(&mut QueueState<T>) -> bool,
+        mut searched: bool,
     ) -> Option<T> {
         let mut st = self.lock();
         loop {
             if let Some(t) = st.pop() {
                 self.note_len(&st);
+                if searched
+                    && !st.queue.is_empty()
+                    && st.sleeping > st.waking
+                    && self.searching.load(Acquire) == 0
+                {
+                    st.waking += 1;
+                    self.work.notify_one();
+                }
                 return Some(t);
             }
             if !stay(&mut st) {
                 return None;
             }
             st.sleeping += 1;
-            self.sleeping_hint
-                .store(st.sleeping, std::sync::atomic::Ordering::Release);
+            self.note_sleeping(&st);
+            // Counted as sleeping before looking into the slots: a fiber put into a slot
+            // after this look sees the count and goes to the queue instead.
+            if let Some(t) = st.lifos.iter().find_map(|l| l.take()) {
+                st.sleeping -= 1;
+                self.note_sleeping(&st);
+                return Some(t.0);
+            }
             let d = deadline();
             let (back, timed_out) = self.wait(st, d);
             st = back;
@@ -288,8 +523,8 @@ impl<T> RunQueue<T> {
             // deadline while another was notified makes the count low, so a later push
             // wakes one worker too many: harmless. It is never high.)
             st.waking = st.waking.saturating_sub(1);
-            self.sleeping_hint
-                .store(st.sleeping, std::sync::atomic::Ordering::Release);
+            self.note_sleeping(&st);
+            searched = true;
             if timed_out {
                 let t = st.pop();
                 self.note_len(&st);
@@ -324,6 +559,7 @@ impl<T> Default for QueueState<T> {
             sleeping: 0,
             urgent: 0,
             waking: 0,
+            lifos: Vec::new(),
         }
     }
 }
@@ -336,7 +572,7 @@ impl<T> Default for QueueState<T> {
 #[cfg(all(test, feature = "loom"))]
 mod loom_model {
     use super::*;
-    use loom::sync::atomic::AtomicU32;
+    use loom::sync::atomic::{AtomicBool, AtomicU32};
     use loom::sync::Arc;
     use std::sync::atomic::Ordering::{Acquire, Release};
 
@@ -420,6 +656,175 @@ mod loom_model {
             assert!(f.state.is_done());
             assert!(f.slices.load(Acquire) <= 3);
             assert!(q.try_pop().is_none(), "the fiber was queued twice");
+        });
+    }
+
+    /// What a pool worker of the model takes: the fiber, or the order to stop (pushed by
+    /// the worker that finished the fiber, for the other).
+    enum Item {
+        Fiber(Arc<PoolFiber>),
+        Stop,
+    }
+
+    struct PoolFiber {
+        state: TaskState,
+        work: AtomicU32,
+        slices: AtomicU32,
+        /// Set while a worker runs a slice of it.
+        running: AtomicBool,
+    }
+
+    fn parked_fiber() -> Arc<PoolFiber> {
+        let f = Arc::new(PoolFiber {
+            state: TaskState::new_queued(),
+            work: AtomicU32::new(0),
+            slices: AtomicU32::new(0),
+            running: AtomicBool::new(false),
+        });
+        f.state.begin_slice();
+        assert_eq!(f.state.end_slice_parked(), AfterPark::Parked);
+        f
+    }
+
+    /// A pool worker as the pool runs one ([`RunQueue::next`]: its LIFO slot, the queue, a
+    /// search of `spins` looks, a steal, a sleep), until the fiber has seen `want` wakes.
+    fn pool_worker(q: &RunQueue<Item>, lifo: &Lifo<Item>, want: u32, spins: u32) {
+        let mut streak = 0;
+        loop {
+            let item = q
+                .next(lifo, &mut streak, spins, || None, |_| true)
+                .expect("an untimed sleep returns a fiber");
+            let f = match item {
+                Item::Stop => return,
+                Item::Fiber(f) => f,
+            };
+            f.state.begin_slice();
+            assert!(
+                !f.running.swap(true, AcqRel),
+                "the fiber ran on two workers at once"
+            );
+            f.slices.fetch_add(1, Release);
+            let done = f.work.load(Acquire) >= want;
+            f.running.store(false, Release);
+            if done {
+                f.state.end_slice_done();
+                q.push(Item::Stop);
+                return;
+            }
+            if f.state.end_slice_parked() == AfterPark::Requeue {
+                q.push(Item::Fiber(f));
+            }
+        }
+    }
+
+    /// A fiber running on the worker that owns `lifo` wakes `f`.
+    fn local_waker(q: &RunQueue<Item>, lifo: &Lifo<Item>, f: &Arc<PoolFiber>) {
+        f.work.fetch_add(1, Release);
+        if f.state.wake() {
+            q.push_local(lifo, Item::Fiber(f.clone()), false);
+        }
+    }
+
+    /// A wake from a thread outside the pool: the shared queue.
+    fn remote_waker(q: &RunQueue<Item>, f: &Arc<PoolFiber>) {
+        f.work.fetch_add(1, Release);
+        if f.state.wake() {
+            q.push(Item::Fiber(f.clone()));
+        }
+    }
+
+    /// A fiber on worker 1 wakes F into worker 1's LIFO slot and keeps the worker until F
+    /// has run, while worker 2, finding the queue empty, searches and steals before it
+    /// sleeps, and a host thread wakes F a second time: F runs until it has seen both wakes, never on two workers at once,
+    /// never queued twice, and no worker sleeps forever (a lost wake is a loom deadlock).
+    #[test]
+    fn loom_pool_a_wake_into_a_lifo_slot_races_a_steal_and_a_second_wake() {
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound = Some(2);
+        model.check(|| {
+            let q = Arc::new(RunQueue::new());
+            let (l1, l2) = (
+                std::sync::Arc::new(Lifo::default()),
+                std::sync::Arc::new(Lifo::default()),
+            );
+            q.register(l1.clone());
+            q.register(l2.clone());
+            let f = parked_fiber();
+            let w1 = {
+                let (q, l1, f) = (q.clone(), l1.clone(), f.clone());
+                loom::thread::spawn(move || {
+                    local_waker(&q, &l1, &f);
+                    // The waking fiber keeps worker 1 until F has run: F must be stolen
+                    // from the slot, or have gone to the queue, for worker 2 to run it.
+                    while f.slices.load(Acquire) == 0 {
+                        loom::thread::yield_now();
+                    }
+                    pool_worker(&q, &l1, 2, 1);
+                })
+            };
+            let host = {
+                let (q, f) = (q.clone(), f.clone());
+                loom::thread::spawn(move || remote_waker(&q, &f))
+            };
+            pool_worker(&q, &l2, 2, 1);
+            w1.join().unwrap();
+            host.join().unwrap();
+            assert!(f.state.is_done());
+            assert!(f.slices.load(Acquire) <= 3);
+            assert!(!l1.is_occupied() && !l2.is_occupied());
+            assert!(q.try_pop().is_none(), "the fiber was queued twice");
+        });
+    }
+
+    /// The stall monitor closes worker 1's slot (counts it out) while a fiber on it wakes
+    /// F into the slot: F ends on the shared queue or is stolen, and sleeping worker 2
+    /// runs it; the closed slot stays empty.
+    #[test]
+    fn loom_pool_a_slot_closed_while_a_fiber_is_put_in_it_strands_nothing() {
+        loom::model(|| {
+            let q = Arc::new(RunQueue::new());
+            let (l1, l2) = (
+                std::sync::Arc::new(Lifo::default()),
+                std::sync::Arc::new(Lifo::default()),
+            );
+            q.register(l1.clone());
+            q.register(l2.clone());
+            let f = parked_fiber();
+            let waker = {
+                let (q, l1, f) = (q.clone(), l1.clone(), f.clone());
+                loom::thread::spawn(move || local_waker(&q, &l1, &f))
+            };
+            let monitor = {
+                let (q, l1) = (q.clone(), l1.clone());
+                loom::thread::spawn(move || q.close_lifo(&l1))
+            };
+            pool_worker(&q, &l2, 1, 0);
+            waker.join().unwrap();
+            monitor.join().unwrap();
+            assert!(f.state.is_done());
+            assert!(!l1.is_occupied());
+            assert!(matches!(q.try_pop(), Some(Item::Stop)));
+            assert!(q.try_pop().is_none(), "the fiber was queued twice");
+        });
+    }
+
+    /// A worker searches (finds the queue empty and looks again) while a host thread
+    /// wakes the fiber: the push sees the searcher and wakes nobody, so the searcher must
+    /// find the fiber when it re-checks under the lock before it sleeps.
+    #[test]
+    fn loom_pool_a_push_seen_by_a_searcher_is_not_lost() {
+        loom::model(|| {
+            let q = Arc::new(RunQueue::new());
+            let l = std::sync::Arc::new(Lifo::default());
+            q.register(l.clone());
+            let f = parked_fiber();
+            let host = {
+                let (q, f) = (q.clone(), f.clone());
+                loom::thread::spawn(move || remote_waker(&q, &f))
+            };
+            pool_worker(&q, &l, 1, 2);
+            host.join().unwrap();
+            assert!(f.state.is_done());
         });
     }
 }
