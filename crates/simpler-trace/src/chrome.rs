@@ -7,6 +7,9 @@
 //! "f" (`bp: "e"`) at the consumer's first-starting subtask's start, named by the edge kind;
 //! counters are "C" events. Thread ids follow the same track order as the Perfetto export; a
 //! "runs" thread (tid 0) holds one event per run with its epoch, level and clock alignment.
+//! The "X" events of one thread always nest: one that would cross another goes to an overflow
+//! thread ("AICPU 1 (scheduler) +1", its `thread_name` naming the thread it overflows in
+//! `overflow_of`), which the reader folds back into that thread.
 //! The writer writes the JSON text itself, event by event, into one buffer handed to the
 //! writer in chunks; the reader decodes with serde.
 
@@ -70,6 +73,7 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
         let clock = p.clock;
         let threads = ThreadIndex::new(p);
         let tid = |i: usize| i as u32 + 1;
+        let slices = Nested::new(p, &threads);
         j.start("process_name", "", "M", 0);
         j.pid_tid(pid, 0);
         j.arg_s("name", &p.name);
@@ -85,16 +89,34 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
             j.end()?;
             j.start("thread_sort_index", "", "M", 0);
             j.pid_tid(pid, tid(i));
-            j.arg_u("sort_index", i as u64 + 1);
+            j.arg_u("sort_index", sort_index(tid(i), 0));
             j.end()?;
         }
+        for &(overflow, of, lane) in &slices.overflow {
+            let label = match of {
+                RUNS_TID => "runs".to_string(),
+                of => thread_label(&threads.names()[of as usize - 1]),
+            };
+            j.start("thread_name", "", "M", 0);
+            j.pid_tid(pid, overflow);
+            j.arg_s("name", &format!("{label} +{lane}"));
+            j.arg_u(OVERFLOW_OF, u64::from(of));
+            j.end()?;
+            j.start("thread_sort_index", "", "M", 0);
+            j.pid_tid(pid, overflow);
+            j.arg_u("sort_index", sort_index(of, lane));
+            j.end()?;
+        }
+        let mut next = 0usize;
         for run in &p.runs {
             let epoch = run.epoch;
             let (lo, hi) = run_window(run);
             let (lo_host, hi_host) = (clock.to_host(lo), clock.to_host(hi));
             j.start(&run.callable, "run", "X", lo_host);
             j.us("dur", hi_host - lo_host);
-            j.pid_tid(pid, RUNS_TID);
+            j.pid_tid(pid, slices.tid[next]);
+            next += 1;
+            let first_subtask = next;
             j.arg_u("epoch", epoch);
             j.arg_s("level", run.level.name());
             j.arg_u("clock_device_ns", clock.device_ns);
@@ -102,8 +124,9 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
             j.end()?;
             let flows = Flows::new(run, &mut last_flow);
             let mut names = SubtaskNames::new(run, |n| j.intern(n));
+            next += run.subtasks.len();
             for (i, s) in run.subtasks.iter().enumerate() {
-                let t = tid(threads.core(s.core_kind, s.core));
+                let t = slices.tid[first_subtask + i];
                 let start = clock.to_host(s.start_ns);
                 let (name, submit) = names.get(s.task, s.func_id, |n| j.intern(n));
                 j.start_interned(name, "subtask", "X", start);
@@ -122,7 +145,7 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
                     let from = &run.subtasks[f.from];
                     let kind = f.edge.kind.name();
                     j.start(kind, "dep", "s", clock.to_host(from.end_ns));
-                    j.pid_tid(pid, tid(threads.core(from.core_kind, from.core)));
+                    j.pid_tid(pid, slices.tid[first_subtask + f.from]);
                     j.u("id", f.id);
                     j.arg_u("epoch", epoch);
                     j.arg_u("producer", f.edge.producer);
@@ -144,10 +167,13 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
                     if instant { "i" } else { "X" },
                     start,
                 );
-                if !instant {
+                if instant {
+                    j.pid_tid(pid, tid(threads.aicpu(a.thread)));
+                } else {
                     j.us("dur", clock.to_host(a.end_ns).saturating_sub(start));
+                    j.pid_tid(pid, slices.tid[next]);
+                    next += 1;
                 }
-                j.pid_tid(pid, tid(threads.aicpu(a.thread)));
                 if instant {
                     j.s("s", "t");
                 }
@@ -181,7 +207,8 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
         for h in &p.host_spans {
             j.start(&h.name, "host", "X", h.start_ns);
             j.us("dur", h.end_ns.saturating_sub(h.start_ns));
-            j.pid_tid(pid, tid(threads.named(&h.thread)));
+            j.pid_tid(pid, slices.tid[next]);
+            next += 1;
             if let Some(epoch) = h.epoch {
                 j.arg_u("epoch", epoch);
             }
@@ -190,6 +217,67 @@ pub fn write(trace: &Trace, w: impl Write) -> io::Result<()> {
     }
     j.buf.extend_from_slice(b"],\"displayTimeUnit\":\"ns\"}");
     j.finish()
+}
+
+/// The thread-name argument that marks an overflow thread: the tid of the thread whose
+/// crossing slices it holds (readers fold it back into that thread).
+const OVERFLOW_OF: &str = "overflow_of";
+
+/// A thread's sort index: each thread's overflow threads sort right after it.
+fn sort_index(tid: u32, lane: u32) -> u64 {
+    (u64::from(tid) << 20) + u64::from(lane)
+}
+
+/// The thread of every complete ("X") event of one process such that the events of each
+/// thread nest, as the format requires: a slice that would cross another on its thread goes
+/// to an overflow thread ([`crate::export::nest`], the Perfetto export's rule).
+struct Nested {
+    /// Per slice, in the writer's order (per run: the run, its subtasks, its AICPU phases
+    /// that last; then the host spans): its tid.
+    tid: Vec<u32>,
+    /// The overflow threads, each (tid, the thread it overflows, its lane).
+    overflow: Vec<(u32, u32, u32)>,
+}
+
+impl Nested {
+    fn new(p: &ProcessTrace, threads: &ThreadIndex) -> Nested {
+        let clock = p.clock;
+        let tid = |i: usize| i + 1;
+        let mut slices: Vec<(usize, u64, u64)> = Vec::new();
+        for run in &p.runs {
+            let (lo, hi) = run_window(run);
+            slices.push((RUNS_TID as usize, clock.to_host(lo), clock.to_host(hi)));
+            for s in &run.subtasks {
+                let t = tid(threads.core(s.core_kind, s.core));
+                slices.push((t, clock.to_host(s.start_ns), clock.to_host(s.end_ns)));
+            }
+            for a in run.aicpu.iter().filter(|a| a.start_ns != a.end_ns) {
+                let t = tid(threads.aicpu(a.thread));
+                slices.push((t, clock.to_host(a.start_ns), clock.to_host(a.end_ns)));
+            }
+        }
+        for h in &p.host_spans {
+            slices.push((tid(threads.named(&h.thread)), h.start_ns, h.end_ns));
+        }
+        let tracks = threads.names().len() + 1;
+        let lanes = crate::export::nest(tracks, &slices);
+        let mut overflow = Vec::new();
+        let mut of_lane: FastMap<(usize, u32), u32> = FastMap::default();
+        let mut out = vec![0u32; slices.len()];
+        for &k in &lanes.order {
+            let (track, lane) = (slices[k].0, lanes.lane[k]);
+            out[k] = if lane == 0 {
+                track as u32
+            } else {
+                *of_lane.entry((track, lane)).or_insert_with(|| {
+                    let t = (tracks + overflow.len()) as u32;
+                    overflow.push((t, track as u32, lane));
+                    t
+                })
+            };
+        }
+        Nested { tid: out, overflow }
+    }
 }
 
 /// The JSON text of one [`write`], written by hand in the order serde would: per event
@@ -364,6 +452,42 @@ impl<W: Write> Json<W> {
 }
 
 /// Appends `s` as a JSON string (quoted, escaped).
+/// The complete ("X") events of a Chrome JSON file that cross another on their thread
+/// (begin inside it, end after it), as (pid, tid, name) of the later-beginning one; empty
+/// when every thread's slices nest, as the format requires and [`write`] guarantees.
+///
+/// Errors: [`TraceError::Json`] when `bytes` is not a JSON object with `traceEvents`.
+pub fn crossing_slices(bytes: &[u8]) -> Result<Vec<(u32, u32, String)>, TraceError> {
+    let file: File = serde_json::from_slice(bytes).map_err(|e| TraceError::Json(e.to_string()))?;
+    // Per (pid, tid): its slices as (start, end, name).
+    type Slices<'a> = Vec<(u64, u64, &'a str)>;
+    let mut by_thread: BTreeMap<(u32, u32), Slices> = BTreeMap::new();
+    for e in file.trace_events.iter().filter(|e| e.ph == "X") {
+        let start = ns(e.ts);
+        let end = start + e.dur.map_or(0, ns);
+        by_thread
+            .entry((e.pid, e.tid))
+            .or_default()
+            .push((start, end, &e.name));
+    }
+    let mut crossing = Vec::new();
+    for ((pid, tid), mut slices) in by_thread {
+        slices.sort_by_key(|&(start, end, _)| (start, std::cmp::Reverse(end)));
+        let mut open: Vec<u64> = Vec::new();
+        for (start, end, name) in slices {
+            while open.last().is_some_and(|&top| top <= start) {
+                open.pop();
+            }
+            if open.last().is_some_and(|&top| top < end) {
+                crossing.push((pid, tid, name.to_string()));
+            } else {
+                open.push(end);
+            }
+        }
+    }
+    Ok(crossing)
+}
+
 fn escape(buf: &mut Vec<u8>, s: &str) {
     serde_json::to_writer(&mut *buf, s).expect("writing a JSON string into a Vec cannot fail");
 }
@@ -385,6 +509,7 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
     let file: File = serde_json::from_slice(bytes).map_err(|e| TraceError::Json(e.to_string()))?;
     let mut procs: BTreeMap<u32, ProcessTrace> = BTreeMap::new();
     let mut threads: BTreeMap<(u32, u32), String> = BTreeMap::new();
+    let mut overflows = Vec::new();
     for e in file.trace_events.iter().filter(|e| e.ph == "M") {
         let name = e
             .args
@@ -406,6 +531,13 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
                 );
             }
             "thread_name" => {
+                if let Some(of) = e.args.get(OVERFLOW_OF).and_then(Value::as_u64) {
+                    let of = u32::try_from(of).map_err(|_| {
+                        TraceError::Shape(format!("thread {name:?}: {OVERFLOW_OF} {of}"))
+                    })?;
+                    overflows.push((e.pid, e.tid, of, name));
+                    continue;
+                }
                 let canonical = match ThreadKind::of(name) {
                     ThreadKind::Aicpu(n) => aicpu_thread_name(n),
                     _ => name.to_string(),
@@ -414,6 +546,19 @@ pub fn read(bytes: &[u8]) -> Result<Trace, TraceError> {
             }
             _ => {}
         }
+    }
+    // An overflow thread holds its thread's crossing slices: read them as that thread's.
+    for (pid, tid, of, name) in overflows {
+        let canonical = if of == RUNS_TID {
+            "runs".to_string()
+        } else {
+            threads.get(&(pid, of)).cloned().ok_or_else(|| {
+                TraceError::Shape(format!(
+                    "thread {name:?} overflows thread {pid}:{of}, which has no name"
+                ))
+            })?
+        };
+        threads.insert((pid, tid), canonical);
     }
     let mut runs: Vec<&Event> = file
         .trace_events

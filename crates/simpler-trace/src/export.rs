@@ -1,6 +1,7 @@
 //! What the Perfetto and Chrome writers share: a run's device-clock window, its dependency
-//! flows, each subtask's kernel name and submit index looked up once per task, and the cheap
-//! hash map they (and `tracks::ThreadIndex`) look events up in.
+//! flows, each subtask's kernel name and submit index looked up once per task, the lanes
+//! that make every track's slices nest ([`nest`]), and the cheap hash map they (and
+//! `tracks::ThreadIndex`) look events up in.
 //!
 //! Owns no format: the writers (`perfetto`, `chrome`) turn these into their own events. Reads
 //! the model only (`crate::model`, which it must not change).
@@ -180,6 +181,60 @@ pub(crate) fn bucket(
         next[k] += 1;
     }
     (at, order)
+}
+
+/// Where [`nest`] put each slice.
+pub(crate) struct Lanes {
+    /// Per slice, in input order: its lane on its track, 0 for the track itself, `k > 0` for
+    /// the track's k-th overflow track.
+    pub lane: Vec<u32>,
+    /// The slices in the order they were placed: by track, then by start, longest first.
+    /// Lane `k > 0` of a track is first used by a later slice than lane `k - 1`.
+    pub order: Vec<usize>,
+}
+
+/// Puts the slices `(track, start, end)` (`track < tracks`, times in one clock) in lanes so
+/// that the slices of every lane of a track nest: viewers pair a track's begins and ends like
+/// brackets, and the Chrome JSON format does not allow crossing complete events on one
+/// thread. A slice that would cross one still open in every lane so far takes a new lane; an
+/// end before its start counts as the start. Cost: a sort per track, then per slice a walk
+/// over the track's lanes.
+pub(crate) fn nest(tracks: usize, slices: &[(usize, u64, u64)]) -> Lanes {
+    let (at, mut order) = bucket(tracks, slices.iter().map(|s| s.0));
+    for t in 0..tracks {
+        order[at[t]..at[t + 1]].sort_by_key(|&k| (slices[k].1, std::cmp::Reverse(slices[k].2)));
+    }
+    let mut lane = vec![0u32; slices.len()];
+    // The lanes of the current track, each a stack of open slice ends.
+    let mut open: Vec<Vec<u64>> = Vec::new();
+    let mut track = usize::MAX;
+    for &k in &order {
+        let (t, start, end) = slices[k];
+        let end = end.max(start);
+        if t != track {
+            track = t;
+            open.clear();
+        }
+        let mut chosen = None;
+        for (i, stack) in open.iter_mut().enumerate() {
+            while stack.last().is_some_and(|&top| top <= start) {
+                stack.pop();
+            }
+            if stack.last().is_none_or(|&top| top >= end) {
+                stack.push(end);
+                chosen = Some(i);
+                break;
+            }
+        }
+        lane[k] = match chosen {
+            Some(i) => i as u32,
+            None => {
+                open.push(vec![end]);
+                (open.len() - 1) as u32
+            }
+        };
+    }
+    Lanes { lane, order }
 }
 
 /// The kernel name (`TaskIndex::kernel_name`) and submit index of one run's subtasks, each

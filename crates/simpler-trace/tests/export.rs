@@ -569,6 +569,62 @@ fn chrome_round_trip() {
 }
 
 #[test]
+fn chrome_slices_of_one_thread_nest_and_crossing_ones_go_to_an_overflow_thread() {
+    let trace = fixture();
+    let mut bytes = Vec::new();
+    chrome::write(&trace, &mut bytes).unwrap();
+    assert_eq!(chrome::crossing_slices(&bytes).unwrap(), []);
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let overflow: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["overflow_of"].is_u64()
+        })
+        .collect();
+    assert_eq!(
+        overflow.len(),
+        1,
+        "the fixture's waits need one overflow thread"
+    );
+    assert_eq!(overflow[0]["args"]["name"], "AICPU 1 (scheduler) +1");
+    let parent = overflow[0]["args"]["overflow_of"].as_u64().unwrap();
+    let parent_name = events
+        .iter()
+        .find(|e| {
+            e["ph"] == "M"
+                && e["name"] == "thread_name"
+                && e["pid"] == overflow[0]["pid"]
+                && e["tid"] == parent
+        })
+        .unwrap();
+    assert_eq!(parent_name["args"]["name"], "AICPU 1 (scheduler)");
+    let on_overflow = events
+        .iter()
+        .filter(|e| {
+            e["ph"] == "X" && e["tid"] == overflow[0]["tid"] && e["pid"] == overflow[0]["pid"]
+        })
+        .count();
+    assert_eq!(on_overflow, 1, "only the wait that crosses moves");
+}
+
+#[test]
+fn crossing_slices_names_a_slice_that_crosses_and_not_one_that_nests() {
+    let json = |events: &str| format!(r#"{{"traceEvents":[{events}]}}"#);
+    let x = |name: &str, ts: u32, dur: u32, tid: u32| {
+        format!(r#"{{"name":"{name}","ph":"X","ts":{ts},"dur":{dur},"pid":1,"tid":{tid}}}"#)
+    };
+    let nested = json(&[x("a", 0, 10, 1), x("b", 2, 3, 1), x("c", 10, 5, 1)].join(","));
+    assert_eq!(chrome::crossing_slices(nested.as_bytes()).unwrap(), []);
+    let crossing = json(&[x("a", 0, 10, 1), x("b", 5, 10, 1), x("c", 5, 10, 2)].join(","));
+    assert_eq!(
+        chrome::crossing_slices(crossing.as_bytes()).unwrap(),
+        [(1, 1, "b".to_string())]
+    );
+    assert!(chrome::crossing_slices(b"[]").is_err());
+}
+
+#[test]
 fn readers_refuse_what_simpler_did_not_write() {
     assert!(matches!(read(b"{\"nope\": 1}"), Err(TraceError::Json(_))));
     // A packet whose body "hello" does not decode; text that is no packet at all.

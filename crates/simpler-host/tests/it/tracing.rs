@@ -348,6 +348,30 @@ fn level_tasks_records_every_subtask_and_edge_and_nothing_of_the_aicpu() {
 }
 
 #[test]
+fn chrome_json_slices_nest_on_every_thread_at_every_level() {
+    use simpler_host::trace_model::chrome;
+    let (w, id) = graph_worker();
+    for level in [
+        TraceLevel::Tasks,
+        TraceLevel::Dispatch,
+        TraceLevel::Scheduler,
+        TraceLevel::Orchestrator,
+    ] {
+        let trace = run_graph(&w, id, level).expect("a traced run has a trace");
+        let mut json = Vec::new();
+        chrome::write(&trace, &mut json).unwrap();
+        let crossing = chrome::crossing_slices(&json).unwrap();
+        assert!(crossing.is_empty(), "level {level:?}: {crossing:?}");
+        // Overflow threads fold back into their threads: the AICPU phases read back whole.
+        let back = chrome::read(&json).unwrap();
+        let (_, run) = only_run(&trace);
+        let (_, r) = only_run(&back);
+        assert_eq!(r.aicpu.len(), run.aicpu.len(), "level {level:?}");
+        assert_eq!(r.subtasks.len(), run.subtasks.len(), "level {level:?}");
+    }
+}
+
+#[test]
 fn level_orchestrator_adds_the_aicpu_phases_and_counters() {
     let (w, id) = graph_worker();
     let trace = run_graph(&w, id, TraceLevel::Orchestrator).unwrap();

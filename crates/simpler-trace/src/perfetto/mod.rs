@@ -405,46 +405,36 @@ impl Encoder {
         tracks: usize,
         label: impl Fn(u64) -> String,
     ) {
-        // By track (a counting sort), then by start, longest first (stable: most tracks come
-        // in order already).
-        let of = |p: &Pending| (p.track - first_track) as usize;
-        let (at, order) = crate::export::bucket(tracks, slices.iter().map(of));
-        let mut sorted: Vec<Pending> = order.iter().map(|&k| slices[k]).collect();
-        for t in 0..tracks {
-            sorted[at[t]..at[t + 1]].sort_by_key(|p| (p.start, std::cmp::Reverse(p.end)));
-        }
-        // The lanes of the current track, each (uuid, stack of open slice ends).
-        let mut lanes: Vec<(u64, Vec<u64>)> = Vec::new();
-        for p in sorted {
+        let keys: Vec<(usize, u64, u64)> = slices
+            .iter()
+            .map(|p| ((p.track - first_track) as usize, p.start, p.end))
+            .collect();
+        let lanes = crate::export::nest(tracks, &keys);
+        // The overflow tracks of the current track, by lane - 1.
+        let mut overflow: Vec<u64> = Vec::new();
+        let mut current = None;
+        for &k in &lanes.order {
+            let p = slices[k];
             let (start, end, track) = (p.start, p.end.max(p.start), p.track);
-            if lanes.first().is_none_or(|(uuid, _)| *uuid != track) {
-                lanes.clear();
-                lanes.push((track, Vec::new()));
+            if current != Some(track) {
+                current = Some(track);
+                overflow.clear();
             }
-            let mut chosen = None;
-            for (uuid, stack) in lanes.iter_mut() {
-                while stack.last().is_some_and(|&top| top <= start) {
-                    stack.pop();
-                }
-                if stack.last().is_none_or(|&top| top >= end) {
-                    stack.push(end);
-                    chosen = Some(*uuid);
-                    break;
-                }
-            }
-            let uuid = match chosen {
-                Some(uuid) => uuid,
-                None => {
-                    let uuid = self.uuid();
-                    let name = format!("{} +{}", label(track), lanes.len());
-                    self.descriptor(|d| {
-                        pb::uint(d, descriptor::UUID, uuid);
-                        pb::uint(d, descriptor::PARENT_UUID, track);
-                        pb::bytes(d, descriptor::NAME, name.as_bytes());
-                    });
-                    lanes.push((uuid, vec![end]));
-                    uuid
-                }
+            let lane = lanes.lane[k] as usize;
+            let uuid = if lane == 0 {
+                track
+            } else if let Some(&uuid) = overflow.get(lane - 1) {
+                uuid
+            } else {
+                let uuid = self.uuid();
+                let name = format!("{} +{}", label(track), lane);
+                self.descriptor(|d| {
+                    pb::uint(d, descriptor::UUID, uuid);
+                    pb::uint(d, descriptor::PARENT_UUID, track);
+                    pb::bytes(d, descriptor::NAME, name.as_bytes());
+                });
+                overflow.push(uuid);
+                uuid
             };
             // At one instant: longer slices begin first and later-begun slices end first.
             self.events.push(Event {
