@@ -15,11 +15,15 @@
 //!   longest subtask (its blocks may run side by side), compared with Device.
 //! - Per kernel: count, mean, p50 and p99 (nearest rank) of subtask durations; per core: busy
 //!   time and busy ÷ Device.
+//!
+//! A figure the run's trace level does not record is `None` and printed as "not recorded at
+//! level X", never as a zero: Orch needs level `orchestrator`, Sched and the scheduler
+//! overhead level `scheduler`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 
-use crate::model::{AicpuPhase, ProcessTrace, RunTrace, Trace};
+use crate::model::{AicpuPhase, ProcessTrace, RunTrace, Trace, TraceLevel};
 
 /// Figures of every traced run of a trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,6 +41,8 @@ pub struct RunSummary {
     pub epoch: u64,
     /// The callable's name.
     pub callable: String,
+    /// The level the run was traced at: which figures it records.
+    pub level: TraceLevel,
     /// Tasks recorded.
     pub tasks: usize,
     /// Subtasks recorded.
@@ -45,16 +51,18 @@ pub struct RunSummary {
     pub host_ns: Option<u64>,
     /// Device: first subtask start to last subtask end (the makespan).
     pub device_ns: u64,
-    /// Orch: orchestrator busy time.
-    pub orch_ns: u64,
-    /// Sched: scheduler busy time, summed over scheduler threads.
-    pub sched_ns: u64,
+    /// Orch: orchestrator busy time; `None` below level orchestrator.
+    pub orch_ns: Option<u64>,
+    /// Sched: scheduler busy time, summed over scheduler threads; `None` below level
+    /// scheduler.
+    pub sched_ns: Option<u64>,
     /// Scheduler threads with at least one span.
     pub sched_threads: usize,
     /// Effective: kernel busy ÷ (Device × cores used), 0..=1 (0 when Device is 0).
     pub effective: f64,
-    /// Sched ÷ (scheduler threads × Device), 0 when either is 0.
-    pub sched_overhead: f64,
+    /// Sched ÷ (scheduler threads × Device), 0 when either is 0; `None` below level
+    /// scheduler.
+    pub sched_overhead: Option<f64>,
     /// The longest chain through the edges by longest subtask per task.
     pub critical_path_ns: u64,
     /// Per kernel name, by name.
@@ -176,6 +184,7 @@ impl RunSummary {
             AicpuPhase::SchedPark,
         ];
         let sched_ns: u64 = sched.iter().map(|&t| busy(t, &waits)).sum();
+        let scheduler = run.level >= TraceLevel::Scheduler;
 
         let mut per_core: BTreeMap<(crate::CoreKind, u32), (usize, u64)> = BTreeMap::new();
         let mut per_kernel: BTreeMap<String, Vec<u64>> = BTreeMap::new();
@@ -216,6 +225,7 @@ impl RunSummary {
             process: p.name.clone(),
             epoch: run.epoch,
             callable: run.callable.clone(),
+            level: run.level,
             tasks: run.tasks.len().max(
                 run.subtasks
                     .iter()
@@ -226,11 +236,12 @@ impl RunSummary {
             subtasks: run.subtasks.len(),
             host_ns,
             device_ns,
-            orch_ns,
-            sched_ns,
+            orch_ns: (run.level >= TraceLevel::Orchestrator).then_some(orch_ns),
+            sched_ns: scheduler.then_some(sched_ns),
             sched_threads: sched.len(),
             effective: ratio(kernel_busy as f64, device_ns as f64 * per_core.len() as f64),
-            sched_overhead: ratio(sched_ns as f64, sched.len() as f64 * device_ns as f64),
+            sched_overhead: scheduler
+                .then(|| ratio(sched_ns as f64, sched.len() as f64 * device_ns as f64)),
             critical_path_ns: critical_path(run),
             kernels,
             cores,
@@ -302,22 +313,24 @@ impl fmt::Display for RunSummary {
             self.process, self.epoch, self.callable, self.tasks, self.subtasks
         )?;
         let host = self.host_ns.map_or("-".to_string(), fmt_ns);
+        let unrecorded = || format!("not recorded at level {}", self.level.name());
         writeln!(
             f,
             "  Host {host}  Device {}  Orch {}  Sched {}  Effective {:.1}%",
             fmt_ns(self.device_ns),
-            fmt_ns(self.orch_ns),
-            fmt_ns(self.sched_ns),
+            self.orch_ns.map_or_else(unrecorded, fmt_ns),
+            self.sched_ns.map_or_else(unrecorded, fmt_ns),
             self.effective * 100.0
         )?;
         let cp = ratio(self.critical_path_ns as f64, self.device_ns as f64) * 100.0;
+        let overhead = self.sched_overhead.map_or_else(unrecorded, |o| {
+            format!("{:.1}% of {} thread(s)", o * 100.0, self.sched_threads)
+        });
         writeln!(
             f,
-            "  critical path {} ({cp:.1}% of makespan {})  scheduler overhead {:.1}% of {} thread(s)",
+            "  critical path {} ({cp:.1}% of makespan {})  scheduler overhead {overhead}",
             fmt_ns(self.critical_path_ns),
             fmt_ns(self.device_ns),
-            self.sched_overhead * 100.0,
-            self.sched_threads
         )?;
         if self.dropped > 0 {
             writeln!(
@@ -483,14 +496,15 @@ mod tests {
         assert_eq!(r.host_ns, Some(1_000));
         assert_eq!(r.device_ns, 400, "100..500");
         assert_eq!(
-            r.orch_ns, 50,
+            r.orch_ns,
+            Some(50),
             "union of 0..50 and 10..20; back-pressure excluded"
         );
-        assert_eq!(r.sched_ns, 10 + 10 + 20);
+        assert_eq!(r.sched_ns, Some(10 + 10 + 20));
         assert_eq!(r.sched_threads, 2);
         // busy 200 + 100 + 100 = 400 over 400 ns × 2 cores.
         assert!((r.effective - 0.5).abs() < 1e-9, "{}", r.effective);
-        assert!((r.sched_overhead - 40.0 / 800.0).abs() < 1e-9);
+        assert!((r.sched_overhead.unwrap() - 40.0 / 800.0).abs() < 1e-9);
         assert_eq!(r.critical_path_ns, 300, "task 0 (200) then task 2 (100)");
         assert_eq!(r.dropped, 5);
         let mm = r.kernels.iter().find(|k| k.name == "mm").unwrap();
@@ -528,6 +542,33 @@ mod tests {
         assert_eq!(percentile(&[7], 99), 7);
         assert_eq!(percentile(&[], 50), 0);
         assert_eq!(union_len(vec![(0, 10), (5, 20), (30, 31)]), 21);
+    }
+
+    #[test]
+    fn figures_a_level_does_not_record_say_so_instead_of_zero() {
+        let mut t = hand_made();
+        t.processes[0].runs[0].level = TraceLevel::Dispatch;
+        let s = Summary::of(&t);
+        let r = &s.runs[0];
+        assert_eq!(
+            (r.orch_ns, r.sched_ns, r.sched_overhead),
+            (None, None, None)
+        );
+        let text = s.to_string();
+        for want in [
+            "Orch not recorded at level dispatch",
+            "Sched not recorded at level dispatch",
+            "scheduler overhead not recorded at level dispatch",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from\n{text}");
+        }
+        t.processes[0].runs[0].level = TraceLevel::Scheduler;
+        let r = Summary::of(&t).runs.remove(0);
+        assert_eq!(
+            r.orch_ns, None,
+            "the orchestrator's phases need level orchestrator"
+        );
+        assert_eq!(r.sched_ns, Some(40));
     }
 
     #[test]
