@@ -75,19 +75,26 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
         scaling_72_over_24: scaling,
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "simpler bench: {} no-op tasks per run, median of {} runs, {} host CPUs",
-        report.tasks, report.runs, report.host_cpus
+        report.tasks,
+        report.runs,
+        report.host_cpus
     );
-    println!(
+    outln!(
         "{:<12} {:>6} {:>6} {:>12} {:>16} {:>14}",
-        "graph", "cores", "aicpu", "run (ms)", "submit (us/task)", "tasks/s"
+        "graph",
+        "cores",
+        "aicpu",
+        "run (ms)",
+        "submit (us/task)",
+        "tasks/s"
     );
     for m in &report.measurements {
-        println!(
+        outln!(
             "{:<12} {:>6} {:>6} {:>12.3} {:>16.3} {:>14.0}",
             format!("{:?}", m.graph).to_lowercase(),
             m.cores,
@@ -97,12 +104,12 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
             m.tasks_per_s
         );
     }
-    println!(
+    outln!(
         "empty run round trip (24 cores): {:.1} us",
         report.empty_run_us
     );
     for (graph, ratio) in &report.scaling_72_over_24 {
-        println!(
+        outln!(
             "72-core / 24-core throughput, {graph}: {:.0}%",
             ratio * 100.0
         );
@@ -120,13 +127,13 @@ pub(crate) fn trace_cost(
     at_least_one(tasks, runs)?;
     let costs = simpler_bench::trace_cost(level, tasks, runs)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&costs)?);
+        outln!("{}", serde_json::to_string_pretty(&costs)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "simpler bench --trace-level {level}: {tasks} no-op tasks per run, median of {runs} interleaved runs each"
     );
-    println!(
+    outln!(
         "{:<12} {:>6} {:>11} {:>12} {:>14} {:>15} {:>12} {:>17} {:>16} {:>9}",
         "graph",
         "cores",
@@ -140,7 +147,7 @@ pub(crate) fn trace_cost(
         "events"
     );
     for c in &costs {
-        println!(
+        outln!(
             "{:<12} {:>6} {:>11.3} {:>12.3} {:>14.1} {:>15.3} {:>12} {:>17.3} {:>16.3} {:>9}",
             format!("{:?}", c.graph).to_lowercase(),
             c.cores,
@@ -155,7 +162,7 @@ pub(crate) fn trace_cost(
             c.records,
         );
     }
-    println!(
+    outln!(
         "cost: the traced run's wall time less the untraced one's (medians); capture: copying the \
          records back at the run's end (part of cost); decode: building the model on first use \
          (paid by whoever reads the trace, not by the run)"
@@ -173,19 +180,23 @@ pub(crate) fn trace_write(
     at_least_one(tasks, runs)?;
     let figures = simpler_bench::trace_write(tasks, runs)?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&figures)?);
+        outln!("{}", serde_json::to_string_pretty(&figures)?);
         return Ok(());
     }
     let subtasks = figures.first().map_or(0, |f| f.subtasks);
-    println!(
+    outln!(
         "simpler bench --trace-write: synthetic trace of {tasks} tasks ({subtasks} subtasks, 72 cores) written to memory, median of {runs} writes"
     );
-    println!(
+    outln!(
         "{:<10} {:>12} {:>14} {:>10} {:>14}",
-        "format", "write (ms)", "per task (us)", "size (MiB)", "target (ms)"
+        "format",
+        "write (ms)",
+        "per task (us)",
+        "size (MiB)",
+        "target (ms)"
     );
     for f in &figures {
-        println!(
+        outln!(
             "{:<10} {:>12.1} {:>14.3} {:>10.1} {:>14}",
             f.format,
             f.median_ms,
@@ -229,15 +240,15 @@ pub(crate) fn balance(
         points,
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "simpler bench --balance: one {task_ms} ms task per core, {runs} runs per point, {} host CPUs",
         report.host_cpus
     );
-    println!("makespan = first kernel start to last kernel end; ratio = makespan / task time (target <= 1.1)");
-    println!(
+    outln!("makespan = first kernel start to last kernel end; ratio = makespan / task time (target <= 1.1)");
+    outln!(
         "{:>10} {:>8} {:>6} {:>16} {:>15} {:>12} {:>11}",
         "schedulers",
         "clusters",
@@ -248,7 +259,7 @@ pub(crate) fn balance(
         "worst ratio"
     );
     for p in &report.points {
-        println!(
+        outln!(
             "{:>10} {:>8} {:>6} {:>16.1} {:>15.1} {:>12.3} {:>11.3}",
             p.schedulers,
             p.clusters,
@@ -259,34 +270,36 @@ pub(crate) fn balance(
             p.worst_ratio
         );
     }
-    println!("worst ratio, schedulers (rows) x clusters (columns):");
-    print!("{:>4}", "");
+    outln!("worst ratio, schedulers (rows) x clusters (columns):");
+    out!("{:>4}", "");
     for c in clusters {
-        print!(" {c:>5}");
+        out!(" {c:>5}");
     }
-    println!();
+    outln!();
     for &s in schedulers {
-        print!("{s:>4}");
+        out!("{s:>4}");
         for &c in clusters {
             match report
                 .points
                 .iter()
                 .find(|p| p.schedulers == s && p.clusters == c)
             {
-                Some(p) => print!(" {:>5.2}", p.worst_ratio),
-                None => print!(" {:>5}", "-"),
+                Some(p) => out!(" {:>5.2}", p.worst_ratio),
+                None => out!(" {:>5}", "-"),
             }
         }
-        println!();
+        outln!();
     }
     if let Some(worst) = report
         .points
         .iter()
         .max_by(|a, b| a.worst_ratio.total_cmp(&b.worst_ratio))
     {
-        println!(
+        outln!(
             "worst of the sweep: {:.3} ({} schedulers, {} clusters)",
-            worst.worst_ratio, worst.schedulers, worst.clusters
+            worst.worst_ratio,
+            worst.schedulers,
+            worst.clusters
         );
     }
     Ok(())

@@ -192,7 +192,7 @@ pub fn command(
     let b = &built.built;
     b.bundle.write(&path).map_err(BuildError::Write)?;
     let nargs = b.bundle.signature.args.len();
-    println!(
+    outln!(
         "built `{}` from {} ({nargs} argument{}; {}headers from {})",
         b.bundle.name,
         b.manifest.path.display(),
@@ -203,7 +203,7 @@ pub fn command(
         built.include_dir.display()
     );
     for u in &b.units {
-        println!(
+        outln!(
             "  {:<18} {} -> {} bytes (entry `{}`{})",
             u.role,
             u.source.display(),
@@ -213,6 +213,6 @@ pub fn command(
         );
     }
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    println!("wrote {} ({size} bytes)", path.display());
+    outln!("wrote {} ({size} bytes)", path.display());
     Ok(path)
 }

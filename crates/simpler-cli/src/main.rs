@@ -18,10 +18,29 @@
 //! printed to stderr as `error: <message>` followed by one `  caused by: <cause>` line per
 //! underlying cause.
 
+/// `print!` through [`stdout::print`]: a stdout that fails ends the printing, not the command.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::stdout::print(format_args!($($arg)*))
+    };
+}
+
+/// `println!` through [`stdout::print`]: a stdout that fails ends the printing, not the
+/// command.
+macro_rules! outln {
+    () => {
+        $crate::stdout::print(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::stdout::print(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod bench;
 mod build;
 mod files;
 mod run;
+mod stdout;
 mod trace;
 
 use std::path::PathBuf;

@@ -7,21 +7,27 @@
 
 use std::path::{Path, PathBuf};
 
+use simpler_host::fsio::{read_regular, ReadFileError};
 use simpler_trace::{summary::Summary, Format, Trace, TraceError};
 
 use crate::{files, EXIT_FAILURE, EXIT_USAGE};
 
+/// The largest trace file the `simpler trace` subcommands read (1 GiB); a larger one is
+/// refused unread.
+pub const MAX_TRACE_BYTES: u64 = 1 << 30;
+
 /// Why a `simpler trace` subcommand failed.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceCommandError {
-    /// The trace file could not be read.
+    /// The trace file could not be read: missing, not a regular file (a directory, FIFO or
+    /// device, refused at open), larger than [`MAX_TRACE_BYTES`], or an OS error.
     #[error("cannot read trace file `{}`", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// The I/O error.
+        /// What was wrong, naming the file (and its size when it is too large).
         #[source]
-        source: std::io::Error,
+        source: ReadFileError,
     },
     /// The trace file is not a trace simpler wrote.
     #[error("cannot decode trace file `{}`", path.display())]
@@ -63,10 +69,18 @@ impl TraceCommandError {
 ///
 /// Errors: [`TraceCommandError::Read`], [`TraceCommandError::Decode`] naming `path`.
 pub fn read_trace(path: &Path) -> Result<Trace, TraceCommandError> {
-    let bytes = std::fs::read(path).map_err(|source| TraceCommandError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    read_trace_limited(path, MAX_TRACE_BYTES)
+}
+
+/// [`read_trace`] of a file of at most `limit` bytes.
+///
+/// Errors: as [`read_trace`].
+fn read_trace_limited(path: &Path, limit: u64) -> Result<Trace, TraceCommandError> {
+    let bytes =
+        read_regular(path, limit, "a trace file").map_err(|source| TraceCommandError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
     simpler_trace::read(&bytes).map_err(|source| TraceCommandError::Decode {
         path: path.to_path_buf(),
         source,
@@ -101,7 +115,7 @@ fn refuse_input_as_output(input: &Path, out: &Path) -> Result<(), TraceCommandEr
 /// `simpler trace summary FILE`: prints the timing breakdown of every run in the file.
 pub fn summary(file: &Path) -> Result<(), TraceCommandError> {
     let trace = read_trace(file)?;
-    print!("{}", Summary::of(&trace));
+    out!("{}", Summary::of(&trace));
     Ok(())
 }
 
@@ -154,5 +168,45 @@ mod tests {
         assert_eq!(e.exit_code(), EXIT_USAGE);
         let e = read_trace(&dir.path().join("missing")).unwrap_err();
         assert!(matches!(e, TraceCommandError::Read { .. }));
+    }
+
+    #[test]
+    fn reading_refuses_non_files_and_files_over_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("t.pftrace");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        for (path, kind) in [
+            (Path::new("/dev/zero"), "a character device"),
+            (fifo.as_path(), "a FIFO"),
+            (dir.path(), "a directory"),
+        ] {
+            let e = read_trace(path).unwrap_err();
+            assert!(
+                matches!(&e, TraceCommandError::Read { source: ReadFileError::NotRegular { kind: k, .. }, .. } if *k == kind),
+                "{e:?}"
+            );
+            assert_eq!(e.exit_code(), EXIT_USAGE);
+        }
+        let p = dir.path().join("t.json");
+        std::fs::write(&p, vec![b' '; 100]).unwrap();
+        let e = read_trace_limited(&p, 99).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                TraceCommandError::Read {
+                    source: ReadFileError::TooLarge {
+                        size: 100,
+                        limit: 99,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
     }
 }

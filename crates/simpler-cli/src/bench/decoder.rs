@@ -74,7 +74,7 @@ fn row(r: &DecoderRow, t: &simpler_bench::decoder::DecoderTargets, lanes: usize)
 
 fn print_table(dir: &Path, report: &DecoderReport) {
     let m = &report.model;
-    println!(
+    outln!(
         "simpler bench --workload decoder_layer: {} (embed {}, heads {}/{} kv, head_dim {}, ffn \
          {}, block {}, seed {}, {}) on {} cores, {} AICPU threads; median of {} steps after a \
          warm-up, real and empty steps interleaved; {} host CPUs",
@@ -95,7 +95,7 @@ fn print_table(dir: &Path, report: &DecoderReport) {
         report.steps,
         report.host_cpus
     );
-    println!(
+    outln!(
         "{:>5} {:>7} {:>7} {:>9} {:>10} {:>9} {:>15} {:>7} {:>16} {:>7} {:>11} {:>7} {:>9} {:>13}",
         "batch",
         "context",
@@ -115,9 +115,9 @@ fn print_table(dir: &Path, report: &DecoderReport) {
     let t = &report.targets;
     let lanes = (report.cores as usize).min(report.host_cpus);
     for r in &report.rows {
-        println!("{}", row(r, t, lanes));
+        outln!("{}", row(r, t, lanes));
     }
-    println!(
+    outln!(
         "{:<21} {:>9} {:>10} {:>9} {:>15} {:>7} {:>16} {:>7} {:>11}",
         "target",
         "",
@@ -129,7 +129,7 @@ fn print_table(dir: &Path, report: &DecoderReport) {
         "",
         format!("<= {:.0}%", t.outside_kernels_from_trace * 100.0),
     );
-    println!(
+    outln!(
         "step: median device time of a real step (launch of the first kernel to the proof of \
          both boundaries); empty: the same graph with every kernel empty \
          (bench/empty_kernel.c); wall: the real step's run call, staging and copy-back \
@@ -184,7 +184,7 @@ pub(crate) fn command(
             }
         })?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_table(&dir, &report);
     }

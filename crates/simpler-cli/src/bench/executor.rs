@@ -314,7 +314,7 @@ fn met(r: &Row, v: &Value) -> &'static str {
 
 fn print_table(report: &ExecutorReport, kinds: &[ExecutorKind]) {
     let p = &report.params;
-    println!(
+    outln!(
         "simpler bench --executor: runs {}, {} tasks per throughput run, {} chips, idle {} s; \
          {} host CPUs, a pool of {} worker threads",
         p.runs,
@@ -324,7 +324,7 @@ fn print_table(report: &ExecutorReport, kinds: &[ExecutorKind]) {
         report.host_cpus,
         report.pool_threads
     );
-    println!(
+    outln!(
         "floor (park/unpark round trip of two bare threads): {} / {} us (median / p99); \
          round trips show (multiple of the floor)",
         num(report.floor_us.median),
@@ -334,7 +334,7 @@ fn print_table(report: &ExecutorReport, kinds: &[ExecutorKind]) {
         kinds.iter().map(|k| &report.executors[k.name()]).collect();
     let side_by_side = figures.len() == 2;
     if side_by_side {
-        println!("pool gain: threads / pool for times and counts, pool / threads for rates (above 1: the pool is better)");
+        outln!("pool gain: threads / pool for times and counts, pool / threads for rates (above 1: the pool is better)");
     }
     let rows = rows(p.chips);
     let values: Vec<Vec<Value>> = rows
@@ -377,7 +377,7 @@ fn print_table(report: &ExecutorReport, kinds: &[ExecutorKind]) {
     if side_by_side {
         header.push_str(" (threads, pool)");
     }
-    println!("{header}");
+    outln!("{header}");
     for ((r, vs), cs) in rows.iter().zip(&values).zip(&cells) {
         let mut line = format!("{:<label_w$}  {:<unit_w$}", r.label, r.unit);
         for (c, w) in cs.iter().zip(&col_w) {
@@ -390,7 +390,7 @@ fn print_table(report: &ExecutorReport, kinds: &[ExecutorKind]) {
             let mets: Vec<&str> = vs.iter().map(|v| met(r, v)).collect();
             line.push_str(&format!("  {:<10}  {}", t.text, mets.join(", ")));
         }
-        println!("{}", line.trim_end());
+        outln!("{}", line.trim_end());
     }
 }
 
@@ -420,7 +420,7 @@ pub(crate) fn command(
         }
     })?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_table(&report, kinds);
     }

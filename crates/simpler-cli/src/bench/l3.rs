@@ -75,12 +75,12 @@ fn runs_line(p: &L3Params) -> String {
 
 fn print_table(r: &L3Report) {
     let p = &r.params;
-    println!(
+    outln!(
         "simpler bench --l3: Worker::run of k independent no-op tasks on the sim, µs per run \
          (median / p90); {} host CPUs",
         r.host_cpus
     );
-    println!(
+    outln!(
         "chips: {} sim chips of {} cluster(s) and {} AICPU threads, tasks round-robin; sub \
          workers: {} threads; runs per k: {}",
         p.chips,
@@ -90,7 +90,7 @@ fn print_table(r: &L3Report) {
         runs_line(p)
     );
     if let Some(f) = r.floor_us {
-        println!(
+        outln!(
             "L2 empty-run floor (ChipWorker::run of the same no-op callable): {} / {} us",
             num(f.median),
             num(f.p90)
@@ -122,16 +122,16 @@ fn print_table(r: &L3Report) {
     for (row, w) in r.rows.iter().zip(&widths) {
         header.push_str(&format!("  {:<w$}", row_label(row.row)));
     }
-    println!("{}", header.trim_end());
+    outln!("{}", header.trim_end());
     for (i, k) in p.ks.iter().enumerate() {
         let mut line = format!("{k:>5}");
         for (c, w) in cells.iter().zip(&widths) {
             line.push_str(&format!("  {:<w$}", c[i]));
         }
-        println!("{}", line.trim_end());
+        outln!("{}", line.trim_end());
     }
-    println!("fit: run_us = fixed + per_task x k, least squares through the medians");
-    println!(
+    outln!("fit: run_us = fixed + per_task x k, least squares through the medians");
+    outln!(
         "{:<14} {:>10} {:>14}  {:<26} {:<17} {:>15} {:>15}",
         "row",
         "fixed (us)",
@@ -153,9 +153,9 @@ fn print_table(r: &L3Report) {
             us(row.engine_one_task_us),
             us(row.engine_k1_us)
         );
-        println!("{}", line.trim_end());
+        outln!("{}", line.trim_end());
     }
-    println!(
+    outln!(
         "{:<14} {:>10} {:>14}  ({})",
         "upstream",
         num(r.upstream.fit.fixed_us),
@@ -175,7 +175,7 @@ fn print_table(r: &L3Report) {
             ))
         })
         .collect();
-    println!(
+    outln!(
         "slowest tail, p90 / median (target <= {}x): {}",
         num(TAIL_TARGET),
         tails.join("; ")
@@ -198,7 +198,7 @@ fn print_table(r: &L3Report) {
                 )
             })
             .collect();
-        println!(
+        outln!(
             "per-task slope vs half the floor + {} us = {} us: {}",
             num(SLOPE_OVER_HALF_FLOOR_US),
             num(target),
@@ -206,7 +206,7 @@ fn print_table(r: &L3Report) {
         );
     }
     if let Some(p) = r.process_over_thread {
-        println!(
+        outln!(
             "chip, process / chip, thread at k = {}: {}x (target <= {}x)",
             p.k,
             num(p.ratio),
@@ -214,7 +214,7 @@ fn print_table(r: &L3Report) {
         );
     }
     if r.rows.iter().any(|row| row.fit.fixed_us < 0.0) {
-        println!(
+        outln!(
             "a negative fixed cost: those medians grow faster than linearly in k, the line \
              does not describe them (read the points above and k=1 - floor)"
         );
@@ -248,7 +248,7 @@ pub(crate) fn command(runs: u32, max_k: u64, json: bool) -> Result<(), Box<dyn s
         }
     })?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_table(&report);
     }

@@ -30,18 +30,25 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
         }
     })?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        outln!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
-    println!(
+    outln!(
         "simpler bench --peer: {tasks} no-op tasks per run, median of {runs} rounds after a \
          warm-up, the four measurements interleaved; ours: {} cores, {} AICPU threads, {} \
          executor ({} pool threads); rayon: one scope on a pool of {} threads",
-        r.ours.cores, r.ours.aicpu_threads, r.ours.executor, r.ours.pool_threads, r.rayon.threads
+        r.ours.cores,
+        r.ours.aicpu_threads,
+        r.ours.executor,
+        r.ours.pool_threads,
+        r.rayon.threads
     );
-    println!(
+    outln!(
         "{:<12} {:>16} {:>16} {:>13}  target",
-        "shape", "ours (tasks/s)", "rayon (tasks/s)", "ours / rayon"
+        "shape",
+        "ours (tasks/s)",
+        "rayon (tasks/s)",
+        "ours / rayon"
     );
     for (shape, ours, rayon, ratio, bound) in [
         (
@@ -59,7 +66,7 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
             None,
         ),
     ] {
-        println!(
+        outln!(
             "{shape:<12} {:>16} {:>16} {:>13}  {}",
             num(ours),
             num(rayon),
@@ -67,7 +74,7 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
             target(ratio, bound)
         );
     }
-    println!(
+    outln!(
         "ours: tasks / the run's round trip (submit to result) on the sim; rayon independent: \
          rayon::scope spawning every task; rayon chain: each task spawned by its predecessor \
          inside one scope; tasks / the scope's time."

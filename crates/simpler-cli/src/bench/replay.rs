@@ -38,18 +38,24 @@ fn row(v: &VariantFigures) -> String {
 }
 
 fn print_table(r: &ReplayReport) {
-    println!(
+    outln!(
         "simpler bench --replay: one warm worker ({} cores, {} AICPU threads), median of {} runs \
          per variant after a warm-up, the variants interleaved; {} host CPUs",
-        r.cores, r.aicpu_threads, r.params.runs, r.host_cpus
+        r.cores,
+        r.aicpu_threads,
+        r.params.runs,
+        r.host_cpus
     );
     for w in &r.workloads {
-        println!();
-        println!(
+        outln!();
+        outln!(
             "{}: {} (graph of {} tasks, image {} bytes)",
-            w.workload, w.what, w.tasks, w.image_bytes
+            w.workload,
+            w.what,
+            w.tasks,
+            w.image_bytes
         );
-        println!(
+        outln!(
             "{:<11} {:>13} {:>18} {:>11} {:>12} {:>15} {:>12}",
             "variant",
             "e2e (us/run)",
@@ -60,15 +66,15 @@ fn print_table(r: &ReplayReport) {
             "upload (us)"
         );
         for v in &w.variants {
-            println!("{}", row(v));
+            outln!("{}", row(v));
         }
-        println!(
+        outln!(
             "replay speedup (hbg e2e / hbg replay e2e): {}x",
             num(w.replay_speedup)
         );
         let share = &w.targets.replay_host_share;
         let (hbg, replay) = (&w.variants[1], &w.variants[2]);
-        println!(
+        outln!(
             "target: {}: {}% ({} us vs {} us) {}",
             share.what,
             num(share.value * 100.0),
@@ -77,7 +83,7 @@ fn print_table(r: &ReplayReport) {
             met(share)
         );
         let beats = &w.targets.replay_beats_tmr;
-        println!(
+        outln!(
             "target: {}: {} us vs {} us {}",
             beats.what,
             num(beats.value),
@@ -85,8 +91,8 @@ fn print_table(r: &ReplayReport) {
             met(beats)
         );
     }
-    println!();
-    println!(
+    outln!();
+    outln!(
         "e2e: the host call to its return (submit to result), untraced. stage, launch: the \
          run's host spans from submit to the launch call (staging, the graph's build or binding, \
          publishing) and of the launch call, from a second pass traced at level tasks; on the \
@@ -118,7 +124,7 @@ pub(crate) fn command(tasks: u64, runs: u32, json: bool) -> Result<(), Box<dyn s
         },
     )?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_table(&report);
     }

@@ -1,5 +1,5 @@
-//! After a successful run: writing every `--output` (atomically) and comparing every
-//! `--check` with its reference through [`simpler_toolchain::compare::allclose`], printing
+//! After a successful run: writing every `--output` (atomically, first of all) and comparing
+//! every `--check` with its reference through [`simpler_toolchain::compare::allclose`], printing
 //! one PASS or FAIL line each.
 
 use simpler_abi::DataType;
@@ -17,28 +17,39 @@ fn fmt_value(v: f64, dtype: DataType) -> String {
     }
 }
 
-/// After a successful [`execute`](super::execute): writes every `--output` (atomically), then runs every
-/// `--check`, printing PASS/FAIL lines.
-///
-/// # Errors
-/// [`RunError::WriteOutput`] or [`RunError::CheckFailed`] (exit code 1).
-pub fn finish(prepared: &PreparedRun) -> Result<(), RunError> {
+/// After a successful [`execute`](super::execute), before anything else can fail: writes
+/// every `--output` (atomically), stopping at the first that fails. Returns the line to print
+/// for each file written, and the failure if there was one.
+pub fn write_outputs(prepared: &PreparedRun) -> (Vec<String>, Option<RunError>) {
     let args = &prepared.spec.signature.args;
+    let mut lines = Vec::new();
     for (i, path) in &prepared.outputs {
         let ArgValue::Tensor(t) = &prepared.args[*i] else {
             unreachable!("outputs are tensors")
         };
-        npy::write(path, t).map_err(|source| RunError::WriteOutput {
-            name: args[*i].name.clone(),
-            source,
-        })?;
-        println!(
+        if let Err(source) = npy::write(path, t) {
+            let e = RunError::WriteOutput {
+                name: args[*i].name.clone(),
+                source,
+            };
+            return (lines, Some(e));
+        }
+        lines.push(format!(
             "wrote {} ({}{})",
             path.display(),
             t.dtype,
             fmt_shape(&t.shape)
-        );
+        ));
     }
+    (lines, None)
+}
+
+/// Runs every `--check` of a successful run, printing PASS/FAIL lines.
+///
+/// # Errors
+/// [`RunError::CheckFailed`] (exit code 1) naming every argument that failed.
+pub fn check(prepared: &PreparedRun) -> Result<(), RunError> {
+    let args = &prepared.spec.signature.args;
     let mut failed = Vec::new();
     for (i, path, reference) in &prepared.checks {
         let ArgValue::Tensor(t) = &prepared.args[*i] else {
@@ -54,7 +65,7 @@ pub fn finish(prepared: &PreparedRun) -> Result<(), RunError> {
         .expect("prepare checked the tolerances and the reference's dtype and shape");
         let tol = format!("rtol={:e} atol={:e}", prepared.rtol, prepared.atol);
         if o.passed() {
-            println!(
+            outln!(
                 "PASS {name}: {} elements match {} ({tol}, max abs error {:.3e})",
                 o.total,
                 path.display(),
@@ -62,7 +73,7 @@ pub fn finish(prepared: &PreparedRun) -> Result<(), RunError> {
             );
         } else {
             let first = o.first.expect("a failed check has a first mismatch");
-            println!(
+            outln!(
                 "FAIL {name}: {} of {} elements differ from {} ({tol}, max abs error {:.3e}); \
                  first mismatch at {:?}: got {}, expected {}",
                 o.mismatches,

@@ -8,11 +8,13 @@
 //!   reads, never a directory, FIFO, socket, device or symbolic link);
 //! - `config`: the worker configuration and ring sizing from the environment
 //!   ([`RunConfig`]), checked before anything is built;
-//! - `finish`: after the run, writing the outputs (atomically, only after a successful run)
-//!   and comparing them with reference files ([`simpler_toolchain::compare`]);
+//! - `finish`: after the run, writing the outputs (atomically, only after a successful run,
+//!   and before anything else that could fail) and comparing them with reference files
+//!   ([`simpler_toolchain::compare`]);
 //! - `trace_out`: `--trace` and `--deps` ([`TraceRequest`]): their paths checked before the
-//!   run like an output's, the files written (atomically) after a successful run, before
-//!   the outputs and checks;
+//!   run like an output's, the files written (atomically) after a successful run, after the
+//!   outputs: a trace file that cannot be written fails the command (exit code 1) but never
+//!   costs an output;
 //! - `error`: [`RunError`] and its exit codes.
 //!
 //! `.npy` files and scalars are read by [`simpler_toolchain`].
@@ -63,7 +65,7 @@ use crate::build;
 
 pub use config::RunConfig;
 pub use error::{refused_before_running, RunError};
-pub use finish::finish;
+pub use finish::{check, write_outputs};
 pub use prepare::prepare;
 #[cfg(test)]
 use prepare::prepare_with;
@@ -256,15 +258,32 @@ pub fn command(req: &RunRequest) -> Result<(), RunError> {
     config.call.trace_level = prepared.trace.level();
     config.call.runtime = req.runtime;
     let report = execute(&mut prepared, &config)?;
+    // The outputs first: nothing after this (printing, the trace files, the checks) can
+    // lose them.
+    let (written, output_failed) = write_outputs(&prepared);
     if let Some(warning) = no_task_warning(&prepared, report.tasks) {
         eprintln!("{warning}");
     }
-    println!("{}", ran_line(&prepared.spec.name, &report));
+    outln!("{}", ran_line(&prepared.spec.name, &report));
     if let Some(note) = unused_result_note(&prepared) {
-        println!("{note}");
+        outln!("{note}");
     }
-    trace_out::write(&prepared.trace, report.trace.as_deref().map(|t| t.model()))?;
-    finish(&prepared)
+    for line in written {
+        outln!("{line}");
+    }
+    let traced = trace_out::write(&prepared.trace, report.trace.as_deref().map(|t| t.model()));
+    let checked = check(&prepared);
+    // The first failure is the command's: an output, then a trace file, then a check.
+    match (output_failed, traced) {
+        (Some(e), traced) => {
+            if let Err(t) = traced {
+                eprintln!("{}", crate::error_chain(&t));
+            }
+            Err(e)
+        }
+        (None, Err(t)) => Err(t),
+        (None, Ok(())) => checked,
+    }
 }
 
 /// The line printed after a successful run: its times and the runtime variant it used, with

@@ -491,7 +491,7 @@ fn missing_target() {
 }
 
 #[test]
-fn finish_writes_outputs_and_reports_checks() {
+fn outputs_are_written_and_checks_reported() {
     let f = Files::new();
     let mut p = prepare_with(spec(), &f.request()).unwrap();
     // Pretend the run produced w = the reference exactly and z = twos.
@@ -501,14 +501,21 @@ fn finish_writes_outputs_and_reports_checks() {
     if let ArgValue::Tensor(t) = &mut p.args[2] {
         t.bytes = f32s(&[2.0; 6]);
     }
-    finish(&p).unwrap();
+    let (lines, failed) = write_outputs(&p);
+    assert!(failed.is_none(), "{failed:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with("wrote ") && lines[0].contains("z.npy"),
+        "{lines:?}"
+    );
+    check(&p).unwrap();
     let z = npy::read(&f.path("z.npy")).unwrap();
     assert_eq!(z.bytes, f32s(&[2.0; 6]));
     // A mismatch fails with exit code 1.
     if let ArgValue::Tensor(t) = &mut p.args[3] {
         t.bytes[7] = 9; // the top byte of element 1
     }
-    let e = finish(&p).unwrap_err();
+    let e = check(&p).unwrap_err();
     assert!(matches!(e, RunError::CheckFailed { .. }), "{e:?}");
     assert_eq!(e.exit_code(), 1);
 }

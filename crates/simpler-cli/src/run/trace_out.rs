@@ -130,7 +130,7 @@ pub fn write(req: &TraceRequest, trace: Option<&Trace>) -> Result<(), RunError> 
                 path: path.to_path_buf(),
                 source,
             })?;
-        println!("wrote {} ({what})", path.display());
+        outln!("wrote {} ({what})", path.display());
     }
     Ok(())
 }

@@ -794,3 +794,130 @@ fn build_never_writes_over_its_own_sources() {
         assert_eq!(std::fs::read(p.join(out)).unwrap(), before, "{out}");
     }
 }
+
+/// `simpler run … --output y=y.npy | true`: the output is written, a closed stdout ends the
+/// printing without a panic, and the exit status is the run's (0, or 1 for a failed check).
+#[test]
+fn a_closed_stdout_keeps_the_outputs_and_the_exit_status() {
+    let ex = built_tiny();
+    let p = ex.path();
+    let o = common::simpler_into_closed_pipe(
+        &[
+            "run",
+            "tiny.simpler",
+            "--input",
+            "x=x.npy",
+            "--output",
+            "y=y.npy",
+        ],
+        p,
+    );
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(
+        p.join("y.npy").is_file(),
+        "the output was not written: {err}"
+    );
+    // A failing check still exits 1.
+    write_f32_npy(&p.join("wrong.npy"), &[4], &[9.0; 4]);
+    let o = common::simpler_into_closed_pipe(
+        &[
+            "run",
+            "tiny.simpler",
+            "--input",
+            "x=x.npy",
+            "--check",
+            "y=wrong.npy",
+        ],
+        p,
+    );
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A trace file that cannot be written after a good run fails the command (exit 1, naming
+/// it) but the run's outputs are written all the same; a device such as `/dev/full` is
+/// refused as a trace path before the run (exit 2), so nothing a run produced is lost.
+#[test]
+fn a_failed_trace_write_keeps_the_outputs() {
+    let ex = built_tiny();
+    let p = ex.path();
+    // /proc takes no new files, whoever asks (root included): the write fails after the run.
+    let trace = format!("/proc/self/simpler-test-{}.json", std::process::id());
+    let o = simpler(
+        &[
+            "run",
+            "tiny.simpler",
+            "--input",
+            "x=x.npy",
+            "--output",
+            "y=y.npy",
+            "--trace",
+            &trace,
+        ],
+        p,
+    );
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains(RAN) && out.contains("wrote "), "{out}");
+    assert!(
+        err.contains("--trace") && err.contains("simpler-test-"),
+        "{err}"
+    );
+    assert!(p.join("y.npy").is_file(), "the output was dropped: {err}");
+    let y = simpler_toolchain::npy::read(&p.join("y.npy")).unwrap();
+    assert_eq!(y.shape, vec![4]);
+    // /dev/full: refused before anything ran.
+    let err = refused_before_running(
+        p,
+        &[
+            "--input",
+            "x=x.npy",
+            "--output",
+            "y=y2.npy",
+            "--trace",
+            "/dev/full",
+        ],
+    );
+    assert!(err.contains("/dev/full"), "{err}");
+}
+
+/// An `--input` that is `/dev/zero`, a FIFO with no writer or a directory is refused at once
+/// (exit 2) with the file and what it is named; an `.npy` whose data is longer or shorter
+/// than its header declares is refused with both sizes.
+#[test]
+fn an_input_that_is_not_a_regular_file_or_not_its_declared_size_is_refused() {
+    let ex = built_tiny();
+    let p = ex.path();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(p.join("pipe.npy"))
+        .status()
+        .unwrap()
+        .success());
+    std::fs::create_dir(p.join("dir.npy")).unwrap();
+    for (input, kind) in [
+        ("/dev/zero".to_string(), "a character device"),
+        (path_str(&p.join("pipe.npy")).to_string(), "a FIFO"),
+        (path_str(&p.join("dir.npy")).to_string(), "a directory"),
+    ] {
+        let err = refused_before_running(p, &["--input", &format!("x={input}")]);
+        assert!(
+            err.contains(&format!("`{input}` is {kind}, not a regular file")),
+            "{err}"
+        );
+    }
+    let data: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let mut longer = data.clone();
+    longer.extend_from_slice(&[0; 8]);
+    common::write_npy_raw(&p.join("long.npy"), "<f4", &[4], &longer);
+    let err = refused_before_running(p, &["--input", "x=long.npy"]);
+    assert!(err.contains("needs 16 bytes, got 24"), "{err}");
+    common::write_npy_raw(&p.join("short.npy"), "<f4", &[4], &data[..12]);
+    let err = refused_before_running(p, &["--input", "x=short.npy"]);
+    assert!(err.contains("needs 16 bytes, got 12"), "{err}");
+}

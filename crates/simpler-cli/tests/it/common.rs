@@ -84,3 +84,20 @@ pub fn write_f32_npy(path: &Path, shape: &[u64], values: &[f32]) {
     let data: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
     write_npy_raw(path, "<f4", shape, &data);
 }
+
+/// Runs `simpler <args>` in `cwd` with its stdout a pipe whose read end is closed before the
+/// command prints anything (as `simpler … | true` leaves it), and captures its exit status
+/// and stderr.
+pub fn simpler_into_closed_pipe(args: &[&str], cwd: &Path) -> Output {
+    use std::process::Stdio;
+    let mut child = command()
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the simpler binary runs");
+    drop(child.stdout.take());
+    child.wait_with_output().expect("the simpler binary exits")
+}

@@ -205,3 +205,45 @@ fn an_unknown_format_is_a_usage_error() {
     assert!(err.contains("unknown trace format"), "{err}");
     assert!(!dir.path().join("x.bin").exists());
 }
+
+/// `simpler trace summary FILE | head -1`: a closed stdout ends the printing, without a
+/// panic, and the command still exits 0.
+#[test]
+fn summary_into_a_closed_pipe_exits_0_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write_trace(dir.path(), "t.perfetto-trace", Format::Perfetto);
+    let o =
+        crate::common::simpler_into_closed_pipe(&["trace", "summary", path_str(&f)], dir.path());
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// `simpler trace summary` of a device, a FIFO with no writer or a directory is refused at
+/// once (exit 2), naming the file and what it is; nothing is read from `/dev/zero`.
+#[test]
+fn summary_refuses_devices_fifos_and_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("t.pftrace");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for (path, kind) in [
+        (Path::new("/dev/zero"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (dir.path(), "a directory"),
+    ] {
+        let o = simpler(&["trace", "summary", path_str(path)], dir.path());
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!(
+                "`{}` is {kind}, not a regular file",
+                path.display()
+            )),
+            "{err}"
+        );
+    }
+}
