@@ -368,6 +368,12 @@ def test_bad_input_is_refused_before_the_run_and_the_worker_stays_usable(
     assert info.value.arg == "c" and "i32" in str(info.value)
     with pytest.raises(simpler.InvalidArgumentError, match="argument `a`: numpy dtype float64"):
         chip.run(h, [a.astype(np.float64), b, c])
+    # A misaligned array (data not on an element boundary) is refused, naming it.
+    misaligned = np.frombuffer(bytes(a.nbytes + 1), dtype=np.float32, offset=1)
+    assert misaligned.shape == a.shape and misaligned.ctypes.data % 4 != 0
+    with pytest.raises(simpler.InvalidArgumentError, match="not aligned to its 4-byte") as info:
+        chip.run(h, [misaligned, b, c])
+    assert info.value.arg == "a"
     # Still usable.
     chip.run(h, [a, b, c])
     np.testing.assert_array_equal(c, a + b)

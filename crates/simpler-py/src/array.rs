@@ -4,7 +4,7 @@
 //! into a `numpy.ndarray` view of the same memory; this module reads such an array's
 //! `__array_interface__` (data address, read-only flag, shape, strides, type string) and
 //! checks what only a view of Python memory can tell: a numpy array, C-contiguous, in native
-//! byte order. Everything the signature decides (dtype, shape, emptiness, writability,
+//! byte order, its data aligned to its element size. Everything the signature decides (dtype, shape, emptiness, writability,
 //! aliasing) is the host's check (`Signature::check_offers`). Only objects whose type is
 //! `numpy.ndarray` (or a subclass) are accepted, so the interface is numpy's own description
 //! of memory it owns or keeps alive.
@@ -83,7 +83,8 @@ impl ArrayMemory {
     ///
     /// # Errors
     /// `ArgumentTypeError` when `obj` is not an ndarray; `InvalidArgumentError` when it is
-    /// not C-contiguous, not in native byte order, or too large to address.
+    /// not C-contiguous, not in native byte order, not aligned to its element size, or too
+    /// large to address.
     pub(crate) fn borrow(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<ArrayMemory> {
         let py = obj.py();
         let iface = array_interface(obj, arg)?;
@@ -122,6 +123,18 @@ impl ArrayMemory {
                 py,
                 arg,
                 "the array's data pointer is null",
+            ));
+        }
+        // Kernels read a tensor's elements in place as their type: refused, never staged.
+        if len > 0 && itemsize > 0 && addr % itemsize as usize != 0 {
+            return Err(error::invalid_argument(
+                py,
+                arg,
+                format!(
+                    "the array's data at {addr:#x} is not aligned to its {itemsize}-byte \
+                     elements (e.g. numpy.frombuffer with an offset); pass a copy of it \
+                     (arr.copy())"
+                ),
             ));
         }
         // An empty array may have any address (even null); its slices use a dangling one.

@@ -243,14 +243,15 @@ pub(crate) fn host_error(py: Python<'_>, e: HostError) -> PyErr {
     host_raise(&e).into_err(py)
 }
 
-/// Converts a [`BundleError`] into its Python exception: an I/O failure is a
-/// `BundleIOError` (an `OSError`, with `errno` left unset and the OS error as its cause), an
+/// Converts a [`BundleError`] into its Python exception: an I/O failure (a file that is
+/// missing, not a regular file or over the size limit included) is a `BundleIOError` (an
+/// `OSError`, with `errno` left unset and the OS error as its cause), an
 /// invalid signature a `SignatureError`, anything else a `BundleError`.
 pub(crate) fn bundle_error(py: Python<'_>, e: BundleError) -> PyErr {
     let message = e.to_string();
     let cause = source_chain(&e);
     let raise = match &e {
-        BundleError::Io { path, .. } => {
+        BundleError::Io { path, .. } | BundleError::Read { path, .. } => {
             Raise::new("BundleIOError", message).detail("path", path.display().to_string())
         }
         BundleError::InvalidSignature(_) => Raise::new("SignatureError", message),
