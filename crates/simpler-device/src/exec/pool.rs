@@ -4,7 +4,10 @@
 //! parks, and the replacement of workers that leave the pool for a blocking section.
 //!
 //! - **Workers** take the oldest runnable fiber (urgent ones first) and run it until it
-//!   suspends; an idle one sleeps on the queue until a push, or until the earliest timer.
+//!   suspends — except the fiber their own running fiber woke last, kept in the worker's
+//!   LIFO slot and run next without the shared queue's lock (at most
+//!   [`super::protocol::LIFO_STREAK`] in a row); an idle one steals from the other
+//!   workers' slots, then sleeps on the queue until a push, or until the earliest timer.
 //!   Nothing wakes an idle pool: with no fiber runnable and no timer armed, every worker
 //!   sleeps without a deadline.
 //! - **Blocking sections** ([`crate::wait::blocking`]): the worker running such a fiber is
@@ -32,7 +35,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::cpu::ThreadProbe;
 use super::fiber::{SliceEnd, Suspend, Task};
-use super::protocol::{AfterPark, Lifo, RunQueue};
+use super::protocol::{AfterPark, Lifo, RunQueue, Search};
 
 /// How long a slice may keep its worker busy (its CPU time advances: a spin, a long
 /// computation, page faults) or blocked in the OS (a sleep, a lock, a blocking call) while
@@ -51,8 +54,12 @@ pub(crate) const MONITOR_TICK: Duration = Duration::from_millis(1);
 /// Slices a busy worker runs between two looks at the timers (see [`Pool::work`]).
 const TIMER_LOOK_EVERY: u32 = 4;
 /// Looks at the queue's length an idle worker takes, searching, before it sleeps (a push
-/// meanwhile wakes no sleeper: the searcher takes the fiber).
-const SEARCH_SPINS: u32 = 0;
+/// meanwhile wakes no sleeper: the searcher takes the fiber), when the machine has a CPU
+/// to spare beyond the workers and one host thread; at most half the workers (at least
+/// one) search at once. Without a spare CPU a worker sleeps at once: on a 2-CPU host with
+/// 2 workers, 64 looks cost ~5 % of the chain's throughput and 512 more, the searcher
+/// taking the CPU the host thread needs (`docs/sim-device.md` §11).
+const SEARCH_SPINS: u32 = 64;
 /// Default stack of a fiber, bytes (the default of a Rust thread): mapped up front,
 /// committed by the OS only as it is touched.
 pub(crate) const DEFAULT_STACK_BYTES: usize = 2 << 20;
@@ -149,6 +156,8 @@ pub(crate) struct Pool {
     cpus: usize,
     /// When the monitor last counted out a stalled worker (pool clock, 0: never).
     last_count_out: AtomicU64,
+    /// How an idle worker searches before it sleeps (see [`SEARCH_SPINS`]).
+    search: Search,
 }
 
 #[derive(Default)]
@@ -199,11 +208,12 @@ pub(crate) fn pool() -> &'static Pool {
 
 fn new_pool() -> Pool {
     {
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         let target = std::env::var("SIMPLER_SIM_POOL_THREADS")
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
             .filter(|&n| n > 0)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+            .unwrap_or(cpus);
         Pool {
             queue: RunQueue::new(),
             target,
@@ -215,7 +225,11 @@ fn new_pool() -> Pool {
             stack_bytes: DEFAULT_STACK_BYTES,
             serving: std::sync::atomic::AtomicUsize::new(0),
             last_count_out: AtomicU64::new(0),
-            cpus: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            cpus,
+            search: Search {
+                spins: if cpus > target + 1 { SEARCH_SPINS } else { 0 },
+                max_searchers: (target / 2).max(1),
+            },
         }
     }
 }
@@ -445,7 +459,7 @@ impl Pool {
         self.queue.next(
             &slot.lifo,
             streak,
-            SEARCH_SPINS,
+            self.search,
             || self.next_deadline(),
             |_| self.serving.load(Ordering::Acquire) <= self.target,
         )

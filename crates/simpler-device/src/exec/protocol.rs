@@ -1,37 +1,51 @@
-//! The pool executor's two wake-up protocols, written once and checked by the loom model
-//! at the bottom of this file (`docs/sim-device.md` §11):
+//! The pool executor's wake-up protocols, written once and checked by the loom model at
+//! the bottom of this file (`docs/sim-device.md` §11):
 //!
 //! - [`TaskState`]: the life of one fiber — queued, running, parked, done — and the one
 //!   transition a waker may make on each state, so that a wake-up is never lost and a
 //!   fiber never sits in the run queue twice or runs on two workers at once;
-//! - [`RunQueue`]: the run queue and the workers that sleep on it, under one lock, so that
-//!   a fiber made runnable always finds a worker awake or wakes one.
+//! - [`RunQueue`]: the shared run queue and the workers that sleep on it, under one lock,
+//!   so that a fiber made runnable always finds a worker awake or wakes one;
+//! - [`Lifo`]: each worker's LIFO slot, the fiber its running fiber woke last, which the
+//!   worker runs next without the shared lock ([`RunQueue::push_local`],
+//!   [`RunQueue::next`]);
+//! - the searching state: a worker that found the queue empty and looks again briefly
+//!   before it sleeps; a push that sees one wakes no sleeper.
 //!
 //! **Who may sleep.** A fiber parks only itself, and only from inside its own slice (it
 //! suspends with "park"); a worker sleeps only on the run queue, only once it is empty.
 //! **Who must wake whom.** Whoever makes a parked fiber runnable calls [`TaskState::wake`],
 //! and if that says so, pushes the fiber on the run queue ([`RunQueue::push`]), which wakes
-//! a sleeping worker if there is one. **Why no wake-up is lost.** A fiber's state is one
-//! atomic changed only by read-modify-writes: a wake that arrives while the fiber still
-//! runs (before its worker has recorded the park) turns RUNNING into NOTIFIED, and the
-//! worker's own compare-exchange RUNNING → PARKED then fails, so the worker queues the
-//! fiber again instead of parking it; a wake that arrives after finds PARKED, and only the
-//! one waker whose exchange moved it to QUEUED pushes it. Every access of the state in
-//! that chain is a read-modify-write, so each reads the latest state. The run queue's length and the
-//! count of sleeping workers live under one mutex, and a worker re-checks the queue under
-//! that mutex before it waits on the condition variable that every push notifies while a
-//! worker sleeps.
+//! a sleeping worker if there is one, or — on a worker, while none sleeps — puts it in the
+//! worker's LIFO slot. **Why no wake-up is lost.** A fiber's state is one atomic changed
+//! only by read-modify-writes: a wake that arrives while the fiber still runs (before its
+//! worker has recorded the park) turns RUNNING into NOTIFIED, and the worker's own
+//! compare-exchange RUNNING → PARKED then fails, so the worker queues the fiber again
+//! instead of parking it; a wake that arrives after finds PARKED, and only the one waker
+//! whose exchange moved it to QUEUED pushes it (to the queue or a slot: one place). Every
+//! access of the state in that chain is a read-modify-write, so each reads the latest
+//! state. The run queue's length and the count of sleeping workers live under one mutex,
+//! and a worker re-checks the queue under that mutex before it waits on the condition
+//! variable that every push notifies while a worker sleeps (and none searches). **Why no
+//! fiber is stranded in a slot.** A worker about to sleep counts itself sleeping, then
+//! takes each slot's lock and steals what it finds; a put into a slot reads the sleeping
+//! count again under the slot's lock and, seeing a sleeper, moves the fiber to the queue.
+//! A worker counted out of the pool closes its slot (the fiber in it goes to the queue).
+//! **Why a searcher loses nothing.** A push reads the searching count under the queue's
+//! lock; a searcher stops counting itself before it re-checks the queue under that lock,
+//! so a push that saw it searching is seen by that re-check.
 //!
 //! Nothing here knows coroutines or threads: the pool calls these around them.
 
+use crossbeam_utils::CachePadded;
 #[cfg(all(test, feature = "loom"))]
-use loom::sync::atomic::{AtomicU8, AtomicUsize};
+use loom::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::AcqRel;
 use std::sync::atomic::Ordering::Acquire;
 use std::sync::atomic::Ordering::Release;
 #[cfg(not(all(test, feature = "loom")))]
-use std::sync::atomic::{AtomicU8, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize};
 use std::sync::Arc;
 
 #[cfg(all(test, feature = "loom"))]
@@ -129,22 +143,37 @@ impl TaskState {
 /// queue).
 pub(crate) const LIFO_STREAK: u32 = 3;
 
+/// How an idle worker searches before it sleeps ([`RunQueue::next`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Search {
+    /// Looks at the queue's length (0: no search, sleep at once).
+    pub(crate) spins: u32,
+    /// At most this many workers search at once (more would only burn CPU: one searcher
+    /// takes the next push).
+    pub(crate) max_searchers: usize,
+}
+
 /// The run queue, the workers' LIFO slots and the workers that sleep on the queue.
 pub(crate) struct RunQueue<T> {
-    /// The queue's length as of the last change, read without the lock (a hint: the lock
-    /// decides).
-    len_hint: AtomicUsize,
+    /// Read by every worker without the lock; kept off the lock's cache line.
+    hints: CachePadded<Hints>,
+    state: CachePadded<Lock<QueueState<T>>>,
+    work: Cond,
+}
+
+/// The run queue's lock-free counters.
+struct Hints {
+    /// The queue's length as of the last change (a hint: the lock decides).
+    len: AtomicUsize,
     /// The count of sleeping workers as of the last change, stored under the lock. The
     /// stall monitor reads it as a hint; [`RunQueue::push_local`] reads it under a LIFO
     /// slot's lock, where it decides (a worker about to sleep stores it before it looks
     /// into the slots).
-    sleeping_hint: AtomicUsize,
+    sleeping: AtomicUsize,
     /// Workers searching: they found the queue empty and look again briefly before they
     /// sleep. A push that sees one notifies no sleeper (the searcher re-checks the queue
     /// under the lock after it stops searching).
     searching: AtomicUsize,
-    state: Lock<QueueState<T>>,
-    work: Cond,
 }
 
 /// One worker's LIFO slot: the fiber last woken by a fiber running on that worker, run by
@@ -152,6 +181,10 @@ pub(crate) struct RunQueue<T> {
 /// (a steal) and the stall monitor (a worker counted out) take from it.
 pub(crate) struct Lifo<T> {
     slot: Lock<LifoSlot<T>>,
+    /// True while a fiber sits in the slot (stored under its lock). Only the owner puts,
+    /// so when the owner reads false the slot is empty, and the owner's look at an empty
+    /// slot takes no lock.
+    occupied: AtomicBool,
 }
 
 /// What a LIFO slot's lock protects.
@@ -169,6 +202,7 @@ impl<T> Default for Lifo<T> {
                 task: None,
                 closed: false,
             }),
+            occupied: AtomicBool::new(false),
         }
     }
 }
@@ -186,7 +220,21 @@ impl<T> Lifo<T> {
 
     /// Takes the fiber in the slot, if any.
     fn take(&self) -> Option<(T, bool)> {
-        self.lock().task.take()
+        let mut slot = self.lock();
+        let t = slot.task.take();
+        if t.is_some() {
+            self.occupied.store(false, Release);
+        }
+        t
+    }
+
+    /// [`Lifo::take`] by the slot's owner: no lock while the slot is empty.
+    fn take_own(&self) -> Option<(T, bool)> {
+        if self.occupied.load(Acquire) {
+            self.take()
+        } else {
+            None
+        }
     }
 
     /// True if a fiber sits in the slot.
@@ -227,9 +275,11 @@ pub(crate) struct QueueState<T> {
 impl<T> RunQueue<T> {
     pub(crate) fn new() -> RunQueue<T> {
         RunQueue {
-            len_hint: AtomicUsize::new(0),
-            sleeping_hint: AtomicUsize::new(0),
-            searching: AtomicUsize::new(0),
+            hints: CachePadded::new(Hints {
+                len: AtomicUsize::new(0),
+                sleeping: AtomicUsize::new(0),
+                searching: AtomicUsize::new(0),
+            }),
             state: Default::default(),
             work: Default::default(),
         }
@@ -275,11 +325,11 @@ impl<T> RunQueue<T> {
     }
 
     fn note_len(&self, st: &QueueState<T>) {
-        self.len_hint.store(st.queue.len(), Release);
+        self.hints.len.store(st.queue.len(), Release);
     }
 
     fn note_sleeping(&self, st: &QueueState<T>) {
-        self.sleeping_hint.store(st.sleeping, Release);
+        self.hints.sleeping.store(st.sleeping, Release);
     }
 
     /// Adds a worker's LIFO slot to those a worker about to sleep steals from.
@@ -297,7 +347,7 @@ impl<T> RunQueue<T> {
     /// each slot's lock to steal, so either that worker finds the fiber or this call sees
     /// the sleeper and moves the fiber to the shared queue.
     pub(crate) fn push_local(&self, lifo: &Lifo<T>, task: T, urgent: bool) -> bool {
-        if self.sleeping_hint.load(Acquire) > 0 {
+        if self.hints.sleeping.load(Acquire) > 0 {
             self.push_as(task, urgent);
             return false;
         }
@@ -308,11 +358,12 @@ impl<T> RunQueue<T> {
             return false;
         }
         let displaced = slot.task.replace((task, urgent));
-        let mine = if self.sleeping_hint.load(Acquire) > 0 {
+        let mine = if self.hints.sleeping.load(Acquire) > 0 {
             slot.task.take()
         } else {
             None
         };
+        lifo.occupied.store(slot.task.is_some(), Release);
         drop(slot);
         if let Some((d, u)) = displaced {
             self.push_as(d, u);
@@ -332,6 +383,7 @@ impl<T> RunQueue<T> {
         let t = {
             let mut slot = lifo.lock();
             slot.closed = true;
+            lifo.occupied.store(false, Release);
             slot.task.take()
         };
         if let Some((t, u)) = t {
@@ -361,13 +413,13 @@ impl<T> RunQueue<T> {
     /// The next fiber for the worker that owns `lifo`: its LIFO slot first, unless it took
     /// [`LIFO_STREAK`] fibers from it in a row (`streak` counts them; the front of the
     /// shared queue then goes first), then the shared queue; with both empty it searches
-    /// (`spins` looks at the queue's length, lock-free) and then sleeps as
+    /// (`search`: looks at the queue's length, lock-free) and then sleeps as
     /// [`RunQueue::pop_or_sleep`] does, stealing from the other workers' slots first.
     pub(crate) fn next(
         &self,
         lifo: &Lifo<T>,
         streak: &mut u32,
-        spins: u32,
+        search: Search,
         deadline: impl Fn() -> Option<std::time::Instant>,
         stay: impl FnMut(&mut QueueState<T>) -> bool,
     ) -> Option<T> {
@@ -377,7 +429,7 @@ impl<T> RunQueue<T> {
                 return Some(t);
             }
         }
-        if let Some((t, _)) = lifo.take() {
+        if let Some((t, _)) = lifo.take_own() {
             *streak += 1;
             return Some(t);
         }
@@ -385,10 +437,7 @@ impl<T> RunQueue<T> {
         if let Some(t) = self.try_pop_busy() {
             return Some(t);
         }
-        let searched = spins > 0;
-        if searched {
-            self.search(spins);
-        }
+        let searched = self.search(search);
         self.pop_or_sleep_searched(deadline, stay, searched)
     }
 
@@ -402,11 +451,16 @@ impl<T> RunQueue<T> {
         }
     }
 
-    /// Counts the caller as searching while it looks at the queue's length up to `spins`
-    /// times (stopping once it looks non-empty); pushes meanwhile notify no sleeper.
-    fn search(&self, spins: u32) {
-        self.searching.fetch_add(1, AcqRel);
-        for _ in 0..spins {
+    /// Counts the caller as searching while it looks at the queue's length up to
+    /// `search.spins` times (stopping once it looks non-empty); pushes meanwhile notify no
+    /// sleeper. False (no search) when `search.max_searchers` already search (read without
+    /// the lock: the cap may be passed by one or two, which costs only CPU).
+    fn search(&self, search: Search) -> bool {
+        if search.spins == 0 || self.hints.searching.load(Acquire) >= search.max_searchers {
+            return false;
+        }
+        self.hints.searching.fetch_add(1, AcqRel);
+        for _ in 0..search.spins {
             if self.looks_busy() {
                 break;
             }
@@ -416,7 +470,8 @@ impl<T> RunQueue<T> {
         }
         // Stopped searching: from here, a push notifies a sleeper again, and the caller
         // re-checks the queue under the lock before it sleeps.
-        self.searching.fetch_sub(1, AcqRel);
+        self.hints.searching.fetch_sub(1, AcqRel);
+        true
     }
 
     /// Queues a runnable fiber and wakes a sleeping worker, if any.
@@ -438,7 +493,7 @@ impl<T> RunQueue<T> {
         self.note_len(&st);
         // A searching worker re-checks the queue under the lock once it stops searching,
         // so it will see this fiber: no futex wake needed.
-        if st.sleeping > st.waking && self.searching.load(Acquire) == 0 {
+        if st.sleeping > st.waking && self.hints.searching.load(Acquire) == 0 {
             st.waking += 1;
             self.work.notify_one();
         }
@@ -454,12 +509,12 @@ impl<T> RunQueue<T> {
 
     /// True if the queue looked non-empty at its last change (no lock taken).
     pub(crate) fn looks_busy(&self) -> bool {
-        self.len_hint.load(Acquire) > 0
+        self.hints.len.load(Acquire) > 0
     }
 
     /// True if no worker sleeps on the queue (no lock taken; a hint).
     pub(crate) fn none_sleeping(&self) -> bool {
-        self.sleeping_hint.load(Acquire) == 0
+        self.hints.sleeping.load(Acquire) == 0
     }
 
     /// Takes the front fiber, sleeping while there is none, at most until `deadline()`
@@ -496,7 +551,7 @@ impl<T> RunQueue<T> {
                 if searched
                     && !st.queue.is_empty()
                     && st.sleeping > st.waking
-                    && self.searching.load(Acquire) == 0
+                    && self.hints.searching.load(Acquire) == 0
                 {
                     st.waking += 1;
                     self.work.notify_one();
@@ -692,7 +747,16 @@ mod loom_model {
         let mut streak = 0;
         loop {
             let item = q
-                .next(lifo, &mut streak, spins, || None, |_| true)
+                .next(
+                    lifo,
+                    &mut streak,
+                    Search {
+                        spins,
+                        max_searchers: 2,
+                    },
+                    || None,
+                    |_| true,
+                )
                 .expect("an untimed sleep returns a fiber");
             let f = match item {
                 Item::Stop => return,
