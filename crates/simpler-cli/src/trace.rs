@@ -38,6 +38,13 @@ pub enum TraceCommandError {
         #[source]
         source: TraceError,
     },
+    /// The trace file decodes but holds no traced run (an empty file, or only host spans):
+    /// there is nothing to summarise, draw or convert.
+    #[error("no traced runs in `{}`", path.display())]
+    NoRuns {
+        /// The file.
+        path: PathBuf,
+    },
     /// The output would replace the input.
     #[error("output `{}` is the trace file being read", path.display())]
     OutputIsInput {
@@ -56,7 +63,8 @@ pub enum TraceCommandError {
 }
 
 impl TraceCommandError {
-    /// `1` for a failed write, `2` for a bad input or output path.
+    /// `1` for a failed write, `2` for a bad input (unreadable, undecodable or run-less) or
+    /// output path.
     pub fn exit_code(&self) -> u8 {
         match self {
             TraceCommandError::Write { .. } => EXIT_FAILURE,
@@ -65,9 +73,10 @@ impl TraceCommandError {
     }
 }
 
-/// Reads and decodes the trace file at `path`.
+/// Reads and decodes the trace file at `path`, which must hold at least one traced run.
 ///
-/// Errors: [`TraceCommandError::Read`], [`TraceCommandError::Decode`] naming `path`.
+/// Errors: [`TraceCommandError::Read`], [`TraceCommandError::Decode`],
+/// [`TraceCommandError::NoRuns`] naming `path`.
 pub fn read_trace(path: &Path) -> Result<Trace, TraceCommandError> {
     read_trace_limited(path, MAX_TRACE_BYTES)
 }
@@ -81,10 +90,16 @@ fn read_trace_limited(path: &Path, limit: u64) -> Result<Trace, TraceCommandErro
             path: path.to_path_buf(),
             source,
         })?;
-    simpler_trace::read(&bytes).map_err(|source| TraceCommandError::Decode {
+    let trace = simpler_trace::read(&bytes).map_err(|source| TraceCommandError::Decode {
         path: path.to_path_buf(),
         source,
-    })
+    })?;
+    if trace.processes.iter().all(|p| p.runs.is_empty()) {
+        return Err(TraceCommandError::NoRuns {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(trace)
 }
 
 /// Renders with `render` into memory, then writes `out` atomically.

@@ -247,3 +247,59 @@ fn summary_refuses_devices_fifos_and_directories() {
         );
     }
 }
+
+/// An empty file, an empty Chrome JSON trace and a trace holding only host spans decode, but
+/// hold no traced run: every `simpler trace` subcommand refuses them with exit 2, naming the
+/// file, and writes nothing.
+#[test]
+fn a_trace_without_runs_is_named_exits_2_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.perfetto-trace");
+    std::fs::write(&empty, b"").unwrap();
+    let json = dir.path().join("empty.json");
+    std::fs::write(&json, b"{\"traceEvents\": []}").unwrap();
+    let spans_only = dir.path().join("spans.perfetto-trace");
+    let host_only = Trace {
+        processes: vec![simpler_trace::ProcessTrace {
+            pid: 1,
+            name: "chip 0 (device 0)".into(),
+            host_spans: vec![simpler_trace::HostSpan {
+                thread: "host lane".into(),
+                name: "prepare".into(),
+                epoch: None,
+                start_ns: 1_000,
+                end_ns: 2_000,
+            }],
+            ..Default::default()
+        }],
+    };
+    let mut bytes = Vec::new();
+    simpler_trace::write(&host_only, Format::Perfetto, &mut bytes).unwrap();
+    std::fs::write(&spans_only, bytes).unwrap();
+    for f in [&empty, &json, &spans_only] {
+        let want = format!("no traced runs in `{}`", f.display());
+        let o = simpler(&["trace", "summary", path_str(f)], dir.path());
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.starts_with("error: ") && err.contains(&want), "{err}");
+        assert!(out.is_empty(), "{out}");
+        let svg = dir.path().join("x.svg");
+        let o = simpler(
+            &["trace", "svg", path_str(f), "-o", path_str(&svg)],
+            dir.path(),
+        );
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(&want), "{err}");
+        assert!(!svg.exists(), "no picture of a run-less trace");
+        let conv = dir.path().join("x.json");
+        let o = simpler(
+            &["trace", "convert", path_str(f), "-o", path_str(&conv)],
+            dir.path(),
+        );
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(&want), "{err}");
+        assert!(!conv.exists());
+    }
+}
