@@ -94,6 +94,7 @@ fn callable() -> CallableSpec {
         func_id,
         core_type,
         image: CodeImage::Kernel(sleep_kernel),
+        name: None,
     };
     CallableSpec {
         name: "balance".into(),

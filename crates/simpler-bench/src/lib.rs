@@ -176,6 +176,7 @@ pub fn noop_callable() -> CallableSpec {
             func_id: 0,
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(noop_kernel),
+            name: None,
         }],
         runtime: None,
     }

@@ -71,6 +71,7 @@ fn spec(name: &str, orch: OrchEntry, tensors: bool) -> CallableSpec {
             func_id: 0,
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(add_one),
+            name: None,
         }],
         runtime: None,
     }

@@ -45,6 +45,103 @@ pub struct KernelSpec {
     pub core_type: CoreType,
     /// Its code.
     pub image: CodeImage,
+    /// The name traces, summaries, crash reports and errors show it under
+    /// ([`KernelSpec::display_name`]); unique in the callable, non-empty. `None`: the entry
+    /// symbol of a [`CodeImage::Library`], `func N` for an in-process kernel.
+    pub name: Option<String>,
+}
+
+impl KernelSpec {
+    /// A kernel without a name of its own ([`KernelSpec::name`] `None`).
+    pub fn new(func_id: u32, core_type: CoreType, image: CodeImage) -> KernelSpec {
+        KernelSpec {
+            func_id,
+            core_type,
+            image,
+            name: None,
+        }
+    }
+
+    /// The same kernel named `name` (see [`KernelSpec::name`]).
+    pub fn with_name(mut self, name: impl Into<String>) -> KernelSpec {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The kernel's name: [`KernelSpec::name`] if given, else the entry symbol of a library
+    /// image, else `func N`.
+    pub fn display_name(&self) -> String {
+        match (&self.name, &self.image) {
+            (Some(name), _) => name.clone(),
+            (None, CodeImage::Library { entry, .. }) => entry.clone(),
+            (None, _) => format!("func {}", self.func_id),
+        }
+    }
+}
+
+/// Why a kernel name is refused: the one rule for manifests, bundles, Rust and Python.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KernelNameError {
+    /// The name is empty.
+    #[error("kernel name is empty")]
+    Empty,
+    /// The name holds a control character (it would break trace and report lines).
+    #[error("kernel name {name:?} holds a control character")]
+    ControlCharacter {
+        /// The name.
+        name: String,
+    },
+    /// The name is longer than [`MAX_KERNEL_NAME_BYTES`].
+    #[error("kernel name `{name}` is {len} bytes long; at most {max} are allowed")]
+    TooLong {
+        /// The name.
+        name: String,
+        /// Its length in bytes.
+        len: usize,
+        /// [`MAX_KERNEL_NAME_BYTES`].
+        max: usize,
+    },
+}
+
+/// The longest kernel name accepted, in UTF-8 bytes.
+pub const MAX_KERNEL_NAME_BYTES: usize = 256;
+
+/// Checks one kernel name: non-empty, no control characters, at most
+/// [`MAX_KERNEL_NAME_BYTES`].
+///
+/// # Errors
+/// The [`KernelNameError`] saying what is wrong.
+pub fn check_kernel_name(name: &str) -> Result<(), KernelNameError> {
+    if name.is_empty() {
+        return Err(KernelNameError::Empty);
+    }
+    if name.chars().any(char::is_control) {
+        return Err(KernelNameError::ControlCharacter { name: name.into() });
+    }
+    if name.len() > MAX_KERNEL_NAME_BYTES {
+        return Err(KernelNameError::TooLong {
+            name: name.into(),
+            len: name.len(),
+            max: MAX_KERNEL_NAME_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// The first two kernels (by position) that share a name, as `(name, first, second)`
+/// positions into `names`; `None` when every name is unique.
+pub fn duplicate_kernel_name<'a, I>(names: I) -> Option<(String, usize, usize)>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let mut seen = std::collections::HashMap::new();
+    for (i, name) in names.into_iter().enumerate() {
+        if let Some(&first) = seen.get(name) {
+            return Some((name.to_string(), first, i));
+        }
+        seen.insert(name, i);
+    }
+    None
 }
 
 /// Everything needed to register a callable.

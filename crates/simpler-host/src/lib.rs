@@ -68,7 +68,10 @@ pub use args::{
     HostTensor, OwnedArg, Passing, ScalarError, ScalarValue,
 };
 pub use bundle::{Bundle, BundleCode, BundleError, BundleKernel};
-pub use callable::{CallableSpec, CodeImage, KernelSpec, Runtime};
+pub use callable::{
+    check_kernel_name, duplicate_kernel_name, CallableSpec, CodeImage, KernelNameError, KernelSpec,
+    Runtime, MAX_KERNEL_NAME_BYTES,
+};
 pub use config::{CallConfig, RingValue, RuntimeEnv};
 pub use error::HostError;
 pub use fence::Completion;

@@ -30,7 +30,7 @@ use std::sync::{Arc, Weak};
 use simpler_abi::{CoreType, MAX_FUNC_ID};
 
 use crate::loader::{self, EntryKind, LoadedCode};
-use crate::{CallableSpec, CodeImage, HostError, Signature};
+use crate::{CallableSpec, CodeImage, HostError, KernelSpec, Signature};
 
 /// Number of callable slots (`MAX_REGISTERED_CALLABLE_IDS`).
 pub const MAX_CALLABLES: usize = 64;
@@ -79,8 +79,8 @@ pub(crate) struct Registered {
     pub(crate) func_type_bytes: Vec<u8>,
     /// The occupancy's generation.
     pub(crate) generation: u64,
-    /// func id → the kernel's name (a library image's entry symbol; `func N` for an
-    /// in-process kernel), as traces show it (`docs/tracing.md`).
+    /// func id → the kernel's name ([`KernelSpec::display_name`]), as traces show it
+    /// (`docs/tracing.md`).
     pub(crate) kernel_names: std::collections::BTreeMap<u32, String>,
     /// The callable's own runtime variant, if it names one.
     pub(crate) runtime: Option<crate::Runtime>,
@@ -231,6 +231,20 @@ pub(crate) fn build(
         }
         count = count.max(k.func_id as usize + 1);
     }
+    let names: Vec<String> = spec.kernels.iter().map(KernelSpec::display_name).collect();
+    for (k, name) in spec.kernels.iter().zip(&names) {
+        crate::check_kernel_name(name)
+            .map_err(|e| invalid(format!("kernel func {}: {e}", k.func_id)))?;
+    }
+    if let Some((name, first, second)) =
+        crate::duplicate_kernel_name(names.iter().map(String::as_str))
+    {
+        return Err(invalid(format!(
+            "kernels func {} and func {} are both named `{name}`; kernel names must be unique \
+             in a callable",
+            spec.kernels[first].func_id, spec.kernels[second].func_id
+        )));
+    }
     let orchestration = cache.load(
         &spec.orchestration,
         EntryKind::Orchestration,
@@ -240,17 +254,13 @@ pub(crate) fn build(
     let mut func_types = vec![0u32; count];
     let mut kernels = Vec::with_capacity(spec.kernels.len());
     let mut kernel_names = std::collections::BTreeMap::new();
-    for k in &spec.kernels {
-        let name = match &k.image {
-            CodeImage::Library { entry, .. } => entry.clone(),
-            _ => format!("func {}", k.func_id),
-        };
-        kernel_names.insert(k.func_id, name);
+    for (k, name) in spec.kernels.iter().zip(names) {
         let code = cache.load(
             &k.image,
             EntryKind::Kernel,
-            &format!("`{}` kernel func {}", spec.name, k.func_id),
+            &format!("`{}` kernel `{name}` (func {})", spec.name, k.func_id),
         )?;
+        kernel_names.insert(k.func_id, name);
         func_addrs[k.func_id as usize] = code.addr;
         func_types[k.func_id as usize] = match k.core_type {
             CoreType::Aic => 1,
@@ -409,6 +419,7 @@ mod tests {
                 func_id: 0,
                 core_type: CoreType::Aiv,
                 image: CodeImage::Kernel(kern),
+                name: None,
             }],
             runtime: None,
         }

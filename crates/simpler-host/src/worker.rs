@@ -820,6 +820,7 @@ pub(crate) mod tests {
                 func_id: 0,
                 core_type: CoreType::Aiv,
                 image: CodeImage::Kernel(no_kernel),
+                name: None,
             }],
             runtime: None,
         }

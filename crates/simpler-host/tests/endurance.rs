@@ -122,6 +122,7 @@ fn ten_thousand_runs_keep_threads_fds_and_memory_flat() {
                 bytes: compile(dir.path(), "kernel", KERNEL),
                 entry: "kernel_entry".into(),
             },
+            name: None,
         }],
         runtime: None,
     };

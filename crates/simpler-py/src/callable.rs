@@ -23,8 +23,9 @@ use crate::error::{self, Raise};
 /// `"f32"`).
 pub(crate) type ArgTuple = (String, String, String, Option<Vec<u64>>);
 
-/// One kernel as Python passes it: `(func_id, core, entry, image)`, core `"aic"` or `"aiv"`.
-pub(crate) type KernelTuple<'py> = (u32, String, String, Bound<'py, PyBytes>);
+/// One kernel as Python passes it: `(func_id, core, entry, image, name)`, core `"aic"` or
+/// `"aiv"`, name `None` for the entry symbol (the host's rule, [`BundleKernel::name`]).
+pub(crate) type KernelTuple<'py> = (u32, String, String, Bound<'py, PyBytes>, Option<String>);
 
 /// A callable of shared-library images (the host's [`Bundle`]).
 #[pyclass(module = "simpler._native", name = "Callable", frozen)]
@@ -105,7 +106,7 @@ impl NativeCallable {
 impl NativeCallable {
     /// Builds and validates a callable: `signature` as `(name, direction, dtype, shape)`
     /// tuples, `orchestration` as `(entry, image)`, `kernels` as `(func_id, core, entry,
-    /// image)` tuples; `runtime` the variant its runs use unless a run names one (`None`: the
+    /// image, name or None)` tuples (names valid and unique, else `InvalidCallableError`); `runtime` the variant its runs use unless a run names one (`None`: the
     /// worker's; another name than the host's is an `InvalidConfigError`).
     #[new]
     #[pyo3(signature = (name, signature, orchestration, kernels, *, runtime=None))]
@@ -123,7 +124,7 @@ impl NativeCallable {
         };
         let signature = self::signature(py, signature)?;
         let mut bundle_kernels = Vec::with_capacity(kernels.len());
-        for (func_id, core, entry, image) in kernels {
+        for (func_id, core, entry, image, kernel_name) in kernels {
             let core_type = core_type(&core).ok_or_else(|| {
                 Raise::new(
                     "InvalidCallableError",
@@ -134,6 +135,7 @@ impl NativeCallable {
             bundle_kernels.push(BundleKernel {
                 func_id,
                 core_type,
+                name: kernel_name.unwrap_or_else(|| entry.clone()),
                 code: BundleCode {
                     entry,
                     image: image.as_bytes().to_vec(),
@@ -206,12 +208,13 @@ impl NativeCallable {
         (o.entry.clone(), PyBytes::new(py, &o.image))
     }
 
-    /// `(func_id, core, entry, image)` of each kernel.
+    /// `(func_id, core, entry, image, name)` of each kernel.
     #[getter]
+    #[allow(clippy::type_complexity)]
     fn kernels<'py>(
         &self,
         py: Python<'py>,
-    ) -> Vec<(u32, &'static str, String, Bound<'py, PyBytes>)> {
+    ) -> Vec<(u32, &'static str, String, Bound<'py, PyBytes>, String)> {
         self.bundle
             .kernels
             .iter()
@@ -221,6 +224,7 @@ impl NativeCallable {
                     k.core_type.name(),
                     k.code.entry.clone(),
                     PyBytes::new(py, &k.code.image),
+                    k.name.clone(),
                 )
             })
             .collect()

@@ -32,12 +32,16 @@ fn manifest_error(py: Python<'_>, e: &ManifestError) -> PyErr {
         | ManifestError::Io { path, .. }
         | ManifestError::Parse { path, .. }
         | ManifestError::Field { path, .. }
-        | ManifestError::Signature { path, .. } => path,
+        | ManifestError::Signature { path, .. }
+        | ManifestError::DuplicateKernelName { path, .. } => path,
     };
     let mut raise = Raise::new("InvalidCallableError", error_chain(e))
         .detail("path", path.display().to_string());
     if let ManifestError::Field { field, .. } = e {
         raise = raise.detail("field", field.as_str());
+    }
+    if let ManifestError::DuplicateKernelName { name, .. } = e {
+        raise = raise.detail("kernel", name.as_str());
     }
     raise.into_err(py)
 }
@@ -203,13 +207,14 @@ pub fn default_cache_dir() -> PathBuf {
 }
 
 /// A manifest as Python takes it: path, name, `(source, entry)` of the orchestration,
-/// `(func_id, core, source, entry)` per kernel, and the signature as `(name, direction,
+/// `(func_id, core, source, entry, name)` per kernel (the name resolved: the source's stem
+/// when the manifest gives none), and the signature as `(name, direction,
 /// dtype, shape)` tuples.
 type ManifestTuple = (
     PathBuf,
     String,
     (PathBuf, String),
-    Vec<(u32, &'static str, PathBuf, String)>,
+    Vec<(u32, &'static str, PathBuf, String, String)>,
     Vec<crate::callable::ArgTuple>,
 );
 
@@ -244,6 +249,7 @@ pub fn load_manifest(py: Python<'_>, target: PathBuf) -> PyResult<ManifestTuple>
                     k.core.name(),
                     loaded.source_path(&k.source),
                     k.entry.clone(),
+                    k.name().to_string(),
                 )
             })
             .collect(),

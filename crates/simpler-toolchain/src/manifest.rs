@@ -16,6 +16,7 @@
 //! core = "aic"                           # required: "aic" | "aiv"
 //! source = "kernels/gemm_tile.c"         # required
 //! entry = "kernel_entry"                 # optional, this is the default
+//! name = "gemm_tile"                     # optional, unique; default: the source's stem
 //! [[args]]                               # optional, in positional order, tensors first
 //! name = "A"                             # required, unique
 //! direction = "in"                       # required: in | out | inout | scalar
@@ -77,6 +78,22 @@ pub enum ManifestError {
         /// What is wrong.
         reason: String,
     },
+    /// Two kernels have the same name (given, or defaulted to their sources' stems).
+    #[error(
+        "invalid manifest `{}`: {first} and {second} are both named `{name}` (kernel names \
+         must be unique; a kernel without `name` is named after its source file's stem)",
+        path.display()
+    )]
+    DuplicateKernelName {
+        /// The file.
+        path: PathBuf,
+        /// The shared name.
+        name: String,
+        /// The earlier entry, e.g. `kernels[0]`.
+        first: String,
+        /// The later entry, e.g. `kernels[2]`.
+        second: String,
+    },
     /// The `[[args]]` do not form a valid signature.
     #[error("invalid manifest `{}`: the [[args]] do not form a valid signature", path.display())]
     Signature {
@@ -113,6 +130,28 @@ pub struct KernelSection {
     /// Entry symbol.
     #[serde(default = "default_kernel_entry")]
     pub entry: String,
+    /// The kernel's name in traces, summaries, crash reports and errors: unique in the
+    /// manifest, valid by [`simpler_host::check_kernel_name`]. Absent in the file, [`parse`]
+    /// sets it to the source file's stem (`kernels/qk_matmul.c` → `qk_matmul`), so after
+    /// [`parse`] it is always `Some` ([`KernelSection::name`]).
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+impl KernelSection {
+    /// The kernel's name: [`KernelSection::name`] as [`parse`] resolved it (the source's
+    /// stem when the manifest gives none; the entry symbol for a section that was never
+    /// parsed and has no stem).
+    pub fn name(&self) -> &str {
+        match &self.name {
+            Some(name) => name,
+            None => self
+                .source
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or(&self.entry),
+        }
+    }
 }
 
 /// One `[[args]]` entry.
@@ -270,7 +309,7 @@ pub fn manifest_path(target: &Path) -> PathBuf {
 /// # Errors
 /// [`ManifestError`] naming `path` and the offending field.
 pub fn parse(text: &str, path: &Path) -> Result<(Manifest, Signature), ManifestError> {
-    let manifest: Manifest = toml::from_str(text).map_err(|source| ManifestError::Parse {
+    let mut manifest: Manifest = toml::from_str(text).map_err(|source| ManifestError::Parse {
         path: path.to_path_buf(),
         source,
     })?;
@@ -325,6 +364,37 @@ pub fn parse(text: &str, path: &Path) -> Result<(Manifest, Signature), ManifestE
                 "must not be empty".into(),
             ));
         }
+    }
+    for (i, k) in manifest.kernels.iter_mut().enumerate() {
+        let name = match &k.name {
+            Some(name) => name.clone(),
+            None => match k.source.file_stem().and_then(|s| s.to_str()) {
+                Some(stem) => stem.to_string(),
+                None => {
+                    return Err(field(
+                        format!("kernels[{i}].name"),
+                        format!(
+                            "not given, and the source `{}` has no UTF-8 file stem to name \
+                             the kernel after",
+                            k.source.display()
+                        ),
+                    ))
+                }
+            },
+        };
+        simpler_host::check_kernel_name(&name)
+            .map_err(|e| field(format!("kernels[{i}].name"), e.to_string()))?;
+        k.name = Some(name);
+    }
+    if let Some((name, first, second)) =
+        simpler_host::duplicate_kernel_name(manifest.kernels.iter().map(KernelSection::name))
+    {
+        return Err(ManifestError::DuplicateKernelName {
+            path: path.to_path_buf(),
+            name,
+            first: format!("kernels[{first}]"),
+            second: format!("kernels[{second}]"),
+        });
     }
     let signature = Signature::new(
         manifest
@@ -523,6 +593,62 @@ dtype = "f32"
     }
 
     #[test]
+    fn a_kernel_is_named_after_its_source_stem_unless_it_names_itself() {
+        let (m, _) = parse(GOOD, Path::new("simpler.toml")).unwrap();
+        assert_eq!(m.kernels[0].name.as_deref(), Some("gemm_tile"));
+        assert_eq!(m.kernels[1].name(), "add");
+        let text = GOOD.replace(
+            "entry = \"add_entry\"",
+            "entry = \"add_entry\"\nname = \"qk_matmul\"",
+        );
+        let (m, _) = parse(&text, Path::new("simpler.toml")).unwrap();
+        assert_eq!(m.kernels[1].name(), "qk_matmul");
+        assert_eq!(m.kernels[0].name(), "gemm_tile");
+    }
+
+    #[test]
+    fn two_kernels_of_one_name_are_refused_naming_both_entries() {
+        // Defaulted: two sources with one stem.
+        let text = GOOD.replace("kernels/add.c", "other/gemm_tile.c");
+        let e = parse(&text, Path::new("ex/simpler.toml")).unwrap_err();
+        assert!(
+            matches!(&e, ManifestError::DuplicateKernelName { name, first, second, .. }
+                if name == "gemm_tile" && first == "kernels[0]" && second == "kernels[1]"),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("ex/simpler.toml")
+                && msg.contains("kernels[0] and kernels[1] are both named `gemm_tile`"),
+            "{msg}"
+        );
+        // Given: one name twice.
+        let text = GOOD.replace("entry = \"add_entry\"", "name = \"gemm_tile\"");
+        let e = parse(&text, Path::new("ex/simpler.toml")).unwrap_err();
+        assert!(
+            matches!(e, ManifestError::DuplicateKernelName { .. }),
+            "{e:?}"
+        );
+        // Two kernels of one entry symbol and distinct names are fine.
+        let text = GOOD.replace("entry = \"add_entry\"", "entry = \"kernel_entry\"");
+        let (m, _) = parse(&text, Path::new("ex/simpler.toml")).unwrap();
+        assert_eq!(m.kernels[0].entry, m.kernels[1].entry);
+        assert_ne!(m.kernels[0].name(), m.kernels[1].name());
+    }
+
+    #[test]
+    fn an_invalid_kernel_name_is_named() {
+        let text = GOOD.replace("entry = \"add_entry\"", "name = \"\"");
+        let msg = err(&text);
+        assert!(
+            msg.contains("kernels[1].name") && msg.contains("kernel name is empty"),
+            "{msg}"
+        );
+        let msg = err(&GOOD.replace("entry = \"add_entry\"", "name = 3"));
+        assert!(msg.contains("name") && msg.contains("string"), "{msg}");
+    }
+
+    #[test]
     fn bad_name() {
         let msg = err(&GOOD.replace("name = \"gemm\"", "name = \"../x\""));
         assert!(msg.contains("field `name`"), "{msg}");
@@ -559,19 +685,37 @@ dtype = "f32"
         // Returns at once: the open does not wait for a writer.
         let e = load(&fifo).unwrap_err();
         assert!(
-            matches!(&e, ManifestError::Io { source: ReadFileError::NotRegular { kind: "a FIFO", .. }, .. }),
+            matches!(
+                &e,
+                ManifestError::Io {
+                    source: ReadFileError::NotRegular { kind: "a FIFO", .. },
+                    ..
+                }
+            ),
             "{e:?}"
         );
         let e = load(Path::new("/dev/zero")).unwrap_err();
         assert!(
-            matches!(&e, ManifestError::Io { source: ReadFileError::NotRegular { .. }, .. }),
+            matches!(
+                &e,
+                ManifestError::Io {
+                    source: ReadFileError::NotRegular { .. },
+                    ..
+                }
+            ),
             "{e:?}"
         );
         let big = dir.path().join("big.toml");
         std::fs::write(&big, vec![b'#'; MAX_MANIFEST_BYTES as usize + 1]).unwrap();
         let e = load(&big).unwrap_err();
         assert!(
-            matches!(&e, ManifestError::Io { source: ReadFileError::TooLarge { .. }, .. }),
+            matches!(
+                &e,
+                ManifestError::Io {
+                    source: ReadFileError::TooLarge { .. },
+                    ..
+                }
+            ),
             "{e:?}"
         );
     }

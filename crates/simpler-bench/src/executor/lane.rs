@@ -60,6 +60,7 @@ pub fn noops_callable() -> CallableSpec {
             func_id: 0,
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(noop_kernel),
+            name: None,
         }],
         runtime: None,
     }

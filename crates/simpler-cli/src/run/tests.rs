@@ -35,6 +35,7 @@ fn spec() -> CallableSpec {
         kernels: vec![BundleKernel {
             func_id: 0,
             core_type: CoreType::Aiv,
+            name: "k".into(),
             code: BundleCode {
                 entry: "k".into(),
                 image: b"\x7fELF-fake".to_vec(),

@@ -96,7 +96,7 @@ fn a_null_dereferencing_kernel_is_reported_and_ends_by_sigsegv() {
         &[
             "simpler: crash: SIGSEGV (invalid memory access, address not mapped) on a device thread",
             "(aiv), run epoch ",
-            "kernel:  `crashy` kernel func 0 (entry `null_deref`); func id 0; task 0x0 (ring 0, submit #0); block 0 of 1",
+            "kernel:  `crashy` kernel `null` (func 0) (entry `null_deref`); func id 0; task 0x0 (ring 0, submit #0); block 0 of 1",
             "address: 0x0, not in any live device allocation",
             "The process now ends by SIGSEGV (exit status 139)",
         ],
@@ -117,7 +117,7 @@ fn an_aborting_kernel_is_reported_and_ends_by_sigabrt() {
         &err,
         &[
             "simpler: crash: SIGABRT (abort) on a device thread",
-            "kernel:  `crashy` kernel func 1 (entry `call_abort`); func id 1; task 0x0",
+            "kernel:  `crashy` kernel `abort` (func 1) (entry `call_abort`); func id 1; task 0x0",
             "address: none: the signal was sent",
             "(exit status 134)",
         ],
@@ -148,7 +148,7 @@ fn sim_memcheck_catches_a_write_one_element_past_the_output() {
         &err,
         &[
             "page protected against this access",
-            "kernel:  `crashy` kernel func 2 (entry `write_past_end`); func id 2",
+            "kernel:  `crashy` kernel `overrun` (func 2) (entry `write_past_end`); func id 2",
             "0 bytes past the end of device allocation #",
             "(4000 bytes at 0x",
             "; offset 4000), in its guard page (memcheck)",

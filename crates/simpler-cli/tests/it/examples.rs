@@ -683,7 +683,7 @@ fn missing_entry_symbols_exit_2_naming_the_symbol() {
                 "named by `kernels[0].entry` in `",
                 "simpler.toml`",
             ][..],
-            "kernel func 0 image does not export the entry symbol `no_such_symbol`",
+            "kernel `add` (func 0) image does not export the entry symbol `no_such_symbol`",
         ),
         (
             "entry = \"aicpu_orchestration_entry\"",
@@ -962,6 +962,61 @@ fn failed_check_exits_1_naming_the_first_mismatch() {
 }
 
 // ---- traces --------------------------------------------------------------------------------
+
+/// softmax's two kernels share the entry symbol `kernel_entry`: the trace, `simpler trace
+/// summary` and the SVG tell them apart by their names (their sources' stems).
+#[test]
+fn kernels_of_one_entry_symbol_get_a_summary_row_each_named_by_their_names() {
+    let w = Workdir::new("softmax");
+    let bundle = w.build();
+    let b = simpler_host::Bundle::read(&bundle).unwrap();
+    assert!(b.kernels.iter().all(|k| k.code.entry == "kernel_entry"));
+    let trace = w.path("softmax.perfetto-trace");
+    let mut flags = w.full_flags();
+    flags.extend(["--trace".into(), trace.display().to_string()]);
+    w.assert_passed(&w.run(&bundle, &flags));
+    let t = simpler_trace::read(&std::fs::read(&trace).unwrap()).unwrap();
+    let summary = simpler_trace::summary::Summary::of(&t);
+    let rows: Vec<&str> = summary.runs[0]
+        .kernels
+        .iter()
+        .map(|k| k.name.as_str())
+        .collect();
+    assert_eq!(rows, ["row_normalize", "row_stats"]);
+    let o = run_simpler(
+        &[
+            "trace".into(),
+            "summary".into(),
+            trace.display().to_string(),
+        ],
+        w.dir.path(),
+    );
+    o.succeeded();
+    assert!(
+        o.stdout.contains("row_stats")
+            && o.stdout.contains("row_normalize")
+            && !o.stdout.contains("kernel_entry"),
+        "{}",
+        o.context()
+    );
+    let svg = w.path("softmax.svg");
+    run_simpler(
+        &[
+            "trace".into(),
+            "svg".into(),
+            trace.display().to_string(),
+            "-o".into(),
+            svg.display().to_string(),
+        ],
+        w.dir.path(),
+    )
+    .succeeded();
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg.contains("row_stats") && svg.contains("row_normalize"),
+        "the legend names both kernels"
+    );
+}
 
 /// `simpler run gemm --trace` at level orchestrator: the Perfetto file holds every subtask
 /// once with start < end, every edge's consumer starts after its producer ended, the AICPU

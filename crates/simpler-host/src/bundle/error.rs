@@ -70,6 +70,27 @@ pub enum BundleError {
         /// [`simpler_abi::MAX_FUNC_ID`].
         max: usize,
     },
+    /// A kernel's name is refused ([`check_kernel_name`](crate::check_kernel_name)).
+    #[error("kernel func_id {func_id} has an invalid name: {reason}")]
+    InvalidKernelName {
+        /// The kernel's func id.
+        func_id: u32,
+        /// What is wrong with the name.
+        reason: crate::KernelNameError,
+    },
+    /// Two kernels share a name.
+    #[error(
+        "kernels func_id {first} and func_id {second} are both named `{name}`; kernel names \
+         must be unique in a callable"
+    )]
+    DuplicateKernelName {
+        /// The shared name.
+        name: String,
+        /// The func id of the earlier kernel.
+        first: u32,
+        /// The func id of the later kernel.
+        second: u32,
+    },
     /// An entry symbol name is empty.
     #[error("{what} has an empty entry symbol name")]
     EmptyEntry {

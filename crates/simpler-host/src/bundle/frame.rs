@@ -43,6 +43,11 @@ struct KernelMeta {
     #[serde(with = "core_name")]
     core: CoreType,
     entry: String,
+    /// The kernel's name; absent when it is the entry symbol (the default on read), so a
+    /// bundle whose kernels are named after their entries keeps the bytes it had before the
+    /// field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
     size: u64,
 }
 
@@ -91,6 +96,7 @@ impl Bundle {
                     func_id: k.func_id,
                     core: k.core_type,
                     entry: k.code.entry.clone(),
+                    name: (k.name != k.code.entry).then(|| k.name.clone()),
                     size: k.code.image.len() as u64,
                 })
                 .collect(),
@@ -225,6 +231,7 @@ impl Bundle {
             .map(|k| BundleKernel {
                 func_id: k.func_id,
                 core_type: k.core,
+                name: k.name.unwrap_or_else(|| k.entry.clone()),
                 code: BundleCode {
                     entry: k.entry,
                     image: take(k.size),

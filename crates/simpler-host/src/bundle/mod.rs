@@ -27,10 +27,14 @@
 //!   "name": "gemm",
 //!   "signature": [ { "name": "A", "direction": "in", "dtype": "f32", "shape": [512, 512] } ],
 //!   "orchestration": { "entry": "aicpu_orchestration_entry", "size": 16120 },
-//!   "kernels": [ { "func_id": 0, "core": "aic", "entry": "kernel_entry", "size": 15880 } ],
+//!   "kernels": [ { "func_id": 0, "core": "aic", "entry": "kernel_entry", "name": "gemm_tile",
+//!                  "size": 15880 } ],
 //!   "runtime": "host_build_graph"
 //! }
 //! ```
+//!
+//! A kernel's `name` is optional and written only when it differs from its `entry`; absent,
+//! the kernel is named after its entry symbol ([`BundleKernel::name`]).
 //!
 //! `runtime` is optional and written only when the bundle names one ([`Bundle::runtime`]), so
 //! a bundle without it has the same bytes as before the field existed; its value is a
@@ -106,6 +110,10 @@ pub struct BundleKernel {
     pub func_id: u32,
     /// Core type it runs on.
     pub core_type: CoreType,
+    /// Its name in traces, summaries, crash reports and errors ([`KernelSpec::name`]):
+    /// unique in the bundle, valid by [`check_kernel_name`](crate::check_kernel_name). A
+    /// bundle written without names reads back with the entry symbol here.
+    pub name: String,
     /// Its library.
     pub code: BundleCode,
 }
@@ -148,7 +156,8 @@ fn check_code(what: &str, code: &BundleCode) -> Result<(), BundleError> {
 }
 impl Bundle {
     /// Checks everything about the content that the frame cannot: name, signature, func ids
-    /// (unique, in range), entry names and images (non-empty, ELF).
+    /// (unique, in range), entry names and images (non-empty, ELF), kernel names (valid,
+    /// unique).
     ///
     /// # Errors
     /// The first problem found, as its own [`BundleError`] variant.
@@ -172,6 +181,19 @@ impl Bundle {
                 return Err(BundleError::DuplicateFuncId { func_id: k.func_id });
             }
             check_code(&kernel_what(k.func_id), &k.code)?;
+            crate::check_kernel_name(&k.name).map_err(|reason| BundleError::InvalidKernelName {
+                func_id: k.func_id,
+                reason,
+            })?;
+        }
+        if let Some((name, first, second)) =
+            crate::duplicate_kernel_name(self.kernels.iter().map(|k| k.name.as_str()))
+        {
+            return Err(BundleError::DuplicateKernelName {
+                name,
+                first: self.kernels[first].func_id,
+                second: self.kernels[second].func_id,
+            });
         }
         Ok(())
     }
@@ -229,6 +251,7 @@ impl Bundle {
                         bytes: k.code.image,
                         entry: k.code.entry,
                     },
+                    name: Some(k.name),
                 })
                 .collect(),
             runtime: self.runtime,

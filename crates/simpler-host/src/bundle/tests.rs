@@ -45,6 +45,7 @@ fn sample() -> Bundle {
             BundleKernel {
                 func_id: 0,
                 core_type: CoreType::Aic,
+                name: "kernel_entry".into(),
                 code: BundleCode {
                     entry: "kernel_entry".into(),
                     image: image(2, 200),
@@ -53,6 +54,7 @@ fn sample() -> Bundle {
             BundleKernel {
                 func_id: 7,
                 core_type: CoreType::Aiv,
+                name: "vec_entry".into(),
                 code: BundleCode {
                     entry: "vec_entry".into(),
                     image: image(3, 100),
@@ -517,4 +519,98 @@ fn reading_refuses_devices_fifos_and_directories() {
             "{source:?}"
         );
     }
+}
+
+#[test]
+fn a_kernel_named_after_its_entry_writes_no_name_and_another_name_round_trips() {
+    let b = sample();
+    let json = |b: &Bundle| {
+        let bytes = b.to_bytes();
+        let len = read_u32(&bytes, 12) as usize;
+        String::from_utf8(bytes[PREFIX_LEN..PREFIX_LEN + len].to_vec()).unwrap()
+    };
+    assert!(
+        !json(&b).contains("\"name\":\"kernel_entry\""),
+        "{}",
+        json(&b)
+    );
+    let mut named = b.clone();
+    named.kernels[0].name = "gemm_tile".into();
+    assert!(
+        json(&named).contains("\"entry\":\"kernel_entry\",\"name\":\"gemm_tile\""),
+        "{}",
+        json(&named)
+    );
+    let back = Bundle::from_bytes(&named.to_bytes()).unwrap();
+    assert_eq!(back, named);
+    assert_eq!(back.kernels[0].name, "gemm_tile");
+    assert_eq!(back.kernels[1].name, "vec_entry");
+    let spec = back.into_spec();
+    assert_eq!(spec.kernels[0].name.as_deref(), Some("gemm_tile"));
+    assert_eq!(spec.kernels[0].display_name(), "gemm_tile");
+}
+
+/// A bundle as written before kernels had names: its metadata, with the images.
+fn unnamed_bundle_bytes() -> Vec<u8> {
+    let meta = br#"{"name":"old","signature":[],"orchestration":{"entry":"o","size":8},"kernels":[{"func_id":0,"core":"aic","entry":"kernel_entry","size":8},{"func_id":1,"core":"aiv","entry":"other","size":8}]}"#;
+    let mut out = BUNDLE_MAGIC.to_vec();
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    out.extend_from_slice(meta);
+    for tag in 0..3u8 {
+        out.extend_from_slice(ELF_MAGIC);
+        out.extend_from_slice(&[tag; 4]);
+    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+#[test]
+fn a_bundle_without_kernel_names_loads_with_each_kernel_named_after_its_entry() {
+    let bytes = unnamed_bundle_bytes();
+    let b = Bundle::from_bytes(&bytes).unwrap();
+    assert_eq!(b.kernels[0].name, "kernel_entry");
+    assert_eq!(b.kernels[1].name, "other");
+    // Written back, it has the bytes it was read from.
+    assert_eq!(b.to_bytes(), bytes);
+}
+
+#[test]
+fn duplicate_and_invalid_kernel_names_are_refused() {
+    let mut b = sample();
+    b.kernels[1].name = "kernel_entry".into();
+    let e = b.validate().unwrap_err();
+    assert!(
+        matches!(&e, BundleError::DuplicateKernelName { name, first: 0, second: 7 } if name == "kernel_entry"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("func_id 0 and func_id 7"), "{e}");
+    // The reader refuses it too.
+    let bytes = b.to_bytes();
+    assert!(matches!(
+        Bundle::from_bytes(&bytes),
+        Err(BundleError::DuplicateKernelName { .. })
+    ));
+    b.kernels[1].name = "a\nb".into();
+    let e = b.validate().unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            BundleError::InvalidKernelName {
+                func_id: 7,
+                reason: crate::KernelNameError::ControlCharacter { .. }
+            }
+        ),
+        "{e:?}"
+    );
+    b.kernels[1].name = String::new();
+    assert!(e.to_string().contains("func_id 7"), "{e}");
+    assert!(matches!(
+        b.validate(),
+        Err(BundleError::InvalidKernelName {
+            reason: crate::KernelNameError::Empty,
+            ..
+        })
+    ));
 }

@@ -254,6 +254,7 @@ fn spec() -> CallableSpec {
         func_id: func_id as u32,
         core_type: CoreType::Aiv,
         image: CodeImage::Kernel(f),
+        name: None,
     };
     CallableSpec {
         name: "deferred".into(),

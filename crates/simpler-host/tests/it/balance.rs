@@ -168,6 +168,7 @@ fn callable() -> CallableSpec {
         func_id: func_id as u32,
         core_type,
         image: CodeImage::Kernel(meet_kernel),
+        name: None,
     };
     CallableSpec {
         name: "balance".into(),

@@ -108,6 +108,7 @@ fn callable(name: &str, orch: OrchEntry) -> CallableSpec {
         func_id,
         core_type: CoreType::Aiv,
         image: CodeImage::Kernel(f),
+        name: None,
     };
     CallableSpec {
         name: name.into(),

@@ -154,6 +154,7 @@ pub fn spec(name: &str) -> CallableSpec {
         func_id,
         core_type: CoreType::Aiv,
         image: CodeImage::Kernel(f),
+        name: None,
     };
     CallableSpec {
         name: name.into(),

@@ -87,6 +87,7 @@ fn spec_with(kernel: KernelEntry) -> CallableSpec {
             func_id: 0,
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(kernel),
+            name: Some("tile_writer".into()),
         }],
         runtime: None,
     }
@@ -144,7 +145,8 @@ fn with_sim_memcheck_an_overrun_faults_and_the_report_names_kernel_task_and_allo
     for want in [
         "simpler: crash: SIGSEGV (invalid memory access, page protected against this access) on a device thread",
         "(aiv), run epoch ",
-        "kernel:  `overrun` kernel func 0; func id 0; task 0x0 (ring 0, submit #0); block 0 of 1",
+        // The kernel's name, then its func id.
+        "kernel:  `overrun` kernel `tile_writer` (func 0); func id 0; task 0x0 (ring 0, submit #0); block 0 of 1",
         "0 bytes past the end of device allocation #",
         "(4000 bytes at 0x",
         "; offset 4000), in its guard page (memcheck)\n  tensor:  the allocation is the buffer of the kernel's tensor argument 1\n",

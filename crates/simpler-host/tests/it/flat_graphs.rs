@@ -100,6 +100,7 @@ fn register(w: &ChipWorker) -> CallableId {
         func_id: func_id as u32,
         core_type: CoreType::Aiv,
         image: CodeImage::Kernel(f),
+        name: None,
     };
     w.register(&CallableSpec {
         name: "flat".into(),

@@ -171,6 +171,7 @@ fn spec(name: &str, orch: OrchEntry, sig: Vec<(&str, ArgDirection)>) -> Callable
                 func_id,
                 core_type,
                 image: CodeImage::Kernel(f),
+                name: None,
             })
             .collect(),
         runtime: None,
@@ -535,6 +536,7 @@ fn sleepy_spec(name: &str, orch: OrchEntry) -> CallableSpec {
         func_id: 4,
         core_type: CoreType::Aiv,
         image: CodeImage::Kernel(sleepy_kernel),
+        name: None,
     });
     s
 }
@@ -647,6 +649,7 @@ fn kernels_see_their_argument_counts_and_errors_name_the_submit() {
         func_id: 5,
         core_type: CoreType::Aiv,
         image: CodeImage::Kernel(count_kernel),
+        name: None,
     });
     let id = w.register(&s).unwrap();
     let mut x = vec![0.0f32; 4];
@@ -781,6 +784,7 @@ fn dropping_a_worker_with_a_kernel_that_never_returns_does_not_hang() {
             func_id: 6,
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(endless_kernel),
+            name: None,
         });
         let id = w.register(&s).unwrap();
         let mut x = vec![0.0f32; 4];

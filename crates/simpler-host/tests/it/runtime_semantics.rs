@@ -478,11 +478,13 @@ fn register_with(w: &ChipWorker, tensors: &[(&str, ArgDirection)], scalars: usiz
             func_id: FAIL_FUNC as u32,
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(fatal_42),
+            name: None,
         },
         KernelSpec {
             func_id: SLOW_FAIL_FUNC as u32,
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(slow_failing_kernel),
+            name: None,
         },
     ];
     for (t, &entry) in aiv.iter().enumerate() {
@@ -490,11 +492,13 @@ fn register_with(w: &ChipWorker, tensors: &[(&str, ArgDirection)], scalars: usiz
             func_id: (AIV_BASE + t as i32) as u32,
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(entry),
+            name: None,
         });
         kernels.push(KernelSpec {
             func_id: (AIC_BASE + t as i32) as u32,
             core_type: CoreType::Aic,
             image: CodeImage::Kernel(entry),
+            name: None,
         });
     }
     w.register(&CallableSpec {

@@ -139,6 +139,7 @@ fn callable(name: &str, orch: OrchEntry, sig: Vec<ArgSpec>) -> CallableSpec {
                 func_id: f as u32,
                 core_type,
                 image: CodeImage::Kernel(k),
+                name: None,
             })
             .collect(),
         runtime: None,
@@ -483,4 +484,76 @@ fn level_off_records_nothing() {
         .run(id, &mut [host_f32(&mut a), host_f32(&mut b)])
         .unwrap();
     assert!(report.trace.is_none());
+}
+
+#[test]
+fn kernels_of_one_entry_are_told_apart_by_their_names_in_the_trace_and_the_summary() {
+    // AIV and AIV_B run the same entry function; named, they are two kernels.
+    let mut spec = callable(
+        "graph",
+        graph_orch,
+        vec![tensor_spec("a"), tensor_spec("b")],
+    );
+    for k in &mut spec.kernels {
+        k.name = match k.func_id as i32 {
+            AIV => Some("alpha".into()),
+            AIV_B => Some("beta".into()),
+            _ => None,
+        };
+    }
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let id = w.register(&spec).unwrap();
+    let trace = run_graph(&w, id, TraceLevel::Tasks).expect("a traced run has a trace");
+    let (_, run) = only_run(&trace);
+    assert_eq!(run.kernel_name(0, AIV as u32), "alpha");
+    assert_eq!(run.kernel_name(0, AIV_B as u32), "beta");
+    assert_eq!(
+        run.kernel_name(0, SLOW_AIV as u32),
+        format!("func {SLOW_AIV}"),
+        "an unnamed in-process kernel keeps `func N`"
+    );
+    let summary = simpler_host::trace_model::summary::Summary::of(&trace);
+    let rows: BTreeMap<&str, usize> = summary.runs[0]
+        .kernels
+        .iter()
+        .map(|k| (k.name.as_str(), k.count))
+        .collect();
+    let count = |f: i32| {
+        run.subtasks
+            .iter()
+            .filter(|s| s.func_id == f as u32)
+            .count()
+    };
+    assert_eq!(rows.get("alpha"), Some(&count(AIV)), "{rows:?}");
+    assert_eq!(rows.get("beta"), Some(&count(AIV_B)), "{rows:?}");
+    assert!(count(AIV) > 0 && count(AIV_B) > 0);
+    w.close().unwrap();
+}
+
+#[test]
+fn two_kernels_of_one_name_are_refused_naming_both() {
+    let mut spec = callable(
+        "graph",
+        graph_orch,
+        vec![tensor_spec("a"), tensor_spec("b")],
+    );
+    spec.kernels[1].name = Some("same".into());
+    spec.kernels[3].name = Some("same".into());
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let e = w.register(&spec).unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, HostError::InvalidCallable { .. }), "{e:?}");
+    assert!(
+        msg.contains(&format!(
+            "func {AIV} and func {AIV_B} are both named `same`"
+        )),
+        "{msg}"
+    );
+    spec.kernels[3].name = Some(String::new());
+    let msg = w.register(&spec).unwrap_err().to_string();
+    assert!(
+        msg.contains(&format!("kernel func {AIV_B}: kernel name is empty")),
+        "{msg}"
+    );
+    w.close().unwrap();
 }

@@ -231,6 +231,7 @@ pub fn build_manifest(loaded: LoadedManifest, compiler: &Compiler) -> Result<Bui
         .map(|(k, image)| BundleKernel {
             func_id: k.func_id,
             core_type: k.core,
+            name: k.name().to_string(),
             code: BundleCode {
                 entry: k.entry.clone(),
                 image,

@@ -265,6 +265,9 @@ fn an_example_builds_into_a_bundle_and_entry_symbols_are_checked() {
     );
     assert_eq!(hbg.bundle.kernels, built.bundle.kernels);
 
+    // The kernel is named after its source's stem.
+    assert_eq!(built.bundle.kernels[0].name, "k");
+
     let bad = tiny_example(
         "#include \"simpler/kernel.h\"\nstatic void kernel_entry(int64_t *args) { (void)args; }\n\
          SIMPLER_KERNEL void other(int64_t *args) { kernel_entry(args); }\n",
@@ -282,4 +285,34 @@ fn an_example_builds_into_a_bundle_and_entry_symbols_are_checked() {
         matches!(&e, BuildError::MissingSource { field, .. } if field == "kernels[0].source"),
         "{e:?}"
     );
+}
+
+#[test]
+fn two_kernels_of_one_entry_symbol_keep_their_names_in_the_bundle() {
+    let ex = tiny_example(
+        "#include \"simpler/kernel.h\"\nSIMPLER_KERNEL void kernel_entry(int64_t *args) \
+         { (void)args; }\n",
+    );
+    let p = ex.path();
+    std::fs::copy(p.join("k.c"), p.join("second.c")).unwrap();
+    let manifest = p.join("simpler.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace(
+        "[[args]]",
+        "[[kernels]]\nfunc_id = 5\ncore = \"aiv\"\nsource = \"second.c\"\nname = \"softmax_update\"\n[[args]]",
+    );
+    std::fs::write(&manifest, text).unwrap();
+    let kc = compiler(&p.join("cache"));
+    let built = build_example(p, &kc).unwrap();
+    let names: Vec<(&str, &str)> = built
+        .bundle
+        .kernels
+        .iter()
+        .map(|k| (k.name.as_str(), k.code.entry.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("k", "kernel_entry"), ("softmax_update", "kernel_entry")]
+    );
+    let back = simpler_host::Bundle::from_bytes(&built.bundle.to_bytes()).unwrap();
+    assert_eq!(back.kernels, built.bundle.kernels);
 }

@@ -123,6 +123,7 @@ pub(crate) fn bundle_of(spec: &CallableSpec) -> Result<Bundle, WorkerError> {
             Ok(BundleKernel {
                 func_id: k.func_id,
                 core_type: k.core_type,
+                name: k.display_name(),
                 code: library(name, &format!("kernel func {}", k.func_id), &k.image)?,
             })
         })

@@ -130,6 +130,7 @@ fn sum_callable() -> Callable {
             func_id: 0,
             core_type: CoreType::Aiv,
             image: CodeImage::Kernel(sum_ranks),
+            name: None,
         }],
         runtime: None,
     }))

@@ -73,6 +73,7 @@ pub fn add_one_callable(name: &str) -> Callable {
                 func_id,
                 core_type: CoreType::Aiv,
                 image: CodeImage::Kernel(f),
+                name: None,
             })
             .collect(),
         runtime: None,

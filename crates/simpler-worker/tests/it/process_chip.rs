@@ -203,6 +203,7 @@ fn device_memory_round_trips_through_malloc_copy_to_run_and_copy_from() {
             func_id: 0,
             core_type: simpler_abi::CoreType::Aiv,
             image: CodeImage::Kernel(kernel),
+            name: None,
         }],
         runtime: None,
     };
