@@ -82,7 +82,7 @@ class Callable:
         name: str,
         signature: Sequence[_ArgTuple],
         orchestration: Tuple[str, bytes],
-        kernels: Sequence[Tuple[int, str, str, bytes]],
+        kernels: Sequence[Tuple[int, str, str, bytes, Optional[str]]],
         *,
         runtime: Optional[str] = None,
     ) -> Callable: ...
@@ -101,7 +101,7 @@ class Callable:
     @property
     def orchestration(self) -> Tuple[str, bytes]: ...
     @property
-    def kernels(self) -> list[Tuple[int, str, str, bytes]]: ...
+    def kernels(self) -> list[Tuple[int, str, str, bytes, str]]: ...
 
 @final
 class WorkerConfig:
@@ -636,7 +636,7 @@ _Manifest = Tuple[
     Path,
     str,
     Tuple[Path, str],
-    list[Tuple[int, str, Path, str]],
+    list[Tuple[int, str, Path, str, str]],
     list[Tuple[str, str, str, Optional[list[int]]]],
 ]
 

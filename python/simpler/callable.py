@@ -15,7 +15,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from . import _native
 from .errors import ArgumentTypeError, InvalidCallableError, UnsupportedError
@@ -111,6 +111,10 @@ def _as_bytes(binary: Any, what: str) -> bytes:
 class CoreCallable:
     """One kernel: a shared-library image exporting ``entry``, run on ``core_type`` cores.
 
+    ``name`` is what traces, summaries, crash reports and errors call it; ``None``: the entry
+    symbol. Names must be unique in a :class:`ChipCallable` and non-empty without control
+    characters (checked when the callable is built, ``InvalidCallableError``).
+
     ``signature`` (the kernel's own argument directions) is informational: the task that
     runs the kernel passes its arguments, and the chip callable's signature is what the host
     checks.
@@ -122,6 +126,7 @@ class CoreCallable:
         core_type: str = "aiv",
         signature: Sequence[Any] = (),
         entry: str = DEFAULT_KERNEL_ENTRY,
+        name: Optional[str] = None,
     ) -> None:
         self.binary = _as_bytes(binary, "binary")
         self.core_type = _core_name(core_type)
@@ -129,6 +134,9 @@ class CoreCallable:
         if not isinstance(entry, str) or not entry:
             raise ArgumentTypeError(f"entry must be a non-empty symbol name, got {entry!r}")
         self.entry = entry
+        if name is not None and not isinstance(name, str):
+            raise ArgumentTypeError(f"name must be a str or None, got {type(name).__name__}")
+        self.name = name
 
     @classmethod
     def build(
@@ -138,9 +146,10 @@ class CoreCallable:
         *,
         core_type: str = "aiv",
         entry: str = DEFAULT_KERNEL_ENTRY,
+        name: Optional[str] = None,
     ) -> "CoreCallable":
         """Upstream's constructor: ``CoreCallable.build(signature, binary)``."""
-        return cls(binary, core_type=core_type, signature=signature, entry=entry)
+        return cls(binary, core_type=core_type, signature=signature, entry=entry, name=name)
 
     def sig(self, i: int) -> Any:
         return self.signature[i]
@@ -189,7 +198,9 @@ class ChipCallable:
     ) -> "ChipCallable":
         """Builds a callable from an orchestration image (exporting ``func_name``) and its
         kernels, ``children = [(func_id, CoreCallable), ...]``; ``func_id`` is the id the
-        orchestration submits the kernel under. ``runtime`` (``"tensormap_and_ringbuffer"``
+        orchestration submits the kernel under, and each kernel is named by its
+        ``CoreCallable.name`` (default: its entry symbol); two kernels of one name are an
+        ``InvalidCallableError``. ``runtime`` (``"tensormap_and_ringbuffer"``
         or ``"host_build_graph"``) is the variant its runs use unless a run's
         ``CallConfig`` names one; ``None``: the worker's."""
         if config_name:
@@ -211,7 +222,7 @@ class ChipCallable:
                 raise InvalidCallableError(
                     f"children[{i}]: func_id must be an int >= 0, got {func_id!r}"
                 )
-            kernels.append((func_id, core.core_type, core.entry, core.binary))
+            kernels.append((func_id, core.core_type, core.entry, core.binary, core.name))
         native = _native.Callable(
             name or func_name,
             [a.to_native() for a in sig],
@@ -286,9 +297,14 @@ class ChipCallable:
     @property
     def children(self) -> List[Tuple[int, CoreCallable]]:
         return [
-            (func_id, CoreCallable(image, core_type=core, entry=entry))
-            for func_id, core, entry, image in self._native.kernels
+            (func_id, CoreCallable(image, core_type=core, entry=entry, name=name))
+            for func_id, core, entry, image, name in self._native.kernels
         ]
+
+    @property
+    def kernel_names(self) -> Dict[int, str]:
+        """func id → the kernel's name, as traces, summaries and crash reports show it."""
+        return {func_id: name for func_id, _, _, _, name in self._native.kernels}
 
     @property
     def hashid(self) -> str:

@@ -11,6 +11,7 @@
     core = "aic"                           # "aic" | "aiv"
     source = "kernels/gemm_tile.c"
     entry = "kernel_entry"                 # optional, this is the default
+    name = "gemm_tile"                     # optional, unique; default: the source's stem
     [[args]]
     name = "A"
     direction = "in"                       # in | out | inout | scalar
@@ -45,6 +46,9 @@ class KernelEntry:
     core: str
     source: Path
     entry: str
+    name: str
+    """The kernel's name in traces, summaries and crash reports: the manifest's ``name``,
+    else the source file's stem."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,6 @@ def load_manifest(target: "os.PathLike[str] | str") -> Manifest:
         name=name,
         orchestration_source=Path(orch_source),
         orchestration_entry=orch_entry,
-        kernels=tuple(KernelEntry(f, c, Path(s), e) for f, c, s, e in kernels),
+        kernels=tuple(KernelEntry(f, c, Path(s), e, n) for f, c, s, e, n in kernels),
         signature=tuple(ArgSpec(*a) for a in signature),
     )

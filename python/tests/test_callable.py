@@ -5,6 +5,7 @@ import pytest
 import simpler
 from conftest import EXAMPLES, KERNELS, run_cli
 from simpler import ArgDirection, ChipCallable, CoreCallable, Worker
+from simpler.manifest import load_manifest
 
 
 def test_build_exposes_what_it_was_built_from(vadd):
@@ -162,3 +163,33 @@ def test_from_example_checks_entry_symbols_like_the_cli(tmp_path, compiler):
     kernel.write_text(kernel.read_text().replace("kernel_entry", "kernel_entyr"))
     with pytest.raises(simpler.LoadError, match="does not export its entry symbol `kernel_entry`"):
         ChipCallable.from_example(ex, compiler)
+
+
+def test_kernels_have_names_unique_in_the_callable(vadd, compiler, tmp_path):
+    core = vadd.children[0][1]
+    assert core.name == "kernel_entry" and vadd.kernel_names == {0: "kernel_entry"}
+    sig = [("a", "in", "f32")]
+    alpha = CoreCallable(core.binary, core_type="aiv", name="alpha")
+    beta = CoreCallable.build(binary=core.binary, core_type="aiv", name="beta")
+    named = ChipCallable.build(sig, binary=vadd.binary, children=[(0, alpha), (1, beta)])
+    assert named.kernel_names == {0: "alpha", 1: "beta"}
+    assert [c.name for _, c in named.children] == ["alpha", "beta"]
+    # The names travel in the bundle.
+    path = tmp_path / "named.simpler"
+    named.save(path)
+    assert ChipCallable.from_bundle(path).kernel_names == {0: "alpha", 1: "beta"}
+    with pytest.raises(simpler.InvalidCallableError, match="both named `alpha`"):
+        ChipCallable.build(sig, binary=vadd.binary, children=[(0, alpha), (1, alpha)])
+    with pytest.raises(simpler.InvalidCallableError, match="kernel name is empty"):
+        ChipCallable.build(
+            sig, binary=vadd.binary, children=[(0, CoreCallable(core.binary, name=""))]
+        )
+    with pytest.raises(simpler.ArgumentTypeError, match="name must be a str"):
+        CoreCallable(core.binary, name=3)
+    # From a manifest: the source's stem.
+    softmax = ChipCallable.from_example(EXAMPLES / "softmax", compiler)
+    assert sorted(softmax.kernel_names.values()) == ["row_normalize", "row_stats"]
+    assert [k.name for k in load_manifest(EXAMPLES / "softmax").kernels] == [
+        "row_stats",
+        "row_normalize",
+    ]

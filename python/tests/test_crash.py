@@ -23,7 +23,9 @@ from simpler import ArgSpec, ChipCallable, CoreCallable, KernelCompiler, Worker
 kernels, memcheck = Path(sys.argv[1]), sys.argv[2]
 c = KernelCompiler()
 orch = c.compile_orchestration("tensormap_and_ringbuffer", kernels / "one_task_orch.c")
-core = CoreCallable.build(binary=c.compile_incore(kernels / "overrun.c", core_type="aiv"))
+core = CoreCallable.build(
+    binary=c.compile_incore(kernels / "overrun.c", core_type="aiv"), name="overrun_tile"
+)
 callable_ = ChipCallable.build(
     [ArgSpec("x", "inout", "f32")], binary=orch, children=[(0, core)], name="overrun"
 )
@@ -56,7 +58,7 @@ def test_memcheck_overrun_is_reported_then_faulthandler_runs():
     err = done.stderr
     for want in (
         "simpler: crash: SIGSEGV (invalid memory access, page protected against this access)",
-        "kernel:  `overrun` kernel func 0 (entry `kernel_entry`); func id 0; task 0x0",
+        "kernel:  `overrun` kernel `overrun_tile` (func 0) (entry `kernel_entry`); func id 0; task 0x0",
         "(4000 bytes at 0x",
         "; offset 4000), in its guard page (memcheck)",
         "tensor:  the allocation is the buffer of the kernel's tensor argument 0",
