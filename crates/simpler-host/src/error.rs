@@ -175,6 +175,28 @@ impl From<LoadError> for HostError {
 }
 
 impl HostError {
+    /// This error with a kernel named by the callable's kernel names (func id → name,
+    /// `docs/tracing.md`) where the device's message names it only by func id: a kernel's
+    /// fatal code, "kernel func N (task …) …", reads "kernel `name` (func N) (task …) …".
+    /// Any other error is returned as it is.
+    pub(crate) fn naming_kernels(
+        self,
+        names: &std::collections::BTreeMap<u32, String>,
+    ) -> HostError {
+        match self {
+            HostError::RunFailed {
+                code,
+                name,
+                message,
+            } => HostError::RunFailed {
+                code,
+                name,
+                message: name_kernel(message, names),
+            },
+            other => other,
+        }
+    }
+
     /// Whether this is an invalid-state error (`INVALID_STATE`): [`HostError::InvalidState`],
     /// a full callable registry, or a free of memory a run uses.
     pub fn is_invalid_state(&self) -> bool {
@@ -203,5 +225,57 @@ impl HostError {
     pub(crate) fn device(context: impl Into<String>) -> impl FnOnce(DeviceError) -> HostError {
         let context = context.into();
         move |source| HostError::Device { context, source }
+    }
+}
+
+/// `message` with a leading "kernel func N " naming the kernel as "kernel `name` (func N) "
+/// when `names` has func id N; unchanged otherwise.
+fn name_kernel(message: String, names: &std::collections::BTreeMap<u32, String>) -> String {
+    const PREFIX: &str = "kernel func ";
+    let Some(rest) = message.strip_prefix(PREFIX) else {
+        return message;
+    };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let Some(kernel) = rest[..digits]
+        .parse::<u32>()
+        .ok()
+        .and_then(|f| names.get(&f))
+    else {
+        return message;
+    };
+    format!(
+        "kernel `{kernel}` (func {}){}",
+        &rest[..digits],
+        &rest[digits..]
+    )
+}
+
+#[cfg(test)]
+mod naming_tests {
+    use super::*;
+
+    #[test]
+    fn a_fatal_kernel_is_named_by_its_name_and_other_messages_are_kept() {
+        let names = [(2u32, "softmax_update".to_string())].into_iter().collect();
+        let failed = |message: &str| HostError::RunFailed {
+            code: -110,
+            name: "KERNEL_FATAL",
+            message: message.into(),
+        };
+        let named = failed("kernel func 2 (task 0x5) on core 3 reported fatal code 42")
+            .naming_kernels(&names);
+        assert_eq!(
+            named.to_string(),
+            "run failed with KERNEL_FATAL (code -110): kernel `softmax_update` (func 2) \
+             (task 0x5) on core 3 reported fatal code 42"
+        );
+        for kept in [
+            "kernel func 7 (task 0x5) reported fatal code 1",
+            "kernel func (task 0x5)",
+            "the orchestration returned 3",
+        ] {
+            let e = failed(kept).naming_kernels(&names);
+            assert!(e.to_string().ends_with(kept), "{e}");
+        }
     }
 }

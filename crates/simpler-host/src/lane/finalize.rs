@@ -302,14 +302,17 @@ impl LaneEngine {
         let Stage::Launched(launched) = stage else {
             unreachable!("the finalized front was launched")
         };
-        let result = verdict.result.and_then(|()| {
-            copy_back(
-                &*self.device,
-                &callable.signature,
-                &mut args,
-                &launched.staging,
-            )
-        });
+        let result = verdict
+            .result
+            .map_err(|e| e.naming_kernels(&callable.kernel_names))
+            .and_then(|()| {
+                copy_back(
+                    &*self.device,
+                    &callable.signature,
+                    &mut args,
+                    &launched.staging,
+                )
+            });
         capture.span("copy back", epoch, copy_start);
         self.slots[front.identity.slot as usize]
             .staging

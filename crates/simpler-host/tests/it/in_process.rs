@@ -171,7 +171,8 @@ fn spec(name: &str, orch: OrchEntry, sig: Vec<(&str, ArgDirection)>) -> Callable
                 func_id,
                 core_type,
                 image: CodeImage::Kernel(f),
-                name: None,
+                // The failing kernel has a name: errors name it.
+                name: (func_id == 3).then(|| "fatal_42".to_string()),
             })
             .collect(),
         runtime: None,
@@ -309,6 +310,10 @@ fn kernel_fatal_fails_the_run_and_leaves_outputs_and_worker_intact() {
             assert_eq!(*code, -SCHED_KERNEL_FATAL);
             assert_eq!(*name, "KERNEL_FATAL");
             assert!(message.contains("fatal code 42"), "{message}");
+            assert!(
+                message.starts_with("kernel `fatal_42` (func 3) (task"),
+                "the kernel is named: {message}"
+            );
         }
         other => panic!("unexpected {other}"),
     }
