@@ -42,8 +42,20 @@ def inputs_from(a: argparse.Namespace) -> dl_data.LayerInputs:
     )
 
 
+def checked(p: argparse.ArgumentParser, a: argparse.Namespace) -> argparse.Namespace:
+    """``a`` when every size is at least 1 and the heads group evenly; else exits 2 naming
+    the flag (argparse's usage error), as paged_attention/run.py does."""
+    for name in ("batch", "context", "block_size", *dl_data.MODEL):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if a.heads % a.kv_heads:
+        p.error(f"--heads ({a.heads}) must be a multiple of --kv-heads ({a.kv_heads})")
+    return a
+
+
 def main(argv=None) -> int:
-    a = parser().parse_args(argv)
+    p = parser()
+    a = checked(p, p.parse_args(argv))
     x = inputs_from(a)
     want = dl_data.reference(x)
     callable = ChipCallable.from_example(HERE)

@@ -169,3 +169,22 @@ def test_bf16_tensor_needs_uint16_bits():
 
 if __name__ == "__main__":
     raise SystemExit(SceneTestCase.run_module(__name__))
+
+
+dl_run = _load("decoder_layer_run", EXAMPLES / "decoder_layer" / "run.py")
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--batch", "0"], "--batch must be at least 1"),
+        (["--ffn", "0"], "--ffn must be at least 1"),
+        (["--context", "-3"], "--context must be at least 1"),
+        (["--kv-heads", "3"], "--heads (8) must be a multiple of --kv-heads (3)"),
+    ],
+)
+def test_decoder_layer_run_refuses_bad_sizes_naming_the_flag(argv, flag, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        dl_run.main(argv)
+    assert exit_info.value.code == 2
+    assert flag in capsys.readouterr().err

@@ -320,10 +320,11 @@ struct RunArgs {
     #[arg(long = "scalar", value_name = "NAME=VALUE", value_parser = parse_named_value)]
     scalars: Vec<(String, String)>,
     /// Relative tolerance of --check: |actual - expected| <= atol + rtol * |expected|.
-    #[arg(long, default_value_t = 1e-5)]
+    /// A negative value is taken as a value (`--rtol -1`), and refused as a tolerance.
+    #[arg(long, default_value_t = 1e-5, allow_negative_numbers = true)]
     rtol: f64,
     /// Absolute tolerance of --check.
-    #[arg(long, default_value_t = 1e-5)]
+    #[arg(long, default_value_t = 1e-5, allow_negative_numbers = true)]
     atol: f64,
     /// Record the run and write its trace to FILE (Perfetto protobuf, or Chrome JSON for a
     /// .json FILE); read it with `simpler trace` or load it in Perfetto.
@@ -571,6 +572,16 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_negative_tolerance_parses_as_a_value_so_the_run_can_refuse_it() {
+        let cli = Cli::try_parse_from(["simpler", "run", "ex", "--rtol", "-1", "--atol", "-2.5"])
+            .expect("a negative number is a value, not a flag");
+        let Command::Run(a) = cli.command else {
+            panic!("a run")
+        };
+        assert_eq!((a.rtol, a.atol), (-1.0, -2.5));
     }
 
     #[test]

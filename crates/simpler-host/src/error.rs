@@ -243,6 +243,10 @@ fn name_kernel(message: String, names: &std::collections::BTreeMap<u32, String>)
     else {
         return message;
     };
+    if *kernel == format!("func {}", &rest[..digits]) {
+        // An unnamed in-process kernel's name is its func id already.
+        return message;
+    }
     format!(
         "kernel `{kernel}` (func {}){}",
         &rest[..digits],
@@ -269,6 +273,12 @@ mod naming_tests {
             "run failed with KERNEL_FATAL (code -110): kernel `softmax_update` (func 2) \
              (task 0x5) on core 3 reported fatal code 42"
         );
+        let unnamed = [(7u32, "func 7".to_string())].into_iter().collect();
+        let plain = "kernel func 7 (task 0x5) reported fatal code 1";
+        assert!(failed(plain)
+            .naming_kernels(&unnamed)
+            .to_string()
+            .ends_with(plain));
         for kept in [
             "kernel func 7 (task 0x5) reported fatal code 1",
             "kernel func (task 0x5)",

@@ -842,7 +842,12 @@ fn kernel_fatal_error_exits_1_with_its_code() {
         "    for (",
         "    simpler_kernel_fail(args, 42);\n    return;\n    for (",
     );
-    tiny_fails(TINY_ORCH, &kernel, &["KERNEL_FATAL", "fatal code 42"]);
+    // The kernel is named by its name (the source's stem), not only by its func id.
+    tiny_fails(
+        TINY_ORCH,
+        &kernel,
+        &["KERNEL_FATAL", "kernel `double` (func 0)", "fatal code 42"],
+    );
 }
 
 /// The orchestration submits its task, then reports a fatal error and returns non-zero.

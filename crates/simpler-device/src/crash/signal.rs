@@ -61,6 +61,24 @@ pub(crate) fn gettid() -> i32 {
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
 
+/// Whether `SIMPLER_CRASH_REPORT` (its value, if set) asks for crash reports: `0` turns
+/// them off, unset or `1` leaves them on; any other value warns on stderr, naming it, and
+/// leaves them on, as every other `SIMPLER_*` variable's bad value does.
+fn reports_wanted(value: Option<&std::ffi::OsStr>) -> bool {
+    match value.map(|v| v.to_str()) {
+        None | Some(Some("1")) => true,
+        Some(Some("0")) => false,
+        Some(v) => {
+            eprintln!(
+                "simpler: warning: SIMPLER_CRASH_REPORT={:?} is neither 0 nor 1; crash reports \
+                 stay on",
+                v.unwrap_or("<not UTF-8>")
+            );
+            true
+        }
+    }
+}
+
 /// Installs the handlers, once per process. `SIMPLER_CRASH_REPORT=0` leaves the process's
 /// handlers alone.
 pub(crate) fn install() {
@@ -71,7 +89,7 @@ pub(crate) fn install() {
         if page > 0 {
             PAGE.store(page as u64, Ordering::Relaxed);
         }
-        if std::env::var_os("SIMPLER_CRASH_REPORT").is_some_and(|v| v == "0") {
+        if !reports_wanted(std::env::var_os("SIMPLER_CRASH_REPORT").as_deref()) {
             return;
         }
         let handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = on_signal;
@@ -280,5 +298,21 @@ impl Drop for AltStack {
                 libc::munmap(self.map, self.len);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod env_tests {
+    use super::reports_wanted;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn crash_report_values_zero_is_off_and_anything_else_stays_on() {
+        assert!(reports_wanted(None));
+        assert!(reports_wanted(Some(OsStr::new("1"))));
+        assert!(!reports_wanted(Some(OsStr::new("0"))));
+        // A bad value warns and keeps the reports: a typo never silently changes behaviour.
+        assert!(reports_wanted(Some(OsStr::new("banana"))));
+        assert!(reports_wanted(Some(OsStr::new("off"))));
     }
 }
