@@ -128,6 +128,43 @@ pub fn check_kernel_name(name: &str) -> Result<(), KernelNameError> {
     Ok(())
 }
 
+/// The names kernels go by in one callable: each kernel's given name, else its default
+/// (its entry symbol, `func N`); a default that another kernel's name or default shares is
+/// qualified with the func id, "kernel_entry (func 1)", so every kernel still has a name of
+/// its own in traces and errors (callables whose kernels all use one entry symbol, and
+/// bundles written without names, stay valid). Items: (func id, given name, default), in
+/// kernel order.
+///
+/// # Errors
+/// `(name, first, second)`, positions of the first two kernels *given* the same name.
+pub fn resolve_kernel_names(
+    kernels: &[(u32, Option<&str>, String)],
+) -> Result<Vec<String>, (String, usize, usize)> {
+    if let Some((name, first, second)) = duplicate_kernel_name(kernels.iter().filter_map(|k| k.1)) {
+        // Positions among the given names → positions among all kernels.
+        let given: Vec<usize> = (0..kernels.len())
+            .filter(|&i| kernels[i].1.is_some())
+            .collect();
+        return Err((name, given[first], given[second]));
+    }
+    let base: Vec<&str> = kernels.iter().map(|k| k.1.unwrap_or(&k.2)).collect();
+    Ok(kernels
+        .iter()
+        .enumerate()
+        .map(|(i, (func_id, given, default))| {
+            let shared = base
+                .iter()
+                .enumerate()
+                .any(|(j, b)| j != i && *b == default);
+            match given {
+                Some(name) => (*name).to_string(),
+                None if shared => format!("{default} (func {func_id})"),
+                None => default.clone(),
+            }
+        })
+        .collect())
+}
+
 /// The first two kernels (by position) that share a name, as `(name, first, second)`
 /// positions into `names`; `None` when every name is unique.
 pub fn duplicate_kernel_name<'a, I>(names: I) -> Option<(String, usize, usize)>
@@ -206,5 +243,40 @@ impl std::str::FromStr for Runtime {
             .ok_or_else(|| {
                 format!("unknown runtime `{s}`; the runtimes are tensormap_and_ringbuffer and host_build_graph")
             })
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::resolve_kernel_names;
+
+    #[test]
+    fn shared_defaults_are_qualified_and_given_names_must_differ() {
+        let k =
+            |id: u32, given: Option<&'static str>, default: &str| (id, given, default.to_string());
+        let names = resolve_kernel_names(&[
+            k(0, None, "kernel_entry"),
+            k(1, None, "kernel_entry"),
+            k(2, Some("softmax"), "kernel_entry"),
+            k(3, None, "gemm_entry"),
+        ])
+        .unwrap();
+        assert_eq!(
+            names,
+            [
+                "kernel_entry (func 0)",
+                "kernel_entry (func 1)",
+                "softmax",
+                "gemm_entry"
+            ]
+        );
+        // A default that a given name takes is qualified too.
+        let names = resolve_kernel_names(&[k(0, Some("add"), "e"), k(4, None, "add")]).unwrap();
+        assert_eq!(names, ["add", "add (func 4)"]);
+        assert_eq!(
+            resolve_kernel_names(&[k(0, Some("x"), "e"), k(1, None, "e"), k(2, Some("x"), "f")]),
+            Err(("x".to_string(), 0, 2)),
+            "positions are among all kernels"
+        );
     }
 }

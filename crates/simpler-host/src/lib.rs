@@ -69,8 +69,8 @@ pub use args::{
 };
 pub use bundle::{Bundle, BundleCode, BundleError, BundleKernel};
 pub use callable::{
-    check_kernel_name, duplicate_kernel_name, CallableSpec, CodeImage, KernelNameError, KernelSpec,
-    Runtime, MAX_KERNEL_NAME_BYTES,
+    check_kernel_name, duplicate_kernel_name, resolve_kernel_names, CallableSpec, CodeImage,
+    KernelNameError, KernelSpec, Runtime, MAX_KERNEL_NAME_BYTES,
 };
 pub use config::{CallConfig, RingValue, RuntimeEnv};
 pub use error::HostError;

@@ -30,7 +30,7 @@ use std::sync::{Arc, Weak};
 use simpler_abi::{CoreType, MAX_FUNC_ID};
 
 use crate::loader::{self, EntryKind, LoadedCode};
-use crate::{CallableSpec, CodeImage, HostError, KernelSpec, Signature};
+use crate::{CallableSpec, CodeImage, HostError, Signature};
 
 /// Number of callable slots (`MAX_REGISTERED_CALLABLE_IDS`).
 pub const MAX_CALLABLES: usize = 64;
@@ -231,20 +231,22 @@ pub(crate) fn build(
         }
         count = count.max(k.func_id as usize + 1);
     }
-    let names: Vec<String> = spec.kernels.iter().map(KernelSpec::display_name).collect();
-    for (k, name) in spec.kernels.iter().zip(&names) {
-        crate::check_kernel_name(name)
+    for k in &spec.kernels {
+        crate::check_kernel_name(&k.display_name())
             .map_err(|e| invalid(format!("kernel func {}: {e}", k.func_id)))?;
     }
-    if let Some((name, first, second)) =
-        crate::duplicate_kernel_name(names.iter().map(String::as_str))
-    {
-        return Err(invalid(format!(
+    let named: Vec<(u32, Option<&str>, String)> = spec
+        .kernels
+        .iter()
+        .map(|k| (k.func_id, k.name.as_deref(), k.display_name()))
+        .collect();
+    let names = crate::resolve_kernel_names(&named).map_err(|(name, first, second)| {
+        invalid(format!(
             "kernels func {} and func {} are both named `{name}`; kernel names must be unique \
              in a callable",
             spec.kernels[first].func_id, spec.kernels[second].func_id
-        )));
-    }
+        ))
+    })?;
     let orchestration = cache.load(
         &spec.orchestration,
         EntryKind::Orchestration,

@@ -385,4 +385,13 @@ mod tests {
         assert!(Compare::Lt.holds(2, 3) && Compare::Le.holds(3, 3));
         assert!(Compare::Eq.holds(7, 7) && Compare::Ne.holds(7, 8));
     }
+
+    #[test]
+    fn a_wait_that_runs_out_says_it_timed_out_not_that_a_run_did_not_finish() {
+        let e = poll_until(Duration::from_millis(5), || Ok(None::<()>)).unwrap_err();
+        assert!(matches!(e, WorkerError::WaitTimeout(t) if t == Duration::from_millis(5)));
+        let text = e.to_string();
+        assert!(text.starts_with("timed out after 5ms"), "{text}");
+        assert!(!text.contains("did not finish"), "{text}");
+    }
 }

@@ -114,8 +114,9 @@ pub enum WorkerError {
         /// Why (too big for the heap, or nothing freed within the deadlock timeout).
         reason: String,
     },
-    /// A bounded wait ended before the run did (the run goes on).
-    #[error("the run did not finish within {0:?}")]
+    /// A bounded wait (for a run, a queue's next item or a counter) ended before what it
+    /// waited for came; that goes on.
+    #[error("timed out after {0:?}; what the wait was for (a run, a queue's next item, a counter) goes on")]
     WaitTimeout(std::time::Duration),
     /// A chip's host error (registration, device memory, a run).
     #[error(transparent)]

@@ -186,9 +186,17 @@ impl Bundle {
                 reason,
             })?;
         }
-        if let Some((name, first, second)) =
-            crate::duplicate_kernel_name(self.kernels.iter().map(|k| k.name.as_str()))
-        {
+        // A name equal to the entry symbol is the default (written without a name): kernels
+        // sharing one entry symbol are valid, and only given names must differ.
+        let named: Vec<(u32, Option<&str>, String)> = self
+            .kernels
+            .iter()
+            .map(|k| {
+                let given = (k.name != k.code.entry).then_some(k.name.as_str());
+                (k.func_id, given, k.code.entry.clone())
+            })
+            .collect();
+        if let Err((name, first, second)) = crate::resolve_kernel_names(&named) {
             return Err(BundleError::DuplicateKernelName {
                 name,
                 first: self.kernels[first].func_id,
@@ -247,11 +255,13 @@ impl Bundle {
                 .map(|k| KernelSpec {
                     func_id: k.func_id,
                     core_type: k.core_type,
+                    // The default name (the entry symbol) stays a default, so registration
+                    // qualifies it where kernels share one entry symbol.
+                    name: (k.name != k.code.entry).then_some(k.name),
                     image: CodeImage::Library {
                         bytes: k.code.image,
                         entry: k.code.entry,
                     },
-                    name: Some(k.name),
                 })
                 .collect(),
             runtime: self.runtime,

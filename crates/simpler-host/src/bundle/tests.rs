@@ -579,10 +579,20 @@ fn a_bundle_without_kernel_names_loads_with_each_kernel_named_after_its_entry() 
 #[test]
 fn duplicate_and_invalid_kernel_names_are_refused() {
     let mut b = sample();
+    // Kernels sharing an entry symbol without names of their own are valid (their default
+    // names are qualified at registration), and so is a given name equal to another
+    // kernel's default.
+    b.kernels[1].code.entry = "kernel_entry".into();
     b.kernels[1].name = "kernel_entry".into();
+    b.validate().unwrap();
+    b.kernels[1].code.entry = "vec_entry".into();
+    b.validate().unwrap();
+    // Two given names that agree are refused.
+    b.kernels[0].name = "same".into();
+    b.kernels[1].name = "same".into();
     let e = b.validate().unwrap_err();
     assert!(
-        matches!(&e, BundleError::DuplicateKernelName { name, first: 0, second: 7 } if name == "kernel_entry"),
+        matches!(&e, BundleError::DuplicateKernelName { name, first: 0, second: 7 } if name == "same"),
         "{e:?}"
     );
     assert!(e.to_string().contains("func_id 0 and func_id 7"), "{e}");
