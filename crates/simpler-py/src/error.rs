@@ -344,6 +344,7 @@ pub(crate) fn compile_error(py: Python<'_>, e: &CompileError) -> PyErr {
         CompileError::MissingSource { path } => {
             Raise::new("CompileError", e.to_string()).detail("file", path.display().to_string())
         }
+        CompileError::Source(_) => Raise::new("CompileError", e.to_string()),
         CompileError::CompilerNotFound { cc, source } => Raise::new(
             "CompilerNotFoundError",
             format!("cannot run the C compiler `{cc}` (set $CC or pass cc=...)"),

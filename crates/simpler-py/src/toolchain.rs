@@ -66,6 +66,12 @@ fn build_error(py: Python<'_>, e: &BuildError) -> PyErr {
         .detail("path", manifest.display().to_string())
         .detail("field", field.as_str())
         .into_err(py),
+        BuildError::BadSource {
+            field, manifest, ..
+        } => Raise::new("InvalidCallableError", error_chain(e))
+            .detail("path", manifest.display().to_string())
+            .detail("field", field.as_str())
+            .into_err(py),
         BuildError::MissingEntry { .. } | BuildError::Load { .. } => {
             Raise::new("LoadError", error_chain(e)).into_err(py)
         }

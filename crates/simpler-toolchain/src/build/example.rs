@@ -37,6 +37,18 @@ pub enum BuildError {
         /// The manifest.
         manifest: PathBuf,
     },
+    /// A source named in the manifest is not a regular file (a device, FIFO or directory,
+    /// refused without blocking).
+    #[error("source file named by `{field}` in `{}`: {source}", manifest.display())]
+    BadSource {
+        /// Why: [`ReadFileError::NotRegular`](simpler_host::fsio::ReadFileError) naming the
+        /// file and what it is.
+        source: simpler_host::fsio::ReadFileError,
+        /// The manifest field naming it, e.g. `kernels[0].source`.
+        field: String,
+        /// The manifest.
+        manifest: PathBuf,
+    },
     /// `$SIMPLER_INCLUDE_DIR` does not hold the simpler headers.
     #[error(transparent)]
     IncludeDir(#[from] IncludeDirError),
@@ -185,12 +197,22 @@ pub fn build_manifest(loaded: LoadedManifest, compiler: &Compiler) -> Result<Bui
     let units = loaded.sources();
     // Every source must exist before anything is compiled.
     for u in &units {
-        if !u.path.is_file() {
-            return Err(BuildError::MissingSource {
-                path: u.path.clone(),
-                field: u.field.clone(),
-                manifest: loaded.path.clone(),
-            });
+        match simpler_host::fsio::open_regular(&u.path) {
+            Ok(_) => {}
+            Err(simpler_host::fsio::ReadFileError::Missing { .. }) => {
+                return Err(BuildError::MissingSource {
+                    path: u.path.clone(),
+                    field: u.field.clone(),
+                    manifest: loaded.path.clone(),
+                })
+            }
+            Err(source) => {
+                return Err(BuildError::BadSource {
+                    source,
+                    field: u.field.clone(),
+                    manifest: loaded.path.clone(),
+                })
+            }
         }
     }
     let results: Vec<_> = std::thread::scope(|s| {

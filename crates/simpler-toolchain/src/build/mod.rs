@@ -106,6 +106,9 @@ pub fn first_error(output: &str) -> Option<Diagnostic> {
     })
 }
 
+/// The largest C source (or orchestration source) a build reads, bytes: 64 MiB.
+pub const MAX_SOURCE_BYTES: u64 = 64 << 20;
+
 /// Why a source could not be compiled.
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
@@ -115,6 +118,10 @@ pub enum CompileError {
         /// The source.
         path: PathBuf,
     },
+    /// The source is not a regular file (a device, FIFO or directory, refused without
+    /// blocking) or is larger than [`MAX_SOURCE_BYTES`].
+    #[error("source file: {0}")]
+    Source(simpler_host::fsio::ReadFileError),
     /// The compiler command has no words (`$CC` set to blanks).
     #[error("$CC is set but names no compiler")]
     EmptyCc,
@@ -375,9 +382,12 @@ impl Compiler {
     /// The cache key of `source` compiled with `args`: runs the compiler's `-MM` to list the
     /// headers the source includes.
     fn key(&self, source: &Path, args: &[String]) -> Result<CacheKey, CompileError> {
-        let bytes = std::fs::read(source).map_err(|_| CompileError::MissingSource {
-            path: source.to_path_buf(),
-        })?;
+        use simpler_host::fsio::{read_regular, ReadFileError};
+        let bytes =
+            read_regular(source, MAX_SOURCE_BYTES, "a kernel source").map_err(|e| match e {
+                ReadFileError::Missing { path } => CompileError::MissingSource { path },
+                other => CompileError::Source(other),
+            })?;
         let mut mm = args.to_vec();
         mm.push("-MM".into());
         mm.push(source.to_string_lossy().into_owned());
@@ -404,11 +414,12 @@ impl Compiler {
             path: source.to_path_buf(),
         };
         let path = std::fs::canonicalize(source).map_err(|_| missing())?;
-        if path.is_file() {
-            Ok(path)
-        } else {
-            Err(missing())
-        }
+        // Refuses a device, FIFO or directory at once (a FIFO without blocking).
+        simpler_host::fsio::open_regular(&path).map_err(|e| match e {
+            simpler_host::fsio::ReadFileError::Missing { .. } => missing(),
+            other => CompileError::Source(other),
+        })?;
+        Ok(path)
     }
 
     /// Compiles `source` with `flags` (after the base and extra flags) and `extra_includes`

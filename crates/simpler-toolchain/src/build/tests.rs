@@ -285,6 +285,14 @@ fn an_example_builds_into_a_bundle_and_entry_symbols_are_checked() {
         matches!(&e, BuildError::MissingSource { field, .. } if field == "kernels[0].source"),
         "{e:?}"
     );
+    // A source that is a directory (or a FIFO, a device) is named for what it is.
+    std::fs::create_dir(bad.path().join("k.c")).unwrap();
+    let e = build_example(bad.path(), &kc).unwrap_err();
+    assert!(
+        matches!(&e, BuildError::BadSource { field, .. } if field == "kernels[0].source"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("is a directory"), "{e}");
 }
 
 #[test]
@@ -315,4 +323,42 @@ fn two_kernels_of_one_entry_symbol_keep_their_names_in_the_bundle() {
     );
     let back = simpler_host::Bundle::from_bytes(&built.bundle.to_bytes()).unwrap();
     assert_eq!(back.kernels, built.bundle.kernels);
+}
+
+#[test]
+fn a_source_that_is_not_a_regular_file_or_too_large_is_refused_naming_it() {
+    use simpler_host::fsio::ReadFileError;
+    let dir = tempfile::tempdir().unwrap();
+    let c = compiler(&dir.path().join("cache"));
+    let fifo = dir.path().join("k.c");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for (path, kind) in [
+        (Path::new("/dev/zero"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (dir.path(), "a directory"),
+    ] {
+        // A FIFO with no writer is refused at once, not waited on.
+        let e = c.compile(path, &[], &[]).unwrap_err();
+        assert!(
+            matches!(&e, CompileError::Source(ReadFileError::NotRegular { kind: k, .. }) if *k == kind),
+            "{path:?}: {e:?}"
+        );
+    }
+    let big = dir.path().join("big.c");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(MAX_SOURCE_BYTES + 1).unwrap(); // sparse: nothing is written
+    let e = c.compile(&big, &[], &[]).unwrap_err();
+    assert!(
+        matches!(&e, CompileError::Source(ReadFileError::TooLarge { .. })),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("big.c"), "{e}");
+    assert!(matches!(
+        c.compile(&dir.path().join("none.c"), &[], &[]),
+        Err(CompileError::MissingSource { .. })
+    ));
 }
