@@ -188,18 +188,8 @@ mod tests {
     #[test]
     fn reading_refuses_non_files_and_files_over_the_limit() {
         let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("t.pftrace");
-        assert!(std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success());
-        for (path, kind) in [
-            (Path::new("/dev/zero"), "a character device"),
-            (fifo.as_path(), "a FIFO"),
-            (dir.path(), "a directory"),
-        ] {
-            let e = read_trace(path).unwrap_err();
+        for (path, kind) in simpler_test_support::files::non_regular(dir.path(), "t.pftrace") {
+            let e = read_trace(&path).unwrap_err();
             assert!(
                 matches!(&e, TraceCommandError::Read { source: ReadFileError::NotRegular { kind: k, .. }, .. } if *k == kind),
                 "{e:?}"

@@ -245,11 +245,7 @@ mod tests {
             .to_string()
             .contains("directory"));
         let fifo = dir.path().join("p");
-        assert!(std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success());
+        simpler_test_support::files::mkfifo(&fifo);
         assert!(write_atomic(&fifo, b"x")
             .unwrap_err()
             .to_string()
@@ -266,49 +262,18 @@ mod tests {
         );
     }
 
-    fn mkfifo(path: &Path) {
-        assert!(std::process::Command::new("mkfifo")
-            .arg(path)
-            .status()
-            .unwrap()
-            .success());
-    }
-
     #[test]
     fn reads_refuse_devices_fifos_and_directories_without_blocking() {
         let dir = tempfile::tempdir().unwrap();
-        let e = read_regular(Path::new("/dev/zero"), 1 << 20, "a test file").unwrap_err();
-        assert!(
-            matches!(
-                e,
-                ReadFileError::NotRegular {
-                    kind: "a character device",
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains("/dev/zero"), "{e}");
-        // A FIFO nobody writes: a blocking open would wait forever; this one returns (the
-        // test would hang otherwise).
-        let fifo = dir.path().join("p");
-        mkfifo(&fifo);
-        let e = read_regular(&fifo, 1 << 20, "a test file").unwrap_err();
-        assert!(
-            matches!(e, ReadFileError::NotRegular { kind: "a FIFO", .. }),
-            "{e:?}"
-        );
-        let e = read_regular(dir.path(), 1 << 20, "a test file").unwrap_err();
-        assert!(
-            matches!(
-                e,
-                ReadFileError::NotRegular {
-                    kind: "a directory",
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
+        // The FIFO has no writer: a blocking open would wait forever (the test would hang).
+        for (path, kind) in simpler_test_support::files::non_regular(dir.path(), "p") {
+            let e = read_regular(&path, 1 << 20, "a test file").unwrap_err();
+            assert!(
+                matches!(&e, ReadFileError::NotRegular { kind: k, .. } if *k == kind),
+                "{e:?}"
+            );
+            assert!(e.to_string().contains(&*path.to_string_lossy()), "{e}");
+        }
         let e = read_regular(&dir.path().join("none"), 1 << 20, "a test file").unwrap_err();
         assert!(matches!(e, ReadFileError::Missing { .. }), "{e:?}");
         // A link to a regular file is read through.

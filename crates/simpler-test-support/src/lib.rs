@@ -4,13 +4,15 @@
 //! Owns what more than one crate's tests need: in-process kernels over f32 tensors
 //! ([`kernel`]), gates that hold such kernels back until a test opens them ([`gate`]), the C
 //! sources of small crashing kernels and their example manifest ([`c_sources`]), running one
-//! test of the current test binary alone in a child process ([`child`]), and bounded polling
+//! test of the current test binary alone in a child process ([`child`]), paths that are not
+//! regular files ([`files`]), and bounded polling
 //! ([`eventually`]). Helpers only one crate's tests use stay in that crate's `tests/it/`.
 //! Depends on `simpler-abi` alone and must stay below `simpler-device`: the device crate's
 //! own tests use it, and a fixture built on the runtime's types belongs to that crate's tests.
 
 pub mod c_sources;
 pub mod child;
+pub mod files;
 pub mod gate;
 pub mod kernel;
 

@@ -677,11 +677,7 @@ dtype = "f32"
         use simpler_host::fsio::ReadFileError;
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo.toml");
-        assert!(std::process::Command::new("mkfifo")
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success());
+        simpler_test_support::files::mkfifo(&fifo);
         // Returns at once: the open does not wait for a writer.
         let e = load(&fifo).unwrap_err();
         assert!(

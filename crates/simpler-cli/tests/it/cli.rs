@@ -629,11 +629,7 @@ fn an_output_that_is_not_a_regular_file_is_refused_before_the_run() {
     let ex = built_tiny();
     let p = ex.path();
     std::fs::create_dir(p.join("out.npy")).unwrap();
-    assert!(std::process::Command::new("mkfifo")
-        .arg(p.join("pipe.npy"))
-        .status()
-        .unwrap()
-        .success());
+    simpler_test_support::files::mkfifo(&p.join("pipe.npy"));
     std::fs::write(p.join("other.npy"), b"other").unwrap();
     std::os::unix::fs::symlink(p.join("other.npy"), p.join("link.npy")).unwrap();
     for (output, kind) in [
@@ -891,17 +887,9 @@ fn a_failed_trace_write_keeps_the_outputs() {
 fn an_input_that_is_not_a_regular_file_or_not_its_declared_size_is_refused() {
     let ex = built_tiny();
     let p = ex.path();
-    assert!(std::process::Command::new("mkfifo")
-        .arg(p.join("pipe.npy"))
-        .status()
-        .unwrap()
-        .success());
-    std::fs::create_dir(p.join("dir.npy")).unwrap();
-    for (input, kind) in [
-        ("/dev/zero".to_string(), "a character device"),
-        (path_str(&p.join("pipe.npy")).to_string(), "a FIFO"),
-        (path_str(&p.join("dir.npy")).to_string(), "a directory"),
-    ] {
+    std::fs::create_dir(p.join("dir")).unwrap();
+    for (input, kind) in simpler_test_support::files::non_regular(&p.join("dir"), "pipe.npy") {
+        let input = path_str(&input).to_string();
         let err = refused_before_running(p, &["--input", &format!("x={input}")]);
         assert!(
             err.contains(&format!("`{input}` is {kind}, not a regular file")),

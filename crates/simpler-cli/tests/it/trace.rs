@@ -224,18 +224,8 @@ fn summary_into_a_closed_pipe_exits_0_without_a_panic() {
 #[test]
 fn summary_refuses_devices_fifos_and_directories() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("t.pftrace");
-    assert!(std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    for (path, kind) in [
-        (Path::new("/dev/zero"), "a character device"),
-        (fifo.as_path(), "a FIFO"),
-        (dir.path(), "a directory"),
-    ] {
-        let o = simpler(&["trace", "summary", path_str(path)], dir.path());
+    for (path, kind) in simpler_test_support::files::non_regular(dir.path(), "t.pftrace") {
+        let o = simpler(&["trace", "summary", path_str(&path)], dir.path());
         let (_, err) = text(&o);
         assert_eq!(o.status.code(), Some(2), "{err}");
         assert!(

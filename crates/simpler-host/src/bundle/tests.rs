@@ -499,18 +499,8 @@ fn write_is_atomic_and_leaves_no_temp_file() {
 #[test]
 fn reading_refuses_devices_fifos_and_directories() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("fifo.simpler");
-    assert!(std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    for (path, kind) in [
-        (std::path::Path::new("/dev/zero"), "a character device"),
-        (fifo.as_path(), "a FIFO"),
-        (dir.path(), "a directory"),
-    ] {
-        let e = Bundle::read(path).unwrap_err();
+    for (path, kind) in simpler_test_support::files::non_regular(dir.path(), "fifo.simpler") {
+        let e = Bundle::read(&path).unwrap_err();
         let BundleError::Read { source, .. } = &e else {
             panic!("{e:?}")
         };

@@ -330,19 +330,9 @@ fn a_source_that_is_not_a_regular_file_or_too_large_is_refused_naming_it() {
     use simpler_host::fsio::ReadFileError;
     let dir = tempfile::tempdir().unwrap();
     let c = compiler(&dir.path().join("cache"));
-    let fifo = dir.path().join("k.c");
-    assert!(std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    for (path, kind) in [
-        (Path::new("/dev/zero"), "a character device"),
-        (fifo.as_path(), "a FIFO"),
-        (dir.path(), "a directory"),
-    ] {
+    for (path, kind) in simpler_test_support::files::non_regular(dir.path(), "k.c") {
         // A FIFO with no writer is refused at once, not waited on.
-        let e = c.compile(path, &[], &[]).unwrap_err();
+        let e = c.compile(&path, &[], &[]).unwrap_err();
         assert!(
             matches!(&e, CompileError::Source(ReadFileError::NotRegular { kind: k, .. }) if *k == kind),
             "{path:?}: {e:?}"

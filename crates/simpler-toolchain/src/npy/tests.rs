@@ -386,19 +386,9 @@ fn write_replaces_atomically_and_reports_io_errors() {
 #[test]
 fn read_refuses_devices_fifos_and_directories_at_open() {
     let dir = tempfile::tempdir().unwrap();
-    let fifo = dir.path().join("in.npy");
-    assert!(std::process::Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
-    for (path, kind) in [
-        (Path::new("/dev/zero"), "a character device"),
-        (fifo.as_path(), "a FIFO"),
-        (dir.path(), "a directory"),
-    ] {
+    for (path, kind) in simpler_test_support::files::non_regular(dir.path(), "in.npy") {
         // A FIFO with no writer returns at once (a blocking open would hang this test).
-        let e = read(path).unwrap_err();
+        let e = read(&path).unwrap_err();
         assert!(
             matches!(&e, NpyError::NotRegular { kind: k, .. } if *k == kind),
             "{e:?}"
