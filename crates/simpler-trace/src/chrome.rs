@@ -459,32 +459,25 @@ impl<W: Write> Json<W> {
 /// Errors: [`TraceError::Json`] when `bytes` is not a JSON object with `traceEvents`.
 pub fn crossing_slices(bytes: &[u8]) -> Result<Vec<(u32, u32, String)>, TraceError> {
     let file: File = serde_json::from_slice(bytes).map_err(|e| TraceError::Json(e.to_string()))?;
-    // Per (pid, tid): its slices as (start, end, name).
-    type Slices<'a> = Vec<(u64, u64, &'a str)>;
-    let mut by_thread: BTreeMap<(u32, u32), Slices> = BTreeMap::new();
-    for e in file.trace_events.iter().filter(|e| e.ph == "X") {
-        let start = ns(e.ts);
-        let end = start + e.dur.map_or(0, ns);
-        by_thread
-            .entry((e.pid, e.tid))
-            .or_default()
-            .push((start, end, &e.name));
-    }
-    let mut crossing = Vec::new();
-    for ((pid, tid), mut slices) in by_thread {
-        slices.sort_by_key(|&(start, end, _)| (start, std::cmp::Reverse(end)));
-        let mut open: Vec<u64> = Vec::new();
-        for (start, end, name) in slices {
-            while open.last().is_some_and(|&top| top <= start) {
-                open.pop();
-            }
-            if open.last().is_some_and(|&top| top < end) {
-                crossing.push((pid, tid, name.to_string()));
-            } else {
-                open.push(end);
-            }
-        }
-    }
+    // One track per (pid, tid); a slice the nesting rule moves off lane 0 crosses another.
+    let xs: Vec<&Event> = file.trace_events.iter().filter(|e| e.ph == "X").collect();
+    let mut track_of: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+    let slices: Vec<(usize, u64, u64)> = xs
+        .iter()
+        .map(|e| {
+            let next = track_of.len();
+            let track = *track_of.entry((e.pid, e.tid)).or_insert(next);
+            let start = ns(e.ts);
+            (track, start, start + e.dur.map_or(0, ns))
+        })
+        .collect();
+    let lanes = crate::export::nest(track_of.len(), &slices);
+    let crossing = lanes
+        .order
+        .iter()
+        .filter(|&&k| lanes.lane[k] > 0)
+        .map(|&k| (xs[k].pid, xs[k].tid, xs[k].name.clone()))
+        .collect();
     Ok(crossing)
 }
 
