@@ -304,7 +304,7 @@ class ChipCallable:
     @property
     def kernel_names(self) -> Dict[int, str]:
         """func id → the kernel's name, as traces, summaries and crash reports show it."""
-        return {func_id: name for func_id, _, _, _, name in self._native.kernels}
+        return dict(self._native.kernel_names)
 
     @property
     def hashid(self) -> str:

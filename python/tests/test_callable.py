@@ -178,6 +178,11 @@ def test_kernels_have_names_unique_in_the_callable(vadd, compiler, tmp_path):
     path = tmp_path / "named.simpler"
     named.save(path)
     assert ChipCallable.from_bundle(path).kernel_names == {0: "alpha", 1: "beta"}
+    # Unnamed kernels that share an entry symbol go by it qualified with their func id, as
+    # traces show them.
+    plain = CoreCallable(core.binary, core_type="aiv")
+    shared = ChipCallable.build(sig, binary=vadd.binary, children=[(0, plain), (1, plain)])
+    assert shared.kernel_names == {0: "kernel_entry (func 0)", 1: "kernel_entry (func 1)"}
     with pytest.raises(simpler.InvalidCallableError, match="both named `alpha`"):
         ChipCallable.build(sig, binary=vadd.binary, children=[(0, alpha), (1, alpha)])
     with pytest.raises(simpler.InvalidCallableError, match="kernel name is empty"):

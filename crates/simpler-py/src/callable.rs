@@ -208,6 +208,14 @@ impl NativeCallable {
         (o.entry.clone(), PyBytes::new(py, &o.image))
     }
 
+    /// `(func_id, name)` of each kernel, the name it goes by once registered
+    /// (`Bundle::kernel_names`: a default shared by several kernels is qualified).
+    #[getter]
+    fn kernel_names(&self) -> Vec<(u32, String)> {
+        let funcs = self.bundle.kernels.iter().map(|k| k.func_id);
+        funcs.zip(self.bundle.kernel_names()).collect()
+    }
+
     /// `(func_id, core, entry, image, name)` of each kernel.
     #[getter]
     #[allow(clippy::type_complexity)]

@@ -186,17 +186,7 @@ impl Bundle {
                 reason,
             })?;
         }
-        // A name equal to the entry symbol is the default (written without a name): kernels
-        // sharing one entry symbol are valid, and only given names must differ.
-        let named: Vec<(u32, Option<&str>, String)> = self
-            .kernels
-            .iter()
-            .map(|k| {
-                let given = (k.name != k.code.entry).then_some(k.name.as_str());
-                (k.func_id, given, k.code.entry.clone())
-            })
-            .collect();
-        if let Err((name, first, second)) = crate::resolve_kernel_names(&named) {
+        if let Err((name, first, second)) = crate::resolve_kernel_names(&self.named_kernels()) {
             return Err(BundleError::DuplicateKernelName {
                 name,
                 first: self.kernels[first].func_id,
@@ -205,6 +195,27 @@ impl Bundle {
         }
         Ok(())
     }
+    /// The names its kernels go by once registered, in kernel order: each given name, each
+    /// default (the entry symbol) qualified with its func id where kernels share it
+    /// ([`resolve_kernel_names`](crate::resolve_kernel_names)).
+    pub fn kernel_names(&self) -> Vec<String> {
+        crate::resolve_kernel_names(&self.named_kernels())
+            .unwrap_or_else(|_| self.kernels.iter().map(|k| k.name.clone()).collect())
+    }
+
+    /// Each kernel as (func id, given name, default name). A name equal to the entry symbol
+    /// is the default (written without a name): kernels sharing one entry symbol are valid,
+    /// and only given names must differ.
+    fn named_kernels(&self) -> Vec<(u32, Option<&str>, String)> {
+        self.kernels
+            .iter()
+            .map(|k| {
+                let given = (k.name != k.code.entry).then_some(k.name.as_str());
+                (k.func_id, given, k.code.entry.clone())
+            })
+            .collect()
+    }
+
     /// Reads and validates the bundle file at `path`.
     ///
     /// # Errors
