@@ -81,8 +81,12 @@ impl Chip {
         })
     }
 
-    /// Wakes every device thread (so that a raised kill switch is noticed at once).
+    /// Wakes every device thread (so that a raised kill switch is noticed at once). Call it
+    /// after raising the kill switch.
     pub(crate) fn wake_all(&self) {
+        // Pairs with the fence in `disarm_if_killed`: either this disarm sees a core a lazy
+        // launch armed, or that launch sees the raised kill switch and disarms it itself.
+        std::sync::atomic::fence(Ordering::SeqCst);
         for c in self.cores.iter() {
             // A core a lazy launch armed but never started ends with the launch at once.
             c.disarm();
@@ -90,6 +94,18 @@ impl Chip {
         }
         for b in self.aicpu_bells.iter() {
             b.force_ring();
+        }
+    }
+
+    /// After a lazy launch armed every core: if a reset raised the kill switch meanwhile,
+    /// its [`wake_all`](Self::wake_all) may have run before the cores were armed, and then
+    /// nothing would ever disarm them; the launch disarms them itself, so it ends.
+    fn disarm_if_killed(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.kill.load(Ordering::Relaxed) {
+            for c in self.cores.iter() {
+                c.disarm();
+            }
         }
     }
 }
@@ -347,6 +363,7 @@ impl Pools {
         for regs in self.chip.cores.iter() {
             regs.write_cond(armed_cond);
         }
+        self.chip.disarm_if_killed();
         done.wait();
         end.finish()
     }

@@ -257,3 +257,46 @@ fn launches_reuse_the_device_threads() {
 fn stamp_threads_noop(_: &AicpuContext<'_>, _: DevicePtr) -> i32 {
     0
 }
+
+/// Waits on its core's DMB until a reset terminates it.
+fn wait_until_reset(ctx: &AicoreContext<'_>, _: DevicePtr) {
+    loop {
+        ctx.regs.wait_dmb_change(ctx.regs.read_dmb());
+    }
+}
+
+static AFTER_RESET_HITS: AtomicU32 = AtomicU32::new(0);
+
+fn count_after_reset(_: &AicoreContext<'_>, _: DevicePtr) {
+    AFTER_RESET_HITS.fetch_add(1, Ordering::SeqCst);
+}
+
+fn never_dispatched(_: &AicoreContext<'_>, _: DevicePtr) {
+    panic!("no DMB write reaches a core of this launch");
+}
+
+/// A lazy AICore launch whose stream took it just before a reset, and that arms its cores
+/// only after the reset's wake-up (it waited for the AICore launch in front of it, which
+/// the reset ends), still ends: the reset is confirmed and the device runs launches again.
+#[test]
+fn a_lazy_launch_armed_after_a_reset_began_ends_with_the_reset() {
+    let dev = SimDevice::new(Topology {
+        clusters: 1,
+        aicpu_threads: 2,
+    })
+    .unwrap();
+    let (a, b) = (dev.create_stream().unwrap(), dev.create_stream().unwrap());
+    // SAFETY: neither kernel reads its argument.
+    unsafe { dev.launch_aicore(a, wait_until_reset, DevicePtr::NULL) }.unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // SAFETY: as above.
+    unsafe { dev.launch_aicore_lazy(b, never_dispatched, DevicePtr::NULL, 1) }.unwrap();
+    // Stream b has taken its launch and waits behind stream a's.
+    std::thread::sleep(Duration::from_millis(200));
+    dev.reset(Duration::from_secs(5))
+        .expect("the reset ends both launches");
+    // SAFETY: `count_after_reset` ignores its argument.
+    unsafe { dev.launch_aicore(b, count_after_reset, DevicePtr::NULL) }.unwrap();
+    dev.synchronize_stream(b, LONG).unwrap();
+    assert_eq!(AFTER_RESET_HITS.load(Ordering::SeqCst), 3);
+}
