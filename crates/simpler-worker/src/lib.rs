@@ -25,6 +25,8 @@
 //! - **Endpoints**: [`endpoint`] (the one trait), `chip_local` (a chip in this process),
 //!   `sub_thread` (a sub worker thread), `chip_args` (a chip task's arguments as a chip run
 //!   takes them), [`process`] (endpoints in child processes and the child side).
+//! - **Collectives**: [`collectives`] (allreduce, allgather and reduce-scatter over a comm
+//!   domain, built from the collectives' C chip code, `docs/comm.md` §4).
 //! - **Level 2 in a child process**: `isolated` ([`IsolatedChip`]: one chip in a child
 //!   process behind level 2's calls, each run staged through device memory as engine
 //!   tasks).
@@ -38,6 +40,7 @@ mod channel;
 mod child_memory;
 mod chip_args;
 mod chip_local;
+pub mod collectives;
 pub mod comm;
 #[cfg(test)]
 mod death_tests;
