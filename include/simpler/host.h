@@ -72,6 +72,7 @@ SIMPLER_HOST_STATIC_ASSERT(SIMPLER_STATUS_CLEANUP_INCOMPLETE == 23,
 /* Opaque handles. Never dereferenced by the caller; validated by every entry. */
 typedef struct SimplerContext SimplerContext;
 typedef struct SimplerRun SimplerRun;
+typedef struct SimplerRecording SimplerRecording;
 
 /* A stream of a caller context (the sim's stream id). */
 typedef uint64_t SimplerStream;
@@ -102,6 +103,22 @@ SIMPLER_HOST_STATIC_ASSERT(SIMPLER_MEMCHECK_OFF == 1, "SIMPLER_MEMCHECK_OFF");
 SIMPLER_HOST_STATIC_ASSERT(SIMPLER_MEMCHECK_AFTER == 2, "SIMPLER_MEMCHECK_AFTER");
 SIMPLER_HOST_STATIC_ASSERT(SIMPLER_MEMCHECK_BEFORE == 3, "SIMPLER_MEMCHECK_BEFORE");
 
+/* SimplerContextConfig.runtime and SimplerRunConfig.runtime: a runtime variant
+ * (docs/chip-runtime.md §17). A run uses its run config's, else its callable's (the
+ * bundle's), else its context's, else tensormap_and_ringbuffer. */
+typedef enum SimplerRuntime {
+    SIMPLER_RUNTIME_DEFAULT = 0,                  /* not named here: the next level decides */
+    SIMPLER_RUNTIME_TENSORMAP_AND_RINGBUFFER = 1, /* orchestration on an AICPU thread, four rings */
+    SIMPLER_RUNTIME_HOST_BUILD_GRAPH = 2          /* graph built on the host, then uploaded */
+} SimplerRuntime;
+
+SIMPLER_HOST_STATIC_ASSERT(sizeof(SimplerRuntime) == 4, "SimplerRuntime is 4 bytes");
+SIMPLER_HOST_STATIC_ASSERT(SIMPLER_RUNTIME_DEFAULT == 0, "SIMPLER_RUNTIME_DEFAULT");
+SIMPLER_HOST_STATIC_ASSERT(SIMPLER_RUNTIME_TENSORMAP_AND_RINGBUFFER == 1,
+                           "SIMPLER_RUNTIME_TENSORMAP_AND_RINGBUFFER");
+SIMPLER_HOST_STATIC_ASSERT(SIMPLER_RUNTIME_HOST_BUILD_GRAPH == 2,
+                           "SIMPLER_RUNTIME_HOST_BUILD_GRAPH");
+
 #define SIMPLER_CONTEXT_CONFIG_VERSION 1u
 
 /*
@@ -123,9 +140,12 @@ typedef struct SimplerContextConfig {
     uint64_t scheduler_timeout_ms;   /* no-progress watchdog (0: SIMPLER_SCHEDULER_TIMEOUT_MS or 10 s) */
     uint64_t op_execute_timeout_us;  /* one kernel dispatch (0: SIMPLER_OP_EXECUTE_TIMEOUT_US or 45 s) */
     uint64_t tensor_data_timeout_ms; /* get/set_tensor_data (0: SIMPLER_TENSOR_DATA_TIMEOUT_MS or 15 s) */
+    /* Appended; a caller that passes size 72 (compiled before them) gets 0 for both. */
+    uint32_t enable_sdma;            /* 1: the sim chip's SDMA engine (0: none); owned init only */
+    uint32_t runtime;                /* SimplerRuntime of runs that name none (0: tensormap_and_ringbuffer) */
 } SimplerContextConfig;
 
-SIMPLER_HOST_STATIC_ASSERT(sizeof(SimplerContextConfig) == 72, "SimplerContextConfig is 72 bytes");
+SIMPLER_HOST_STATIC_ASSERT(sizeof(SimplerContextConfig) == 80, "SimplerContextConfig is 80 bytes");
 SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerContextConfig, version) == 4, "ContextConfig.version");
 SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerContextConfig, clusters) == 8, "ContextConfig.clusters");
 SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerContextConfig, aicpu_threads) == 12,
@@ -147,6 +167,9 @@ SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerContextConfig, op_execute_timeout_us)
                            "ContextConfig.op_execute_timeout_us");
 SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerContextConfig, tensor_data_timeout_ms) == 64,
                            "ContextConfig.tensor_data_timeout_ms");
+SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerContextConfig, enable_sdma) == 72,
+                           "ContextConfig.enable_sdma");
+SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerContextConfig, runtime) == 76, "ContextConfig.runtime");
 
 #define SIMPLER_RUN_CONFIG_VERSION 1u
 
@@ -159,9 +182,12 @@ typedef struct SimplerRunConfig {
     uint64_t ring_task_window; /* every ring's task window (0: default) */
     uint64_t ring_heap;        /* every ring's output-heap bytes (0: default) */
     uint64_t ring_dep_pool;    /* every ring's dependency-pool entries (0: default) */
+    /* Appended; a caller that passes size 40 (compiled before them) gets 0 for both. */
+    uint32_t runtime;          /* SimplerRuntime of this run (0: the callable's, else the context's) */
+    uint32_t reserved2;        /* must be 0 */
 } SimplerRunConfig;
 
-SIMPLER_HOST_STATIC_ASSERT(sizeof(SimplerRunConfig) == 40, "SimplerRunConfig is 40 bytes");
+SIMPLER_HOST_STATIC_ASSERT(sizeof(SimplerRunConfig) == 48, "SimplerRunConfig is 48 bytes");
 SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerRunConfig, aicpu_thread_num) == 8,
                            "RunConfig.aicpu_thread_num");
 SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerRunConfig, reserved) == 12, "RunConfig.reserved");
@@ -169,6 +195,8 @@ SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerRunConfig, ring_task_window) == 16,
                            "RunConfig.ring_task_window");
 SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerRunConfig, ring_heap) == 24, "RunConfig.ring_heap");
 SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerRunConfig, ring_dep_pool) == 32, "RunConfig.ring_dep_pool");
+SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerRunConfig, runtime) == 40, "RunConfig.runtime");
+SIMPLER_HOST_STATIC_ASSERT(offsetof(SimplerRunConfig, reserved2) == 44, "RunConfig.reserved2");
 
 /* What a SimplerArg is. */
 typedef enum SimplerArgKind {
@@ -360,6 +388,26 @@ int32_t simpler_wait_run(SimplerContext *ctx, SimplerRun *run, uint64_t timeout_
  * and frees the run: afterwards the handle is refused (INVALID_HANDLE). A run never launched
  * is freed with OK. */
 int32_t simpler_finalize_run(SimplerContext *ctx, SimplerRun *run);
+
+/* ---- Record and replay (host_build_graph; docs/c-abi.md §5, docs/chip-runtime.md §17). ---- */
+
+/* Runs callable_id on args (checked as simpler_prepare_run checks them) under
+ * host_build_graph, waits for it, and keeps its graph: on OK the outputs are in the caller's
+ * host buffers and *out is a recording to replay. An orchestration that calls
+ * get/set_tensor_data fails the run (INVALID_ARGUMENT naming `record`). cfg may be NULL;
+ * its runtime must be 0 or HOST_BUILD_GRAPH. *out is NULL on failure. */
+int32_t simpler_record_run(SimplerContext *ctx, int32_t callable_id, const SimplerArg *args,
+                           size_t nargs, const SimplerRunConfig *cfg, SimplerRecording **out);
+/* Runs the recorded graph again on args and waits for it: the orchestration does not run,
+ * only the arguments' addresses are rebound. An argument whose kind, shape, dtype or scalar
+ * value differs from the recording's is refused with INVALID_ARGUMENT naming it (nothing
+ * runs); a recording whose callable was unregistered or registered again since:
+ * INVALID_STATE. cfg may be NULL (its runtime must be 0 or HOST_BUILD_GRAPH). */
+int32_t simpler_replay_run(SimplerContext *ctx, SimplerRecording *recording,
+                           const SimplerArg *args, size_t nargs, const SimplerRunConfig *cfg);
+/* Frees a recording (its device image goes once no run uses it); afterwards the handle is
+ * refused (INVALID_HANDLE). simpler_context_destroy frees the context's recordings. */
+int32_t simpler_recording_destroy(SimplerContext *ctx, SimplerRecording *recording);
 
 /* Closed compatibility entry: always SIMPLER_STATUS_UNSUPPORTED. */
 int32_t simpler_kernel_mode_launch(SimplerContext *ctx, int32_t callable_id,

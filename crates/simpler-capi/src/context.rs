@@ -12,17 +12,38 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use simpler_device::sim::Memcheck;
 use simpler_device::Topology;
-use simpler_host::{ChipWorker, HostError, WorkerConfig};
+use simpler_host::{ChipWorker, HostError, Runtime, WorkerConfig};
 
 use crate::context_table::{context, Context, RunBook, CONTEXTS};
 use crate::ffi_guard;
 use crate::raw::{self, Out};
+use crate::replay::RECORDINGS;
 use crate::run::RUNS;
-use crate::status::{Failure, Outcome};
-use crate::types::{memcheck, SimplerContext, SimplerContextConfig};
+use crate::status::{Failure, Outcome, SimplerStatus};
+use crate::types::{memcheck, runtime, SimplerContext, SimplerContextConfig};
 
 fn ms(v: u64) -> Option<Duration> {
     (v != 0).then(|| Duration::from_millis(v))
+}
+
+/// The runtime variant a `SimplerRuntime` field `field` (e.g. `config->runtime`) names:
+/// `None` for `SIMPLER_RUNTIME_DEFAULT`.
+///
+/// # Errors
+/// `SIMPLER_STATUS_INVALID_CONFIG` naming `field` for a value that is no `SimplerRuntime`.
+pub(crate) fn runtime_field(v: u32, field: &str) -> Result<Option<Runtime>, Failure> {
+    match v {
+        runtime::DEFAULT => Ok(None),
+        runtime::TENSORMAP_AND_RINGBUFFER => Ok(Some(Runtime::TensormapAndRingbuffer)),
+        runtime::HOST_BUILD_GRAPH => Ok(Some(Runtime::HostBuildGraph)),
+        other => Err(Failure::new(
+            SimplerStatus::InvalidConfig,
+            format!(
+                "`{field}`: {other} is not a SimplerRuntime (0 default, 1 \
+                 tensormap_and_ringbuffer, 2 host_build_graph)"
+            ),
+        )),
+    }
 }
 
 /// The worker configuration of `c` (`None`: all defaults); `borrowed` refuses the device
@@ -35,6 +56,7 @@ fn worker_config(c: Option<SimplerContextConfig>, borrowed: bool) -> Result<Work
             ("clusters", c.clusters),
             ("aicpu_threads", c.aicpu_threads),
             ("sim_memcheck", c.sim_memcheck),
+            ("enable_sdma", c.enable_sdma),
         ] {
             if v != 0 {
                 return Err(Failure::invalid(
@@ -72,6 +94,19 @@ fn worker_config(c: Option<SimplerContextConfig>, borrowed: bool) -> Result<Work
             ))
         }
     };
+    w.enable_sdma = match c.enable_sdma {
+        0 => false,
+        1 => true,
+        other => {
+            return Err(Failure::new(
+                SimplerStatus::InvalidConfig,
+                format!("`config->enable_sdma`: {other} is neither 0 (no SDMA engine) nor 1"),
+            ))
+        }
+    };
+    if let Some(r) = runtime_field(c.runtime, "config->runtime")? {
+        w.runtime = r;
+    }
     w.aicpu_thread_num = c.aicpu_thread_num;
     if c.launch_depth != 0 {
         w.launch_depth = c.launch_depth;
@@ -178,9 +213,18 @@ pub unsafe extern "C" fn simpler_context_destroy(ctx: *mut SimplerContext) -> i3
             Err(e) => return Err(e.into()),
         }
         let removed = CONTEXTS.get().remove(handle, "ctx")?;
-        let runs = std::mem::take(&mut removed.book.lock().runs);
+        let (runs, recordings) = {
+            let mut book = removed.book.lock();
+            (
+                std::mem::take(&mut book.runs),
+                std::mem::take(&mut book.recordings),
+            )
+        };
         for r in runs {
             let _ = RUNS.get().remove(r, "run");
+        }
+        for r in recordings {
+            let _ = RECORDINGS.get().remove(r, "recording");
         }
         Ok(())
     })
@@ -189,11 +233,10 @@ pub unsafe extern "C" fn simpler_context_destroy(ctx: *mut SimplerContext) -> i3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::SimplerStatus;
 
     fn config() -> SimplerContextConfig {
         SimplerContextConfig {
-            size: 72,
+            size: 80,
             version: 1,
             ..Default::default()
         }
@@ -227,6 +270,54 @@ mod tests {
         assert_eq!((w.launch_depth, w.heap_size), (1, 1 << 20));
         assert_eq!(w.run_timeout, Duration::from_millis(1500));
         assert_eq!(w.op_execute_timeout, Duration::from_micros(2500));
+    }
+
+    #[test]
+    fn sdma_and_runtime_apply_and_bad_values_are_refused_by_name() {
+        let d = worker_config(Some(config()), false).unwrap();
+        assert!(!d.enable_sdma);
+        assert_eq!(d.runtime, Runtime::TensormapAndRingbuffer);
+        let w = worker_config(
+            Some(SimplerContextConfig {
+                enable_sdma: 1,
+                runtime: runtime::HOST_BUILD_GRAPH,
+                ..config()
+            }),
+            false,
+        )
+        .unwrap();
+        assert!(w.enable_sdma);
+        assert_eq!(w.runtime, Runtime::HostBuildGraph);
+        for (field, c) in [
+            (
+                "config->enable_sdma",
+                SimplerContextConfig {
+                    enable_sdma: 2,
+                    ..config()
+                },
+            ),
+            (
+                "config->runtime",
+                SimplerContextConfig {
+                    runtime: 3,
+                    ..config()
+                },
+            ),
+        ] {
+            let e = worker_config(Some(c), false).unwrap_err();
+            assert_eq!(e.status, SimplerStatus::InvalidConfig, "{}", e.message);
+            assert!(e.message.contains(field), "{}", e.message);
+        }
+        // A borrowed context takes a runtime, but SDMA belongs to the caller's device.
+        let e = worker_config(
+            Some(SimplerContextConfig {
+                enable_sdma: 1,
+                ..config()
+            }),
+            true,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("config->enable_sdma"), "{}", e.message);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The live contexts of this process: a [`Context`] (its worker and the book of its runs),
+//! The live contexts of this process: a [`Context`] (its worker and the book of its runs
+//! and recordings),
 //! the table of them ([`CONTEXTS`]) and the lookups every entry on a context makes
 //! ([`context`], [`check_open`]). The entries that make and free contexts are `context`'s,
 //! the runs' table is `run`'s; this module must not know a run beyond its handle.
@@ -13,11 +14,12 @@ use crate::handles::{HandleKind, ProcessTable};
 use crate::status::{Failure, Outcome, SimplerStatus};
 use crate::types::SimplerContext;
 
-/// A live context: its worker and the runs made on it.
+/// A live context: its worker and the runs and recordings made on it.
 pub struct Context {
     /// The worker every entry calls.
     pub worker: ChipWorker,
-    /// The runs made on this context (handles), and its latest launched run. Held only
+    /// The runs and recordings made on this context (handles), and its latest launched
+    /// run. Held only
     /// briefly, never across a worker call.
     pub book: Mutex<RunBook>,
     /// Serializes the context's launches (held across the worker's submit).
@@ -32,6 +34,8 @@ pub struct RunBook {
     /// The latest launched run not yet finalized (a joined launch's only valid
     /// predecessor).
     pub latest: Option<u64>,
+    /// Every recording handle made on the context and not destroyed.
+    pub recordings: HashSet<u64>,
 }
 
 /// The contexts of this process.

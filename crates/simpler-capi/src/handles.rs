@@ -1,7 +1,8 @@
 //! Opaque handles and the process-wide tables behind them (`docs/c-abi.md` §2).
 //!
-//! A `SimplerContext*` or `SimplerRun*` is never a pointer to memory: its value encodes the
-//! creating process id (high 24 bits), the kind of object (2 bits: context or run) and a
+//! A `SimplerContext*`, `SimplerRun*` or `SimplerRecording*` is never a pointer to memory:
+//! its value encodes the creating process id (high 24 bits), the kind of object (2 bits:
+//! context, run or recording) and a
 //! serial number that is never reused (low 38 bits), and the object lives in a per-process
 //! [`Registry`]. So every entry can:
 //!
@@ -41,6 +42,8 @@ fn this_pid() -> u64 {
 /// What a table holds: the handle's kind bits and the name refusals use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HandleKind {
+    /// `SimplerRecording*`.
+    Recording = 0,
     /// `SimplerContext*`.
     Context = 1,
     /// `SimplerRun*`.
@@ -52,6 +55,7 @@ pub enum HandleKind {
 impl HandleKind {
     fn name(self) -> &'static str {
         match self {
+            HandleKind::Recording => "recording",
             HandleKind::Context => "context",
             HandleKind::Run => "run",
             HandleKind::SimContext => "sim context",
@@ -60,6 +64,7 @@ impl HandleKind {
 
     fn of_bits(bits: u64) -> Option<HandleKind> {
         match bits {
+            0 => Some(HandleKind::Recording),
             1 => Some(HandleKind::Context),
             2 => Some(HandleKind::Run),
             3 => Some(HandleKind::SimContext),

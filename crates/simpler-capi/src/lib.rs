@@ -17,7 +17,8 @@
 //! - [`handles`]: the handle encoding and the per-process tables;
 //! - [`raw`] and [`host_buffer`]: every read or write of caller memory (the unsafe code);
 //! - [`context_table`]: the live contexts and their lookup;
-//! - [`context`], [`register`], [`run`], [`memory`], [`sim`], [`library`]: the entries.
+//! - [`context`], [`register`], [`run`], [`replay`], [`memory`], [`sim`], [`library`]: the
+//!   entries.
 
 pub mod context;
 pub mod context_table;
@@ -28,6 +29,7 @@ pub mod library;
 pub mod memory;
 pub mod raw;
 pub mod register;
+pub mod replay;
 pub mod run;
 pub mod sim;
 pub mod status;

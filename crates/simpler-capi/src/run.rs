@@ -19,8 +19,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use simpler_abi::DataType;
 use simpler_host::{
-    ArgOffer, CallConfig, CallableId, HostError, HostMemory, OwnedArg, Passing, RingValue,
-    RunHandle, RuntimeEnv, ScalarValue,
+    ArgOffer, CallConfig, CallableId, CallableInfo, HostError, HostMemory, OwnedArg, Passing,
+    RingValue, RunHandle, RuntimeEnv, ScalarValue,
 };
 
 use crate::context_table::{check_open, context, Context};
@@ -39,7 +39,7 @@ pub static RUNS: ProcessTable<Run> = ProcessTable::new(HandleKind::Run);
 
 /// One argument as prepared: what a launch turns into an [`OwnedArg`].
 #[derive(Debug)]
-enum Prepared {
+pub(crate) enum Prepared {
     /// Host memory at an address (kept as an integer: the run table is shared by threads),
     /// lent read-only or writable.
     Host {
@@ -75,43 +75,7 @@ pub struct Run {
 impl Run {
     /// The owned arguments of one launch.
     fn owned_args(&self) -> Vec<OwnedArg> {
-        self.args
-            .iter()
-            .map(|a| match a {
-                Prepared::Host {
-                    addr,
-                    len,
-                    writable,
-                    shape,
-                    dtype,
-                } => {
-                    let ptr = NonNull::new(*addr as *mut u8).unwrap_or(NonNull::dangling());
-                    // SAFETY: `simpler_prepare_run`'s contract: the caller keeps the `len`
-                    // bytes at `addr` alive and untouched from the launch until the run is
-                    // finalized (a zero-length tensor is never dereferenced).
-                    let memory = unsafe { CallerMemory::new(ptr, *len) };
-                    if *writable {
-                        OwnedArg::Tensor {
-                            buffer: Box::new(memory),
-                            shape: shape.clone(),
-                            dtype: *dtype,
-                        }
-                    } else {
-                        OwnedArg::Input {
-                            buffer: Box::new(memory),
-                            shape: shape.clone(),
-                            dtype: *dtype,
-                        }
-                    }
-                }
-                Prepared::Device { ptr, shape, dtype } => OwnedArg::Device {
-                    ptr: simpler_device::DevicePtr::from_raw(*ptr),
-                    shape: shape.clone(),
-                    dtype: *dtype,
-                },
-                Prepared::Scalar(bits) => OwnedArg::Scalar(*bits),
-            })
-            .collect()
+        owned_args(&self.args)
     }
 
     fn handle(&self, what: &str) -> Result<Arc<RunHandle>, Failure> {
@@ -123,6 +87,46 @@ impl Run {
             )),
         }
     }
+}
+
+/// The owned arguments of one submit of `args`.
+pub(crate) fn owned_args(args: &[Prepared]) -> Vec<OwnedArg> {
+    args.iter()
+        .map(|a| match a {
+            Prepared::Host {
+                addr,
+                len,
+                writable,
+                shape,
+                dtype,
+            } => {
+                let ptr = NonNull::new(*addr as *mut u8).unwrap_or(NonNull::dangling());
+                // SAFETY: `simpler_prepare_run`'s contract: the caller keeps the `len`
+                // bytes at `addr` alive and untouched from the launch until the run is
+                // finalized (a zero-length tensor is never dereferenced).
+                let memory = unsafe { CallerMemory::new(ptr, *len) };
+                if *writable {
+                    OwnedArg::Tensor {
+                        buffer: Box::new(memory),
+                        shape: shape.clone(),
+                        dtype: *dtype,
+                    }
+                } else {
+                    OwnedArg::Input {
+                        buffer: Box::new(memory),
+                        shape: shape.clone(),
+                        dtype: *dtype,
+                    }
+                }
+            }
+            Prepared::Device { ptr, shape, dtype } => OwnedArg::Device {
+                ptr: simpler_device::DevicePtr::from_raw(*ptr),
+                shape: shape.clone(),
+                dtype: *dtype,
+            },
+            Prepared::Scalar(bits) => OwnedArg::Scalar(*bits),
+        })
+        .collect()
 }
 
 /// The run behind `run`, which must belong to context `ctx`.
@@ -217,6 +221,10 @@ fn call_config(cfg: Option<SimplerRunConfig>) -> Result<CallConfig, Failure> {
     if c.reserved != 0 {
         return Err(Failure::invalid("cfg->reserved", "must be 0"));
     }
+    if c.reserved2 != 0 {
+        return Err(Failure::invalid("cfg->reserved2", "must be 0"));
+    }
+    let runtime = crate::context::runtime_field(c.runtime, "cfg->runtime")?;
     let ring = |v: u64| (v != 0).then_some(RingValue::All(v));
     Ok(CallConfig {
         aicpu_thread_num: c.aicpu_thread_num,
@@ -226,8 +234,76 @@ fn call_config(cfg: Option<SimplerRunConfig>) -> Result<CallConfig, Failure> {
             ring_dep_pool: ring(c.ring_dep_pool),
             ready_queue: None,
         },
+        runtime,
         ..CallConfig::default()
     })
+}
+
+/// Checks the C arguments `args` (`nargs` of them) against the signature of `info` and the
+/// run config `cfg` (`NULL`: the defaults) as `simpler_prepare_run` does, and gives them
+/// as prepared with the run's call config. The count is checked before `args` is read.
+///
+/// # Errors
+/// The signature's refusal naming the argument, or a config field's.
+///
+/// # Safety
+/// `args` is NULL or points to `nargs` `SimplerArg`s; `cfg` is NULL or a valid
+/// `SimplerRunConfig`.
+pub(crate) unsafe fn prepare_args(
+    c: &Context,
+    info: &CallableInfo,
+    args: *const SimplerArg,
+    nargs: usize,
+    cfg: *const SimplerRunConfig,
+) -> Result<(Vec<Prepared>, CallConfig), Failure> {
+    // A count the signature does not take is refused before `nargs` elements are read.
+    if nargs != info.signature.args.len() {
+        return Err(HostError::ArgumentCount {
+            callable: info.name.clone(),
+            expected: info.signature.args.len(),
+            got: nargs,
+        }
+        .into());
+    }
+    // SAFETY: the caller's contract for `args` and `cfg`.
+    let args = unsafe { raw::array(args, nargs, "args") }?;
+    // SAFETY: as above.
+    let config = call_config(unsafe { raw::read_versioned(cfg, "cfg") }?)?;
+    // Out-of-range fields are refused here, not first at the launch.
+    config.validate(c.worker.config())?;
+    let offers = args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| offer_of(i, a))
+        .collect::<Result<Vec<_>, _>>()?;
+    let passing = info
+        .signature
+        .check_offers(&info.name, &offers)
+        .map_err(HostError::from)?;
+    let prepared: Vec<Prepared> = offers
+        .into_iter()
+        .zip(passing)
+        .zip(args)
+        .map(|((offer, p), a)| match offer {
+            ArgOffer::Host(m) => Prepared::Host {
+                addr: m.addr,
+                len: m.len,
+                writable: p == Passing::LendWritable,
+                shape: m.shape,
+                dtype: m.dtype,
+            },
+            ArgOffer::Device { shape, dtype } => Prepared::Device {
+                ptr: a.device_ptr,
+                shape,
+                dtype,
+            },
+            ArgOffer::Scalar(_) => match p {
+                Passing::Scalar(bits) => Prepared::Scalar(bits),
+                other => unreachable!("a scalar offer passes as a scalar, not {other:?}"),
+            },
+        })
+        .collect();
+    Ok((prepared, config))
 }
 
 /// `simpler_prepare_run`: checks `args` against the callable's signature and makes a run.
@@ -254,53 +330,8 @@ pub unsafe extern "C" fn simpler_prepare_run(
             .map(CallableId)
             .map_err(|_| Failure::invalid("callable_id", format!("{callable_id} is negative")))?;
         let info = c.worker.registered_callable(id)?;
-        // A count the signature does not take is refused before `nargs` elements are read.
-        if nargs != info.signature.args.len() {
-            return Err(HostError::ArgumentCount {
-                callable: info.name.clone(),
-                expected: info.signature.args.len(),
-                got: nargs,
-            }
-            .into());
-        }
         // SAFETY: the header's contract for `args` and `cfg`.
-        let args = unsafe { raw::array(args, nargs, "args") }?;
-        // SAFETY: as above.
-        let config = call_config(unsafe { raw::read_versioned(cfg, "cfg") }?)?;
-        // Out-of-range fields are refused here, not first at the launch.
-        config.validate(c.worker.config())?;
-        let offers = args
-            .iter()
-            .enumerate()
-            .map(|(i, a)| offer_of(i, a))
-            .collect::<Result<Vec<_>, _>>()?;
-        let passing = info
-            .signature
-            .check_offers(&info.name, &offers)
-            .map_err(HostError::from)?;
-        let prepared = offers
-            .into_iter()
-            .zip(passing)
-            .zip(args)
-            .map(|((offer, p), a)| match offer {
-                ArgOffer::Host(m) => Prepared::Host {
-                    addr: m.addr,
-                    len: m.len,
-                    writable: p == Passing::LendWritable,
-                    shape: m.shape,
-                    dtype: m.dtype,
-                },
-                ArgOffer::Device { shape, dtype } => Prepared::Device {
-                    ptr: a.device_ptr,
-                    shape,
-                    dtype,
-                },
-                ArgOffer::Scalar(_) => match p {
-                    Passing::Scalar(bits) => Prepared::Scalar(bits),
-                    other => unreachable!("a scalar offer passes as a scalar, not {other:?}"),
-                },
-            })
-            .collect();
+        let (prepared, config) = unsafe { prepare_args(&c, &info, args, nargs, cfg) }?;
         let run = Arc::new(Run {
             ctx: ch,
             callable: id,

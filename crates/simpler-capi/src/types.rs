@@ -36,10 +36,16 @@ pub struct SimplerContextConfig {
     pub op_execute_timeout_us: u64,
     /// `get/set_tensor_data`'s limit, ms (0: the environment's or 15 s).
     pub tensor_data_timeout_ms: u64,
+    /// 1: provision the sim chip's SDMA engine (`docs/sim-device.md` §12); 0: none. Owned
+    /// init only.
+    pub enable_sdma: u32,
+    /// `SimplerRuntime` ([`runtime`]): the runtime variant of runs whose callable and run
+    /// config name none (0: `tensormap_and_ringbuffer`).
+    pub runtime: u32,
 }
 assert_layout!(
     SimplerContextConfig,
-    size = 72,
+    size = 80,
     version = 4,
     clusters = 8,
     aicpu_threads = 12,
@@ -51,7 +57,9 @@ assert_layout!(
     run_timeout_ms = 40,
     scheduler_timeout_ms = 48,
     op_execute_timeout_us = 56,
-    tensor_data_timeout_ms = 64
+    tensor_data_timeout_ms = 64,
+    enable_sdma = 72,
+    runtime = 76
 );
 
 /// The only `SimplerContextConfig.version`.
@@ -76,15 +84,22 @@ pub struct SimplerRunConfig {
     pub ring_heap: u64,
     /// Every ring's dependency-pool entries (0: default).
     pub ring_dep_pool: u64,
+    /// `SimplerRuntime` ([`runtime`]): this run's runtime variant (0: the callable's, else
+    /// the context's).
+    pub runtime: u32,
+    /// Must be 0.
+    pub reserved2: u32,
 }
 assert_layout!(
     SimplerRunConfig,
-    size = 40,
+    size = 48,
     aicpu_thread_num = 8,
     reserved = 12,
     ring_task_window = 16,
     ring_heap = 24,
-    ring_dep_pool = 32
+    ring_dep_pool = 32,
+    runtime = 40,
+    reserved2 = 44
 );
 
 /// The only `SimplerRunConfig.version`.
@@ -151,6 +166,17 @@ pub mod memcheck {
     pub const BEFORE: u32 = 3;
 }
 
+/// `SimplerRuntime` values: a runtime variant (`docs/chip-runtime.md` §17), 0 meaning
+/// "not named here".
+pub mod runtime {
+    /// Not named here: the next level decides (run → callable → context → default).
+    pub const DEFAULT: u32 = 0;
+    /// `tensormap_and_ringbuffer`.
+    pub const TENSORMAP_AND_RINGBUFFER: u32 = 1;
+    /// `host_build_graph`.
+    pub const HOST_BUILD_GRAPH: u32 = 2;
+}
+
 /// `simpler_capabilities` bits.
 pub mod capability {
     /// `simpler_launch_run(_joined)`.
@@ -188,6 +214,13 @@ pub struct SimplerContext {
     _opaque: [u8; 0],
 }
 
+/// The opaque `SimplerRecording` (never dereferenced: its handle value is an id,
+/// [`crate::handles`]).
+#[repr(C)]
+pub struct SimplerRecording {
+    _opaque: [u8; 0],
+}
+
 /// The opaque `SimplerRun` (never dereferenced: its handle value is an id,
 /// [`crate::handles`]).
 #[repr(C)]
@@ -221,6 +254,15 @@ mod tests {
             ("SIMPLER_MEMCHECK_OFF = ", u64::from(memcheck::OFF)),
             ("SIMPLER_MEMCHECK_AFTER = ", u64::from(memcheck::AFTER)),
             ("SIMPLER_MEMCHECK_BEFORE = ", u64::from(memcheck::BEFORE)),
+            ("SIMPLER_RUNTIME_DEFAULT = ", u64::from(runtime::DEFAULT)),
+            (
+                "SIMPLER_RUNTIME_TENSORMAP_AND_RINGBUFFER = ",
+                u64::from(runtime::TENSORMAP_AND_RINGBUFFER),
+            ),
+            (
+                "SIMPLER_RUNTIME_HOST_BUILD_GRAPH = ",
+                u64::from(runtime::HOST_BUILD_GRAPH),
+            ),
             (
                 "#define SIMPLER_CONTEXT_CONFIG_VERSION ",
                 u64::from(CONTEXT_CONFIG_VERSION),

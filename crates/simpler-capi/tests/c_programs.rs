@@ -3,8 +3,11 @@
 //! `libsimpler.so` cargo built for this test — pass (`docs/c-abi.md`).
 //!
 //! The bundles the programs register are built here with the toolchain `simpler build`
-//! uses: `examples/gemm`, and a one-kernel `sleepy` callable (its kernel sleeps for a scalar
-//! number of milliseconds) for the bounded-wait refusal.
+//! uses: `examples/gemm`, a one-kernel `sleepy` callable (its kernel sleeps for a scalar
+//! number of milliseconds) for the bounded-wait refusal, `sdma_copy` (its kernel copies its
+//! input into its output with the SDMA engine) and `readback` (sleepy's kernel, then the
+//! orchestration reads the output back with `get_tensor_data`, which only
+//! `tensormap_and_ringbuffer` can do).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -94,9 +97,108 @@ SIMPLER_KERNEL void kernel_entry(int64_t *args) {
     ),
 ];
 
-/// The bundle files: (gemm, sleepy).
-fn bundles() -> &'static (PathBuf, PathBuf) {
-    static BUNDLES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+const SDMA_COPY: &[(&str, &str)] = &[
+    (
+        "simpler.toml",
+        r#"name = "sdma_copy"
+
+[orchestration]
+source = "orchestration.c"
+entry = "aicpu_orchestration_entry"
+
+[[kernels]]
+func_id = 0
+core = "aiv"
+source = "kernels/sdma_copy.c"
+entry = "kernel_entry"
+
+[[args]]
+name = "src"
+direction = "in"
+dtype = "f32"
+shape = [1024]
+
+[[args]]
+name = "dst"
+direction = "out"
+dtype = "f32"
+shape = [1024]
+"#,
+    ),
+    (
+        "orchestration.c",
+        r#"#include "simpler/orchestration.h"
+
+SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
+                                                        const SimplerOrchArgs *args) {
+    SimplerTaskDesc d;
+    simpler_task_init(&d, SIMPLER_CORE_AIV, 0);
+    simpler_task_add_input(&d, &args->tensors[0]);
+    simpler_task_add_output_existing(&d, &args->tensors[1]);
+    return simpler_submit(ops, &d, NULL);
+}
+"#,
+    ),
+    (
+        "kernels/sdma_copy.c",
+        r#"#include "simpler/async.h"
+
+/* Copies tensor 0 (f32, contiguous) into tensor 1 with one SDMA copy; the task completes
+ * when the copy lands. Without an SDMA engine the copy is refused and the run fails. */
+SIMPLER_KERNEL void kernel_entry(int64_t *args) {
+    SimplerChipTensor *src = simpler_arg_tensor(args, 0);
+    SimplerChipTensor *dst = simpler_arg_tensor(args, 1);
+    (void)simpler_sdma_copy(args, SIMPLER_TENSOR_DATA(unsigned char, dst),
+                            SIMPLER_TENSOR_DATA(unsigned char, src),
+                            simpler_tensor_numel(src) * 4);
+}
+"#,
+    ),
+];
+
+/// `readback`: sleepy's manifest and kernel with an orchestration that reads `out` back
+/// after its task (`get_tensor_data` waits for the task under `tensormap_and_ringbuffer`
+/// and is refused under `host_build_graph`, where no task has run yet).
+fn readback() -> Vec<(&'static str, String)> {
+    let mut files: Vec<(&str, String)> = SLEEPY
+        .iter()
+        .filter(|(f, _)| *f != "orchestration.c")
+        .map(|(f, b)| (*f, b.replace("name = \"sleepy\"", "name = \"readback\"")))
+        .collect();
+    files.push((
+        "orchestration.c",
+        r#"#include "simpler/orchestration.h"
+
+SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
+                                                        const SimplerOrchArgs *args) {
+    SimplerTaskDesc d;
+    simpler_task_init(&d, SIMPLER_CORE_AIV, 0);
+    simpler_task_add_output_existing(&d, &args->tensors[0]);
+    simpler_task_add_scalar(&d, args->scalars[0]);
+    int32_t rc = simpler_submit(ops, &d, NULL);
+    if (rc != 0) return rc;
+    float back[16];
+    rc = simpler_get_tensor_data(ops, &args->tensors[0], back, sizeof back);
+    if (rc != 0) return rc;
+    return back[0] == 1.0f ? 0 : SIMPLER_ORCH_INVALID_ARGS;
+}
+"#
+        .to_string(),
+    ));
+    files
+}
+
+/// The bundle files.
+struct Bundles {
+    gemm: PathBuf,
+    sleepy: PathBuf,
+    sdma_copy: PathBuf,
+    readback: PathBuf,
+}
+
+/// The bundle files, built once.
+fn bundles() -> &'static Bundles {
+    static BUNDLES: OnceLock<Bundles> = OnceLock::new();
     BUNDLES.get_or_init(|| {
         let out = tmp().join("capi-bundles");
         std::fs::create_dir_all(&out).unwrap();
@@ -111,16 +213,28 @@ fn bundles() -> &'static (PathBuf, PathBuf) {
         let gemm_path = out.join("gemm.simpler");
         gemm.bundle.write(&gemm_path).unwrap();
 
-        let dir = tempfile::tempdir_in(tmp()).unwrap();
-        for (file, body) in SLEEPY {
-            let p = dir.path().join(file);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, body).unwrap();
+        let inline = |name: &str, files: &[(&str, String)]| {
+            let dir = tempfile::tempdir_in(tmp()).unwrap();
+            for (file, body) in files {
+                let p = dir.path().join(file);
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(p, body).unwrap();
+            }
+            let built = build::build_example(dir.path(), &compiler)
+                .unwrap_or_else(|e| panic!("build {name}: {e}"));
+            let path = out.join(format!("{name}.simpler"));
+            built.bundle.write(&path).unwrap();
+            path
+        };
+        let owned = |files: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
+            files.iter().map(|(f, b)| (*f, b.to_string())).collect()
+        };
+        Bundles {
+            gemm: gemm_path,
+            sleepy: inline("sleepy", &owned(SLEEPY)),
+            sdma_copy: inline("sdma_copy", &owned(SDMA_COPY)),
+            readback: inline("readback", &readback()),
         }
-        let sleepy = build::build_example(dir.path(), &compiler).expect("build sleepy");
-        let sleepy_path = out.join("sleepy.simpler");
-        sleepy.bundle.write(&sleepy_path).unwrap();
-        (gemm_path, sleepy_path)
     })
 }
 
@@ -256,16 +370,37 @@ fn the_header_compiles_as_c11_and_cpp17_and_its_layouts_match_rust() {
 
 #[test]
 fn gemm_pipeline_c_program_passes() {
-    let (gemm, _) = bundles();
+    let b = bundles();
     let exe = compile("gemm_pipeline");
-    run_program(&exe, &[gemm]);
+    run_program(&exe, &[&b.gemm]);
 }
 
 #[test]
 fn refusals_c_program_passes() {
-    let (gemm, sleepy) = bundles();
+    let b = bundles();
     let exe = compile("refusals");
-    run_program(&exe, &[gemm, sleepy]);
+    run_program(&exe, &[&b.gemm, &b.sleepy]);
+}
+
+#[test]
+fn sdma_c_program_passes() {
+    let b = bundles();
+    let exe = compile("sdma");
+    run_program(&exe, &[&b.sdma_copy]);
+}
+
+#[test]
+fn runtime_select_c_program_passes() {
+    let b = bundles();
+    let exe = compile("runtime_select");
+    run_program(&exe, &[&b.readback]);
+}
+
+#[test]
+fn record_replay_c_program_passes() {
+    let b = bundles();
+    let exe = compile("record_replay");
+    run_program(&exe, &[&b.gemm, &b.sleepy, &b.readback]);
 }
 
 #[test]
