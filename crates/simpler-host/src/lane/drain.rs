@@ -11,14 +11,15 @@
 //! failure (OP_EXECUTE_TIMEOUT, or an error after which the orchestrator did not return):
 //! once a run is old enough for a clock to have fired, a pending completion looks at the
 //! run's own result record every [`RECORD_PEEK_SLICE`]; a published failure whose
-//! boundaries still do not complete within [`PUBLISHED_FAILURE_GRACE`] ends the run with
+//! boundaries still do not complete within [`PUBLISHED_FAILURE_GRACE`] (at once for
+//! OP_EXECUTE_TIMEOUT, whose kernel the runtime has abandoned) ends the run with
 //! that failure, given up on (a thread may still be executing a kernel: the device is
 //! unusable until a forced reset; `docs/lane.md`, outcome).
 
 use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
-use simpler_abi::{code_name, RunResult};
+use simpler_abi::{code_name, RunResult, SCHED_OP_EXECUTE_TIMEOUT};
 use simpler_device::DeviceError;
 
 use crate::caller_stream::{self, TailStatus};
@@ -43,6 +44,18 @@ pub(super) const RECORD_PEEK_SLICE: Duration = Duration::from_millis(50);
 /// given up on: the last AICPU thread publishes moments before both kernels exit, so only
 /// a run with a kernel or the orchestrator left behind stays pending this long.
 pub(super) const PUBLISHED_FAILURE_GRACE: Duration = Duration::from_secs(1);
+
+/// How long `failure`, published by a run whose boundaries are still pending, waits for
+/// them: [`PUBLISHED_FAILURE_GRACE`], except for OP_EXECUTE_TIMEOUT, which the runtime
+/// publishes only after abandoning the core whose kernel did not return, so that kernel's
+/// boundary cannot complete: the run is given up on at once, within one record look
+/// ([`RECORD_PEEK_SLICE`]) of the clock firing (`docs/health.md` §8).
+fn published_failure_grace(failure: &HostError) -> Duration {
+    match failure {
+        HostError::RunFailed { code, .. } if *code == -SCHED_OP_EXECUTE_TIMEOUT => Duration::ZERO,
+        _ => PUBLISHED_FAILURE_GRACE,
+    }
+}
 
 /// The front run's verdict, before copy back.
 pub(super) struct Verdict {
@@ -126,7 +139,7 @@ impl Driver<'_, '_> {
             return Ok(());
         };
         let seen = self.lane.note_failure_seen(front.dispatch);
-        if seen.elapsed() < PUBLISHED_FAILURE_GRACE {
+        if seen.elapsed() < published_failure_grace(&failure) {
             return Ok(());
         }
         let error = self.lane.launch_error_of(front.dispatch).unwrap_or(failure);
@@ -316,5 +329,38 @@ impl LaneEngine {
                 device.copy_from_device(&mut raw, result_addr)?;
                 from_bytes::<RunResult>(&raw).ok_or(DeviceError::InvalidSize(raw.len() as u64))
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(code: i32) -> HostError {
+        HostError::RunFailed {
+            code,
+            name: code_name(code),
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn only_an_op_execute_timeout_is_given_up_without_the_grace() {
+        assert_eq!(
+            published_failure_grace(&failed(-SCHED_OP_EXECUTE_TIMEOUT)),
+            Duration::ZERO,
+            "its kernel was abandoned: no boundary can follow"
+        );
+        for code in [-simpler_abi::SCHED_TIMEOUT, -9, -1] {
+            assert_eq!(
+                published_failure_grace(&failed(code)),
+                PUBLISHED_FAILURE_GRACE,
+                "code {code}"
+            );
+        }
+        assert_eq!(
+            published_failure_grace(&HostError::DeviceUnusable("x".into())),
+            PUBLISHED_FAILURE_GRACE
+        );
     }
 }
