@@ -192,6 +192,23 @@ impl ArgError {
     }
 }
 
+impl ArgError {
+    /// This refusal as a replay's: [`HostError::ReplayMismatch`] naming the argument (the
+    /// callable, for a count), so every check that refuses a replay's arguments — the
+    /// recording's or the signature's, whichever runs first — raises the one error
+    /// (`docs/chip-runtime.md` §17).
+    pub fn into_replay_mismatch(self) -> HostError {
+        let arg = match &self {
+            ArgError::Count { callable, .. } => callable.clone(),
+            other => other.arg().unwrap_or_default().to_string(),
+        };
+        HostError::ReplayMismatch {
+            arg,
+            reason: self.reason(),
+        }
+    }
+}
+
 impl From<ArgError> for HostError {
     fn from(e: ArgError) -> HostError {
         match e {

@@ -221,6 +221,25 @@ impl HostError {
         )
     }
 
+    /// This error as a replay's: a signature refusal ([`HostError::ArgumentCount`],
+    /// [`HostError::InvalidArgument`]) of a replay's arguments becomes
+    /// [`HostError::ReplayMismatch`] naming the same argument (the callable, for a count);
+    /// any other error is returned as it is.
+    pub(crate) fn for_replay(self) -> HostError {
+        match self {
+            HostError::ArgumentCount {
+                callable,
+                expected,
+                got,
+            } => HostError::ReplayMismatch {
+                arg: callable,
+                reason: format!("{got} arguments given; the callable takes {expected}"),
+            },
+            HostError::InvalidArgument { arg, reason } => HostError::ReplayMismatch { arg, reason },
+            other => other,
+        }
+    }
+
     /// Wraps a device error with what the host was doing.
     pub(crate) fn device(context: impl Into<String>) -> impl FnOnce(DeviceError) -> HostError {
         let context = context.into();

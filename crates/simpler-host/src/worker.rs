@@ -493,7 +493,8 @@ impl ChipWorker {
         let plan = self.program_plan(config)?;
         let callable = self.recorded_callable(recording)?;
         graph::check_host_args(recording, &callable, args)?;
-        crate::args::check(&callable.name, &callable.signature, args)?;
+        crate::args::check(&callable.name, &callable.signature, args)
+            .map_err(HostError::for_replay)?;
         let graph = GraphPlan::Replay(recording.image.clone());
         self.run_lent(callable, args, plan, graph)
     }
@@ -515,7 +516,8 @@ impl ChipWorker {
         let plan = self.program_plan(config)?;
         let callable = self.recorded_callable(recording)?;
         graph::check_args(recording, &callable, args)?;
-        crate::args::check_owned(&callable.name, &callable.signature, args)?;
+        crate::args::check_owned(&callable.name, &callable.signature, args)
+            .map_err(HostError::for_replay)?;
         Ok((callable, plan))
     }
 

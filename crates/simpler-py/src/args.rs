@@ -20,8 +20,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
 use simpler_abi::DataType;
 use simpler_device::DevicePtr;
+use simpler_host::{ArgError, OwnedArg, Signature};
 use simpler_host::{ArgOffer, HostMemory, Passing, ScalarValue};
-use simpler_host::{OwnedArg, Signature};
 
 use crate::array::ArrayMemory;
 use crate::error;
@@ -210,6 +210,31 @@ pub(crate) fn owned_args(
     sig: &Signature,
     args: &Bound<'_, PyAny>,
 ) -> PyResult<Vec<OwnedArg>> {
+    owned_args_refused_by(py, callable, sig, args, error::arg_error)
+}
+
+/// [`owned_args`] for a replay of a recording of `callable`: a signature refusal is the
+/// replay's `ReplayMismatchError` naming the argument ([`ArgError::into_replay_mismatch`]),
+/// as the host's own replay checks raise.
+pub(crate) fn replay_args(
+    py: Python<'_>,
+    callable: &str,
+    sig: &Signature,
+    args: &Bound<'_, PyAny>,
+) -> PyResult<Vec<OwnedArg>> {
+    owned_args_refused_by(py, callable, sig, args, |py, e| {
+        error::host_error(py, e.into_replay_mismatch())
+    })
+}
+
+/// [`owned_args`] with `refuse` turning the signature's refusal into the Python error.
+fn owned_args_refused_by(
+    py: Python<'_>,
+    callable: &str,
+    sig: &Signature,
+    args: &Bound<'_, PyAny>,
+    refuse: impl FnOnce(Python<'_>, ArgError) -> PyErr,
+) -> PyResult<Vec<OwnedArg>> {
     if !(args.is_instance_of::<PyList>() || args.is_instance_of::<PyTuple>()) {
         return Err(error::argument_type(
             py,
@@ -259,7 +284,7 @@ pub(crate) fn owned_args(
     }
     let passing = sig
         .check_offers(callable, &offers)
-        .map_err(|e| error::arg_error(py, e))?;
+        .map_err(|e| refuse(py, e))?;
     Ok(items
         .into_iter()
         .zip(offers)

@@ -248,8 +248,10 @@ impl NativeWorker {
     /// the run's other options (trace level, threads).
     ///
     /// Raises `StaleRecordingError` when the callable was unregistered or registered again,
-    /// `ReplayMismatchError` naming the argument whose shape, dtype or scalar differs from
-    /// the recording's (and `StaleRecordingError` for another worker's recording).
+    /// `ReplayMismatchError` naming the argument whose count, kind, shape, dtype, scalar or
+    /// writability the recording cannot take, whichever check (the recording's or the
+    /// signature's) refuses it first (and `StaleRecordingError` for another worker's
+    /// recording).
     #[pyo3(signature = (recording, args, config=None))]
     fn submit_replay(
         &self,
@@ -260,7 +262,7 @@ impl NativeWorker {
     ) -> PyResult<NativeRunHandle> {
         let worker = self.live(py)?;
         let origin = &recording.origin;
-        let owned = args::owned_args(py, &origin.name, &origin.signature, args)?;
+        let owned = args::replay_args(py, &origin.name, &origin.signature, args)?;
         let config = config.map(|c| c.config).unwrap_or_default();
         let handle = py
             .detach(|| worker.submit_replay(recording.recording(), owned, &config))

@@ -140,6 +140,59 @@ fn a_recording_replays_on_new_buffers_without_the_orchestration() {
 }
 
 #[test]
+fn a_replay_refused_by_the_signature_is_a_replay_mismatch_naming_the_argument() {
+    let (_dev, w, id) = worker();
+    let rec = record(&w, id);
+    // The recording takes these shapes, but `y` is written: a read-only buffer for it is
+    // refused by the signature's check, and a replay says so as a mismatch.
+    let mut read_only = args(1.0, 0);
+    read_only[1] = OwnedArg::Input {
+        buffer: Box::new(vec![0u8; N * 4]),
+        shape: vec![N as u64],
+        dtype: DataType::Float32,
+    };
+    match w.submit_replay(&rec, read_only, &CallConfig::default()) {
+        Err(e @ HostError::ReplayMismatch { .. }) => {
+            assert!(e.is_invalid_argument(), "still an invalid argument: {e}");
+            let HostError::ReplayMismatch { arg, .. } = e else {
+                unreachable!()
+            };
+            assert_eq!(arg, "y");
+        }
+        other => panic!("expected a mismatch, got {:?}", other.err()),
+    }
+    // A fixed-shape signature refuses another shape before the recording is consulted
+    // (the bindings' order); the refusal converts to the replay's error, naming it.
+    let fixed = Signature::new(vec![ArgSpec {
+        name: "a".into(),
+        direction: ArgDirection::In,
+        dtype: DataType::Float32,
+        shape: Some(vec![4, 4]),
+    }])
+    .unwrap();
+    let offer = ArgOffer::Host(HostMemory {
+        addr: 0x1000,
+        len: 8 * 8 * 4,
+        writable: true,
+        shape: vec![8, 8],
+        dtype: DataType::Float32,
+    });
+    let refusal = fixed.check_offers("gemm", &[offer]).unwrap_err();
+    match refusal.into_replay_mismatch() {
+        HostError::ReplayMismatch { arg, reason } => {
+            assert_eq!(arg, "a");
+            assert!(reason.contains("[8, 8]"), "{reason}");
+        }
+        other => panic!("expected a mismatch, got {other}"),
+    }
+    let count = fixed.check_offers("gemm", &[]).unwrap_err();
+    assert!(matches!(
+        count.into_replay_mismatch(),
+        HostError::ReplayMismatch { arg, .. } if arg == "gemm"
+    ));
+}
+
+#[test]
 fn a_replay_refuses_other_shapes_scalars_and_stale_callables() {
     let (_dev, w, id) = worker();
     let rec = record(&w, id);
