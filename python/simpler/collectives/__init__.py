@@ -12,8 +12,10 @@ i32 vectors, one rank per chip, as hand-written AIV kernels (``docs/comm.md`` §
 Each collective is one group task (``submit_next_level_group``) over the domain's members, so
 every rank starts together; its kernels exchange data through the windows, synchronised by
 notify/wait on a signal word and a closing barrier (``simpler/comm.h``). The chip code is
-``kernels/collective.c`` and ``orchestration.c`` beside this file; this module only builds it
-and submits the groups.
+``kernels/collective.c`` and ``orchestration.c`` beside this file (their argument layout and
+op codes: ``simpler/collectives.h``); this module only builds it and submits the groups.
+Rust's ``simpler_worker::collectives`` compiles the same files and applies the same argument
+rules, listed once in ``docs/comm.md`` §4.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ __all__ = ["Collectives", "ALLREDUCE", "ALLGATHER", "REDUCE_SCATTER"]
 HERE = Path(__file__).resolve().parent
 
 ALLREDUCE = 0
-"""The ``op`` scalar of an allreduce (sum)."""
+"""The ``op`` scalar of an allreduce (sum); ``SIMPLER_COLLECTIVE_OP_*`` in ``simpler/collectives.h``."""
 ALLGATHER = 1
 """The ``op`` scalar of an allgather."""
 REDUCE_SCATTER = 2

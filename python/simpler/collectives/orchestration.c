@@ -2,6 +2,7 @@
  * orchestration.c — orchestration of simpler's collective library: one collective
  * (allreduce, allgather or reduce_scatter) of one rank of a communication domain.
  *
+ * The argument layout and op codes are declared once in simpler/collectives.h.
  * Signature (order fixed):
  *   tensor 0 input     (in)     1-D contiguous, f32 or i32
  *   tensor 1 output    (out)    1-D contiguous, input's dtype
@@ -25,11 +26,12 @@
  */
 #include <stdio.h>
 
+#include "simpler/collectives.h"
 #include "simpler/orchestration.h"
 
-#define OP_ALLREDUCE 0u
-#define OP_ALLGATHER 1u
-#define OP_REDUCE_SCATTER 2u
+#define OP_ALLREDUCE SIMPLER_COLLECTIVE_OP_ALLREDUCE
+#define OP_ALLGATHER SIMPLER_COLLECTIVE_OP_ALLGATHER
+#define OP_REDUCE_SCATTER SIMPLER_COLLECTIVE_OP_REDUCE_SCATTER
 
 static int32_t invalid_args(const SimplerOrchOps *ops, const char *msg) {
     simpler_report_fatal(ops, SIMPLER_ORCH_INVALID_ARGS, msg);
@@ -43,7 +45,7 @@ static int is_vector(const SimplerChipTensor *t, uint32_t dt) {
 
 SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops, const SimplerOrchArgs *args) {
     char msg[192];
-    if (args->tensor_count != 4 || args->scalar_count != 4) {
+    if (args->tensor_count != SIMPLER_COLLECTIVE_TENSORS || args->scalar_count != SIMPLER_COLLECTIVE_SCALARS) {
         snprintf(msg, sizeof msg,
                  "collective: expected 4 tensors (input, output, window, signal) and 4 scalars "
                  "(device_ctx, op, round, timeout_us), got %u and %u",
@@ -84,15 +86,7 @@ SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *op
     }
 
     SimplerTaskDesc d;
-    simpler_task_init(&d, SIMPLER_CORE_AIV, 0);
-    simpler_task_set_blocks(&d, 1, 1);
-    simpler_task_add_input(&d, input);
-    simpler_task_add_output_existing(&d, output);
-    simpler_task_add_inout(&d, window);
-    simpler_task_add_inout(&d, signal);
-    simpler_task_add_scalar(&d, device_ctx);
-    simpler_task_add_scalar(&d, op);
-    simpler_task_add_scalar(&d, round);
-    simpler_task_add_scalar(&d, timeout_us);
+    if (simpler_collective_task(&d, 0, input, output, window, signal, device_ctx, op, round, timeout_us) != 0)
+        return invalid_args(ops, "collective: the task descriptor has no room for the arguments");
     return simpler_submit(ops, &d, NULL);
 }

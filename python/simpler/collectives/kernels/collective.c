@@ -4,7 +4,8 @@
  * read from the tensors). Every rank of the domain runs this kernel once per collective;
  * the kernel talks to its peers through include/simpler/comm.h (rules: docs/comm.md).
  *
- * Arguments (as python/simpler/collectives/orchestration.c submits them):
+ * Arguments (as python/simpler/collectives/orchestration.c submits them; the layout and op
+ * codes are declared once in simpler/collectives.h):
  *   tensor 0 input     1-D contiguous, f32 or i32
  *   tensor 1 output    1-D contiguous, input's dtype (written)
  *   tensor 2 window    the domain buffer "scratch": 1-D contiguous, input's dtype, inside
@@ -35,11 +36,12 @@
  * no longer match the rounds, so it serves no further collective (docs/comm.md §3). Must run
  * as a single block of a require_sync_start task.
  */
+#include "simpler/collectives.h"
 #include "simpler/comm.h"
 
-#define OP_ALLREDUCE 0u
-#define OP_ALLGATHER 1u
-#define OP_REDUCE_SCATTER 2u
+#define OP_ALLREDUCE SIMPLER_COLLECTIVE_OP_ALLREDUCE
+#define OP_ALLGATHER SIMPLER_COLLECTIVE_OP_ALLGATHER
+#define OP_REDUCE_SCATTER SIMPLER_COLLECTIVE_OP_REDUCE_SCATTER
 
 /* A 1-D contiguous view of dtype `dt` inside its buffer: its first element and length. */
 static int vector_of(const SimplerChipTensor *t, uint32_t dt, void **data, uint64_t *len) {
@@ -70,18 +72,22 @@ static void sum_i32(uint32_t *out, const uint32_t *const *src, uint32_t n, uint6
 }
 
 SIMPLER_KERNEL void kernel_entry(int64_t *args) {
-    if (!simpler_expect_args(args, 4, 4)) return;
-    const SimplerCommContext *ctx = (const SimplerCommContext *)(uintptr_t)simpler_arg_u64(args, 4);
-    const uint64_t op = simpler_arg_u64(args, 5), round = simpler_arg_u64(args, 6), timeout_us = simpler_arg_u64(args, 7);
-    const SimplerChipTensor *in_t = simpler_arg_tensor(args, 0);
+    if (!simpler_expect_args(args, SIMPLER_COLLECTIVE_TENSORS, SIMPLER_COLLECTIVE_SCALARS)) return;
+    const SimplerCommContext *ctx =
+        (const SimplerCommContext *)(uintptr_t)simpler_arg_u64(args, SIMPLER_COLLECTIVE_ARG_DEVICE_CTX);
+    const uint64_t op = simpler_arg_u64(args, SIMPLER_COLLECTIVE_ARG_OP);
+    const uint64_t round = simpler_arg_u64(args, SIMPLER_COLLECTIVE_ARG_ROUND);
+    const uint64_t timeout_us = simpler_arg_u64(args, SIMPLER_COLLECTIVE_ARG_TIMEOUT_US);
+    const SimplerChipTensor *in_t = simpler_arg_tensor(args, SIMPLER_COLLECTIVE_ARG_INPUT);
     void *in = NULL, *out = NULL, *win = NULL, *sig = NULL;
     uint64_t in_len = 0, out_len = 0, win_len = 0, sig_len = 0;
     const uint32_t dt = in_t != NULL ? in_t->dtype : UINT32_MAX;
     if (ctx == NULL || ctx->rank_num == 0 || ctx->rank_num > SIMPLER_COMM_MAX_RANKS || ctx->rank_id >= ctx->rank_num ||
         simpler_block_num(args) != 1 || (dt != SIMPLER_DT_FLOAT32 && dt != SIMPLER_DT_INT32) ||
-        !vector_of(in_t, dt, &in, &in_len) || !vector_of(simpler_arg_tensor(args, 1), dt, &out, &out_len) ||
-        !vector_of(simpler_arg_tensor(args, 2), dt, &win, &win_len) ||
-        !vector_of(simpler_arg_tensor(args, 3), SIMPLER_DT_INT32, &sig, &sig_len) || round == 0 || timeout_us == 0) {
+        !vector_of(in_t, dt, &in, &in_len) ||
+        !vector_of(simpler_arg_tensor(args, SIMPLER_COLLECTIVE_ARG_OUTPUT), dt, &out, &out_len) ||
+        !vector_of(simpler_arg_tensor(args, SIMPLER_COLLECTIVE_ARG_WINDOW), dt, &win, &win_len) ||
+        !vector_of(simpler_arg_tensor(args, SIMPLER_COLLECTIVE_ARG_SIGNAL), SIMPLER_DT_INT32, &sig, &sig_len) || round == 0 || timeout_us == 0) {
         simpler_comm_fail(args, SIMPLER_COMM_BAD_ARGUMENT);
         return;
     }
