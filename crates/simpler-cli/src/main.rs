@@ -344,6 +344,10 @@ struct RunArgs {
     /// `runtime`) [default: the callable's, else tensormap_and_ringbuffer].
     #[arg(long, value_name = "RUNTIME", value_parser = runtime_parser())]
     runtime: Option<Runtime>,
+    /// Provision the sim chip's SDMA engine, so kernels may start asynchronous copies
+    /// (`simpler_sdma_copy`); without it such a run fails naming the missing engine.
+    #[arg(long)]
+    enable_sdma: bool,
 }
 
 /// `--runtime`: one of [`Runtime::ALL`] by name; any other is a usage error listing them.
@@ -551,6 +555,7 @@ fn main() -> ExitCode {
                     deps: a.deps,
                 },
                 runtime: a.runtime,
+                enable_sdma: a.enable_sdma,
             };
             run::command(&req).map_err(|e| (e.exit_code(), e.into()))
         }

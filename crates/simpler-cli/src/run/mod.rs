@@ -38,6 +38,9 @@
 //! manifest's `runtime`), else `tensormap_and_ringbuffer`; the line printed after a
 //! successful run names the one it used ([`ran_line`]).
 //!
+//! `--enable-sdma` starts the sim chip with its SDMA engine (`docs/sim-device.md` §12);
+//! without it a kernel's SDMA copy fails the run, naming the missing engine.
+//!
 //! After a successful run whose orchestration submitted no task, a warning goes to stderr:
 //! no kernel ran, so the results are what the run started with.
 //!
@@ -93,6 +96,9 @@ pub struct RunRequest {
     /// `--runtime`: the run's runtime variant, over the callable's (the bundle's or
     /// manifest's `runtime`); `None` = the callable's, else the worker's default.
     pub runtime: Option<Runtime>,
+    /// `--enable-sdma`: start the sim chip with its SDMA engine
+    /// ([`simpler_host::WorkerConfig::enable_sdma`]).
+    pub enable_sdma: bool,
 }
 
 /// One argument's value, positional with the signature.
@@ -257,6 +263,7 @@ pub fn command(req: &RunRequest) -> Result<(), RunError> {
     let mut prepared = prepare(req)?;
     config.call.trace_level = prepared.trace.level();
     config.call.runtime = req.runtime;
+    config.worker.enable_sdma = req.enable_sdma;
     let report = execute(&mut prepared, &config)?;
     // The outputs first: nothing after this (printing, the trace files, the checks) can
     // lose them.

@@ -91,6 +91,7 @@ impl Files {
             atol: 1e-5,
             trace: Default::default(),
             runtime: None,
+            enable_sdma: false,
         }
     }
 }

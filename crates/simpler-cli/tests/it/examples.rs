@@ -584,7 +584,7 @@ fn bad_inputs_exit_2_naming_the_cause_and_write_nothing() {
         (
             "float64 for an f32 argument",
             with_a("f64.npy"),
-            vec!["--input a", "float64 is not supported"],
+            vec!["--input a: wrong dtype", "expects f32", "holds f64"],
         ),
         (
             "a missing file",

@@ -12,4 +12,5 @@ mod examples;
 mod flagship;
 mod hung;
 mod oversubscription;
+mod sdma;
 mod trace;
