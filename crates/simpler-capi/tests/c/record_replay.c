@@ -3,13 +3,15 @@
  *
  * Usage: record_replay <gemm.simpler> <sleepy.simpler> <readback.simpler>
  *   gemm: C = A·B, 512 x 512 f32. sleepy: `out` f32 [16] (out), `ms` u64 (scalar).
- *   readback: sleepy's signature; its orchestration calls get_tensor_data.
+ *   readback: sleepy's signature; its orchestration calls get_tensor_data (after its task,
+ *   or with ms = 1 before it).
  *
  * 1. gemm recorded on (A, B) gives A·B; replayed on (2A, B) it gives 2A·B, and on (A, B)
  *    again A·B: the replays use their own arguments. An ordinary run in between works.
  * 2. Refusals, each named: a replay whose scalar, argument count or argument kind the
  *    recording cannot take (nothing runs); a recording config naming
- *    tensormap_and_ringbuffer; an orchestration whose get_tensor_data waits for a task; a recording
+ *    tensormap_and_ringbuffer; an orchestration whose get_tensor_data waits for a task, and one
+ *    that calls it at all; a recording
  *    whose callable was unregistered; a destroyed recording; a run handle as a recording;
  *    a recording of another context; NULL out.
  *
@@ -134,6 +136,14 @@ int main(int argc, char **argv) {
     REFUSED(simpler_record_run(ctx, readback, s0, 2, NULL, &none), SIMPLER_STATUS_RUN_FAILED,
             "get_tensor_data");
     EXPECT(none == NULL, "no recording on a failed recording run");
+    /* With ms = 1 it reads `out` before any task: a plain run may, a recording may not. */
+    SimplerArg s1[2] = {host_out16(), simpler_arg_scalar(1)};
+    REFUSED(simpler_record_run(ctx, readback, s1, 2, NULL, &none),
+            SIMPLER_STATUS_INVALID_ARGUMENT, "record");
+    EXPECT(none == NULL, "no recording on a refused recording run");
+    CHECK_OK(simpler_prepare_run(ctx, readback, s1, 2, &rc, &run));
+    CHECK_OK(simpler_launch_run(ctx, run));
+    CHECK_OK(simpler_finalize_run(ctx, run));
     REFUSED(simpler_record_run(ctx, sleepy, s0, 2, NULL, NULL), SIMPLER_STATUS_NULL_POINTER,
             "out");
     REFUSED(simpler_record_run(ctx, 63, s0, 2, NULL, &none), SIMPLER_STATUS_UNKNOWN_CALLABLE,
