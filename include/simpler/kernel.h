@@ -138,7 +138,7 @@ static inline uint32_t simpler_dtype_size(uint32_t dt) {
     case SIMPLER_DT_INT8: case SIMPLER_DT_UINT8: return 1;
     case SIMPLER_DT_FLOAT16: case SIMPLER_DT_BFLOAT16: case SIMPLER_DT_INT16: case SIMPLER_DT_UINT16: return 2;
     case SIMPLER_DT_FLOAT32: case SIMPLER_DT_INT32: case SIMPLER_DT_UINT32: return 4;
-    case SIMPLER_DT_INT64: case SIMPLER_DT_UINT64: return 8;
+    case SIMPLER_DT_INT64: case SIMPLER_DT_UINT64: case SIMPLER_DT_FLOAT64: return 8;
     default: return 0;
     }
 }

@@ -31,7 +31,8 @@ typedef enum SimplerDataType {
     SIMPLER_DT_INT64 = 7,
     SIMPLER_DT_UINT64 = 8,
     SIMPLER_DT_UINT16 = 9,
-    SIMPLER_DT_UINT32 = 10
+    SIMPLER_DT_UINT32 = 10,
+    SIMPLER_DT_FLOAT64 = 11
 } SimplerDataType;
 
 /* How a task argument takes part in dependency discovery. */

@@ -56,6 +56,7 @@ class DataType(enum.IntEnum):
     UINT64 = 8
     UINT16 = 9
     UINT32 = 10
+    FLOAT64 = 11
 
     @property
     def short_name(self) -> str:
@@ -69,7 +70,7 @@ class DataType(enum.IntEnum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16)
+        return self in (DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16, DataType.FLOAT64)
 
     @property
     def is_signed(self) -> bool:
@@ -139,6 +140,7 @@ _SHORT = {
     DataType.UINT64: "u64",
     DataType.UINT16: "u16",
     DataType.UINT32: "u32",
+    DataType.FLOAT64: "f64",
 }
 _ITEMSIZE = {
     DataType.FLOAT32: 4,
@@ -152,6 +154,7 @@ _ITEMSIZE = {
     DataType.UINT64: 8,
     DataType.UINT16: 2,
     DataType.UINT32: 4,
+    DataType.FLOAT64: 8,
 }
 _NUMPY = {
     DataType.FLOAT32: "float32",
@@ -164,6 +167,7 @@ _NUMPY = {
     DataType.UINT64: "uint64",
     DataType.UINT16: "uint16",
     DataType.UINT32: "uint32",
+    DataType.FLOAT64: "float64",
 }
 _BY_NAME = {}
 for _d in DataType:
@@ -171,7 +175,14 @@ for _d in DataType:
     _BY_NAME[_SHORT[_d]] = _d
 for _d, _n in _NUMPY.items():
     _BY_NAME[_n] = _d
-_BY_NAME.update({"half": DataType.FLOAT16, "float": DataType.FLOAT32, "bf16": DataType.BFLOAT16})
+_BY_NAME.update(
+    {
+        "half": DataType.FLOAT16,
+        "float": DataType.FLOAT32,
+        "double": DataType.FLOAT64,
+        "bf16": DataType.BFLOAT16,
+    }
+)
 
 
 class ArgDirection(enum.IntEnum):

@@ -123,16 +123,17 @@ def test_a_sub_task_decodes_scalars_by_dtype(l3):
     assert list(out) == [0.5, -3.0, -3.0, 1056964608.0, -1.5, 200.0]
     assert simpler.uint64_to_scalar(simpler.scalar_to_uint64(-3), "i64") == -3
     assert simpler.uint64_to_scalar(simpler.scalar_to_uint64(0.5), np.float32) == 0.5
+    assert simpler.uint64_to_scalar(simpler.scalar_to_uint64(0.1, "f64"), "f64") == 0.1
     with pytest.raises(simpler.ArgumentTypeError):
-        simpler.uint64_to_scalar(0, "f64")
+        simpler.uint64_to_scalar(0, "f128")
 
 
-def test_a_float64_array_is_refused_naming_its_position_and_the_fix():
+def test_a_complex_array_is_refused_naming_its_position_and_the_fix():
     a, b = np.zeros(4, np.float32), np.zeros(4, np.float32)
     with pytest.raises(simpler.InvalidArgumentError) as info:
-        TaskArgs().add_tensor(a, IN).add_tensor(b, IN).add_tensor(np.zeros(4), OUT)
+        TaskArgs().add_tensor(a, IN).add_tensor(b, IN).add_tensor(np.zeros(4, np.complex64), OUT)
     text = str(info.value)
-    assert "`args[2]`" in text and "float64" in text, text
+    assert "`args[2]`" in text and "complex64" in text, text
     assert ".astype(np.float32)" in text and "float32" in text, text
     assert info.value.arg == "args[2]"
 
@@ -496,14 +497,14 @@ def test_python_raised_level_3_refusals_carry_the_engines_kind(l3, vadd, scale, 
             lambda o, _a, cfg: o.submit_next_level(add, vadd_args(a, a, c), cfg, worker=bad)
         ) == "UNKNOWN_WORKER", bad
     with pytest.raises(simpler.InvalidArgumentError) as info:
-        TaskArgs().add_tensor(np.zeros(4))  # float64
+        TaskArgs().add_tensor(np.zeros(4, np.complex64))
     assert info.value.code_name == "INVALID_ARGUMENT"
     bad_tag = TaskArgs().add_tensor(a, IN).add_scalar(1.0)  # x is INOUT
     assert refusal(lambda o, _a, cfg: o.submit_next_level(mul, bad_tag, cfg, worker=0)) == (
         "INVALID_ARGUMENT"
     )
     assert refusal(lambda o, _a, _c: o.alloc((-1,), "f32")) == "INVALID_ARGUMENT"
-    assert refusal(lambda o, _a, _c: o.alloc((4,), "f64")) == "INVALID_ARGUMENT"
+    assert refusal(lambda o, _a, _c: o.alloc((4,), "f128")) == "INVALID_ARGUMENT"
     kept = []
     l3.run(lambda o, _a, _c: kept.append(o))
     with pytest.raises(simpler.WorkerStateError) as info:

@@ -40,11 +40,20 @@ def test_data_type_coercion(value, expected):
     assert DataType.of(value) is expected
 
 
+def test_float64_is_a_data_type_with_one_wire_value():
+    assert DataType.of("f64") is DataType.FLOAT64 is DataType.of(np.float64)
+    assert DataType.from_numpy(np.float64) is DataType.FLOAT64
+    assert DataType.FLOAT64 == 11 and DataType.FLOAT64.itemsize == 8
+    assert DataType.FLOAT64.is_float and DataType.FLOAT64.short_name == "f64"
+    assert DataType.FLOAT64.to_numpy() == np.float64
+    assert simpler.uint64_to_scalar(simpler.scalar_to_uint64(1e-300, "f64"), "f64") == 1e-300
+
+
 def test_data_type_rejects_unknown_names_and_dtypes():
     with pytest.raises(TypeError):
         DataType.of("complex64")
     with pytest.raises(ValueError):
-        DataType.from_numpy(np.float64)
+        DataType.from_numpy(np.complex128)
 
 
 def test_direction_semantics():

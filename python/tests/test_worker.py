@@ -366,7 +366,8 @@ def test_bad_input_is_refused_before_the_run_and_the_worker_stays_usable(
     with pytest.raises(simpler.InvalidArgumentError) as info:
         chip.run(h, [a, b, c.astype(np.int32)])
     assert info.value.arg == "c" and "i32" in str(info.value)
-    with pytest.raises(simpler.InvalidArgumentError, match="argument `a`: numpy dtype float64"):
+    f64_refused = "argument `a`: dtype is f64, the signature declares f32"
+    with pytest.raises(simpler.InvalidArgumentError, match=f64_refused):
         chip.run(h, [a.astype(np.float64), b, c])
     # A misaligned array (data not on an element boundary) is refused, naming it.
     misaligned = np.frombuffer(bytes(a.nbytes + 1), dtype=np.float32, offset=1)

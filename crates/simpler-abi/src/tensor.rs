@@ -33,11 +33,13 @@ pub enum DataType {
     Uint16 = 9,
     /// Unsigned 32-bit integer.
     Uint32 = 10,
+    /// IEEE-754 binary64.
+    Float64 = 11,
 }
 
 impl DataType {
     /// Every data type, in wire order.
-    pub const ALL: [DataType; 11] = [
+    pub const ALL: [DataType; 12] = [
         DataType::Float32,
         DataType::Float16,
         DataType::Int32,
@@ -49,6 +51,7 @@ impl DataType {
         DataType::Uint64,
         DataType::Uint16,
         DataType::Uint32,
+        DataType::Float64,
     ];
 
     /// Size of one element in bytes.
@@ -57,7 +60,7 @@ impl DataType {
             DataType::Int8 | DataType::Uint8 => 1,
             DataType::Float16 | DataType::Bfloat16 | DataType::Int16 | DataType::Uint16 => 2,
             DataType::Float32 | DataType::Int32 | DataType::Uint32 => 4,
-            DataType::Int64 | DataType::Uint64 => 8,
+            DataType::Int64 | DataType::Uint64 | DataType::Float64 => 8,
         }
     }
 
@@ -84,6 +87,7 @@ impl DataType {
             DataType::Uint64 => "u64",
             DataType::Uint16 => "u16",
             DataType::Uint32 => "u32",
+            DataType::Float64 => "f64",
         }
     }
 

@@ -98,7 +98,7 @@ pub fn dtype_from_name(name: &str) -> Result<DataType, UnknownDtype> {
 /// A dtype name that is not one of [`DataType::name`]'s.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown dtype `{0}` (expected one of f32, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64)"
+    "unknown dtype `{0}` (expected one of f32, f64, f16, bf16, i8, i16, i32, i64, u8, u16, u32, u64)"
 )]
 pub struct UnknownDtype(pub String);
 
@@ -350,13 +350,14 @@ mod tests {
             "unknown direction `InOut` (expected in, out, inout or scalar)"
         );
         assert_eq!(dtype_from_name("bf16"), Ok(DataType::Bfloat16));
-        assert!(dtype_from_name("f64")
+        assert!(dtype_from_name("f128")
             .unwrap_err()
             .to_string()
-            .starts_with("unknown dtype `f64` (expected one of f32"));
-        let bad = serde_json::from_str::<ArgSpec>(r#"{"name":"a","direction":"in","dtype":"f64"}"#)
-            .unwrap_err();
-        assert!(bad.to_string().contains("unknown dtype `f64`"), "{bad}");
+            .starts_with("unknown dtype `f128` (expected one of f32"));
+        let bad =
+            serde_json::from_str::<ArgSpec>(r#"{"name":"a","direction":"in","dtype":"f128"}"#)
+                .unwrap_err();
+        assert!(bad.to_string().contains("unknown dtype `f128`"), "{bad}");
     }
 
     #[test]

@@ -43,6 +43,7 @@ fn typestr(dtype: DataType) -> &'static str {
         (DataType::Int64, true) => "<i8",
         (DataType::Uint64, true) => "<u8",
         (DataType::Uint32, true) => "<u4",
+        (DataType::Float64, true) => "<f8",
         (DataType::Float32, false) => ">f4",
         (DataType::Float16, false) => ">f2",
         (DataType::Int32, false) => ">i4",
@@ -51,6 +52,7 @@ fn typestr(dtype: DataType) -> &'static str {
         (DataType::Int64, false) => ">i8",
         (DataType::Uint64, false) => ">u8",
         (DataType::Uint32, false) => ">u4",
+        (DataType::Float64, false) => ">f8",
     }
 }
 

@@ -125,6 +125,7 @@ pub fn decode(bits: u64, dtype: DataType) -> f64 {
         DataType::Float32 => f64::from(f32::from_bits(bits as u32)),
         DataType::Float16 => f16::from_bits(bits as u16).to_f64(),
         DataType::Bfloat16 => bf16::from_bits(bits as u16).to_f64(),
+        DataType::Float64 => f64::from_bits(bits),
         _ => decode_int(bits, dtype).expect("an integer dtype") as f64,
     }
 }
@@ -141,7 +142,9 @@ pub fn decode_int(bits: u64, dtype: DataType) -> Option<i128> {
         DataType::Uint16 => i128::from(bits as u16),
         DataType::Uint32 => i128::from(bits as u32),
         DataType::Uint64 => i128::from(bits),
-        DataType::Float32 | DataType::Float16 | DataType::Bfloat16 => return None,
+        DataType::Float32 | DataType::Float16 | DataType::Bfloat16 | DataType::Float64 => {
+            return None
+        }
     })
 }
 

@@ -4,6 +4,8 @@
 //! the footprints it writes (`docs/l3-worker.md` §3); this module relies on that and on the
 //! [`HostMemory`](crate::HostMemory) contract, and touches nothing else.
 
+use simpler_abi::DataType;
+
 use crate::endpoint::SubArgs;
 use crate::tensor::{Memory, TaskArg, Tensor};
 
@@ -166,6 +168,38 @@ impl SubArgs<'_> {
     pub fn write_f32(&self, i: usize, data: &[f32]) -> Result<(), String> {
         let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_ne_bytes()).collect();
         self.write(i, &bytes)
+    }
+
+    /// Tensor argument `i`'s elements as `f64` (a contiguous host tensor of dtype f64).
+    ///
+    /// # Errors
+    /// As [`read`](SubArgs::read), and text naming the argument when its dtype is not f64.
+    pub fn read_f64(&self, i: usize) -> Result<Vec<f64>, String> {
+        self.expect_dtype(i, DataType::Float64)?;
+        Ok(self
+            .read(i)?
+            .chunks_exact(8)
+            .map(|c| f64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    }
+
+    /// Writes `data` as `f64` elements over tensor argument `i` (of dtype f64).
+    ///
+    /// # Errors
+    /// As [`write`](SubArgs::write), and text naming the argument when its dtype is not f64.
+    pub fn write_f64(&self, i: usize, data: &[f64]) -> Result<(), String> {
+        self.expect_dtype(i, DataType::Float64)?;
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        self.write(i, &bytes)
+    }
+
+    fn expect_dtype(&self, i: usize, dtype: DataType) -> Result<(), String> {
+        let t = self.host_tensor(i)?;
+        if t.dtype() == dtype {
+            Ok(())
+        } else {
+            Err(format!("argument {i} holds {}, not {dtype}", t.dtype()))
+        }
     }
 }
 

@@ -42,7 +42,8 @@ __all__ = ["Collectives", "ALLREDUCE", "ALLGATHER", "REDUCE_SCATTER"]
 HERE = Path(__file__).resolve().parent
 
 ALLREDUCE = 0
-"""The ``op`` scalar of an allreduce (sum); ``SIMPLER_COLLECTIVE_OP_*`` in ``simpler/collectives.h``."""
+"""The ``op`` scalar of an allreduce (sum); the op codes are ``SIMPLER_COLLECTIVE_OP_*`` of
+``simpler/collectives.h``."""
 ALLGATHER = 1
 """The ``op`` scalar of an allgather."""
 REDUCE_SCATTER = 2

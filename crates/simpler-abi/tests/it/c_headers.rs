@@ -49,8 +49,8 @@ int main(void) {
     S(SimplerDispatchPayload); O(SimplerDispatchPayload, args); S(SimplerCoreMailbox); O(SimplerCoreMailbox, fatal_code);
     S(SimplerRegion); O(SimplerRegion, region_id); O(SimplerRegion, counter_base); O(SimplerRegion, counter_bytes);
     printf("region.MAGIC_VERSION_HI %llu\nregion.LINE %u\n", SIMPLER_REGION_MAGIC_VERSION >> 32, SIMPLER_REGION_LINE_BYTES);
-    printf("enum.FLOAT32 %d\nenum.UINT32 %d\nenum.OUTPUT_EXISTING %d\nenum.NO_DEP %d\n",
-        SIMPLER_DT_FLOAT32, SIMPLER_DT_UINT32, SIMPLER_OUTPUT_EXISTING, SIMPLER_NO_DEP);
+    printf("enum.FLOAT32 %d\nenum.UINT32 %d\nenum.FLOAT64 %d\nenum.OUTPUT_EXISTING %d\nenum.NO_DEP %d\n",
+        SIMPLER_DT_FLOAT32, SIMPLER_DT_UINT32, SIMPLER_DT_FLOAT64, SIMPLER_OUTPUT_EXISTING, SIMPLER_NO_DEP);
     return 0;
 }
 "#;
@@ -238,6 +238,7 @@ fn c_headers_agree_with_rust_layouts() {
             offset_of!(CoreMailbox, global) + offset_of!(GlobalContext, fatal_code),
         ),
         ("enum.FLOAT32", DataType::Float32 as usize),
+        ("enum.FLOAT64", DataType::Float64 as usize),
         ("enum.UINT32", DataType::Uint32 as usize),
         (
             "enum.OUTPUT_EXISTING",
@@ -279,7 +280,9 @@ fn data_type_round_trips_and_sizes() {
         assert_eq!(DataType::from_raw(dt as u32), Some(dt));
         assert_eq!(DataType::from_name(dt.name()), Some(dt));
     }
-    assert_eq!(DataType::from_raw(11), None);
+    assert_eq!(DataType::from_raw(11), Some(DataType::Float64));
+    assert_eq!(DataType::from_raw(12), None);
+    assert_eq!(DataType::Float64.size_bytes(), 8);
     assert_eq!(DataType::Float32.size_bytes(), 4);
     assert_eq!(DataType::Bfloat16.size_bytes(), 2);
     assert_eq!(DataType::Uint64.size_bytes(), 8);

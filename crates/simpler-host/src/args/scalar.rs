@@ -99,12 +99,13 @@ impl ScalarError {
     }
 }
 
-/// True for the float dtypes (`f32`, `f16`, `bf16`), whose scalars are numbers rounded to
-/// the type; false for the integer dtypes, whose scalars must be integers in range.
+/// True for the float dtypes (`f32`, `f16`, `bf16`, `f64`), whose scalars are numbers
+/// rounded to the type; false for the integer dtypes, whose scalars must be integers in
+/// range.
 pub fn is_float_dtype(dtype: DataType) -> bool {
     matches!(
         dtype,
-        DataType::Float32 | DataType::Float16 | DataType::Bfloat16
+        DataType::Float32 | DataType::Float16 | DataType::Bfloat16 | DataType::Float64
     )
 }
 
@@ -119,7 +120,9 @@ fn int_range(dtype: DataType) -> Option<(i128, i128)> {
         DataType::Uint16 => (0, u16::MAX.into()),
         DataType::Uint32 => (0, u32::MAX.into()),
         DataType::Uint64 => (0, u64::MAX.into()),
-        DataType::Float32 | DataType::Float16 | DataType::Bfloat16 => return None,
+        DataType::Float32 | DataType::Float16 | DataType::Bfloat16 | DataType::Float64 => {
+            return None
+        }
     })
 }
 
@@ -139,6 +142,7 @@ fn range_text(dtype: Option<DataType>, negative: bool) -> String {
             let max = match dtype {
                 DataType::Float16 => f16::MAX.to_string(),
                 DataType::Bfloat16 => format!("{:e}", f32::from(bf16::MAX)),
+                DataType::Float64 => format!("{:e}", f64::MAX),
                 _ => format!("{:e}", f32::MAX),
             };
             format!("|x| <= {max}")
@@ -218,6 +222,7 @@ impl ScalarValue {
             DataType::Float32 => ScalarValue::Float(f32::from_bits(bits as u32).into()),
             DataType::Float16 => ScalarValue::Float(f16::from_bits(bits as u16).into()),
             DataType::Bfloat16 => ScalarValue::Float(bf16::from_bits(bits as u16).into()),
+            DataType::Float64 => ScalarValue::Float(f64::from_bits(bits)),
         }
     }
 }
@@ -235,6 +240,7 @@ fn round_to(x: f64, dtype: DataType) -> Option<u64> {
             let h = bf16::from_f32(f64_to_f32_odd(x));
             (u64::from(h.to_bits()), h.is_infinite())
         }
+        DataType::Float64 => (x.to_bits(), x.is_infinite()),
         DataType::Float32 => {
             // Rust's `as` rounds to nearest, ties to even, straight from the f64.
             let s = x as f32;

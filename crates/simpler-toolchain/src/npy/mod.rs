@@ -321,6 +321,7 @@ pub fn descr_of(dtype: DataType) -> &'static str {
         DataType::Int64 => "<i8",
         DataType::Uint64 => "<u8",
         DataType::Uint32 => "<u4",
+        DataType::Float64 => "<f8",
     }
 }
 
@@ -359,11 +360,7 @@ fn dtype_of(descr: &str, path: &Path) -> Result<DataType, NpyError> {
         (TypeChar::Uint, 2) => DataType::Uint16,
         (TypeChar::Uint, 4) => DataType::Uint32,
         (TypeChar::Uint, 8) => DataType::Uint64,
-        (TypeChar::Float, 8) => {
-            return Err(unsupported(
-                "float64 is not supported; convert to float32 (arr.astype(np.float32))".into(),
-            ))
-        }
+        (TypeChar::Float, 8) => DataType::Float64,
         (TypeChar::Bool, _) => {
             return Err(unsupported(
                 "bool is not supported; convert to uint8 (arr.astype(np.uint8))".into(),
@@ -371,9 +368,9 @@ fn dtype_of(descr: &str, path: &Path) -> Result<DataType, NpyError> {
         }
         _ => {
             return Err(unsupported(format!(
-                "dtype `{descr}` is not supported (supported: float32, float16, int8, int16, \
+            "dtype `{descr}` is not supported (supported: float32, float64, float16, int8, int16, \
                  int32, int64, uint8, uint16, uint32, uint64)"
-            )))
+        )))
         }
     })
 }
@@ -700,6 +697,7 @@ pub fn encode(array: &NpyArray) -> Vec<u8> {
         DataType::Bfloat16 | DataType::Uint16 => encode_as(s, b, u16::from_le_bytes),
         DataType::Uint32 => encode_as(s, b, u32::from_le_bytes),
         DataType::Uint64 => encode_as(s, b, u64::from_le_bytes),
+        DataType::Float64 => encode_as(s, b, f64::from_le_bytes),
     }
 }
 
