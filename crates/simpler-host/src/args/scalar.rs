@@ -358,6 +358,19 @@ mod tests {
     fn scalars_encode_per_dtype() {
         assert_eq!(enc(ScalarValue::Float(1.0), None), Ok(0x3F80_0000));
         assert_eq!(enc(ScalarValue::Float(1.5), Some(Float32)), Ok(0x3FC0_0000));
+        // f64 keeps every bit; an integer converts exactly; decode inverts it.
+        assert_eq!(
+            enc(ScalarValue::Float(0.1), Some(Float64)),
+            Ok(0.1f64.to_bits())
+        );
+        assert_eq!(
+            enc(ScalarValue::Int(3), Some(Float64)),
+            Ok(3.0f64.to_bits())
+        );
+        assert_eq!(
+            ScalarValue::decode(1e-300f64.to_bits(), Float64),
+            ScalarValue::Float(1e-300)
+        );
         assert_eq!(enc(ScalarValue::Int(2), Some(Float32)), Ok(0x4000_0000));
         assert_eq!(enc(ScalarValue::Int(-1), Some(Int32)), Ok(u64::MAX));
         assert_eq!(enc(ScalarValue::Int(-3), Some(Int64)), Ok(-3i64 as u64));
