@@ -557,8 +557,8 @@ dtype = "f32"
 
     #[test]
     fn bad_dtype_is_named() {
-        let msg = err(&GOOD.replace("dtype = \"f16\"", "dtype = \"f64\""));
-        assert!(msg.contains("unknown dtype `f64`"), "{msg}");
+        let msg = err(&GOOD.replace("dtype = \"f16\"", "dtype = \"f128\""));
+        assert!(msg.contains("unknown dtype `f128`"), "{msg}");
         assert!(msg.contains("dtype"), "{msg}");
     }
 
