@@ -53,6 +53,12 @@ code   class                     builtin           raised when
                                                    context not current); retry once restored
 24     RunPreparationRefused     RuntimeError      the run was refused at preparation and its
                                                    rollback proven (``epoch`` names the run)
+25     RegistryBusyError         RuntimeError,     ``register``/``unregister(timeout=...)`` timed
+                                 TimeoutError      out waiting for outstanding runs (a
+                                                   ``WorkerStateError``: ``outstanding``,
+                                                   ``timeout_s``)
+26     TraceWriteError           OSError           a trace file could not be written (``path``:
+                                                   the path asked for)
 30     BundleError               ValueError        a bundle file is malformed
 31     BundleIOError             OSError           a bundle file cannot be read or written
 40     CompileError              RuntimeError      the C compiler rejected a source
@@ -107,6 +113,8 @@ __all__ = [
     "UnsupportedError",
     "ExecutionContextRefused",
     "RunPreparationRefused",
+    "RegistryBusyError",
+    "TraceWriteError",
     "BundleError",
     "BundleIOError",
     "CompileError",
@@ -304,6 +312,20 @@ class StaleRecordingError(WorkerStateError):
     (``reason`` says which). Nothing ran; record again on the current registration."""
 
     CODE = 19
+
+
+class RegistryBusyError(WorkerStateError, TimeoutError):
+    """``register``/``unregister`` with a ``timeout`` waited it out with runs still
+    outstanding (``outstanding``, how many; ``timeout_s``, the timeout); nothing changed."""
+
+    CODE = 25
+
+
+class TraceWriteError(SimplerError, OSError):
+    """A trace file could not be written to ``path`` (the path asked for; ``cause`` holds
+    the OS error). Nothing was left at ``path``."""
+
+    CODE = 26
 
 
 class UnsupportedError(SimplerError, NotImplementedError):

@@ -389,9 +389,23 @@ class Worker:
 
     # -- callables ---------------------------------------------------------------------------
 
-    def register(self, target: ChipCallable, *, workers: Any = None) -> CallableHandle:
+    def register(
+        self,
+        target: ChipCallable,
+        *,
+        workers: Any = None,
+        timeout: Optional[float] = None,
+    ) -> CallableHandle:
         """Registers a :class:`ChipCallable` (before or after :meth:`init`); equal content
-        returns the same handle, counted: each ``register`` needs one ``unregister``."""
+        returns the same handle, counted: each ``register`` needs one ``unregister``.
+
+        Loading a callable is refused while any run of this worker is outstanding (submitted
+        and not finished): with ``timeout=None`` at once (``WorkerStateError``); with a
+        ``timeout`` in seconds the call waits up to that long for no run to be outstanding —
+        it drives the runs to completion, and new submits wait behind it — then raises
+        ``RegistryBusyError`` (a ``WorkerStateError`` and a ``TimeoutError``) naming how
+        many were (``docs/python.md``, registration)."""
+        native_timeout = _registry_timeout(timeout)
         if workers is not None:
             raise UnsupportedError("workers=: placing callables on sub-workers is level 3+")
         if not isinstance(target, ChipCallable):
@@ -414,13 +428,17 @@ class Worker:
                 _callable=target,
             )
             if self._native is not None:
-                handle._native_id = self._native.register(target._native)
+                handle._native_id = self._registry_call(
+                    self._native.register, target._native, native_timeout
+                )
             self._handles[target.hashid] = handle
             return handle
 
-    def unregister(self, handle: CallableHandle) -> None:
+    def unregister(self, handle: CallableHandle, *, timeout: Optional[float] = None) -> None:
         """Releases one registration of ``handle``; the last one unloads the code. A refused
-        unload (a run outstanding, a borrowed context not current) keeps the registration."""
+        unload (a run outstanding, a borrowed context not current) keeps the registration;
+        ``timeout`` waits for no run to be outstanding as in :meth:`register`."""
+        native_timeout = _registry_timeout(timeout)
         with self._lock:
             self._own_handle(handle)
             if handle._refs > 1:
@@ -429,10 +447,19 @@ class Worker:
                 return
             # The host first: when it refuses, the handle stays registered here too.
             if handle._native_id is not None and self._native is not None:
-                self._native.unregister(handle._native_id)
+                self._registry_call(self._native.unregister, handle._native_id, native_timeout)
             handle._refs -= 1
             del self._handles[handle.hashid]
             handle._native_id = None
+
+    def _registry_call(self, call: Any, target: Any, timeout: Optional[float]) -> Any:
+        """``call(target)`` on the native worker, with ``timeout`` when one is given (an
+        isolated worker's child process cannot wait: ``UnsupportedError``)."""
+        if timeout is None:
+            return call(target)
+        if isinstance(self._native, _native.IsolatedChipWorker):
+            raise UnsupportedError("timeout=: a process-isolated worker refuses at once")
+        return call(target, timeout)
 
     def _check_current(self) -> None:
         """Refuses, as the native calls do, a borrowed worker's call from a thread where its
@@ -762,3 +789,24 @@ class Worker:
             address = tensor.buffer.address + tensor.byte_offset
             return _native.DeviceTensor(address, list(tensor.shape), int(tensor.dtype))
         return _native.HostTensor(tensor.array, int(tensor.dtype))
+
+
+def _registry_timeout(timeout: Any) -> Optional[float]:
+    """``register``/``unregister``'s ``timeout``: ``None``, or seconds as a float (a bool or
+    a non-number is an ``ArgumentTypeError``, a negative or non-finite number an
+    ``InvalidArgumentError``, each naming ``timeout``)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)):
+        raise ArgumentTypeError(
+            f"timeout must be a number of seconds or None, got {type(timeout).__name__}",
+            arg="timeout",
+        )
+    value = float(timeout)
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError(
+            f"timeout must be a finite number of seconds >= 0, got {timeout!r}",
+            arg="timeout",
+            reason="not a finite number of seconds >= 0",
+        )
+    return value

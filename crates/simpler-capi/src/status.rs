@@ -148,7 +148,9 @@ impl SimplerStatus {
             | HostError::InvalidArgument { .. }
             | HostError::InvalidDevicePointer { .. }
             | HostError::ReplayMismatch { .. } => SimplerStatus::InvalidArgument,
-            HostError::DeviceMemoryInUse { .. } => SimplerStatus::InvalidState,
+            HostError::DeviceMemoryInUse { .. } | HostError::RegistryBusy { .. } => {
+                SimplerStatus::InvalidState
+            }
             HostError::RunFailed { .. } => SimplerStatus::RunFailed,
             HostError::DeviceFault(_) => SimplerStatus::DeviceFault,
             HostError::Timeout(_) => SimplerStatus::RunTimeout,

@@ -143,6 +143,19 @@ pub enum HostError {
     /// a registry mutation while a run is outstanding, recovery of a borrowed device...).
     #[error("invalid state: {0}")]
     InvalidState(String),
+    /// A registry mutation ([`ChipWorker::register_timeout`](crate::ChipWorker::register_timeout),
+    /// [`ChipWorker::unregister_timeout`](crate::ChipWorker::unregister_timeout)) waited its
+    /// whole timeout for a moment with no run outstanding; nothing was changed.
+    #[error(
+        "timed out after {waited:?} waiting for outstanding runs: {outstanding} run(s) still \
+         outstanding; the callable registry was not changed"
+    )]
+    RegistryBusy {
+        /// How many runs were still outstanding when the timeout ran out.
+        outstanding: usize,
+        /// The timeout it waited.
+        waited: Duration,
+    },
     /// The worker was used from the wrong execution context: a forked child (never
     /// restorable), or a thread whose current borrowed context is not the worker's (restoring
     /// it allows a retry with the same handle). Nothing was changed.
@@ -198,7 +211,8 @@ impl HostError {
     }
 
     /// Whether this is an invalid-state error (`INVALID_STATE`): [`HostError::InvalidState`],
-    /// a full callable registry, or a free of memory a run uses.
+    /// a full callable registry, a registry mutation that timed out waiting for outstanding
+    /// runs, or a free of memory a run uses.
     pub fn is_invalid_state(&self) -> bool {
         matches!(
             self,
@@ -206,6 +220,7 @@ impl HostError {
                 | HostError::RegistryFull(_)
                 | HostError::StaleRecording { .. }
                 | HostError::DeviceMemoryInUse { .. }
+                | HostError::RegistryBusy { .. }
         )
     }
 

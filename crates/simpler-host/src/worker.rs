@@ -14,7 +14,7 @@
 //! launching ones claim the execution mode ([`crate::mode`]): `submit`/`run` PROGRAM,
 //! `submit_on_stream` KERNEL. Registration goes through [`crate::registry`] and is
 //! serialized with `close()` on the worker's context lock; it is refused while a run is
-//! outstanding. The worker holds a reference on the process's fault monitor
+//! outstanding, or (the `_timeout` forms) waits a bounded time for none to be. The worker holds a reference on the process's fault monitor
 //! ([`crate::fault_monitor`]) from creation to teardown, so its lane can read the device's
 //! fault notices into its health ([`crate::health`]).
 //!
@@ -23,6 +23,7 @@
 
 use std::num::NonZeroU64;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use simpler_device::sim::SimDevice;
@@ -253,7 +254,25 @@ impl ChipWorker {
     /// [`HostError::RegistryFull`] (invalid-state), [`HostError::InvalidState`] while a run
     /// is outstanding, [`HostError::WorkerClosed`], [`HostError::ExecutionContextRefused`].
     pub fn register(&self, spec: &CallableSpec) -> Result<CallableId, HostError> {
-        self.register_as(None, spec)
+        self.register_as(None, spec, None)
+    }
+
+    /// [`register`](Self::register), waiting up to `timeout` for a moment with no run
+    /// outstanding instead of being refused at once: the code is loaded first, then this
+    /// thread drives the worker's runs to completion while new submits wait behind it (at
+    /// most `timeout`), and the callable is registered as soon as the lane is empty
+    /// (`docs/python.md`, registration). The worker's context lock is held meanwhile, so a
+    /// concurrent `close()` waits for it too.
+    ///
+    /// # Errors
+    /// As `register`, except that a run outstanding is [`HostError::RegistryBusy`] (naming
+    /// how many) once `timeout` has passed; nothing is registered then.
+    pub fn register_timeout(
+        &self,
+        spec: &CallableSpec,
+        timeout: Duration,
+    ) -> Result<CallableId, HostError> {
+        self.register_as(None, spec, Some(timeout))
     }
 
     /// Registers a callable under the explicit id `id` (same namespace as automatic ids).
@@ -262,7 +281,7 @@ impl ChipWorker {
     /// As [`register`](Self::register), plus [`HostError::InvalidArgument`] (argument
     /// `callable_id`) when `id` is out of range or taken.
     pub fn register_with_id(&self, id: u32, spec: &CallableSpec) -> Result<CallableId, HostError> {
-        self.register_as(Some(id), spec)
+        self.register_as(Some(id), spec, None)
     }
 
     /// The out-parameter form (`simpler_register_callable_v2`): registers under the lowest
@@ -278,11 +297,17 @@ impl ChipWorker {
         &self,
         explicit: Option<u32>,
         spec: &CallableSpec,
+        wait: Option<Duration>,
     ) -> Result<CallableId, HostError> {
         self.shared.identity.check()?;
+        let deadline = wait.map(deadline_after);
         let mut ctx = self.shared.context.lock();
-        // Fail fast, before loading anything.
-        self.check_mutable()?;
+        // Fail fast, before loading anything (a waiting registration waits at the commit).
+        if wait.is_none() {
+            self.check_mutable()?;
+        } else if self.shared.lane.is_closed() {
+            return Err(HostError::WorkerClosed);
+        }
         if let Some(id) = explicit {
             registry::check_explicit(&self.shared.table.lock(), id)?;
         } else {
@@ -291,7 +316,7 @@ impl ChipWorker {
         let generation = ctx.next_generation;
         let registered = Arc::new(registry::build(&mut ctx.cache, spec, generation)?);
         // The commit point: no run outstanding, under the lane lock.
-        let lane = self.lock_mutable_lane()?;
+        let lane = self.lock_mutable_lane(wait.zip(deadline))?;
         let mut table = self.shared.table.lock();
         let id = match explicit {
             Some(id) => table.insert_explicit(id, registered)?,
@@ -309,9 +334,24 @@ impl ChipWorker {
     /// [`HostError::UnknownCallable`], [`HostError::InvalidState`] while a run is
     /// outstanding, [`HostError::WorkerClosed`], [`HostError::ExecutionContextRefused`].
     pub fn unregister(&self, id: CallableId) -> Result<(), HostError> {
+        self.unregister_within(id, None)
+    }
+
+    /// [`unregister`](Self::unregister), waiting up to `timeout` for a moment with no run
+    /// outstanding, as [`register_timeout`](Self::register_timeout) does.
+    ///
+    /// # Errors
+    /// As `unregister`, except that a run outstanding is [`HostError::RegistryBusy`] (naming
+    /// how many) once `timeout` has passed; nothing is removed then.
+    pub fn unregister_timeout(&self, id: CallableId, timeout: Duration) -> Result<(), HostError> {
+        self.unregister_within(id, Some(timeout))
+    }
+
+    fn unregister_within(&self, id: CallableId, wait: Option<Duration>) -> Result<(), HostError> {
         self.shared.identity.check()?;
+        let deadline = wait.map(deadline_after);
         let _ctx = self.shared.context.lock();
-        let lane = self.lock_mutable_lane()?;
+        let lane = self.lock_mutable_lane(wait.zip(deadline))?;
         let removed = self.shared.table.lock().remove(id)?;
         drop(lane);
         drop(removed);
@@ -347,14 +387,21 @@ impl ChipWorker {
     }
 
     fn check_mutable(&self) -> Result<(), HostError> {
-        drop(self.lock_mutable_lane()?);
+        drop(self.lock_mutable_lane(None)?);
         Ok(())
     }
 
     /// The lane, locked, provided the registry may be mutated: the worker is open and no
-    /// run is outstanding (finished runs are finalized first, without blocking).
-    fn lock_mutable_lane(&self) -> Result<IdleLane<'_>, HostError> {
-        self.shared.lane.lock_idle()
+    /// run is outstanding (finished runs are finalized first, without blocking). With
+    /// `wait` (the timeout and its deadline), waits for that moment until the deadline.
+    fn lock_mutable_lane(
+        &self,
+        wait: Option<(Duration, Instant)>,
+    ) -> Result<IdleLane<'_>, HostError> {
+        match wait {
+            None => self.shared.lane.lock_idle(),
+            Some((timeout, deadline)) => self.shared.lane.lock_idle_within(deadline, timeout),
+        }
     }
 
     /// The identity and context check, then: not closed.
@@ -976,4 +1023,9 @@ fn graph_plan(
         crate::Runtime::HostBuildGraph => GraphPlan::Build,
     };
     (plan, graph)
+}
+
+/// `timeout` from now; a timeout too long to represent waits (practically) forever.
+fn deadline_after(timeout: Duration) -> Instant {
+    simpler_device::deadline::deadline_from(Instant::now(), timeout)
 }

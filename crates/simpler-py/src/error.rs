@@ -144,11 +144,11 @@ fn fallback(class: &str, message: String) -> PyErr {
         | "BundleError" => PyValueError::new_err(message),
         "UnknownCallableError" => PyKeyError::new_err(message),
         "ArgumentCountError" | "ArgumentTypeError" => PyTypeError::new_err(message),
-        "RunTimeoutError" | "WaitTimeoutError" | "KernelTimeoutError" => {
+        "RunTimeoutError" | "WaitTimeoutError" | "KernelTimeoutError" | "RegistryBusyError" => {
             PyTimeoutError::new_err(message)
         }
         "UnsupportedError" => PyNotImplementedError::new_err(message),
-        "BundleIOError" => PyOSError::new_err(message),
+        "BundleIOError" | "TraceWriteError" => PyOSError::new_err(message),
         "CompilerNotFoundError" => PyFileNotFoundError::new_err(message),
         _ => PyRuntimeError::new_err(message),
     }
@@ -219,6 +219,12 @@ pub(crate) fn host_raise(e: &HostError) -> Raise {
         HostError::LanePoisoned(_) => raise("LanePoisonedError"),
         HostError::WorkerClosed => raise("WorkerStateError"),
         HostError::InvalidState(_) => raise("WorkerStateError"),
+        HostError::RegistryBusy {
+            outstanding,
+            waited,
+        } => raise("RegistryBusyError")
+            .int("outstanding", *outstanding as i64)
+            .float("timeout_s", waited.as_secs_f64()),
         HostError::ExecutionContextRefused(_) => raise("ExecutionContextRefused"),
         HostError::RunPreparationRefused { epoch, cause } => raise("RunPreparationRefused")
             .cause(Some(cause.to_string()))
@@ -236,6 +242,24 @@ pub(crate) fn host_raise(e: &HostError) -> Raise {
             .detail("callable", callable.as_str())
             .detail("reason", reason.as_str()),
     }
+}
+
+/// A failed trace write as `TraceWriteError` naming the caller's `path`: the OS error is
+/// described by its code (or kind) alone, so a temporary file the atomic write used never
+/// shows (its `cause` and `path` detail hold the same).
+pub(crate) fn trace_write_error(path: &std::path::Path, e: &std::io::Error) -> PyErr {
+    let why = match e.raw_os_error() {
+        Some(code) => std::io::Error::from_raw_os_error(code).to_string(),
+        None => e.kind().to_string(),
+    };
+    let shown = path.display().to_string();
+    let raise = Raise::new(
+        "TraceWriteError",
+        format!("cannot write trace `{shown}`: {why}"),
+    )
+    .cause(Some(why))
+    .detail("path", shown);
+    Python::attach(|py| raise.into_err(py))
 }
 
 /// Converts a [`HostError`] into its Python exception.

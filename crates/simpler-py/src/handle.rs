@@ -123,7 +123,8 @@ impl TraceOwner {
 
     /// Writes the trace to `path` atomically: `format` "perfetto" or "chrome", default from
     /// the extension (`.json` Chrome). `ValueError` for an untraced run or an unknown
-    /// format, `OSError` naming the path when the write fails (nothing is left).
+    /// format, `TraceWriteError` (an `OSError`) naming `path` when the write fails (nothing
+    /// is left).
     pub(crate) fn write(&self, path: &std::path::Path, format: Option<&str>) -> PyResult<()> {
         let trace = self.traced()?;
         let format = match format {
@@ -133,12 +134,7 @@ impl TraceOwner {
         let mut bytes = Vec::new();
         simpler_trace::write(trace, format, &mut bytes)
             .and_then(|_| simpler_host::fsio::write_atomic(path, &bytes))
-            .map_err(|e| {
-                pyo3::exceptions::PyOSError::new_err(format!(
-                    "cannot write trace `{}`: {e}",
-                    path.display()
-                ))
-            })
+            .map_err(|e| error::trace_write_error(path, &e))
     }
 
     /// The timing breakdown as `simpler trace summary` prints it; `ValueError` for an

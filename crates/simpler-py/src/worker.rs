@@ -45,6 +45,7 @@
 
 use std::num::NonZeroU64;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use simpler_device::DevicePtr;
@@ -140,22 +141,40 @@ impl NativeWorker {
         })
     }
 
-    /// Registers `callable` and returns its id.
-    fn register(&self, py: Python<'_>, callable: &NativeCallable) -> PyResult<u32> {
+    /// Registers `callable` and returns its id. `timeout` (seconds) `None` refuses at once
+    /// (`WorkerStateError`) while a run is outstanding; a number waits up to that long for
+    /// no run to be outstanding (`ChipWorker::register_timeout`), then raises
+    /// `RegistryBusyError` naming how many were.
+    #[pyo3(signature = (callable, timeout=None))]
+    fn register(
+        &self,
+        py: Python<'_>,
+        callable: &NativeCallable,
+        timeout: Option<f64>,
+    ) -> PyResult<u32> {
+        let timeout = registry_timeout(py, timeout)?;
         let worker = self.live(py)?;
         let spec = callable.bundle.clone().into_spec();
         let id = py
-            .detach(|| worker.register(&spec))
+            .detach(|| match timeout {
+                None => worker.register(&spec),
+                Some(t) => worker.register_timeout(&spec, t),
+            })
             .map_err(|e| error::host_error(py, e))?;
         Ok(id.0)
     }
 
     /// Unregisters the callable `id` (detached: it waits for the worker's context lock,
-    /// which a `close` draining runs holds).
-    fn unregister(&self, py: Python<'_>, id: u32) -> PyResult<()> {
+    /// which a `close` draining runs holds); `timeout` as for `register`.
+    #[pyo3(signature = (id, timeout=None))]
+    fn unregister(&self, py: Python<'_>, id: u32, timeout: Option<f64>) -> PyResult<()> {
+        let timeout = registry_timeout(py, timeout)?;
         let worker = self.live(py)?;
-        py.detach(|| worker.unregister(CallableId(id)))
-            .map_err(|e| error::host_error(py, e))
+        py.detach(|| match timeout {
+            None => worker.unregister(CallableId(id)),
+            Some(t) => worker.unregister_timeout(CallableId(id), t),
+        })
+        .map_err(|e| error::host_error(py, e))
     }
 
     /// Runs callable `id` on `args` (see the module docs) with the options `config`
@@ -383,4 +402,20 @@ impl Drop for NativeWorker {
     fn drop(&mut self) {
         drop_detached(take_last(&mut self.worker));
     }
+}
+
+/// A registry call's `timeout` in seconds as a duration; `InvalidArgumentError` naming
+/// `timeout` for a negative, NaN or unrepresentable value.
+fn registry_timeout(py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    timeout
+        .map(|t| {
+            Duration::try_from_secs_f64(t).map_err(|_| {
+                error::invalid_argument(
+                    py,
+                    "timeout",
+                    format!("must be a finite number of seconds >= 0, got {t}"),
+                )
+            })
+        })
+        .transpose()
 }

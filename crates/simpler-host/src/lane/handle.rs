@@ -184,6 +184,45 @@ impl LaneHandle {
         }
     }
 
+    /// [`lock_idle`](Self::lock_idle), waiting until `deadline` for a moment with no run
+    /// outstanding: this thread drives the lane's runs meanwhile, and new submits wait
+    /// behind it (at most until `deadline`) so the lane drains even while other threads keep
+    /// running.
+    ///
+    /// # Errors
+    /// [`HostError::WorkerClosed`]; [`HostError::RegistryBusy`] naming how many runs were
+    /// still outstanding at `deadline` (`timeout`, how long it waited).
+    pub(crate) fn lock_idle_within(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<IdleLane<'_>, HostError> {
+        self.poll_progress();
+        let mut lane = self.lock();
+        lane.registry_waiters += 1;
+        let result = loop {
+            if lane.is_closed() {
+                break Err(HostError::WorkerClosed);
+            }
+            match lane.outstanding() {
+                0 => break Ok(()),
+                n if Instant::now() >= deadline => {
+                    break Err(HostError::RegistryBusy {
+                        outstanding: n,
+                        waited: timeout,
+                    })
+                }
+                _ => {
+                    let _ = self.drive_once(&mut lane, Some(deadline));
+                }
+            }
+        };
+        lane.registry_waiters -= 1;
+        // Submits held behind this registration go on.
+        self.notify_progress();
+        result.map(|()| IdleLane { _engine: lane })
+    }
+
     /// Admits a run (arguments already checked against the signature; device tensors are
     /// checked here against the worker's allocations) and prepares and
     /// launches it if a slot is free and it shares no written host buffer with a run still
@@ -210,6 +249,10 @@ impl LaneHandle {
             return Err(HostError::WorkerClosed);
         }
         let device_ranges = lane.memory.check_device_args(&callable.signature, &args)?;
+        // A registration waiting for the lane to drain goes first (it waits a bounded time).
+        while lane.registry_waiters > 0 && !lane.is_closed() {
+            self.wait_for_progress(&mut lane);
+        }
         loop {
             if lane.is_closed() {
                 return Err(HostError::WorkerClosed);

@@ -210,6 +210,10 @@ pub(crate) struct LaneEngine {
     generation: u64,
     /// A driver is waiting on the device with the lock released.
     driving: bool,
+    /// Registry mutations waiting for a moment with no run outstanding
+    /// ([`LaneHandle::lock_idle_within`]): while any waits, new submits wait for it, so the
+    /// lane drains.
+    registry_waiters: usize,
     /// Origin of this device's clock for traces (host `CLOCK_MONOTONIC` ns, taken when the
     /// lane opened; `docs/tracing.md`, clocks).
     trace_origin_ns: u64,
@@ -272,6 +276,7 @@ impl LaneEngine {
             next_dispatch: 1,
             generation: GENERATIONS.fetch_add(1, Ordering::Relaxed),
             driving: false,
+            registry_waiters: 0,
             trace_origin_ns: simpler_device::clock::monotonic_ns(),
             background_drains: Vec::new(),
             state: WorkerState::Open,

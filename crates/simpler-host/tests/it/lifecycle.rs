@@ -114,6 +114,87 @@ fn the_registry_is_not_mutated_while_a_run_is_outstanding() {
 }
 
 #[test]
+fn a_registration_with_a_timeout_waits_for_no_run_outstanding_or_says_how_many() {
+    let (_dev, w, id) = worker();
+    let gate = Gate::close();
+    let h = w.submit(id, args(1.0, gate.func().into())).unwrap();
+    let short = std::time::Duration::from_millis(100);
+    let rows: Vec<(&str, Result<(), HostError>)> = vec![
+        (
+            "register_timeout",
+            w.register_timeout(&spec("b"), short).map(drop),
+        ),
+        ("unregister_timeout", w.unregister_timeout(id, short)),
+    ];
+    for (name, r) in rows {
+        match &r {
+            Err(
+                e @ HostError::RegistryBusy {
+                    outstanding,
+                    waited,
+                },
+            ) => {
+                assert_eq!((*outstanding, *waited), (1, short), "{name}");
+                assert!(e.is_invalid_state(), "{name}");
+                let text = e.to_string();
+                assert!(
+                    text.contains("timed out") && text.contains("1 run(s)"),
+                    "{name}: {text}"
+                );
+            }
+            other => panic!("{name}: expected RegistryBusy, got {other:?}"),
+        }
+    }
+    assert!(
+        w.callable_info(CallableId(1)).is_none(),
+        "nothing registered"
+    );
+    assert!(w.callable_info(id).is_some(), "nothing removed");
+    // The same registration, given time, goes through once the held run ends.
+    let long = std::time::Duration::from_secs(60);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            gate.open();
+        });
+        let b = w.register_timeout(&spec("b"), long).unwrap();
+        assert!(h.poll(), "registered only once no run was outstanding");
+        w.unregister_timeout(b, long).unwrap();
+    });
+    check_output(h.result().unwrap(), 1.0);
+    // Threads that keep running runs do not starve a waiting registration: new submits
+    // wait behind it while the lane drains.
+    let registered = std::thread::scope(|s| {
+        let runners: Vec<_> = (0..4)
+            .map(|t| {
+                let w = &w;
+                s.spawn(move || {
+                    for i in 0..20 {
+                        let seed = (t * 100 + i) as f32;
+                        check_output(w.submit(id, args(seed, 0)).unwrap().result().unwrap(), seed);
+                    }
+                })
+            })
+            .collect();
+        let ids: Vec<CallableId> = (0..5)
+            .map(|i| {
+                w.register_timeout(&spec(&format!("busy{i}")), long)
+                    .unwrap()
+            })
+            .collect();
+        for r in runners {
+            r.join().unwrap();
+        }
+        ids
+    });
+    for id in registered {
+        assert!(w.callable_info(id).is_some());
+        w.unregister_timeout(id, long).unwrap();
+    }
+    w.close().unwrap();
+}
+
+#[test]
 fn a_borrowed_context_is_checked_refused_and_retried_with_the_same_handle() {
     let dev = small_device();
     let g = NonZeroU64::new(900).unwrap();

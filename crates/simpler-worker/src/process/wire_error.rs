@@ -216,6 +216,7 @@ impl From<&HostError> for WireHost {
             HostError::LanePoisoned(s) => WireHost::LanePoisoned(b(s)),
             HostError::WorkerClosed => WireHost::WorkerClosed,
             HostError::InvalidState(s) => WireHost::InvalidState(b(s)),
+            busy @ HostError::RegistryBusy { .. } => WireHost::InvalidState(b(&busy.to_string())),
             HostError::ExecutionContextRefused(s) => WireHost::ExecutionContextRefused(b(s)),
             HostError::RunPreparationRefused { epoch, cause } => WireHost::RunPreparationRefused {
                 epoch: *epoch,
