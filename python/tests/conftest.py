@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -11,6 +12,17 @@ import simpler
 from simpler import ArgSpec, ChipCallable, CoreCallable, KernelCompiler, Worker
 
 pytest_plugins = ["pytester"]
+
+
+def pytest_configure(config):
+    """Ctrl-C raises KeyboardInterrupt in this process, as in an interactive Python.
+
+    A shell without job control starts a background command with SIGINT ignored, and Python
+    then installs no handler of its own, so the tests that check how a blocked call answers
+    Ctrl-C (they send the process SIGINT) would wait for ever under such a CI runner.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

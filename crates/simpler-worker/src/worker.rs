@@ -535,6 +535,9 @@ impl Worker {
         };
         let (id, shared) = {
             let mut st = engine.state.lock();
+            // The check runs at least every CHECK_SLICE of waiting, however often the
+            // engine's state changes meanwhile (lanes notify on every progress).
+            let mut checked = Instant::now();
             loop {
                 if st.closing {
                     return Err(WorkerError::Closed);
@@ -542,8 +545,10 @@ impl Worker {
                 if st.runs.len() < PIPELINE_DEPTH {
                     break;
                 }
-                if engine.changed.wait_for(&mut st, CHECK_SLICE).timed_out() {
+                engine.changed.wait_for(&mut st, CHECK_SLICE);
+                if checked.elapsed() >= CHECK_SLICE {
                     parking_lot::MutexGuard::unlocked(&mut st, &mut check)?;
+                    checked = Instant::now();
                 }
             }
             let id = st.next_run;
