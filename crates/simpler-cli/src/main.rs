@@ -320,11 +320,12 @@ struct RunArgs {
     #[arg(long = "scalar", value_name = "NAME=VALUE", value_parser = parse_named_value)]
     scalars: Vec<(String, String)>,
     /// Relative tolerance of --check: |actual - expected| <= atol + rtol * |expected|.
-    /// A negative value is taken as a value (`--rtol -1`), and refused as a tolerance.
-    #[arg(long, default_value_t = 1e-5, allow_negative_numbers = true)]
+    /// A negative value in any float form is taken as a value (`--rtol -1`, `-1e-3`,
+    /// `-.5`), and refused as a tolerance.
+    #[arg(long, default_value_t = 1e-5, allow_hyphen_values = true)]
     rtol: f64,
     /// Absolute tolerance of --check.
-    #[arg(long, default_value_t = 1e-5, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = 1e-5, allow_hyphen_values = true)]
     atol: f64,
     /// Record the run and write its trace to FILE (Perfetto protobuf, or Chrome JSON for a
     /// .json FILE); read it with `simpler trace` or load it in Perfetto.
@@ -587,6 +588,20 @@ mod tests {
             panic!("a run")
         };
         assert_eq!((a.rtol, a.atol), (-1.0, -2.5));
+        // Clap's negative-number rule knows no exponent and no leading point.
+        let cli = Cli::try_parse_from(["simpler", "run", "ex", "--rtol", "-1e-3", "--atol", "-.5"])
+            .expect("an exponent or a leading point is still a value");
+        let Command::Run(a) = cli.command else {
+            panic!("a run")
+        };
+        assert_eq!((a.rtol, a.atol), (-1e-3, -0.5));
+        // A flag where the value should be is not a number: still a parse error.
+        for argv in [
+            &["simpler", "run", "ex", "--rtol", "--atol", "1"][..],
+            &["simpler", "run", "ex", "--rtol", "--atol"][..],
+        ] {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
     }
 
     #[test]
