@@ -9,13 +9,13 @@
 
 use std::sync::Arc;
 
-use simpler_host::{CallConfig, CallableId, CallableInfo, HostError, RecordedRun, Runtime};
+use simpler_host::{CallConfig, CallableInfo, HostError, RecordedRun, Runtime};
 
 use crate::context_table::{check_open, context, Context};
 use crate::ffi_guard;
 use crate::handles::{HandleKind, ProcessTable};
 use crate::raw::Out;
-use crate::run::{owned_args, prepare_args};
+use crate::run::{owned_args, prepare_args, prepare_call};
 use crate::status::{Failure, Outcome, SimplerStatus};
 use crate::types::{SimplerArg, SimplerContext, SimplerRecording, SimplerRunConfig};
 
@@ -97,12 +97,9 @@ pub unsafe extern "C" fn simpler_record_run(
         let out = unsafe { Out::new(out, std::ptr::null_mut(), "out") }?;
         let (ch, c) = context(ctx)?;
         check_open(&c)?;
-        let id = u32::try_from(callable_id)
-            .map(CallableId)
-            .map_err(|_| Failure::invalid("callable_id", format!("{callable_id} is negative")))?;
-        let info = c.worker.registered_callable(id)?;
         // SAFETY: the header's contract for `args` and `cfg`.
-        let (prepared, config) = unsafe { prepare_args(&c, &info, args, nargs, cfg) }?;
+        let (id, info, prepared, config) =
+            unsafe { prepare_call(&c, callable_id, args, nargs, cfg) }?;
         graph_runtime(&config)?;
         let recorded = submit_and_wait(&c, || {
             c.worker.submit_record(id, owned_args(&prepared), &config)

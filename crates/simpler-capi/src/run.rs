@@ -306,6 +306,31 @@ pub(crate) unsafe fn prepare_args(
     Ok((prepared, config))
 }
 
+/// The registered callable `callable_id` names, and `args` prepared against its signature
+/// with the run's call config ([`prepare_args`]): what `simpler_prepare_run` and
+/// `simpler_record_run` both start from.
+///
+/// # Errors
+/// A negative or unknown `callable_id`, or [`prepare_args`]' refusals.
+///
+/// # Safety
+/// As [`prepare_args`].
+pub(crate) unsafe fn prepare_call(
+    c: &Context,
+    callable_id: i32,
+    args: *const SimplerArg,
+    nargs: usize,
+    cfg: *const SimplerRunConfig,
+) -> Result<(CallableId, CallableInfo, Vec<Prepared>, CallConfig), Failure> {
+    let id = u32::try_from(callable_id)
+        .map(CallableId)
+        .map_err(|_| Failure::invalid("callable_id", format!("{callable_id} is negative")))?;
+    let info = c.worker.registered_callable(id)?;
+    // SAFETY: the caller's contract for `args` and `cfg`.
+    let (prepared, config) = unsafe { prepare_args(c, &info, args, nargs, cfg) }?;
+    Ok((id, info, prepared, config))
+}
+
 /// `simpler_prepare_run`: checks `args` against the callable's signature and makes a run.
 ///
 /// # Safety
@@ -326,12 +351,8 @@ pub unsafe extern "C" fn simpler_prepare_run(
         let out = unsafe { Out::new(out, std::ptr::null_mut(), "out") }?;
         let (ch, c) = context(ctx)?;
         check_open(&c)?;
-        let id = u32::try_from(callable_id)
-            .map(CallableId)
-            .map_err(|_| Failure::invalid("callable_id", format!("{callable_id} is negative")))?;
-        let info = c.worker.registered_callable(id)?;
         // SAFETY: the header's contract for `args` and `cfg`.
-        let (prepared, config) = unsafe { prepare_args(&c, &info, args, nargs, cfg) }?;
+        let (id, _, prepared, config) = unsafe { prepare_call(&c, callable_id, args, nargs, cfg) }?;
         let run = Arc::new(Run {
             ctx: ch,
             callable: id,

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use simpler::types::{SimplerArg, SimplerContextConfig, SimplerRunConfig};
+use simpler_test_support::examples::{write_example, SDMA_COPY};
 use simpler_toolchain::build;
 
 fn repo() -> PathBuf {
@@ -97,65 +98,6 @@ SIMPLER_KERNEL void kernel_entry(int64_t *args) {
     ),
 ];
 
-const SDMA_COPY: &[(&str, &str)] = &[
-    (
-        "simpler.toml",
-        r#"name = "sdma_copy"
-
-[orchestration]
-source = "orchestration.c"
-entry = "aicpu_orchestration_entry"
-
-[[kernels]]
-func_id = 0
-core = "aiv"
-source = "kernels/sdma_copy.c"
-entry = "kernel_entry"
-
-[[args]]
-name = "src"
-direction = "in"
-dtype = "f32"
-shape = [1024]
-
-[[args]]
-name = "dst"
-direction = "out"
-dtype = "f32"
-shape = [1024]
-"#,
-    ),
-    (
-        "orchestration.c",
-        r#"#include "simpler/orchestration.h"
-
-SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
-                                                        const SimplerOrchArgs *args) {
-    SimplerTaskDesc d;
-    simpler_task_init(&d, SIMPLER_CORE_AIV, 0);
-    simpler_task_add_input(&d, &args->tensors[0]);
-    simpler_task_add_output_existing(&d, &args->tensors[1]);
-    return simpler_submit(ops, &d, NULL);
-}
-"#,
-    ),
-    (
-        "kernels/sdma_copy.c",
-        r#"#include "simpler/async.h"
-
-/* Copies tensor 0 (f32, contiguous) into tensor 1 with one SDMA copy; the task completes
- * when the copy lands. Without an SDMA engine the copy is refused and the run fails. */
-SIMPLER_KERNEL void kernel_entry(int64_t *args) {
-    SimplerChipTensor *src = simpler_arg_tensor(args, 0);
-    SimplerChipTensor *dst = simpler_arg_tensor(args, 1);
-    (void)simpler_sdma_copy(args, SIMPLER_TENSOR_DATA(unsigned char, dst),
-                            SIMPLER_TENSOR_DATA(unsigned char, src),
-                            simpler_tensor_numel(src) * 4);
-}
-"#,
-    ),
-];
-
 /// `readback`: sleepy's manifest and kernel with an orchestration that reads `out` back
 /// after its task (`get_tensor_data` waits for the task under `tensormap_and_ringbuffer`
 /// and is refused under `host_build_graph`, where no task has run yet); with `ms` = 1 it
@@ -221,11 +163,7 @@ fn bundles() -> &'static Bundles {
 
         let inline = |name: &str, files: &[(&str, String)]| {
             let dir = tempfile::tempdir_in(tmp()).unwrap();
-            for (file, body) in files {
-                let p = dir.path().join(file);
-                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-                std::fs::write(p, body).unwrap();
-            }
+            write_example(dir.path(), files);
             let built = build::build_example(dir.path(), &compiler)
                 .unwrap_or_else(|e| panic!("build {name}: {e}"));
             let path = out.join(format!("{name}.simpler"));

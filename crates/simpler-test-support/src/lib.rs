@@ -3,7 +3,8 @@
 //!
 //! Owns what more than one crate's tests need: in-process kernels over f32 tensors
 //! ([`kernel`]), gates that hold such kernels back until a test opens them ([`gate`]), the C
-//! sources of small crashing kernels and their example manifest ([`c_sources`]), running one
+//! sources of small crashing kernels and their example manifest ([`c_sources`]), small whole
+//! examples and how to write them into a folder ([`examples`]), running one
 //! test of the current test binary alone in a child process ([`child`]), paths that are not
 //! regular files ([`files`]), and bounded polling
 //! ([`eventually`]). Helpers only one crate's tests use stay in that crate's `tests/it/`.
@@ -12,6 +13,7 @@
 
 pub mod c_sources;
 pub mod child;
+pub mod examples;
 pub mod files;
 pub mod gate;
 pub mod kernel;

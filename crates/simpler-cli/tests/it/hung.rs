@@ -5,6 +5,8 @@
 
 use std::time::{Duration, Instant};
 
+use simpler_test_support::examples::ONE_TASK_ORCH_C;
+
 use crate::common::{command, path_str, text, write_f32_npy};
 
 const MANIFEST: &str = r#"name = "hung"
@@ -30,18 +32,6 @@ dtype = "f32"
 shape = [4]
 "#;
 
-const ORCH_C: &str = r#"#include "simpler/orchestration.h"
-
-SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
-                                                        const SimplerOrchArgs *args) {
-    SimplerTaskDesc d;
-    simpler_task_init(&d, SIMPLER_CORE_AIV, 0);
-    simpler_task_add_input(&d, &args->tensors[0]);
-    simpler_task_add_output_existing(&d, &args->tensors[1]);
-    return simpler_submit(ops, &d, NULL);
-}
-"#;
-
 /// Never returns (sleeping, so the test machine keeps its CPUs).
 const HANG_C: &str = r#"#define _POSIX_C_SOURCE 199309L
 #include <time.h>
@@ -61,7 +51,7 @@ fn a_hung_kernel_fails_the_run_with_a_named_error_and_exit_code_1() {
     let p = dir.path();
     std::fs::create_dir(p.join("kernels")).unwrap();
     std::fs::write(p.join("simpler.toml"), MANIFEST).unwrap();
-    std::fs::write(p.join("orchestration.c"), ORCH_C).unwrap();
+    std::fs::write(p.join("orchestration.c"), ONE_TASK_ORCH_C).unwrap();
     std::fs::write(p.join("kernels/hang.c"), HANG_C).unwrap();
     let x = p.join("x.npy");
     write_f32_npy(&x, &[4], &[1.0, 2.0, 3.0, 4.0]);

@@ -2,62 +2,15 @@
 //! output with the SDMA engine passes its `--check` with the flag, and without it fails
 //! (exit code 1) with a message naming the missing engine, writing no output.
 
+use simpler_test_support::examples::{write_example, SDMA_COPY};
+
 use crate::common::{path_str, simpler, text, write_f32_npy};
-
-const MANIFEST: &str = r#"name = "sdma_copy"
-
-[orchestration]
-source = "orchestration.c"
-
-[[kernels]]
-func_id = 0
-core = "aiv"
-source = "kernels/sdma_copy.c"
-
-[[args]]
-name = "src"
-direction = "in"
-dtype = "f32"
-shape = [1024]
-
-[[args]]
-name = "dst"
-direction = "out"
-dtype = "f32"
-shape = [1024]
-"#;
-
-const ORCH_C: &str = r#"#include "simpler/orchestration.h"
-
-SIMPLER_ORCHESTRATION int32_t aicpu_orchestration_entry(const SimplerOrchOps *ops,
-                                                        const SimplerOrchArgs *args) {
-    SimplerTaskDesc d;
-    simpler_task_init(&d, SIMPLER_CORE_AIV, 0);
-    simpler_task_add_input(&d, &args->tensors[0]);
-    simpler_task_add_output_existing(&d, &args->tensors[1]);
-    return simpler_submit(ops, &d, NULL);
-}
-"#;
-
-const KERNEL_C: &str = r#"#include "simpler/async.h"
-
-SIMPLER_KERNEL void kernel_entry(int64_t *args) {
-    SimplerChipTensor *src = simpler_arg_tensor(args, 0);
-    SimplerChipTensor *dst = simpler_arg_tensor(args, 1);
-    (void)simpler_sdma_copy(args, SIMPLER_TENSOR_DATA(unsigned char, dst),
-                            SIMPLER_TENSOR_DATA(unsigned char, src),
-                            simpler_tensor_numel(src) * 4);
-}
-"#;
 
 #[test]
 fn enable_sdma_provisions_the_engine_a_kernel_copies_with() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path();
-    std::fs::create_dir(p.join("kernels")).unwrap();
-    std::fs::write(p.join("simpler.toml"), MANIFEST).unwrap();
-    std::fs::write(p.join("orchestration.c"), ORCH_C).unwrap();
-    std::fs::write(p.join("kernels/sdma_copy.c"), KERNEL_C).unwrap();
+    write_example(p, SDMA_COPY);
     let values: Vec<f32> = (0..1024).map(|i| i as f32 * 0.25 - 3.0).collect();
     let src = p.join("src.npy");
     write_f32_npy(&src, &[1024], &values);
