@@ -1,7 +1,8 @@
 /*
  * check.h — the checks the C test programs share: CHECK_OK (exit on failure), REFUSED (a
  * status and a simpler_last_error() text that names the thing) and EXPECT. A program counts
- * failures in `failures` and prints PASS when there are none.
+ * failures in `failures` and prints PASS when there are none (finish). Also the context a
+ * program opens with one bundle registered, and its close.
  */
 #ifndef SIMPLER_TEST_CHECK_H
 #define SIMPLER_TEST_CHECK_H
@@ -28,8 +29,8 @@ static int failures = 0;
 #define REFUSED(call, status, needle)                                                        \
     refused_at(__FILE__, __LINE__, #call, (call), (status), (needle))
 
-static void refused_at(const char *file, int line, const char *what, int32_t got, int32_t want,
-                       const char *needle) {
+static inline void refused_at(const char *file, int line, const char *what, int32_t got,
+                              int32_t want, const char *needle) {
     const char *text = simpler_last_error();
     if (got != want) {
         fprintf(stderr, "%s:%d: %s -> %s, expected %s (%s)\n", file, line, what,
@@ -55,13 +56,28 @@ static void refused_at(const char *file, int line, const char *what, int32_t got
     } while (0)
 
 /* Prints PASS and returns 0, or the failure count and returns 1. */
-static int finish(void) {
+static inline int finish(void) {
     if (failures != 0) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
     }
     printf("PASS\n");
     return 0;
+}
+
+/* A context of `cfg` with the bundle file `bundle` registered as `*id`; exits on failure. */
+static inline SimplerContext *open_context(const SimplerContextConfig *cfg,
+                                           const char *bundle, int32_t *id) {
+    SimplerContext *ctx = NULL;
+    CHECK_OK(simpler_context_init(cfg, &ctx));
+    CHECK_OK(simpler_register_callable_file(ctx, bundle, id));
+    return ctx;
+}
+
+/* Finalizes and destroys `ctx`; exits on failure. */
+static inline void close_context(SimplerContext *ctx) {
+    CHECK_OK(simpler_context_finalize(ctx));
+    CHECK_OK(simpler_context_destroy(ctx));
 }
 
 #endif /* SIMPLER_TEST_CHECK_H */

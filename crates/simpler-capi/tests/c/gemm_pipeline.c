@@ -20,71 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "simpler/host.h"
-#include "simpler/types.h"
+#include "check.h"
+#include "gemm_ref.h"
 
-#define N 512
-
-static float A[N * N], A2[N * N], B[N * N], REF[N * N];
 static float C1[N * N], C2[N * N], C3[N * N];
-
-static int failures = 0;
-
-#define CHECK_OK(call)                                                                       \
-    do {                                                                                     \
-        int32_t s_ = (call);                                                                 \
-        if (s_ != SIMPLER_STATUS_OK) {                                                       \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,              \
-                    simpler_status_name(s_), simpler_last_error());                          \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
-
-#define EXPECT(cond, ...)                                                                    \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond);              \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fprintf(stderr, "\n");                                                           \
-            failures++;                                                                      \
-        }                                                                                    \
-    } while (0)
-
-static void fill_inputs(void) {
-    for (int i = 0; i < N; ++i)
-        for (int j = 0; j < N; ++j) {
-            A[i * N + j] = (float)((i * 7 + j * 3) % 17) / 17.0f - 0.5f;
-            A2[i * N + j] = 2.0f * A[i * N + j];
-            B[i * N + j] = (float)((i * 5 + j * 11) % 13) / 13.0f - 0.5f;
-        }
-    /* REF = A·B in double, i-k-j order. */
-    static double acc[N];
-    for (int i = 0; i < N; ++i) {
-        for (int j = 0; j < N; ++j) acc[j] = 0.0;
-        for (int k = 0; k < N; ++k) {
-            const double a = A[i * N + k];
-            for (int j = 0; j < N; ++j) acc[j] += a * (double)B[k * N + j];
-        }
-        for (int j = 0; j < N; ++j) REF[i * N + j] = (float)acc[j];
-    }
-}
-
-/* |got - scale·REF| <= 1e-4 + 1e-4·|scale·REF| everywhere. */
-static int matches(const float *got, float scale, const char *what) {
-    for (int i = 0; i < N * N; ++i) {
-        const double want = (double)scale * REF[i];
-        if (fabs((double)got[i] - want) > 1e-4 + 1e-4 * fabs(want)) {
-            fprintf(stderr, "%s: element %d is %g, expected %g\n", what, i, got[i], want);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static SimplerArg host_matrix(float *m) {
-    const uint64_t shape[2] = {N, N};
-    return simpler_arg_host(m, sizeof(float) * N * N, SIMPLER_DT_FLOAT32, 2, shape);
-}
 
 static void owned_pipeline(const char *bundle) {
     SimplerContextConfig cfg = simpler_context_config_default();
@@ -206,10 +145,5 @@ int main(int argc, char **argv) {
     fill_inputs();
     owned_pipeline(argv[1]);
     borrowed_on_stream(argv[1]);
-    if (failures) {
-        fprintf(stderr, "FAIL: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("PASS\n");
-    return 0;
+    return finish();
 }

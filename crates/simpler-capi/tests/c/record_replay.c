@@ -20,45 +20,10 @@
 #include <math.h>
 
 #include "check.h"
-#include "simpler/types.h"
+#include "gemm_ref.h"
 
-#define N 512
-
-static float A[N * N], A2[N * N], B[N * N], REF[N * N];
 static float C1[N * N], C2[N * N], C3[N * N], C4[N * N];
 static float OUT[16];
-
-static void fill_inputs(void) {
-    for (int i = 0; i < N; ++i)
-        for (int j = 0; j < N; ++j) {
-            A[i * N + j] = (float)((i * 7 + j * 3) % 17) / 17.0f - 0.5f;
-            A2[i * N + j] = 2.0f * A[i * N + j];
-            B[i * N + j] = (float)((i * 5 + j * 11) % 13) / 13.0f - 0.5f;
-        }
-    static double acc[N];
-    for (int i = 0; i < N; ++i) {
-        for (int j = 0; j < N; ++j) acc[j] = 0.0;
-        for (int k = 0; k < N; ++k) {
-            const double a = A[i * N + k];
-            for (int j = 0; j < N; ++j) acc[j] += a * (double)B[k * N + j];
-        }
-        for (int j = 0; j < N; ++j) REF[i * N + j] = (float)acc[j];
-    }
-}
-
-/* |got - scale·REF| <= 1e-4 + 1e-4·|scale·REF| everywhere. */
-static int matches(const float *got, float scale) {
-    for (int i = 0; i < N * N; ++i) {
-        const double want = (double)scale * REF[i];
-        if (fabs((double)got[i] - want) > 1e-4 + 1e-4 * fabs(want)) return 0;
-    }
-    return 1;
-}
-
-static SimplerArg host_matrix(float *m) {
-    const uint64_t shape[2] = {N, N};
-    return simpler_arg_host(m, sizeof(float) * N * N, SIMPLER_DT_FLOAT32, 2, shape);
-}
 
 static SimplerArg host_out16(void) {
     const uint64_t shape[1] = {16};
@@ -90,21 +55,21 @@ int main(int argc, char **argv) {
     SimplerRecording *rec = NULL;
     CHECK_OK(simpler_record_run(ctx, gemm, first, 3, NULL, &rec));
     EXPECT(rec != NULL, "a recording");
-    EXPECT(matches(C1, 1.0f), "the recording run's C is A·B");
+    EXPECT(matches(C1, 1.0f, "C of the recording run"), "the recording run's C is A·B");
     SimplerArg second[3] = {host_matrix(A2), host_matrix(B), host_matrix(C2)};
     SimplerRunConfig rc = simpler_run_config_default();
     rc.runtime = SIMPLER_RUNTIME_HOST_BUILD_GRAPH;
     CHECK_OK(simpler_replay_run(ctx, rec, second, 3, &rc));
-    EXPECT(matches(C2, 2.0f), "the replay on 2A gives 2A·B");
+    EXPECT(matches(C2, 2.0f, "C of the replay on 2A"), "the replay on 2A gives 2A·B");
     SimplerArg plain[3] = {host_matrix(A2), host_matrix(B), host_matrix(C4)};
     SimplerRun *run = NULL;
     CHECK_OK(simpler_prepare_run(ctx, gemm, plain, 3, NULL, &run));
     CHECK_OK(simpler_launch_run(ctx, run));
     CHECK_OK(simpler_finalize_run(ctx, run));
-    EXPECT(matches(C4, 2.0f), "an ordinary run between replays");
+    EXPECT(matches(C4, 2.0f, "C of the ordinary run"), "an ordinary run between replays");
     SimplerArg third[3] = {host_matrix(A), host_matrix(B), host_matrix(C3)};
     CHECK_OK(simpler_replay_run(ctx, rec, third, 3, NULL));
-    EXPECT(matches(C3, 1.0f), "the replay on A gives A·B again");
+    EXPECT(matches(C3, 1.0f, "C of the replay on A"), "the replay on A gives A·B again");
     printf("gemm: recorded once, replayed twice on new arguments\n");
 
     /* 2. Replays the recording cannot take: nothing runs. */

@@ -18,46 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "simpler/host.h"
+#include "check.h"
 #include "simpler/types.h"
-
-static int failures = 0;
-
-#define CHECK_OK(call)                                                                       \
-    do {                                                                                     \
-        int32_t s_ = (call);                                                                 \
-        if (s_ != SIMPLER_STATUS_OK) {                                                       \
-            fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call,              \
-                    simpler_status_name(s_), simpler_last_error());                          \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
-
-/* `call` returns `status` and the last error contains `needle`. */
-#define REFUSED(call, status, needle) refused_at(__LINE__, #call, (call), (status), (needle))
-
-static void refused_at(int line, const char *what, int32_t got, int32_t want, const char *needle) {
-    const char *text = simpler_last_error();
-    if (got != want) {
-        fprintf(stderr, "refusals.c:%d: %s -> %s, expected %s (%s)\n", line, what,
-                simpler_status_name(got), simpler_status_name(want), text);
-        failures++;
-    } else if (text == NULL || text[0] == '\0' || strstr(text, needle) == NULL) {
-        fprintf(stderr, "refusals.c:%d: %s: last error `%s` does not name `%s`\n", line, what,
-                text ? text : "(null)", needle);
-        failures++;
-    }
-}
-
-#define EXPECT(cond, ...)                                                                    \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "refusals.c:%d: expected %s: ", __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fprintf(stderr, "\n");                                                           \
-            failures++;                                                                      \
-        }                                                                                    \
-    } while (0)
 
 static uint8_t *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -378,10 +340,5 @@ int main(int argc, char **argv) {
     library_refusals();
     registry_and_runs(argv[1], argv[2]);
     borrowed_refusals(argv[2]);
-    if (failures) {
-        fprintf(stderr, "FAIL: %d check(s) failed\n", failures);
-        return 1;
-    }
-    printf("PASS\n");
-    return 0;
+    return finish();
 }

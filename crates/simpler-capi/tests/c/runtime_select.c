@@ -27,19 +27,12 @@ static int32_t run_with(SimplerContext *ctx, int32_t id, const SimplerRunConfig 
     return simpler_finalize_run(ctx, run);
 }
 
+/* A two-cluster context of `runtime` with the bundle `bundle` registered as `*id`. */
 static SimplerContext *context(uint32_t runtime, const char *bundle, int32_t *id) {
     SimplerContextConfig cfg = simpler_context_config_default();
     cfg.clusters = 2;
     cfg.runtime = runtime;
-    SimplerContext *ctx = NULL;
-    CHECK_OK(simpler_context_init(&cfg, &ctx));
-    CHECK_OK(simpler_register_callable_file(ctx, bundle, id));
-    return ctx;
-}
-
-static void close_context(SimplerContext *ctx) {
-    CHECK_OK(simpler_context_finalize(ctx));
-    CHECK_OK(simpler_context_destroy(ctx));
+    return open_context(&cfg, bundle, id);
 }
 
 int main(int argc, char **argv) {

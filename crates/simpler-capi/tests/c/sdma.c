@@ -39,19 +39,6 @@ static int copied(void) {
     return 1;
 }
 
-static SimplerContext *context(const SimplerContextConfig *cfg, const char *bundle,
-                               int32_t *id) {
-    SimplerContext *ctx = NULL;
-    CHECK_OK(simpler_context_init(cfg, &ctx));
-    CHECK_OK(simpler_register_callable_file(ctx, bundle, id));
-    return ctx;
-}
-
-static void close_context(SimplerContext *ctx) {
-    CHECK_OK(simpler_context_finalize(ctx));
-    CHECK_OK(simpler_context_destroy(ctx));
-}
-
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s <sdma_copy.simpler>\n", argv[0]);
@@ -63,7 +50,7 @@ int main(int argc, char **argv) {
     SimplerContextConfig on = simpler_context_config_default();
     on.clusters = 2;
     on.enable_sdma = 1;
-    SimplerContext *ctx = context(&on, argv[1], &id);
+    SimplerContext *ctx = open_context(&on, argv[1], &id);
     CHECK_OK(copy_once(ctx, id));
     EXPECT(copied(), "dst is src after an SDMA copy");
     close_context(ctx);
@@ -71,7 +58,7 @@ int main(int argc, char **argv) {
 
     SimplerContextConfig off = simpler_context_config_default();
     off.clusters = 2;
-    ctx = context(&off, argv[1], &id);
+    ctx = open_context(&off, argv[1], &id);
     REFUSED(copy_once(ctx, id), SIMPLER_STATUS_RUN_FAILED, "SDMA");
     EXPECT(!copied(), "dst untouched without an SDMA engine");
     REFUSED(copy_once(ctx, id), SIMPLER_STATUS_RUN_FAILED, "SDMA");
@@ -82,7 +69,7 @@ int main(int argc, char **argv) {
     old.clusters = 2;
     old.size = (uint32_t)offsetof(SimplerContextConfig, enable_sdma);
     old.enable_sdma = 1; /* past `size`: not read */
-    ctx = context(&old, argv[1], &id);
+    ctx = open_context(&old, argv[1], &id);
     REFUSED(copy_once(ctx, id), SIMPLER_STATUS_RUN_FAILED, "SDMA");
     close_context(ctx);
 
