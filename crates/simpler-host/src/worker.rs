@@ -300,7 +300,7 @@ impl ChipWorker {
         wait: Option<Duration>,
     ) -> Result<CallableId, HostError> {
         self.shared.identity.check()?;
-        let deadline = wait.map(deadline_after);
+        let wait = wait.map(|t| (t, deadline_after(t)));
         let mut ctx = self.shared.context.lock();
         // Fail fast, before loading anything (a waiting registration waits at the commit).
         if wait.is_none() {
@@ -316,7 +316,7 @@ impl ChipWorker {
         let generation = ctx.next_generation;
         let registered = Arc::new(registry::build(&mut ctx.cache, spec, generation)?);
         // The commit point: no run outstanding, under the lane lock.
-        let lane = self.lock_mutable_lane(wait.zip(deadline))?;
+        let lane = self.lock_mutable_lane(wait)?;
         let mut table = self.shared.table.lock();
         let id = match explicit {
             Some(id) => table.insert_explicit(id, registered)?,
@@ -349,9 +349,9 @@ impl ChipWorker {
 
     fn unregister_within(&self, id: CallableId, wait: Option<Duration>) -> Result<(), HostError> {
         self.shared.identity.check()?;
-        let deadline = wait.map(deadline_after);
+        let wait = wait.map(|t| (t, deadline_after(t)));
         let _ctx = self.shared.context.lock();
-        let lane = self.lock_mutable_lane(wait.zip(deadline))?;
+        let lane = self.lock_mutable_lane(wait)?;
         let removed = self.shared.table.lock().remove(id)?;
         drop(lane);
         drop(removed);
