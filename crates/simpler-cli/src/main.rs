@@ -9,7 +9,7 @@
 //! cache, `.npy` files, scalars and comparison are [`simpler_toolchain`]'s.
 //!
 //! Exit codes: `0` success, `1` the run, an output write (the bundle of `build`, an
-//! `--output` of `run`, the output of `trace svg|convert`) or a `--check` failed, `2` usage or input errors — bad flags,
+//! `--output` of `run`, the output of `trace svg|convert`, the stdout of `trace summary`) or a `--check` failed, `2` usage or input errors — bad flags,
 //! manifest, sources, compile errors, bundle, a trace file that cannot be read or decoded or holds no traced run, code that does not load such as a missing
 //! entry symbol, `.npy` files, argument mismatches, out-of-range scalars, an output path that
 //! is a file the command reads or not a regular file, bad `PTO2_RING_*` values, and any run

@@ -51,6 +51,16 @@ pub enum TraceCommandError {
         /// The output path.
         path: PathBuf,
     },
+    /// The summary could not be written to stdout (a full disk; a closed pipe is not an
+    /// error, [`crate::stdout::write`]).
+    #[error("cannot write the summary of `{}` to stdout", path.display())]
+    Stdout {
+        /// The trace file summarised.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The output could not be written (nothing was left at the path).
     #[error("cannot write `{}`", path.display())]
     Write {
@@ -63,11 +73,11 @@ pub enum TraceCommandError {
 }
 
 impl TraceCommandError {
-    /// `1` for a failed write, `2` for a bad input (unreadable, undecodable or run-less) or
+    /// `1` for a failed write (of the output file or of stdout), `2` for a bad input (unreadable, undecodable or run-less) or
     /// output path.
     pub fn exit_code(&self) -> u8 {
         match self {
-            TraceCommandError::Write { .. } => EXIT_FAILURE,
+            TraceCommandError::Write { .. } | TraceCommandError::Stdout { .. } => EXIT_FAILURE,
             _ => EXIT_USAGE,
         }
     }
@@ -127,11 +137,19 @@ fn refuse_input_as_output(input: &Path, out: &Path) -> Result<(), TraceCommandEr
     Ok(())
 }
 
-/// `simpler trace summary FILE`: prints the timing breakdown of every run in the file.
+/// `simpler trace summary FILE`: prints the timing breakdown of every run in the file. Its
+/// output is stdout, so a stdout that cannot take it fails the command; a closed pipe
+/// (`| head`) ends it quietly ([`crate::stdout::write`]).
+///
+/// Errors: as [`read_trace`], and [`TraceCommandError::Stdout`] naming `file`.
 pub fn summary(file: &Path) -> Result<(), TraceCommandError> {
     let trace = read_trace(file)?;
-    out!("{}", Summary::of(&trace));
-    Ok(())
+    crate::stdout::write(format_args!("{}", Summary::of(&trace))).map_err(|source| {
+        TraceCommandError::Stdout {
+            path: file.to_path_buf(),
+            source,
+        }
+    })
 }
 
 /// `simpler trace svg FILE -o OUT`: writes the swimlane picture.

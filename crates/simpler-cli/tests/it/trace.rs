@@ -293,3 +293,48 @@ fn a_trace_without_runs_is_named_exits_2_and_writes_nothing() {
         assert!(!conv.exists());
     }
 }
+
+/// `simpler trace summary FILE > /dev/full`: a stdout that cannot take the summary fails the
+/// command (exit 1) naming stdout, the trace file and the OS error; `svg` and `convert` to
+/// `/dev/full` are refused (exit 2) naming it, and none of them panics.
+#[test]
+fn a_full_stdout_or_output_fails_every_trace_subcommand() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let f = write_trace(dir.path(), "t.perfetto-trace", Format::Perfetto);
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    let o = crate::common::command()
+        .args(["trace", "summary", path_str(&f)])
+        .current_dir(dir.path())
+        .stdout(Stdio::from(full()))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("error: cannot write the summary of `")
+            && err.contains("t.perfetto-trace")
+            && err.contains("to stdout")
+            && err.contains("No space left on device"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    for sub in ["svg", "convert"] {
+        let o = crate::common::command()
+            .args(["trace", sub, path_str(&f), "-o", "/dev/full"])
+            .current_dir(dir.path())
+            .stdout(Stdio::from(full()))
+            .output()
+            .unwrap();
+        let (_, err) = text(&o);
+        assert_ne!(o.status.code(), Some(0), "{sub}: {err}");
+        assert!(err.contains("/dev/full"), "{sub}: {err}");
+        assert!(!err.contains("panicked"), "{sub}: {err}");
+    }
+}
