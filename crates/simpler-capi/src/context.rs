@@ -48,7 +48,10 @@ pub(crate) fn runtime_field(v: u32, field: &str) -> Result<Option<Runtime>, Fail
 
 /// The worker configuration of `c` (`None`: all defaults); `borrowed` refuses the device
 /// fields, which belong to the caller's device.
-fn worker_config(c: Option<SimplerContextConfig>, borrowed: bool) -> Result<WorkerConfig, Failure> {
+pub(crate) fn worker_config(
+    c: Option<SimplerContextConfig>,
+    borrowed: bool,
+) -> Result<WorkerConfig, Failure> {
     let mut w = WorkerConfig::default();
     let Some(c) = c else { return Ok(w) };
     if borrowed {

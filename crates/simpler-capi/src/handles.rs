@@ -1,9 +1,9 @@
 //! Opaque handles and the process-wide tables behind them (`docs/c-abi.md` §2).
 //!
 //! A `SimplerContext*`, `SimplerRun*` or `SimplerRecording*` is never a pointer to memory:
-//! its value encodes the creating process id (high 24 bits), the kind of object (2 bits:
-//! context, run or recording) and a
-//! serial number that is never reused (low 38 bits), and the object lives in a per-process
+//! its value encodes the creating process id (high 24 bits), the kind of object (3 bits:
+//! context, run, recording or domain) and a serial number that is never reused (low 37
+//! bits), and the object lives in a per-process
 //! [`Registry`]. So every entry can:
 //!
 //! 1. refuse a handle inherited by a **forked child** from the value alone, before any lock
@@ -27,10 +27,10 @@ use parking_lot::Mutex;
 
 use crate::status::{Failure, SimplerStatus};
 
-/// The low bits: the kind (2 bits) above the serial number (38 bits).
+/// The low bits: the kind (3 bits) above the serial number (37 bits).
 const SERIAL_BITS: u32 = 40;
 const SERIAL_MASK: u64 = (1 << SERIAL_BITS) - 1;
-const KIND_SHIFT: u32 = 38;
+const KIND_SHIFT: u32 = 37;
 const NUMBER_MASK: u64 = (1 << KIND_SHIFT) - 1;
 /// Linux process ids are below 2^22, so they fit the handle's 24 bits exactly.
 const PID_MASK: u64 = (1 << (64 - SERIAL_BITS)) - 1;
@@ -50,6 +50,8 @@ pub enum HandleKind {
     Run = 2,
     /// Sim caller contexts (keyed by generation, never encoded handles).
     SimContext = 3,
+    /// `SimplerDomain*`.
+    Domain = 4,
 }
 
 impl HandleKind {
@@ -59,6 +61,7 @@ impl HandleKind {
             HandleKind::Context => "context",
             HandleKind::Run => "run",
             HandleKind::SimContext => "sim context",
+            HandleKind::Domain => "domain",
         }
     }
 
@@ -68,6 +71,7 @@ impl HandleKind {
             1 => Some(HandleKind::Context),
             2 => Some(HandleKind::Run),
             3 => Some(HandleKind::SimContext),
+            4 => Some(HandleKind::Domain),
             _ => None,
         }
     }
@@ -138,7 +142,7 @@ impl<T> Registry<T> {
     /// Adds `value` under a fresh handle of this process (never 0, never reused).
     ///
     /// # Panics
-    /// After 2^38 − 1 handles of one kind in one process.
+    /// After 2^37 − 1 handles of one kind in one process.
     pub fn insert(&self, value: Arc<T>) -> u64 {
         let serial = self.next.fetch_add(1, Ordering::Relaxed);
         assert!(serial <= NUMBER_MASK, "handle serial numbers exhausted");

@@ -18,10 +18,13 @@
 //! - [`raw`] and [`host_buffer`]: every read or write of caller memory (the unsafe code);
 //! - [`context_table`]: the live contexts and their lookup;
 //! - [`context`], [`register`], [`run`], [`replay`], [`memory`], [`sim`], [`library`]: the
-//!   entries.
+//!   entries of `include/simpler/host.h`;
+//! - [`domain`]: the collectives domain of `include/simpler/domain.h` (a level-3 worker of
+//!   sim chips from simpler-worker, the one piece behind this ABI that is not simpler-host).
 
 pub mod context;
 pub mod context_table;
+pub mod domain;
 pub mod ffi_guard;
 pub mod handles;
 pub mod host_buffer;

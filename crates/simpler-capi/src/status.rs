@@ -1,9 +1,11 @@
 //! The status codes of the C ABI (`SimplerStatus` in `include/simpler/host.h`, table in
-//! `docs/c-abi.md` §7) and the one mapping from [`HostError`] to them. The numbers are
+//! `docs/c-abi.md` §7) and the one mapping from [`HostError`] (and, for the collectives
+//! domain, [`WorkerError`]) to them. The numbers are
 //! stable: a code keeps its number forever and new codes are appended. This module decides
 //! codes only; it never formats a message of its own beyond the error's text.
 
 use simpler_host::HostError;
+use simpler_worker::WorkerError;
 
 /// A status code: 0 is success, every other value one family of failure.
 #[repr(i32)]
@@ -170,6 +172,34 @@ impl SimplerStatus {
     }
 }
 
+impl SimplerStatus {
+    /// The status of a level-3 engine error (the collectives domain's entries). Exhaustive
+    /// on purpose, as [`SimplerStatus::of`].
+    pub fn of_worker(e: &WorkerError) -> SimplerStatus {
+        match e {
+            WorkerError::InvalidArgument { .. } | WorkerError::UnknownWorker { .. } => {
+                SimplerStatus::InvalidArgument
+            }
+            WorkerError::UnknownCallable(_) => SimplerStatus::UnknownCallable,
+            WorkerError::InvalidConfig(_) => SimplerStatus::InvalidConfig,
+            WorkerError::InvalidState(_) | WorkerError::RingFull { .. } => {
+                SimplerStatus::InvalidState
+            }
+            WorkerError::Closed => SimplerStatus::WorkerClosed,
+            WorkerError::Startup { .. } => SimplerStatus::DeviceError,
+            WorkerError::EndpointFailure { .. } | WorkerError::EndpointRestarted { .. } => {
+                SimplerStatus::DeviceUnusable
+            }
+            WorkerError::TaskTimeout { .. } => SimplerStatus::RunTimeout,
+            WorkerError::TaskFailed { .. }
+            | WorkerError::Orchestration(_)
+            | WorkerError::SubFailed { .. } => SimplerStatus::RunFailed,
+            WorkerError::WaitTimeout(_) => SimplerStatus::Timeout,
+            WorkerError::Host(h) => SimplerStatus::of(h),
+        }
+    }
+}
+
 /// A failed entry: its status and the text `simpler_last_error` gives back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Failure {
@@ -209,6 +239,12 @@ impl Failure {
 impl From<HostError> for Failure {
     fn from(e: HostError) -> Failure {
         Failure::new(SimplerStatus::of(&e), e.to_string())
+    }
+}
+
+impl From<WorkerError> for Failure {
+    fn from(e: WorkerError) -> Failure {
+        Failure::new(SimplerStatus::of_worker(&e), e.to_string())
     }
 }
 

@@ -207,6 +207,74 @@ impl crate::raw::Versioned for SimplerRunConfig {
     const VERSION: u32 = RUN_CONFIG_VERSION;
 }
 
+/// `SimplerDomainConfig` (`include/simpler/domain.h`): how a collectives domain is made.
+/// Zero or NULL means "the default" for every field after `size` and `version`; the same
+/// size/version rule as [`SimplerContextConfig`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimplerDomainConfig {
+    /// `sizeof(SimplerDomainConfig)` as the caller compiled it (bytes, ≥ 8).
+    pub size: u32,
+    /// [`DOMAIN_CONFIG_VERSION`].
+    pub version: u32,
+    /// Chips, one rank each: 1..=[`DOMAIN_MAX_RANKS`] (0: 2).
+    pub ranks: u32,
+    /// Must be 0.
+    pub reserved: u32,
+    /// Every chip's configuration (NULL: the defaults).
+    pub chip: *const SimplerContextConfig,
+    /// The C compiler command, NUL-terminated (NULL: `$CC`, else `cc`).
+    pub cc: *const std::ffi::c_char,
+    /// The kernel cache directory, NUL-terminated (NULL: where the environment says).
+    pub cache_dir: *const std::ffi::c_char,
+}
+assert_layout!(
+    SimplerDomainConfig,
+    size = 40,
+    version = 4,
+    ranks = 8,
+    reserved = 12,
+    chip = 16,
+    cc = 24,
+    cache_dir = 32
+);
+
+impl Default for SimplerDomainConfig {
+    fn default() -> SimplerDomainConfig {
+        SimplerDomainConfig {
+            size: 0,
+            version: 0,
+            ranks: 0,
+            reserved: 0,
+            chip: std::ptr::null(),
+            cc: std::ptr::null(),
+            cache_dir: std::ptr::null(),
+        }
+    }
+}
+
+impl crate::raw::Versioned for SimplerDomainConfig {
+    const NAME: &'static str = "SimplerDomainConfig";
+    const VERSION: u32 = DOMAIN_CONFIG_VERSION;
+}
+
+/// The only `SimplerDomainConfig.version`.
+pub const DOMAIN_CONFIG_VERSION: u32 = 1;
+
+/// The most ranks (chips) of one domain (`SIMPLER_DOMAIN_MAX_RANKS`).
+pub const DOMAIN_MAX_RANKS: u32 = 64;
+
+/// The longest wait of a collective, ms (`SIMPLER_DOMAIN_MAX_TIMEOUT_MS`): the
+/// collectives' own limit ([`simpler_worker::collectives::MAX_TIMEOUT`]).
+pub const DOMAIN_MAX_TIMEOUT_MS: u64 = simpler_worker::collectives::MAX_TIMEOUT.as_millis() as u64;
+
+/// The opaque `SimplerDomain` (never dereferenced: its handle value is an id,
+/// [`crate::handles`]).
+#[repr(C)]
+pub struct SimplerDomain {
+    _opaque: [u8; 0],
+}
+
 /// The opaque `SimplerContext` (never dereferenced: its handle value is an id,
 /// [`crate::handles`]).
 #[repr(C)]
@@ -299,5 +367,31 @@ mod tests {
         }
         assert!(h.contains("#define SIMPLER_WAIT_FOREVER UINT64_MAX"));
         assert_eq!(WAIT_FOREVER, u64::MAX);
+    }
+
+    #[test]
+    fn domain_constants_match_their_header() {
+        let h = include_str!("../../../include/simpler/domain.h");
+        for (line, value) in [
+            (
+                "#define SIMPLER_DOMAIN_CONFIG_VERSION ",
+                u64::from(DOMAIN_CONFIG_VERSION),
+            ),
+            (
+                "#define SIMPLER_DOMAIN_MAX_RANKS ",
+                u64::from(DOMAIN_MAX_RANKS),
+            ),
+            (
+                "#define SIMPLER_DOMAIN_MAX_TIMEOUT_MS ",
+                DOMAIN_MAX_TIMEOUT_MS,
+            ),
+        ] {
+            let at = h
+                .find(line)
+                .unwrap_or_else(|| panic!("domain.h lacks `{line}`"))
+                + line.len();
+            let digits: String = h[at..].chars().take_while(char::is_ascii_digit).collect();
+            assert_eq!(digits.parse::<u64>().ok(), Some(value), "{line}");
+        }
     }
 }

@@ -1,6 +1,6 @@
-//! The C ABI from C: `include/simpler/host.h` compiles as C11 and as C++17, its layouts
-//! agree with the Rust mirrors, and the C programs in `tests/c/` — linked against the
-//! `libsimpler.so` cargo built for this test — pass (`docs/c-abi.md`).
+//! The C ABI from C: `include/simpler/host.h` and `include/simpler/domain.h` compile as C11
+//! and as C++17, their layouts agree with the Rust mirrors, and the C programs in `tests/c/`
+//! — linked against the `libsimpler.so` cargo built for this test — pass (`docs/c-abi.md`).
 //!
 //! The bundles the programs register are built here with the toolchain `simpler build`
 //! uses: `examples/gemm`, a one-kernel `sleepy` callable (its kernel sleeps for a scalar
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use simpler::types::{SimplerArg, SimplerContextConfig, SimplerRunConfig};
+use simpler::types::{SimplerArg, SimplerContextConfig, SimplerDomainConfig, SimplerRunConfig};
 use simpler_test_support::examples::{write_example, SDMA_COPY};
 use simpler_toolchain::build;
 
@@ -233,10 +233,10 @@ fn the_header_compiles_as_c11_and_cpp17_and_its_layouts_match_rust() {
     let probe = tmp().join("capi-header-probe.c");
     std::fs::write(
         &probe,
-        "#include <stdio.h>\n#include \"simpler/host.h\"\n\
-         int main(void) { printf(\"%zu %zu %zu %zu\\n\", sizeof(SimplerContextConfig), \
-         sizeof(SimplerRunConfig), sizeof(SimplerArg), offsetof(SimplerArg, host_ptr)); \
-         return 0; }\n",
+        "#include <stdio.h>\n#include \"simpler/host.h\"\n#include \"simpler/domain.h\"\n\
+         int main(void) { printf(\"%zu %zu %zu %zu %zu\\n\", sizeof(SimplerContextConfig), \
+         sizeof(SimplerRunConfig), sizeof(SimplerArg), offsetof(SimplerArg, host_ptr), \
+         sizeof(SimplerDomainConfig)); return 0; }\n",
     )
     .unwrap();
     let include = repo().join("include");
@@ -303,11 +303,12 @@ fn the_header_compiles_as_c11_and_cpp17_and_its_layouts_match_rust() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let printed = Command::new(&exe).output().unwrap();
     let want = format!(
-        "{} {} {} {}\n",
+        "{} {} {} {} {}\n",
         std::mem::size_of::<SimplerContextConfig>(),
         std::mem::size_of::<SimplerRunConfig>(),
         std::mem::size_of::<SimplerArg>(),
-        std::mem::offset_of!(SimplerArg, host_ptr)
+        std::mem::offset_of!(SimplerArg, host_ptr),
+        std::mem::size_of::<SimplerDomainConfig>()
     );
     assert_eq!(String::from_utf8_lossy(&printed.stdout), want);
 }
@@ -345,6 +346,13 @@ fn record_replay_c_program_passes() {
     let b = bundles();
     let exe = compile("record_replay");
     run_program(&exe, &[&b.gemm, &b.sleepy, &b.readback]);
+}
+
+#[test]
+fn domain_c_program_passes() {
+    let exe = compile("domain");
+    let cache = tmp().join("capi-domain-kernel-cache");
+    run_program(&exe, &[&cache]);
 }
 
 #[test]
