@@ -9,8 +9,10 @@
 //! The chip code is not here: it is the C kernel and orchestration of the Python package,
 //! [`SOURCE_DIR`]`/`[`KERNEL_SOURCE`] and [`SOURCE_DIR`]`/`[`ORCHESTRATION_SOURCE`], compiled
 //! with the caller's [`Compiler`]; their argument layout and op codes are declared for C
-//! users in `include/simpler/collectives.h`. Python's `simpler.collectives` applies the same
-//! rules ([`check_dtype`], [`check_count`], [`check_timeout`], [`check_sizes`]).
+//! users in `include/simpler/collectives.h`. The argument rules live here once
+//! ([`check_dtype`], [`check_count`], [`check_timeout`] / [`check_timeout_secs`],
+//! [`check_sizes`] / [`check_shapes`], [`domain_layout`], [`rename`]); Python's
+//! `simpler.collectives` calls them through its native module.
 //!
 //! ```no_run
 //! # use simpler_worker::{collectives::*, *};
@@ -87,6 +89,14 @@ pub enum Op {
 }
 
 impl Op {
+    /// Every collective, in `op` code order.
+    pub const ALL: [Op; 3] = [Op::AllReduce, Op::AllGather, Op::ReduceScatter];
+
+    /// The collective of the chip code's `op` scalar; `None` for an unknown code.
+    pub fn from_code(code: u64) -> Option<Op> {
+        Op::ALL.into_iter().find(|op| op.code() == code)
+    }
+
     /// The `op` scalar of the chip code.
     pub fn code(self) -> u64 {
         self as u64
@@ -177,27 +187,83 @@ pub fn check_count(count: u64) -> Result<u64, WorkerError> {
 /// [`WorkerError::InvalidArgument`] naming `timeout` for zero or more than [`MAX_TIMEOUT`].
 pub fn check_timeout(timeout: Duration) -> Result<u64, WorkerError> {
     if timeout.is_zero() || timeout > MAX_TIMEOUT {
-        return Err(bad(
-            "timeout",
-            format!(
-                "must be a number of seconds in (0, {}], got {timeout:?}",
-                MAX_TIMEOUT.as_secs()
-            ),
-        ));
+        return Err(timeout_error(format_args!("{timeout:?}")));
     }
-    Ok((timeout.as_micros() as u64).max(1))
+    Ok(timeout_us(timeout))
+}
+
+/// The `timeout_us` scalar of a wait limit of `seconds` in (0, [`MAX_TIMEOUT`]] (at least
+/// 1 µs), for callers that hold seconds as a float.
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] naming `timeout` for zero, a negative number, more than
+/// [`MAX_TIMEOUT`], an infinity or NaN.
+pub fn check_timeout_secs(seconds: f64) -> Result<u64, WorkerError> {
+    // +inf is above the maximum.
+    if seconds.is_nan() || seconds <= 0.0 || seconds > MAX_TIMEOUT.as_secs_f64() {
+        return Err(timeout_error(format_args!("{seconds} s")));
+    }
+    Ok(timeout_us(Duration::from_secs_f64(seconds)))
+}
+
+fn timeout_us(timeout: Duration) -> u64 {
+    u64::try_from(timeout.as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+fn timeout_error(got: std::fmt::Arguments<'_>) -> WorkerError {
+    bad(
+        "timeout",
+        format!(
+            "must be a number of seconds in (0, {}], got {got}",
+            MAX_TIMEOUT.as_secs()
+        ),
+    )
+}
+
+/// The sizes of a collectives domain over `n` chips for up to `count` elements per rank of
+/// `dtype` (as [`Collectives::allocate_domain`] makes it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DomainLayout {
+    /// Elements of `dtype` in each rank's `scratch` buffer: `max(n, 1) · count`.
+    pub scratch: u64,
+    /// Bytes of each rank's window: `scratch` rounded up to 64 bytes, plus 128 bytes (the
+    /// `signal` buffer, [`SIGNAL_WORDS`] i32, and its alignment).
+    pub window: u64,
+}
+
+/// The layout of a collectives domain over `n` chips for up to `count` elements per rank of
+/// `dtype`.
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] naming `count` (0, or too large for a window) or
+/// `dtype` (see [`check_dtype`]).
+pub fn domain_layout(n: usize, count: u64, dtype: DataType) -> Result<DomainLayout, WorkerError> {
+    let count = check_count(count)?;
+    let dtype = check_dtype(dtype)?;
+    let n = n.max(1) as u64;
+    let too_large = || {
+        bad(
+            "count",
+            format!("{count} elements per rank do not fit a window"),
+        )
+    };
+    let scratch = n.checked_mul(count).ok_or_else(too_large)?;
+    let window = scratch
+        .checked_mul(dtype.size_bytes() as u64)
+        .and_then(|b| b.checked_next_multiple_of(64))
+        .and_then(|b| b.checked_add(128))
+        .ok_or_else(too_large)?;
+    Ok(DomainLayout { scratch, window })
 }
 
 /// Checks one collective's tensors over `n` ranks on a domain of `dtype` with `scratch`
-/// elements of scratch per rank: one input and one output per rank, every one a 1-D vector
-/// of `dtype`, with the sizes `op` needs, the same on every rank (allreduce `count` →
-/// `count`, allgather `count` → `n·count`, reduce-scatter `n·count` → `count`), and the
-/// input within the scratch. A mismatch would read or write past a peer's data silently.
+/// elements of scratch per rank (see [`check_shapes`], which this applies to each tensor's
+/// dtype and shape).
 ///
 /// # Errors
-/// [`WorkerError::InvalidArgument`] naming `inputs` / `outputs` (not one per rank),
-/// `inputs[r]` / `outputs[r]` (dtype, rank, size, or another size than rank 0's) or
-/// `inputs` (the domain is too small).
+/// As [`check_shapes`].
 pub fn check_sizes(
     op: Op,
     inputs: &[Tensor],
@@ -206,14 +272,43 @@ pub fn check_sizes(
     scratch: u64,
     n: usize,
 ) -> Result<(), WorkerError> {
-    for (what, seq) in [("inputs", inputs), ("outputs", outputs)] {
-        if seq.len() != n {
+    fn described(ts: &[Tensor]) -> Vec<(DataType, &[u64])> {
+        ts.iter().map(|t| (t.dtype(), t.shape())).collect()
+    }
+    check_shapes(
+        op,
+        &described(inputs),
+        &described(outputs),
+        dtype,
+        scratch,
+        n,
+    )
+}
+
+/// Checks one collective's tensors, each given as its `(dtype, shape)` (shape in elements
+/// per dimension), over `n` ranks on a domain of `dtype` with `scratch` elements of scratch
+/// per rank: one input and one output per rank, every one a 1-D vector of `dtype`, with the
+/// sizes `op` needs, the same on every rank (allreduce `count` → `count`, allgather `count`
+/// → `n·count`, reduce-scatter `n·count` → `count`), and the input within the scratch. A
+/// mismatch would read or write past a peer's data silently.
+///
+/// # Errors
+/// [`WorkerError::InvalidArgument`] naming `inputs` / `outputs` (not one per rank),
+/// `inputs[r]` / `outputs[r]` (dtype, rank, size, or another size than rank 0's) or
+/// `inputs` (the domain is too small).
+pub fn check_shapes(
+    op: Op,
+    inputs: &[(DataType, &[u64])],
+    outputs: &[(DataType, &[u64])],
+    dtype: DataType,
+    scratch: u64,
+    n: usize,
+) -> Result<(), WorkerError> {
+    for (what, len) in [("inputs", inputs.len()), ("outputs", outputs.len())] {
+        if len != n {
             return Err(bad(
                 what,
-                format!(
-                    "{} for a domain of {n} ranks; give one tensor per rank, in rank order",
-                    seq.len()
-                ),
+                format!("{len} for a domain of {n} ranks; give one tensor per rank, in rank order"),
             ));
         }
     }
@@ -221,19 +316,22 @@ pub fn check_sizes(
     let n64 = n as u64;
     let mut count: Option<u64> = None;
     for (i, (x, y)) in inputs.iter().zip(outputs).enumerate() {
-        for (what, t) in [("inputs", x), ("outputs", y)] {
-            if t.dtype() != dtype || t.shape().len() != 1 {
-                return Err(bad(
-                    format!("{what}[{i}]"),
-                    format!(
-                        "{name} on this domain takes 1-D {dtype} vectors, got shape {:?} of {}",
-                        t.shape(),
-                        t.dtype()
-                    ),
-                ));
+        let mut elements = [0u64; 2];
+        for (slot, (what, (t_dtype, shape))) in [("inputs", x), ("outputs", y)].iter().enumerate() {
+            match shape {
+                [len] if *t_dtype == dtype => elements[slot] = *len,
+                _ => {
+                    return Err(bad(
+                        format!("{what}[{i}]"),
+                        format!(
+                            "{name} on this domain takes 1-D {dtype} vectors, got shape \
+                             {shape:?} of {t_dtype}"
+                        ),
+                    ))
+                }
             }
         }
-        let (nx, ny) = (x.numel(), y.numel());
+        let [nx, ny] = elements;
         let (want_in, want_out, c) = match op {
             Op::AllReduce => (nx, nx, nx),
             Op::AllGather => (nx, nx.saturating_mul(n64), nx),
@@ -519,21 +617,7 @@ impl Collectives {
         count: u64,
         dtype: DataType,
     ) -> Result<CollectiveDomain, WorkerError> {
-        let count = check_count(count)?;
-        let dtype = check_dtype(dtype)?;
-        let n = workers.len().max(1) as u64;
-        let too_large = || {
-            bad(
-                "count",
-                format!("{count} elements per rank do not fit a window"),
-            )
-        };
-        let scratch = n.checked_mul(count).ok_or_else(too_large)?;
-        let window = scratch
-            .checked_mul(dtype.size_bytes() as u64)
-            .and_then(|b| b.checked_next_multiple_of(64))
-            .and_then(|b| b.checked_add(128))
-            .ok_or_else(too_large)?;
+        let DomainLayout { scratch, window } = domain_layout(workers.len(), count, dtype)?;
         let domain = orch.allocate_domain(
             name,
             workers,
@@ -673,8 +757,10 @@ fn renamed(e: WorkerError) -> WorkerError {
     }
 }
 
-/// `text` with every `args_list[R][I]` replaced by the collective's name of argument `I`.
-fn rename(text: &str) -> String {
+/// `text` (an engine error's argument name or reason) with every `args_list[R][I]` replaced
+/// by the collective's name of argument `I` of rank `R`: `inputs[R]`, `outputs[R]`,
+/// `domain scratch[R]`, `domain signal[R]` (`args[R]` past those).
+pub fn rename(text: &str) -> String {
     const PREFIX: &str = "args_list[";
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -739,5 +825,118 @@ mod tests {
             matches!(check_count(0), Err(WorkerError::InvalidArgument { arg, .. }) if arg == "count")
         );
         assert_eq!(Op::ReduceScatter.code(), 2);
+        assert_eq!(Op::from_code(1), Some(Op::AllGather));
+        assert_eq!(Op::from_code(3), None);
+    }
+
+    #[test]
+    fn timeouts_in_seconds_follow_the_duration_rule() {
+        assert_eq!(check_timeout_secs(40.0).unwrap(), 40_000_000);
+        assert_eq!(check_timeout_secs(1.5).unwrap(), 1_500_000);
+        assert_eq!(check_timeout_secs(1e-12).unwrap(), 1);
+        for s in [0.0, -1.0, 40.000_001, 41.0, f64::INFINITY, f64::NAN] {
+            let e = check_timeout_secs(s).unwrap_err();
+            assert!(
+                matches!(&e, WorkerError::InvalidArgument { arg, reason }
+                    if arg == "timeout" && reason.starts_with("must be a number of seconds in (0, 40]")),
+                "{s}: {e}"
+            );
+        }
+        let e = check_timeout(Duration::from_secs(41)).unwrap_err();
+        assert!(e.to_string().ends_with("got 41s"), "{e}");
+    }
+
+    #[test]
+    fn a_domain_layout_is_checked_and_sized() {
+        let l = domain_layout(4, 10, DataType::Float32).unwrap();
+        assert_eq!(
+            l,
+            DomainLayout {
+                scratch: 40,
+                window: 192 + 128
+            }
+        );
+        assert_eq!(domain_layout(0, 1, DataType::Int32).unwrap().scratch, 1);
+        let arg_of = |e: WorkerError| match e {
+            WorkerError::InvalidArgument { arg, .. } => arg,
+            other => panic!("{other}"),
+        };
+        assert_eq!(
+            arg_of(domain_layout(2, 0, DataType::Float32).unwrap_err()),
+            "count"
+        );
+        assert_eq!(
+            arg_of(domain_layout(2, u64::MAX, DataType::Float32).unwrap_err()),
+            "count"
+        );
+        assert_eq!(
+            arg_of(domain_layout(2, 4, DataType::Float64).unwrap_err()),
+            "dtype"
+        );
+    }
+
+    /// `check_shapes` over plain (dtype, shape) pairs: the argument each refusal names.
+    #[test]
+    fn shapes_are_checked_per_rank() {
+        const F: DataType = DataType::Float32;
+        let check = |op, xs: &[&[u64]], ys: &[&[u64]], scratch| {
+            let xs: Vec<_> = xs.iter().map(|s| (F, *s)).collect();
+            let ys: Vec<_> = ys.iter().map(|s| (F, *s)).collect();
+            check_shapes(op, &xs, &ys, F, scratch, 2).map_err(|e| match e {
+                WorkerError::InvalidArgument { arg, reason } => (arg, reason),
+                other => panic!("{other}"),
+            })
+        };
+        assert!(check(Op::AllReduce, &[&[4], &[4]], &[&[4], &[4]], 8).is_ok());
+        assert!(check(Op::AllGather, &[&[4], &[4]], &[&[8], &[8]], 8).is_ok());
+        assert!(check(Op::ReduceScatter, &[&[8], &[8]], &[&[4], &[4]], 8).is_ok());
+        let arg = |r: Result<(), (String, String)>| r.unwrap_err().0;
+        assert_eq!(
+            arg(check(Op::AllReduce, &[&[4]], &[&[4], &[4]], 8)),
+            "inputs"
+        );
+        assert_eq!(
+            arg(check(Op::AllReduce, &[&[4], &[4]], &[&[4]], 8)),
+            "outputs"
+        );
+        assert_eq!(
+            arg(check(Op::AllReduce, &[&[4], &[2, 2]], &[&[4], &[4]], 8)),
+            "inputs[1]"
+        );
+        assert_eq!(
+            arg(check(Op::AllReduce, &[&[4], &[4]], &[&[4], &[]], 8)),
+            "outputs[1]"
+        );
+        assert_eq!(
+            arg(check(Op::AllReduce, &[&[4], &[3]], &[&[4], &[3]], 8)),
+            "inputs[1]"
+        );
+        assert_eq!(
+            arg(check(Op::AllGather, &[&[4], &[4]], &[&[4], &[4]], 8)),
+            "outputs[0]"
+        );
+        assert_eq!(
+            arg(check(Op::ReduceScatter, &[&[4], &[4]], &[&[4], &[4]], 8)),
+            "inputs[0]"
+        );
+        assert_eq!(
+            arg(check(Op::ReduceScatter, &[&[8], &[6]], &[&[4], &[3]], 8)),
+            "outputs[1]"
+        );
+        assert_eq!(
+            arg(check(Op::AllReduce, &[&[9], &[9]], &[&[9], &[9]], 8)),
+            "inputs"
+        );
+        let (_, reason) = check(Op::AllGather, &[&[4], &[4]], &[&[4], &[4]], 8).unwrap_err();
+        assert_eq!(
+            reason,
+            "allgather over 2 ranks with 4-element inputs needs 8-element outputs, got 4"
+        );
+        let i32s = [(DataType::Int32, &[4u64][..]), (F, &[4][..])];
+        let e = check_shapes(Op::AllReduce, &i32s, &i32s, F, 8, 2).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "argument `inputs[0]`: allreduce on this domain takes 1-D f32 vectors, got shape [4] of i32"
+        );
     }
 }
