@@ -85,11 +85,33 @@ pub enum KernelNameError {
     /// The name is empty.
     #[error("kernel name is empty")]
     Empty,
+    /// The name is only whitespace (it would show as a blank in traces and reports).
+    #[error("kernel name {name:?} is only whitespace")]
+    Blank {
+        /// The name.
+        name: String,
+    },
     /// The name holds a control character (it would break trace and report lines).
-    #[error("kernel name {name:?} holds a control character")]
+    #[error("kernel name {name:?} holds the control character {}", code_point(*ch))]
     ControlCharacter {
         /// The name.
         name: String,
+        /// The first control character in it.
+        ch: char,
+    },
+    /// The name holds an invisible or text-direction character (zero-width characters, bidi
+    /// controls: the list [`check_kernel_name`] gives): it would show invisibly, or reorder
+    /// the text around it, in traces and reports.
+    #[error(
+        "kernel name {name:?} holds {}, an invisible or text-direction character, which is \
+         not allowed",
+        code_point(*ch)
+    )]
+    HiddenCharacter {
+        /// The name.
+        name: String,
+        /// The first such character in it.
+        ch: char,
     },
     /// The name is longer than [`MAX_KERNEL_NAME_BYTES`].
     #[error("kernel name `{name}` is {len} bytes long; at most {max} are allowed")]
@@ -103,20 +125,59 @@ pub enum KernelNameError {
     },
 }
 
+/// `ch` as `U+XXXX` (at least four hex digits, upper case).
+fn code_point(ch: char) -> String {
+    format!("U+{:04X}", ch as u32)
+}
+
 /// The longest kernel name accepted, in UTF-8 bytes.
 pub const MAX_KERNEL_NAME_BYTES: usize = 256;
 
-/// Checks one kernel name: non-empty, no control characters, at most
-/// [`MAX_KERNEL_NAME_BYTES`].
+/// Whether `ch` is invisible or changes the direction of the text around it, so that a
+/// kernel name holding it would read wrong: the soft hyphen (U+00AD), the Arabic letter mark
+/// (U+061C), the Mongolian vowel separator (U+180E), the zero-width characters and
+/// left-to-right / right-to-left marks (U+200B..U+200F), the bidi embeddings and overrides
+/// (U+202A..U+202E), the word joiner and invisible operators (U+2060..U+2064), the bidi
+/// isolates (U+2066..U+2069) and the byte order mark / zero-width no-break space (U+FEFF).
+fn is_hidden_char(ch: char) -> bool {
+    matches!(
+        ch,
+        '\u{AD}'
+            | '\u{61C}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
+}
+
+/// Checks one kernel name: non-empty, not only whitespace, no control characters, no
+/// invisible or text-direction characters (U+00AD, U+061C, U+180E, U+200B..U+200F,
+/// U+202A..U+202E, U+2060..U+2064, U+2066..U+2069, U+FEFF), at most
+/// [`MAX_KERNEL_NAME_BYTES`]. Letters of any script are fine (`qk_matmul`, `矩阵乘`).
 ///
 /// # Errors
-/// The [`KernelNameError`] saying what is wrong.
+/// The [`KernelNameError`] saying what is wrong (for a character: the first one, as U+XXXX).
 pub fn check_kernel_name(name: &str) -> Result<(), KernelNameError> {
     if name.is_empty() {
         return Err(KernelNameError::Empty);
     }
-    if name.chars().any(char::is_control) {
-        return Err(KernelNameError::ControlCharacter { name: name.into() });
+    if name.chars().all(char::is_whitespace) {
+        return Err(KernelNameError::Blank { name: name.into() });
+    }
+    if let Some(ch) = name.chars().find(|c| c.is_control()) {
+        return Err(KernelNameError::ControlCharacter {
+            name: name.into(),
+            ch,
+        });
+    }
+    if let Some(ch) = name.chars().find(|&c| is_hidden_char(c)) {
+        return Err(KernelNameError::HiddenCharacter {
+            name: name.into(),
+            ch,
+        });
     }
     if name.len() > MAX_KERNEL_NAME_BYTES {
         return Err(KernelNameError::TooLong {
@@ -248,7 +309,60 @@ impl std::str::FromStr for Runtime {
 
 #[cfg(test)]
 mod name_tests {
-    use super::resolve_kernel_names;
+    use super::{check_kernel_name, resolve_kernel_names, KernelNameError, MAX_KERNEL_NAME_BYTES};
+
+    #[test]
+    fn names_of_any_script_pass_and_blank_hidden_or_long_ones_are_refused() {
+        for ok in ["qk_matmul", "矩阵乘", "gemm tile", "é", "a-b.c (v2)"] {
+            assert_eq!(check_kernel_name(ok), Ok(()), "{ok:?}");
+        }
+        assert_eq!(check_kernel_name(""), Err(KernelNameError::Empty));
+        for blank in [" ", "\t \n", "\u{3000}"] {
+            let e = check_kernel_name(blank).unwrap_err();
+            assert!(
+                matches!(e, KernelNameError::Blank { .. }),
+                "{blank:?}: {e:?}"
+            );
+            assert!(e.to_string().contains("only whitespace"), "{e}");
+        }
+        let e = check_kernel_name("a\u{7}b").unwrap_err();
+        assert_eq!(
+            e,
+            KernelNameError::ControlCharacter {
+                name: "a\u{7}b".into(),
+                ch: '\u{7}'
+            }
+        );
+        assert!(e.to_string().contains("U+0007"), "{e}");
+        for (name, code) in [
+            ("qk\u{200B}matmul", "U+200B"),
+            ("qk\u{200C}", "U+200C"),
+            ("\u{200D}qk", "U+200D"),
+            ("q\u{2060}k", "U+2060"),
+            ("\u{FEFF}qk", "U+FEFF"),
+            ("qk\u{202A}x", "U+202A"),
+            ("qk\u{202E}lumtam", "U+202E"),
+            ("qk\u{2066}x", "U+2066"),
+            ("qk\u{2069}x", "U+2069"),
+            ("soft\u{AD}hyphen", "U+00AD"),
+        ] {
+            let e = check_kernel_name(name).unwrap_err();
+            assert!(
+                matches!(&e, KernelNameError::HiddenCharacter { name: n, .. } if n == name),
+                "{name:?}: {e:?}"
+            );
+            let msg = e.to_string();
+            assert!(msg.contains(code), "{name:?}: {msg}");
+            // The message shows the character escaped, never raw.
+            assert!(!msg.contains(name), "{name:?}: {msg}");
+        }
+        let at_max = "k".repeat(MAX_KERNEL_NAME_BYTES);
+        assert_eq!(check_kernel_name(&at_max), Ok(()));
+        let e = check_kernel_name(&format!("{at_max}k")).unwrap_err();
+        assert!(
+            matches!(e, KernelNameError::TooLong { len, .. } if len == MAX_KERNEL_NAME_BYTES + 1)
+        );
+    }
 
     #[test]
     fn shared_defaults_are_qualified_and_given_names_must_differ() {

@@ -649,6 +649,56 @@ dtype = "f32"
     }
 
     #[test]
+    fn blank_hidden_and_over_long_kernel_names_are_refused_naming_the_character() {
+        let named = |name: &str| GOOD.replace("entry = \"add_entry\"", &format!("name = {name}"));
+        // TOML escapes (`\u200B`) put the characters in the name itself.
+        for (toml_name, code) in [
+            (r#""qk\u200Bmatmul""#, "U+200B"),
+            (r#""qk\u200C""#, "U+200C"),
+            (r#""\u200Dqk""#, "U+200D"),
+            (r#""qk\u2060x""#, "U+2060"),
+            (r#""\uFEFFqk""#, "U+FEFF"),
+            (r#""qk\u202Ex""#, "U+202E"),
+            (r#""qk\u202Ax""#, "U+202A"),
+            (r#""qk\u2066x""#, "U+2066"),
+            (r#""qk\u2069x""#, "U+2069"),
+            (r#""qk\u0007""#, "U+0007"),
+        ] {
+            let e = parse(&named(toml_name), Path::new("ex/simpler.toml")).unwrap_err();
+            assert!(
+                matches!(&e, ManifestError::Field { field, .. } if field == "kernels[1].name"),
+                "{toml_name}: {e:?}"
+            );
+            let msg = e.to_string();
+            assert!(
+                msg.contains("ex/simpler.toml") && msg.contains(code) && msg.contains("qk"),
+                "{toml_name}: {msg}"
+            );
+        }
+        for blank in [r#"" ""#, r#""\t  ""#] {
+            let msg = err(&named(blank));
+            assert!(
+                msg.contains("kernels[1].name") && msg.contains("only whitespace"),
+                "{msg}"
+            );
+        }
+        let long = format!(
+            "\"{}\"",
+            "k".repeat(simpler_host::MAX_KERNEL_NAME_BYTES + 1)
+        );
+        let msg = err(&named(&long));
+        assert!(
+            msg.contains("kernels[1].name") && msg.contains("bytes long"),
+            "{msg}"
+        );
+        // Letters of any script are names.
+        for ok in ["qk_matmul", "矩阵乘"] {
+            let (m, _) = parse(&named(&format!("\"{ok}\"")), Path::new("simpler.toml")).unwrap();
+            assert_eq!(m.kernels[1].name(), ok);
+        }
+    }
+
+    #[test]
     fn bad_name() {
         let msg = err(&GOOD.replace("name = \"gemm\"", "name = \"../x\""));
         assert!(msg.contains("field `name`"), "{msg}");

@@ -604,6 +604,35 @@ fn duplicate_and_invalid_kernel_names_are_refused() {
         ),
         "{e:?}"
     );
+    // A name with a zero-width or bidi character (an old bundle written before the rule):
+    // refused by the reader, naming the kernel and the character.
+    for (name, code) in [("qk\u{200B}", "U+200B"), ("qk\u{202E}x", "U+202E")] {
+        b.kernels[1].name = name.into();
+        let e = Bundle::from_bytes(&b.to_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                BundleError::InvalidKernelName {
+                    func_id: 7,
+                    reason: crate::KernelNameError::HiddenCharacter { .. }
+                }
+            ),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(msg.contains("func_id 7") && msg.contains(code), "{msg}");
+    }
+    b.kernels[1].name = "   ".into();
+    assert!(matches!(
+        b.validate(),
+        Err(BundleError::InvalidKernelName {
+            reason: crate::KernelNameError::Blank { .. },
+            ..
+        })
+    ));
+    b.kernels[1].name = "矩阵乘".into();
+    assert!(b.validate().is_ok());
+    assert!(Bundle::from_bytes(&b.to_bytes()).is_ok());
     b.kernels[1].name = String::new();
     assert!(e.to_string().contains("func_id 7"), "{e}");
     assert!(matches!(
