@@ -14,7 +14,7 @@
 //! - `trace_out`: `--trace` and `--deps` ([`TraceRequest`]): their paths checked before the
 //!   run like an output's, the files written (atomically) after a successful run, after the
 //!   outputs: a trace file that cannot be written fails the command (exit code 1) but never
-//!   costs an output;
+//!   costs an output; after a failed run none is written, and one line on stderr says so;
 //! - `error`: [`RunError`] and its exit codes.
 //!
 //! `.npy` files and scalars are read by [`simpler_toolchain`].
@@ -264,7 +264,12 @@ pub fn command(req: &RunRequest) -> Result<(), RunError> {
     config.call.trace_level = prepared.trace.level();
     config.call.runtime = req.runtime;
     config.worker.enable_sdma = req.enable_sdma;
-    let report = execute(&mut prepared, &config)?;
+    let report = execute(&mut prepared, &config).inspect_err(|e| {
+        let nothing_ran = !matches!(e, RunError::Execute { .. });
+        if let Some(note) = trace_out::not_written_note(&prepared.trace, nothing_ran) {
+            eprintln!("{note}");
+        }
+    })?;
     // The outputs first: nothing after this (printing, the trace files, the checks) can
     // lose them.
     let (written, output_failed) = write_outputs(&prepared);

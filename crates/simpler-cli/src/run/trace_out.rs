@@ -1,7 +1,9 @@
 //! The trace outputs of `simpler run`: `--trace FILE [--trace-level L] [--trace-format F]` and
 //! `--deps FILE`. Owns checking their paths before anything runs (the same rules as an
 //! `--output`: the directory exists, the file is none the run reads nor another output, an
-//! existing file is a regular one) and writing them, atomically, after a successful run.
+//! existing file is a regular one) and writing them, atomically, after a successful run. A
+//! run that fails brings no trace back (the worker's error carries none), so then nothing is
+//! written and [`not_written_note`] says so on stderr, beside the run's error.
 //! The formats are [`simpler_trace`]'s (docs/tracing.md, "Export and tools").
 
 use std::path::{Path, PathBuf};
@@ -87,6 +89,29 @@ pub fn check(
     Ok(())
 }
 
+/// The one line printed to stderr when the run failed after `--trace`/`--deps` were accepted:
+/// which files were not written and why (`nothing_ran`: the worker refused the run or its
+/// code did not load; else the run failed, and a failed run brings no trace back). `None`
+/// when no trace file was asked for.
+pub fn not_written_note(req: &TraceRequest, nothing_ran: bool) -> Option<String> {
+    let files: Vec<String> = req
+        .files()
+        .map(|(flag, path)| format!("{flag} `{}`", path.display()))
+        .collect();
+    if files.is_empty() {
+        return None;
+    }
+    let why = if nothing_ran {
+        "nothing ran"
+    } else {
+        "the run failed, and a failed run brings no trace back"
+    };
+    Some(format!(
+        "note: no trace file written ({}): {why}",
+        files.join(", ")
+    ))
+}
+
 /// Writes `--trace` and `--deps` from the run's `trace`, each atomically; prints a line per
 /// file written.
 ///
@@ -133,4 +158,28 @@ pub fn write(req: &TraceRequest, trace: Option<&Trace>) -> Result<(), RunError> 
         outln!("wrote {} ({what})", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_note_names_every_file_and_why() {
+        let mut req = TraceRequest::default();
+        assert_eq!(not_written_note(&req, false), None);
+        req.trace = Some("t.pftrace".into());
+        let note = not_written_note(&req, true).unwrap();
+        assert_eq!(
+            note,
+            "note: no trace file written (--trace `t.pftrace`): nothing ran"
+        );
+        req.deps = Some("d.json".into());
+        let note = not_written_note(&req, false).unwrap();
+        assert!(
+            note.contains("--trace `t.pftrace`, --deps `d.json`")
+                && note.ends_with("the run failed, and a failed run brings no trace back"),
+            "{note}"
+        );
+    }
 }

@@ -485,6 +485,52 @@ fn outputs_are_written_only_after_a_successful_run() {
     assert!(!p.join("y.npy").exists());
 }
 
+/// A run that fails after `--trace` and `--deps` were accepted writes neither (a failed run
+/// brings no trace back) and says so in one line on stderr, naming both files, beside the
+/// run's error (exit 1).
+#[test]
+fn a_failed_run_says_its_trace_was_not_written() {
+    let ex = example();
+    let p = ex.path();
+    write_f32_npy(&p.join("x.npy"), &[4], &[1.0, 2.0, 3.0, 4.0]);
+    std::fs::write(
+        p.join("orchestration.c"),
+        ORCH_C.replace("args->tensor_count == 2 ? 0 : 1", "7"),
+    )
+    .unwrap();
+    let o = simpler(
+        &[
+            "run",
+            path_str(p),
+            "--input",
+            "x=x.npy",
+            "--trace",
+            "t.json",
+            "--deps",
+            "d.dot",
+        ],
+        p,
+    );
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("error: running `tiny` failed"), "{err}");
+    let notes: Vec<&str> = err.lines().filter(|l| l.starts_with("note: ")).collect();
+    assert_eq!(notes.len(), 1, "{err}");
+    assert!(
+        notes[0].contains("no trace file written")
+            && notes[0].contains("--trace `t.json`")
+            && notes[0].contains("--deps `d.dot`")
+            && notes[0].contains("the run failed"),
+        "{err}"
+    );
+    assert!(!p.join("t.json").exists() && !p.join("d.dot").exists());
+    // Without a trace asked for, no note.
+    let o = simpler(&["run", path_str(p), "--input", "x=x.npy"], p);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("no trace file written"), "{err}");
+}
+
 /// The line `simpler run` prints once the callable ran.
 const RAN: &str = "ran `tiny`";
 
