@@ -954,4 +954,14 @@ fn an_input_that_is_not_a_regular_file_or_not_its_declared_size_is_refused() {
     common::write_npy_raw(&p.join("short.npy"), "<f4", &[4], &data[..12]);
     let err = refused_before_running(p, &["--input", "x=short.npy"]);
     assert!(err.contains("needs 16 bytes, got 12"), "{err}");
+    // A shape whose byte count overflows 64 bits: named with the limit, no saturated count.
+    common::write_npy_raw(&p.join("huge.npy"), "<f4", &[1 << 32, 1 << 32], &[]);
+    let err = refused_before_running(p, &["--input", "x=huge.npy"]);
+    assert!(
+        err.contains("huge.npy")
+            && err.contains("does not fit in 64 bits")
+            && err.contains("at most 4294967296 bytes")
+            && !err.contains(&u64::MAX.to_string()),
+        "{err}"
+    );
 }

@@ -141,6 +141,25 @@ pub enum NpyError {
         /// The most bytes accepted ([`MAX_DATA_BYTES`] for [`read`]).
         limit: u64,
     },
+    /// The header declares a shape whose size in bytes (elements × element size) does not
+    /// fit in 64 bits: more than any limit; nothing past the header was read.
+    #[error(
+        "`{}` declares shape {shape:?} of {dtype}, whose size in bytes does not fit in 64 \
+         bits{}",
+        path.display(),
+        limit.map_or(String::new(), |l| format!(" (a .npy input may hold at most {l} bytes)"))
+    )]
+    SizeOverflow {
+        /// The file.
+        path: PathBuf,
+        /// The shape its header declares.
+        shape: Vec<u64>,
+        /// The element type.
+        dtype: DataType,
+        /// The most bytes the reader accepts ([`MAX_DATA_BYTES`] for [`read`]); `None` where
+        /// there is no limit ([`parse`], [`write()`]).
+        limit: Option<u64>,
+    },
     /// Reading or writing failed.
     #[error("cannot {op} `{}`", path.display())]
     Io {
@@ -452,13 +471,27 @@ struct Header {
 }
 
 impl Header {
-    /// The [`NpyError::DataLength`] of a data section of `got` bytes.
-    fn length_error(self, path: &Path, got: u64) -> NpyError {
+    /// The bytes of data the shape needs.
+    ///
+    /// # Errors
+    /// [`NpyError::SizeOverflow`] (with `limit`) when that does not fit in `u64`.
+    fn expected_bytes(&self, path: &Path, limit: Option<u64>) -> Result<u64, NpyError> {
+        self.expected.ok_or_else(|| NpyError::SizeOverflow {
+            path: path.to_path_buf(),
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            limit,
+        })
+    }
+
+    /// The [`NpyError::DataLength`] of a data section of `got` bytes where the shape needs
+    /// `expected`.
+    fn length_error(self, path: &Path, expected: u64, got: u64) -> NpyError {
         NpyError::DataLength {
             path: path.to_path_buf(),
             shape: self.shape,
             dtype: self.dtype,
-            expected: self.expected.unwrap_or(u64::MAX),
+            expected,
             got,
         }
     }
@@ -471,8 +504,9 @@ impl Header {
 pub fn parse(data: &[u8], path: &Path) -> Result<NpyArray, NpyError> {
     let header = parse_header(data, path)?;
     let body = &data[header.data_start..];
-    if header.expected != Some(body.len() as u64) {
-        return Err(header.length_error(path, body.len() as u64));
+    let expected = header.expected_bytes(path, None)?;
+    if expected != body.len() as u64 {
+        return Err(header.length_error(path, expected, body.len() as u64));
     }
     Ok(NpyArray {
         shape: header.shape,
@@ -580,7 +614,8 @@ pub fn read(path: &Path) -> Result<NpyArray, NpyError> {
 /// # Errors
 /// [`NpyError`] naming the file: missing, not a regular file, unreadable, not a `.npy`,
 /// malformed or over-long header, unsupported dtype or order, more data declared than
-/// `limit` ([`NpyError::TooLarge`]), data length mismatch.
+/// `limit` ([`NpyError::TooLarge`]; a shape whose byte count overflows `u64`:
+/// [`NpyError::SizeOverflow`], naming the shape and `limit`), data length mismatch.
 pub fn read_limited(path: &Path, limit: u64) -> Result<NpyArray, NpyError> {
     use simpler_host::fsio::{open_regular, ReadFileError};
     use std::io::Read;
@@ -624,12 +659,8 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<NpyArray, NpyError> {
         .read_to_end(&mut head)
         .map_err(io)?;
     let header = parse_header(&head, path)?;
-    // What the header declares, against the file's size and the limit, before reading it.
-    let present = size.saturating_sub(header.data_start as u64);
-    if header.expected != Some(present) {
-        return Err(header.length_error(path, present));
-    }
-    let expected = present;
+    // What the header declares, against the limit and the file's size, before reading it.
+    let expected = header.expected_bytes(path, Some(limit))?;
     if expected > limit {
         return Err(NpyError::TooLarge {
             path: path.to_path_buf(),
@@ -637,11 +668,15 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<NpyArray, NpyError> {
             limit,
         });
     }
+    let present = size.saturating_sub(header.data_start as u64);
+    if expected != present {
+        return Err(header.length_error(path, expected, present));
+    }
     let mut bytes = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
     file.take(expected).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() as u64 != expected {
         // The file shrank while being read.
-        return Err(header.length_error(path, bytes.len() as u64));
+        return Err(header.length_error(path, expected, bytes.len() as u64));
     }
     Ok(NpyArray {
         shape: header.shape,
@@ -704,16 +739,24 @@ pub fn encode(array: &NpyArray) -> Vec<u8> {
 /// Writes `array` to `path` as a `.npy` file, atomically.
 ///
 /// # Errors
-/// [`NpyError::DataLength`] if the bytes do not match the shape (nothing is written), or
+/// [`NpyError::DataLength`] if the bytes do not match the shape, [`NpyError::SizeOverflow`]
+/// if the shape's byte count overflows `u64` (nothing is written in either case), or
 /// [`NpyError::Io`].
 pub fn write(path: &Path, array: &NpyArray) -> Result<(), NpyError> {
-    let expected = numel(&array.shape).and_then(|n| n.checked_mul(array.dtype.size_bytes() as u64));
-    if expected != Some(array.bytes.len() as u64) {
+    let expected = numel(&array.shape)
+        .and_then(|n| n.checked_mul(array.dtype.size_bytes() as u64))
+        .ok_or_else(|| NpyError::SizeOverflow {
+            path: path.to_path_buf(),
+            shape: array.shape.clone(),
+            dtype: array.dtype,
+            limit: None,
+        })?;
+    if expected != array.bytes.len() as u64 {
         return Err(NpyError::DataLength {
             path: path.to_path_buf(),
             shape: array.shape.clone(),
             dtype: array.dtype,
-            expected: expected.unwrap_or(u64::MAX),
+            expected,
             got: array.bytes.len() as u64,
         });
     }

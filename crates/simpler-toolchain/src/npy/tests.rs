@@ -451,3 +451,70 @@ fn read_refuses_data_over_the_limit_before_reading_it() {
         "{msg}"
     );
 }
+
+/// A header whose shape's byte count overflows `u64` is refused naming the shape and the
+/// limit, never a saturated byte count; a declared size over the limit is refused with the
+/// size the header declares, before its (missing) data is compared.
+#[test]
+fn an_overflowing_or_over_limit_declared_size_is_named_without_saturation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.npy");
+    for shape in ["(4294967296, 4294967296)", "(18446744073709551615,)"] {
+        let header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        std::fs::write(&path, raw_file(&header, &[])).unwrap();
+        let e = read(&path).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                NpyError::SizeOverflow {
+                    limit: Some(MAX_DATA_BYTES),
+                    dtype: DataType::Float32,
+                    ..
+                }
+            ),
+            "{shape}: {e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("huge.npy")
+                && msg.contains("does not fit in 64 bits")
+                && msg.contains(&MAX_DATA_BYTES.to_string())
+                && !msg.contains(&format!("{} bytes", u64::MAX)),
+            "{shape}: {msg}"
+        );
+        // In memory too, without a limit to name.
+        let e = parse(&raw_file(&header, &[]), p()).unwrap_err();
+        assert!(
+            matches!(e, NpyError::SizeOverflow { limit: None, .. }),
+            "{e:?}"
+        );
+        assert!(!e.to_string().contains("at most"), "{e}");
+    }
+    // 8 GiB declared, no data: over the limit, by the size declared.
+    let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2147483648,), }";
+    std::fs::write(&path, raw_file(header, &[])).unwrap();
+    let e = read(&path).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NpyError::TooLarge {
+                declared: 8589934592,
+                limit: MAX_DATA_BYTES,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    // Writing an array of an overflowing shape is refused the same way.
+    let a = NpyArray {
+        shape: vec![u64::MAX, 2],
+        dtype: DataType::Uint8,
+        bytes: vec![],
+    };
+    let e = write(&dir.path().join("o.npy"), &a).unwrap_err();
+    assert!(
+        matches!(e, NpyError::SizeOverflow { limit: None, .. }),
+        "{e:?}"
+    );
+    assert!(!dir.path().join("o.npy").exists());
+}
