@@ -4,19 +4,26 @@
 //! with `libloading`, its entry symbol resolved, and the file removed at once. Loading
 //! happens once per registration, never per run. In-process functions need no loading.
 //!
-//! A loaded library is **never unmapped**, on purpose: a device thread may still be
-//! executing its code after every host reference is gone — a kernel abandoned past its
-//! op-execute timeout, an orchestration left looping (`docs/chip-runtime.md`, the two
-//! clocks) — and unmapping code under a running thread crashes the process. Dropping a
-//! [`LoadedCode`] forgets the library handle instead of closing it; the cost is the mapping
-//! of each image loaded, kept until the process exits (the image cache shares equal images,
-//! so registering the same code again while it is cached loads nothing).
+//! A loaded library is unmapped when its last [`LoadedCode`] drops, unless a device thread
+//! may still be executing it. That can only be a thread the host gave up on: a kernel
+//! abandoned past its op-execute timeout, an orchestration left looping, a run past its
+//! timeout (`docs/chip-runtime.md`, the two clocks) — and unmapping code under a running
+//! thread crashes the process. Every such give-up marks the device unusable, and the lane
+//! counts it on the device's [`UnloadGate`]: code loaded for a device remembers the gate's
+//! count at its load, and on drop it is unmapped if the count is unchanged (no run since
+//! its load was given up on), and kept mapped until the process exits otherwise. Code
+//! loaded for no device ([`load`]: a build's check that the image loads) is always
+//! unmapped. The image cache shares equal images, so registering the same code again while
+//! it is cached loads nothing.
 //! Loaded code is named in the device's crash reports (`simpler_device::crash::name_code`)
 //! while its [`LoadedCode`] lives.
 //!
 //! This module holds the host's only `unsafe` code for loading foreign libraries.
 
 use std::io::Write;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::CodeImage;
 
@@ -64,13 +71,68 @@ pub enum EntryKind {
     Kernel,
 }
 
-/// Loaded code: the entry address, the library it lives in (never unmapped: see the module
-/// doc) and its name in crash reports (`what`, and the entry symbol of a library).
+/// Whether a device may still be executing code loaded for it: the count of runs given up
+/// on with a device thread possibly still inside user code (see the module doc). One per
+/// lane; shared by the lane (which counts) and its image cache (whose code reads it).
+#[derive(Debug, Default)]
+pub struct UnloadGate {
+    given_up: AtomicU64,
+}
+
+impl UnloadGate {
+    /// A gate that has seen no give-up.
+    pub fn new() -> Arc<UnloadGate> {
+        Arc::new(UnloadGate::default())
+    }
+
+    /// Counts a run given up on: code loaded before now is never unmapped.
+    pub fn give_up(&self) {
+        self.given_up.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Runs given up on so far.
+    pub fn given_up(&self) -> u64 {
+        self.given_up.load(Ordering::SeqCst)
+    }
+}
+
+/// Loaded code: the entry address, the library it lives in (unmapped on drop when the
+/// module doc's rule allows) and its name in crash reports (`what`, and the entry symbol of
+/// a library).
 pub struct LoadedCode {
     /// Address of the entry function.
     pub addr: u64,
     _name: simpler_device::crash::CodeName,
-    _library: Option<std::mem::ManuallyDrop<libloading::Library>>,
+    library: Option<ManuallyDrop<libloading::Library>>,
+    /// The device's gate and its count when this code was loaded; `None`: loaded for no
+    /// device.
+    gate: Option<(Arc<UnloadGate>, u64)>,
+}
+
+impl LoadedCode {
+    /// True when dropping this code now unmaps its library (a library, and no run since its
+    /// load was given up on).
+    pub fn unmaps_on_drop(&self) -> bool {
+        self.library.is_some()
+            && self
+                .gate
+                .as_ref()
+                .is_none_or(|(gate, at_load)| gate.given_up() == *at_load)
+    }
+}
+
+impl Drop for LoadedCode {
+    fn drop(&mut self) {
+        let unmap = self.unmaps_on_drop();
+        if let (true, Some(library)) = (unmap, self.library.as_mut()) {
+            // SAFETY: the last reference to this code is gone, so no run can start it, and
+            // the gate says no run since its load was given up on: every call into it
+            // returned (a run ends only when its kernels and orchestration returned, or is
+            // given up on). The library is dropped once; the field is never read again.
+            unsafe { ManuallyDrop::drop(library) };
+        }
+        // Otherwise the library stays mapped until the process exits (the module doc).
+    }
 }
 
 impl std::fmt::Debug for LoadedCode {
@@ -79,28 +141,60 @@ impl std::fmt::Debug for LoadedCode {
     }
 }
 
-/// Loads `image`, expecting an entry of `kind`; `what` names it in errors
-/// (e.g. "kernel func 3").
+/// Loads `image` for no device (a check that it loads and exports its entry), expecting an
+/// entry of `kind`; `what` names it in errors (e.g. "kernel func 3"). The library is
+/// unmapped when the code drops.
 ///
 /// # Errors
 /// [`LoadError`] naming `what` and the cause.
 pub fn load(image: &CodeImage, kind: EntryKind, what: &str) -> Result<LoadedCode, LoadError> {
+    load_gated(image, kind, what, None)
+}
+
+/// [`load`] for a device whose give-ups `gate` counts: the library is unmapped on drop only
+/// if none happened since this load.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_for_device(
+    image: &CodeImage,
+    kind: EntryKind,
+    what: &str,
+    gate: &Arc<UnloadGate>,
+) -> Result<LoadedCode, LoadError> {
+    load_gated(image, kind, what, Some(gate))
+}
+
+fn load_gated(
+    image: &CodeImage,
+    kind: EntryKind,
+    what: &str,
+    gate: Option<&Arc<UnloadGate>>,
+) -> Result<LoadedCode, LoadError> {
+    // Read before the load: a give-up counted while loading keeps the code mapped.
+    let gate = gate.map(|g| (g.clone(), g.given_up()));
     let in_process = |addr: u64| LoadedCode {
         addr,
         _name: simpler_device::crash::name_code(addr, what),
-        _library: None,
+        library: None,
+        gate: None,
     };
     match (image, kind) {
         (CodeImage::Kernel(f), EntryKind::Kernel) => Ok(in_process(*f as usize as u64)),
         (CodeImage::Orchestration(f), EntryKind::Orchestration) => {
             Ok(in_process(*f as usize as u64))
         }
-        (CodeImage::Library { bytes, entry }, _) => load_library(bytes, entry, what),
+        (CodeImage::Library { bytes, entry }, _) => load_library(bytes, entry, what, gate),
         _ => Err(LoadError::WrongKind { what: what.into() }),
     }
 }
 
-fn load_library(bytes: &[u8], symbol: &str, what: &str) -> Result<LoadedCode, LoadError> {
+fn load_library(
+    bytes: &[u8],
+    symbol: &str,
+    what: &str,
+    gate: Option<(Arc<UnloadGate>, u64)>,
+) -> Result<LoadedCode, LoadError> {
     let stage = |source| LoadError::Stage {
         what: what.into(),
         source,
@@ -145,6 +239,7 @@ fn load_library(bytes: &[u8], symbol: &str, what: &str) -> Result<LoadedCode, Lo
     Ok(LoadedCode {
         addr,
         _name: simpler_device::crash::name_code(addr, &format!("{what} (entry `{symbol}`)")),
-        _library: Some(std::mem::ManuallyDrop::new(library)),
+        library: Some(ManuallyDrop::new(library)),
+        gate,
     })
 }

@@ -15,8 +15,8 @@
 //!   of the image (bytes and entry symbol, or the in-process entry address) and confirmed by
 //!   full comparison: equal images share one load (one "upload") while their callables get
 //!   distinct ids. An image leaves the cache when its last callable (and the last run using
-//!   it) is gone; a library's mapping stays until the process exits (a device thread may
-//!   still execute it: [`crate::loader`]).
+//!   it) is gone, and its library is unmapped then unless a run since its load was given up
+//!   on (a device thread may still execute it: [`crate::loader`]).
 //! - **Out-parameter form.** [`register_into`] writes the new id, or −1 on any failure, the
 //!   way `simpler_register_callable_v2(image, size, *out_id)` does.
 //!
@@ -29,7 +29,7 @@ use std::sync::{Arc, Weak};
 
 use simpler_abi::{CoreType, MAX_FUNC_ID};
 
-use crate::loader::{self, EntryKind, LoadedCode};
+use crate::loader::{self, EntryKind, LoadedCode, UnloadGate};
 use crate::{CallableSpec, CodeImage, HostError, Signature};
 
 /// Number of callable slots (`MAX_REGISTERED_CALLABLE_IDS`).
@@ -162,9 +162,20 @@ pub(crate) struct ImageCache {
     entries: HashMap<u64, Vec<(ImageKey, Weak<LoadedCode>)>>,
     uploads: u64,
     shared: u64,
+    /// The device's give-ups: code loaded here is unmapped on drop only while it says none
+    /// happened since the load (`loader` module doc).
+    gate: Arc<UnloadGate>,
 }
 
 impl ImageCache {
+    /// An empty cache for the device whose give-ups `gate` counts.
+    pub(crate) fn for_device(gate: Arc<UnloadGate>) -> ImageCache {
+        ImageCache {
+            gate,
+            ..ImageCache::default()
+        }
+    }
+
     /// The loaded code of `image`: shared with an equal live image, or loaded now.
     pub(crate) fn load(
         &mut self,
@@ -184,7 +195,7 @@ impl ImageCache {
             self.shared += 1;
             return Ok(code);
         }
-        let code = Arc::new(loader::load(image, kind, what)?);
+        let code = Arc::new(loader::load_for_device(image, kind, what, &self.gate)?);
         self.uploads += 1;
         bucket.push((key, Arc::downgrade(&code)));
         Ok(code)

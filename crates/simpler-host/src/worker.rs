@@ -157,7 +157,7 @@ impl ChipWorker {
                 identity,
                 mode: ExecutionModeLatch::new(),
                 context: Mutex::new(RegistryContext {
-                    cache: ImageCache::default(),
+                    cache: ImageCache::for_device(lane.unload_gate().clone()),
                     next_generation: 1,
                 }),
                 table: Mutex::new(CallableTable::default()),
@@ -328,7 +328,8 @@ impl ChipWorker {
     }
 
     /// Removes a callable; its code leaves the image cache once no callable and no run uses
-    /// it (a library stays mapped until the process exits: a device thread may still run it).
+    /// it, and its libraries are unmapped then, unless a run since their load was given up
+    /// on (a device thread may still run them: `loader` module doc).
     ///
     /// # Errors
     /// [`HostError::UnknownCallable`], [`HostError::InvalidState`] while a run is

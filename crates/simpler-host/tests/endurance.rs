@@ -1,10 +1,14 @@
 //! Endurance: 10,000 consecutive runs of a C callable (kernels and orchestration loaded
-//! from shared-library images) in one process. Threads, open file descriptors, live device
+//! from shared-library images) in one process, and register → run → unregister cycles of
+//! the same callable. Threads, open file descriptors, memory mappings, live device
 //! allocations and resident memory must stay flat: nothing is started, opened or loaded per
-//! run (the upstream sim dies after about 185 runs from per-run library reloads).
+//! run (the upstream sim dies after about 185 runs from per-run library reloads), and an
+//! unregistered callable's code is unmapped (`SIMPLER_ENDURANCE_CYCLES` sets the cycle
+//! count, 1,000 by default). Code that a run given up on may still execute stays mapped.
 //!
 //! A test binary of its own, not a module of `it`: it measures the whole process, so no
-//! other test may start threads, open descriptors or allocate in it meanwhile.
+//! other test may start threads, open descriptors or allocate in it meanwhile; its tests
+//! take [`SERIAL`] for the same reason.
 
 // The fixtures of the `it` binary; this binary uses a part of them.
 #[allow(dead_code, unused_imports)]
@@ -13,6 +17,7 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
 
 use common::*;
 use simpler_abi::{CoreType, DataType};
@@ -77,6 +82,21 @@ fn compile(dir: &Path, name: &str, src: &str) -> Vec<u8> {
     std::fs::read(so).unwrap()
 }
 
+/// One measuring test at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Memory mappings of this process.
+fn mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count())
+}
+
+/// Mappings of code images the loader staged (`simpler-code-*.so`, unlinked at once).
+fn code_mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps").map_or(0, |m| {
+        m.lines().filter(|l| l.contains("simpler-code-")).count()
+    })
+}
+
 fn count_dir(path: &str) -> usize {
     std::fs::read_dir(path).map(|d| d.count()).unwrap_or(0)
 }
@@ -91,10 +111,9 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-#[test]
-fn ten_thousand_runs_keep_threads_fds_and_memory_flat() {
-    let dir = tempfile::tempdir().unwrap();
-    let spec = CallableSpec {
+/// The `plus_two` callable, compiled into `dir`.
+fn plus_two(dir: &Path) -> CallableSpec {
+    CallableSpec {
         name: "plus_two".into(),
         signature: Signature::new(vec![
             ArgSpec {
@@ -112,20 +131,27 @@ fn ten_thousand_runs_keep_threads_fds_and_memory_flat() {
         ])
         .unwrap(),
         orchestration: CodeImage::Library {
-            bytes: compile(dir.path(), "orch", ORCH),
+            bytes: compile(dir, "orch", ORCH),
             entry: "aicpu_orchestration_entry".into(),
         },
         kernels: vec![KernelSpec {
             func_id: 0,
             core_type: CoreType::Aiv,
             image: CodeImage::Library {
-                bytes: compile(dir.path(), "kernel", KERNEL),
+                bytes: compile(dir, "kernel", KERNEL),
                 entry: "kernel_entry".into(),
             },
             name: None,
         }],
         runtime: None,
-    };
+    }
+}
+
+#[test]
+fn ten_thousand_runs_keep_threads_fds_and_memory_flat() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let spec = plus_two(dir.path());
     let worker = ChipWorker::new(WorkerConfig::default()).unwrap();
     let id = worker.register(&spec).unwrap();
     let mut x: Vec<f32> = (0..256).map(|i| i as f32).collect();
@@ -161,5 +187,126 @@ fn ten_thousand_runs_keep_threads_fds_and_memory_flat() {
     assert!(
         rss2 < rss + 16 * 1024,
         "resident memory grew from {rss} KiB to {rss2} KiB"
+    );
+}
+
+#[test]
+fn register_run_unregister_cycles_unmap_their_code() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let cycles: usize = std::env::var("SIMPLER_ENDURANCE_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = plus_two(dir.path());
+    let worker = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let mut x: Vec<f32> = (0..256).map(|i| i as f32).collect();
+    let mut z = vec![0f32; 256];
+    let mut cycle = |i: usize| {
+        let id = worker
+            .register(&spec)
+            .unwrap_or_else(|e| panic!("register {i}: {e}"));
+        worker
+            .run(id, &mut [host_f32(&mut x), host_f32(&mut z)])
+            .unwrap_or_else(|e| panic!("run {i}: {e}"));
+        assert_eq!(z[255], 257.0, "run {i}");
+        worker
+            .unregister(id)
+            .unwrap_or_else(|e| panic!("unregister {i}: {e}"));
+    };
+    for i in 0..50 {
+        cycle(i);
+    }
+    let before = (
+        mappings(),
+        code_mappings(),
+        count_dir("/proc/self/task"),
+        count_dir("/proc/self/fd"),
+        rss_kib(),
+    );
+    let started = std::time::Instant::now();
+    for i in 50..50 + cycles {
+        cycle(i);
+    }
+    let per_cycle = started.elapsed() / cycles as u32;
+    let after = (
+        mappings(),
+        code_mappings(),
+        count_dir("/proc/self/task"),
+        count_dir("/proc/self/fd"),
+        rss_kib(),
+    );
+    println!(
+        "{cycles} register/run/unregister cycles ({per_cycle:?} each): mappings {} -> {}, \
+         code mappings {} -> {}, threads {} -> {}, fds {} -> {}, rss {} KiB -> {} KiB",
+        before.0,
+        after.0,
+        before.1,
+        after.1,
+        before.2,
+        after.2,
+        before.3,
+        after.3,
+        before.4,
+        after.4
+    );
+    // (The give-up test may have left its own kept image mapped before this one ran.)
+    assert!(
+        after.1 <= before.1,
+        "unregistered code stays mapped: {} code mappings, {} before",
+        after.1,
+        before.1
+    );
+    assert!(
+        after.0 <= before.0 + 16,
+        "mappings grew from {} to {}",
+        before.0,
+        after.0
+    );
+    assert!(after.2 <= before.2, "threads grew");
+    assert!(after.3 <= before.3, "open files grew");
+    assert!(
+        after.4 < before.4 + 16 * 1024,
+        "resident memory grew from {} KiB to {} KiB",
+        before.4,
+        after.4
+    );
+}
+
+#[test]
+fn code_stays_mapped_after_a_give_up_and_is_unmapped_otherwise() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let image = CodeImage::Library {
+        bytes: compile(dir.path(), "kernel", KERNEL),
+        entry: "kernel_entry".into(),
+    };
+    let load = |gate| {
+        loader::load_for_device(&image, loader::EntryKind::Kernel, "kernel func 0", gate).unwrap()
+    };
+    let base = code_mappings();
+    let gate = loader::UnloadGate::new();
+    let clean = load(&gate);
+    assert!(code_mappings() > base, "the load mapped nothing");
+    assert!(clean.unmaps_on_drop());
+    drop(clean);
+    assert_eq!(code_mappings(), base, "clean code was not unmapped");
+    let kept = load(&gate);
+    gate.give_up(); // a run given up on after this load: a thread may be inside it
+    assert!(!kept.unmaps_on_drop());
+    drop(kept);
+    assert!(
+        code_mappings() > base,
+        "code a thread may execute was unmapped"
+    );
+    let later = load(&gate); // loaded after the give-up: no abandoned thread can be in it
+    let mapped = code_mappings();
+    assert!(later.unmaps_on_drop());
+    drop(later);
+    assert!(code_mappings() < mapped);
+    let checked = loader::load(&image, loader::EntryKind::Kernel, "kernel func 0").unwrap();
+    assert!(
+        checked.unmaps_on_drop(),
+        "code loaded for no device is unmapped"
     );
 }

@@ -19,6 +19,7 @@ use crate::config::RunPlan;
 use crate::fault_monitor::FaultMonitor;
 use crate::health::HealthReport;
 use crate::lifecycle::{EnvironmentIdentity, WorkerState};
+use crate::loader::UnloadGate;
 use crate::registry::Registered;
 use crate::worker_config::WorkerConfig;
 use crate::HostError;
@@ -41,6 +42,8 @@ struct LaneShared {
     progress: Condvar,
     /// Set once the lane left OPEN (closed or detached): device-memory calls refuse too.
     closed: AtomicBool,
+    /// The engine's count of give-ups, for the worker's image cache.
+    unload_gate: Arc<UnloadGate>,
 }
 
 /// A shared handle on one worker's lane. Cloning is cheap; every clone drives the same lane.
@@ -75,6 +78,7 @@ impl LaneHandle {
             Err(e) => tracing::warn!(error = %e, "cannot install the fault callback"),
         }
         let streams = engine.resources.streams;
+        let unload_gate = engine.unload_gate.clone();
         Ok(LaneHandle {
             shared: Arc::new(LaneShared {
                 device,
@@ -84,6 +88,7 @@ impl LaneHandle {
                 engine: Mutex::new(engine),
                 progress: Condvar::new(),
                 closed: AtomicBool::new(false),
+                unload_gate,
             }),
         })
     }
@@ -98,6 +103,11 @@ impl LaneHandle {
     pub(crate) fn owns_stream(&self, stream: simpler_device::StreamId) -> bool {
         let s = self.shared.streams;
         stream == s.aicore || stream == s.aicpu
+    }
+
+    /// The count of runs given up on, which the worker's image cache reads (`loader`).
+    pub(crate) fn unload_gate(&self) -> &Arc<UnloadGate> {
+        &self.shared.unload_gate
     }
 
     /// The device the lane drives.

@@ -72,6 +72,7 @@ use crate::fence::RunCompletionFence;
 use crate::health::{consume_device_fault_notices, DeviceHealth, HealthReport};
 use crate::join::JoinRefs;
 use crate::lifecycle::{Ownership, ReleaseMarker, WorkerState};
+use crate::loader::UnloadGate;
 use crate::outcome::RecordReadLedger;
 use crate::worker_config::WorkerConfig;
 use crate::HostError;
@@ -176,6 +177,8 @@ pub(crate) struct LaneEngine {
     ledger: RecordReadLedger,
     /// Set once the device cannot be trusted; refuses admission until a confirmed reset.
     unusable: Option<String>,
+    /// Counts every marking unusable: code loaded before one stays mapped (`loader`).
+    unload_gate: Arc<UnloadGate>,
     /// A run was given up on with a kernel (or its orchestrator) still running on a device
     /// thread: a forced reset waits only briefly for it (the sim cannot stop code that never
     /// reaches a register wait), until a confirmed reset.
@@ -261,6 +264,7 @@ impl LaneEngine {
             resources,
             ledger: RecordReadLedger::default(),
             unusable: None,
+            unload_gate: UnloadGate::new(),
             kernels_left_running: false,
             quarantine: Vec::new(),
             stale_joins: Vec::new(),
@@ -322,6 +326,8 @@ impl LaneEngine {
 
     /// Marks the device unusable for `why` unless it already is (the first reason stays).
     fn mark_unusable(&mut self, why: impl FnOnce() -> String) {
+        // Before anything else can drop code: a thread may still be inside it.
+        self.unload_gate.give_up();
         self.unusable.get_or_insert_with(why);
     }
 
