@@ -189,6 +189,80 @@ def task_count(x: LayerInputs) -> int:
     return 1 + 5 * rows + matmuls + batch + attention
 
 
+#: The most bytes run.py lets one step's tensors take (1 GiB): making the inputs and the
+#: float64 reference holds a few more copies of the caches, so the script stays within a few
+#: GiB; larger sizes are refused before anything is allocated (:func:`tensor_bytes`).
+MAX_STEP_BYTES = 1 << 30
+
+
+def tensor_bytes(
+    batch: int,
+    context: int,
+    block_size: int = 16,
+    embed: int = MODEL["embed"],
+    heads: int = MODEL["heads"],
+    kv_heads: int = MODEL["kv_heads"],
+    head_dim: int = MODEL["head_dim"],
+    ffn: int = MODEL["ffn"],
+) -> Dict[str, int]:
+    """Bytes of each tensor :func:`make_inputs` would allocate for these sizes, computed
+    without allocating anything; ragged lengths need at most this (the caches hold the
+    blocks of ``batch`` sequences of ``context`` tokens, plus pa_data's 3 spare blocks).
+    Keys: the :class:`LayerInputs` tensor names."""
+    f32, i32 = 4, 4
+    max_blocks = -(-context // block_size)
+    cache = (batch * max_blocks + 3) * block_size * kv_heads * head_dim * f32
+    qkv = (heads + 2 * kv_heads) * head_dim
+    return {
+        "x": batch * embed * f32,
+        "w_norm1": embed * f32,
+        "w_qkv": embed * qkv * f32,
+        "w_o": heads * head_dim * embed * f32,
+        "w_norm2": embed * f32,
+        "w_gate_up": embed * 2 * ffn * f32,
+        "w_down": ffn * embed * f32,
+        "rope": context * head_dim * f32,
+        "k_cache": cache,
+        "v_cache": cache,
+        "block_table": batch * max_blocks * i32,
+        "context_lens": batch * i32,
+        "out": batch * embed * f32,
+    }
+
+
+#: The flags each tensor's size grows with (run.py's names), for the message of a refusal.
+TENSOR_FLAGS = {
+    "x": ("--batch", "--embed"),
+    "out": ("--batch", "--embed"),
+    "w_qkv": ("--embed", "--heads", "--kv-heads", "--head-dim"),
+    "w_o": ("--heads", "--head-dim", "--embed"),
+    "w_gate_up": ("--embed", "--ffn"),
+    "w_down": ("--ffn", "--embed"),
+    "rope": ("--context", "--head-dim"),
+    "k_cache": ("--batch", "--context", "--block-size", "--kv-heads", "--head-dim"),
+    "v_cache": ("--batch", "--context", "--block-size", "--kv-heads", "--head-dim"),
+    "block_table": ("--batch", "--context", "--block-size"),
+}
+
+
+def too_large(sizes: Dict[str, int], limit: int = MAX_STEP_BYTES) -> "str | None":
+    """``None`` when the tensors of ``sizes`` (:func:`tensor_bytes`) total at most ``limit``
+    bytes; else one line saying how much they would take, the largest tensor and the flags
+    it grows with."""
+    total = sum(sizes.values())
+    if total <= limit:
+        return None
+    big = max(sizes, key=sizes.get)
+    gib = lambda n: f"{n / (1 << 30):.3g} GiB"  # noqa: E731
+    *rest, last = TENSOR_FLAGS.get(big, ("the sizes",))
+    flags = f"{', '.join(rest)} or {last}" if rest else last
+    return (
+        f"these sizes need {gib(total)} ({total} bytes) of tensors, more than the "
+        f"{gib(limit)} this script allocates (largest: {big}, {gib(sizes[big])}); "
+        f"lower {flags}"
+    )
+
+
 def worst_errors(got: np.ndarray, want: np.ndarray) -> "tuple[float, float]":
     """Largest absolute error, and largest relative error over |want| > 1e-3 (NaN ignored:
     equal NaN positions are checked by :func:`close`)."""

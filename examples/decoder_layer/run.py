@@ -43,13 +43,20 @@ def inputs_from(a: argparse.Namespace) -> dl_data.LayerInputs:
 
 
 def checked(p: argparse.ArgumentParser, a: argparse.Namespace) -> argparse.Namespace:
-    """``a`` when every size is at least 1 and the heads group evenly; else exits 2 naming
-    the flag (argparse's usage error), as paged_attention/run.py does."""
+    """``a`` when every size is at least 1, the heads group evenly and the step's tensors
+    fit in ``dl_data.MAX_STEP_BYTES`` (checked before anything is allocated); else exits 2
+    naming the flag (argparse's usage error), as paged_attention/run.py does."""
     for name in ("batch", "context", "block_size", *dl_data.MODEL):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if a.heads % a.kv_heads:
         p.error(f"--heads ({a.heads}) must be a multiple of --kv-heads ({a.kv_heads})")
+    sizes = dl_data.tensor_bytes(
+        a.batch, a.context, a.block_size, **{k: getattr(a, k) for k in dl_data.MODEL}
+    )
+    refusal = dl_data.too_large(sizes)
+    if refusal:
+        p.error(refusal)
     return a
 
 

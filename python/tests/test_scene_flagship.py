@@ -181,6 +181,11 @@ dl_run = _load("decoder_layer_run", EXAMPLES / "decoder_layer" / "run.py")
         (["--ffn", "0"], "--ffn must be at least 1"),
         (["--context", "-3"], "--context must be at least 1"),
         (["--kv-heads", "3"], "--heads (8) must be a multiple of --kv-heads (3)"),
+        # Sizes whose tensors would not fit: refused before anything is allocated.
+        (["--context", "100000000"], "largest: k_cache"),
+        (["--context", "100000000"], "lower --batch, --context, --block-size, --kv-heads or --head-dim"),
+        (["--ffn", "10000000"], "largest: w_gate_up"),
+        (["--batch", "100000000", "--context", "1"], "more than the 1 GiB this script"),
     ],
 )
 def test_decoder_layer_run_refuses_bad_sizes_naming_the_flag(argv, flag, capsys):
@@ -188,3 +193,13 @@ def test_decoder_layer_run_refuses_bad_sizes_naming_the_flag(argv, flag, capsys)
         dl_run.main(argv)
     assert exit_info.value.code == 2
     assert flag in capsys.readouterr().err
+
+
+def test_decoder_layer_tensor_bytes_are_what_make_inputs_allocates():
+    want = dl_data.tensor_bytes(3, 37, 8, **SMALL_MODEL)
+    x = dl_data.make_inputs(3, 37, 0, 8, False, **SMALL_MODEL)
+    assert {n: getattr(x, n).nbytes for n in x.NAMES} == want
+    ragged = dl_data.make_inputs(3, 37, 0, 8, True, **SMALL_MODEL)
+    assert all(getattr(ragged, n).nbytes <= want[n] for n in x.NAMES)
+    assert dl_data.too_large(want) is None
+    assert "lower" in dl_data.too_large(want, limit=sum(want.values()) - 1)
