@@ -1,6 +1,6 @@
 //! Kernel crashes through the `simpler` binary: C kernels that dereference NULL, call
-//! `abort()` or write one element past their output tensor, and an orchestration that
-//! dereferences NULL. Each `simpler run` is a child process; the tests check the crash
+//! `abort()`, call `exit(3)` or write one element past their output tensor, and an
+//! orchestration that dereferences NULL. Each `simpler run` is a child process; the tests check the crash
 //! report on its stderr and the signal it ended by (README.md, "Kernel crashes").
 
 use std::os::unix::process::ExitStatusExt;
@@ -23,6 +23,16 @@ SIMPLER_KERNEL void write_past_end(int64_t *args) {
 }
 "#;
 
+/// Ends the process from inside the kernel.
+const EXIT_C: &str = r#"#include <stdlib.h>
+#include "simpler/kernel.h"
+
+SIMPLER_KERNEL void call_exit(int64_t *args) {
+    (void)args;
+    exit(3);
+}
+"#;
+
 /// The project, with x.npy written.
 fn project() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -37,6 +47,7 @@ fn project() -> tempfile::TempDir {
         k(0, "kernels/null.c", "null_deref"),
         k(1, "kernels/abort.c", "call_abort"),
         k(2, "kernels/overrun.c", "write_past_end"),
+        k(4, "kernels/exit.c", "call_exit"),
     ];
     // Mode 3 crashes in the orchestration instead.
     let manifest = c_sources::manifest("crashy", &kernels, Y::Out, Some(&[1000]));
@@ -47,6 +58,7 @@ fn project() -> tempfile::TempDir {
         ("kernels/null.c", c_sources::NULL_DEREF_C),
         ("kernels/abort.c", c_sources::ABORT_C),
         ("kernels/overrun.c", OVERRUN_C),
+        ("kernels/exit.c", EXIT_C),
     ] {
         std::fs::write(p.join(file), body).unwrap();
     }
@@ -173,4 +185,20 @@ fn without_memcheck_the_overrun_goes_unnoticed_as_before() {
         err.contains("SIMPLER_SIM_MEMCHECK: `sometimes` is not a memcheck mode"),
         "{err}"
     );
+}
+
+#[test]
+fn a_kernel_that_calls_exit_is_named_and_its_status_kept() {
+    let ex = project();
+    let (out, err) = run(ex.path(), 4, &[]);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_has(
+        &err,
+        &[
+            "simpler: crash: exit(3) called on a device thread",
+            "kernel:  `crashy` kernel `exit` (func 4) (entry `call_exit`); func id 4; task 0x0",
+            "The process now ends (exit status 3)",
+        ],
+    );
+    assert!(!ex.path().join("y.npy").exists());
 }

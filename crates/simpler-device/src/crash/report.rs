@@ -245,16 +245,10 @@ fn allocation(out: &mut Buf, a: &LiveView, addr: u64) {
         .s(")");
 }
 
-/// Writes the report of `fault` on the device thread `t`; `page` is the page size.
-pub(crate) fn write(out: &mut Buf, fault: &Fault, t: &ThreadView, page: u64) {
-    let (name, meaning) = signal_name(fault.signal);
-    let raised = fault.code > 0;
-    out.s("simpler: crash: ").s(name).s(" (").s(meaning);
-    if let Some(m) = code_meaning(fault.signal, fault.code).filter(|_| raised) {
-        out.s(", ").s(m);
-    }
-    out.s(") on a device thread\n  device:  ")
-        .dec(u64::from(t.device));
+/// The lines naming device thread `t` and the user call it is in: `  device:  …` and
+/// `  kernel:  …` (or orchestration, copy, counter, runtime), without a final newline.
+pub(crate) fn thread_lines(out: &mut Buf, t: &ThreadView) {
+    out.s("  device:  ").dec(u64::from(t.device));
     if t.kind == ThreadKind::Aicore as u32 {
         out.s(", AICore ").dec(u64::from(t.index));
         match t.core_type {
@@ -304,6 +298,38 @@ pub(crate) fn write(out: &mut Buf, fault: &Fault, t: &ThreadView, page: u64) {
     } else {
         out.s("\n  code:    the runtime (no kernel or orchestration call in progress)");
     }
+}
+
+/// Writes the report of a user call on device thread `t` that called `exit(status)`
+/// (`status` `None`: not known), ending the process.
+pub(crate) fn write_exit(out: &mut Buf, status: Option<i32>, t: &ThreadView) {
+    out.s("simpler: crash: exit(");
+    match status {
+        Some(s) => out.idec(i64::from(s)),
+        None => out.s("..."),
+    };
+    out.s(") called on a device thread\n");
+    thread_lines(out, t);
+    out.s("\n  The user code ended the whole process: a kernel fails its run with")
+        .s(" simpler_kernel_fail(), an orchestration by returning non-zero, never by exit()")
+        .s("\n  The process now ends (exit status ");
+    match status {
+        Some(s) => out.dec(u64::from(s as u8)),
+        None => out.s("the one exit() was given"),
+    };
+    out.s(isolation_hint(super::is_isolated_child()));
+}
+
+/// Writes the report of `fault` on the device thread `t`; `page` is the page size.
+pub(crate) fn write(out: &mut Buf, fault: &Fault, t: &ThreadView, page: u64) {
+    let (name, meaning) = signal_name(fault.signal);
+    let raised = fault.code > 0;
+    out.s("simpler: crash: ").s(name).s(" (").s(meaning);
+    if let Some(m) = code_meaning(fault.signal, fault.code).filter(|_| raised) {
+        out.s(", ").s(m);
+    }
+    out.s(") on a device thread\n");
+    thread_lines(out, t);
     out.s("\n  address: ");
     if !raised {
         out.s("none: the signal was sent (abort(), raise() or kill), not raised by an access");

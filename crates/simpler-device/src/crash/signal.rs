@@ -10,7 +10,8 @@
 //! if it was sent, or left to recur when the faulting instruction runs again, so the
 //! process ends by the same signal as it would have without the reporter. A device thread
 //! runs its handler on an alternate stack of its own ([`AltStack`]) so a stack overflow can
-//! be reported too.
+//! be reported too. It also registers an `on_exit` function: a kernel or orchestration
+//! that calls `exit()` is reported the same way before the process ends with its status.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -19,7 +20,7 @@ use std::sync::{Once, OnceLock};
 use libc::c_int;
 
 use super::report::{self, Buf, Fault};
-use super::tables;
+use super::tables::{self, CodeKind};
 
 /// The signals the reporter takes.
 const SIGNALS: [c_int; 4] = [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGABRT];
@@ -92,6 +93,9 @@ pub(crate) fn install() {
         if !reports_wanted(std::env::var_os("SIMPLER_CRASH_REPORT").as_deref()) {
             return;
         }
+        // SAFETY: `on_exit` only records the function; it runs at `exit()` on the thread
+        // that called it, with the status (glibc).
+        unsafe { on_exit(on_process_exit, std::ptr::null_mut()) };
         let handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = on_signal;
         for (i, &sig) in SIGNALS.iter().enumerate() {
             // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, no flags, empty
@@ -112,6 +116,27 @@ pub(crate) fn install() {
             }
         }
     });
+}
+
+extern "C" {
+    /// glibc's `on_exit(3)`: `f(status, arg)` runs at `exit()`, on the calling thread.
+    fn on_exit(f: extern "C" fn(c_int, *mut c_void), arg: *mut c_void) -> c_int;
+}
+
+/// Runs at `exit()`: when the thread that called it is a device thread inside a user call
+/// (a kernel or orchestration called `exit`), says so on stderr before the process ends.
+extern "C" fn on_process_exit(status: c_int, _arg: *mut c_void) {
+    let Some(slot) = tables::thread_of(gettid()) else {
+        return;
+    };
+    let view = slot.view();
+    let user = [CodeKind::Kernel as u32, CodeKind::Orchestration as u32];
+    if !user.contains(&view.code) || REPORTS.fetch_add(1, Ordering::Relaxed) >= MAX_REPORTS {
+        return;
+    }
+    let mut buf = Buf::new();
+    report::write_exit(&mut buf, Some(status), &view);
+    write_stderr(buf.as_bytes());
 }
 
 /// The handler of every reported signal.

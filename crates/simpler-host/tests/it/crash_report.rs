@@ -4,7 +4,8 @@
 //! kernel, its task and the allocation it overran; with memcheck off (the default) the run
 //! behaves as it always did. Work a kernel hands to the runtime is reported the same way: an
 //! SDMA copy past the output (on the engine's thread) and a deferred-completion counter at a
-//! wild address (on a scheduler thread) are named as that copy and that task's counter.
+//! wild address (on a scheduler thread) are named as that copy and that task's counter, and
+//! a kernel that calls `exit(3)` is named before the process ends with status 3.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::Output;
@@ -66,6 +67,12 @@ unsafe extern "C" fn sdma_overrun_kernel(args: *mut i64) {
 unsafe extern "C" fn wild_counter_kernel(args: *mut i64) {
     // SAFETY: the wild address is the bug this test is about.
     unsafe { simpler_abi::deferred::wait_counter(args, std::ptr::dangling::<u64>(), 1) };
+}
+
+/// Ends the process with `exit(3)` from inside the kernel.
+unsafe extern "C" fn exiting_kernel(_args: *mut i64) {
+    // SAFETY: ending the process from a kernel is the bug this test is about.
+    unsafe { libc::exit(3) };
 }
 
 fn spec_with(kernel: KernelEntry) -> CallableSpec {
@@ -206,6 +213,27 @@ fn a_wild_counter_address_is_reported_as_that_tasks_counter() {
         ", AICPU thread ",
         "counter: the runtime reading the deferred-completion counter at 0x8 that task 0x0 \
          (ring 0, submit #0) registered",
+    ] {
+        assert!(err.contains(want), "{want:?} not in:\n{err}");
+    }
+}
+
+#[test]
+fn a_kernel_that_calls_exit_is_named_and_the_status_kept() {
+    if std::env::var_os(CASE).is_some() {
+        run_kernel(exiting_kernel, Memcheck::Off, false);
+        unreachable!("the kernel exits");
+    }
+    let (out, err) = case_in_child(&test_name!(
+        a_kernel_that_calls_exit_is_named_and_the_status_kept
+    ));
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    for want in [
+        "simpler: crash: exit(3) called on a device thread\n  device:  ",
+        "(aiv), run epoch ",
+        "kernel:  `overrun` kernel `tile_writer` (func 0); func id 0; task 0x0",
+        "never by exit()",
+        "The process now ends (exit status 3). On the sim",
     ] {
         assert!(err.contains(want), "{want:?} not in:\n{err}");
     }
