@@ -43,6 +43,7 @@ mod run;
 mod stdout;
 mod trace;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -564,7 +565,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err((code, e)) => {
-            eprintln!("{}", error_chain(e.as_ref()));
+            // Not `eprintln!`: a stderr that fails (closed, a full disk) must not turn the
+            // command's exit code into a panic's.
+            let _ = writeln!(std::io::stderr(), "{}", error_chain(e.as_ref()));
             ExitCode::from(code)
         }
     }

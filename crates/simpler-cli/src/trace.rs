@@ -128,6 +128,13 @@ pub fn write_output(
     simpler_host::fsio::write_atomic(out, &bytes).map_err(werr)
 }
 
+/// Writes one line to stderr, ignoring a failure (a closed or full stderr must not panic:
+/// the file is written, and the exit status is the command's).
+fn note(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{args}");
+}
+
 fn refuse_input_as_output(input: &Path, out: &Path) -> Result<(), TraceCommandError> {
     if files::same_file(input, out) {
         return Err(TraceCommandError::OutputIsInput {
@@ -157,7 +164,7 @@ pub fn svg(file: &Path, out: &Path) -> Result<(), TraceCommandError> {
     refuse_input_as_output(file, out)?;
     let trace = read_trace(file)?;
     write_output(out, |w| simpler_trace::svg::write(&trace, w))?;
-    eprintln!("wrote {}", out.display());
+    note(format_args!("wrote {}", out.display()));
     Ok(())
 }
 
@@ -168,7 +175,7 @@ pub fn convert(file: &Path, out: &Path, format: Option<Format>) -> Result<(), Tr
     let trace = read_trace(file)?;
     let format = format.unwrap_or_else(|| Format::of_path(out));
     write_output(out, |w| simpler_trace::write(&trace, format, w))?;
-    eprintln!("wrote {} ({format})", out.display());
+    note(format_args!("wrote {} ({format})", out.display()));
     Ok(())
 }
 

@@ -325,6 +325,25 @@ fn a_full_stdout_or_output_fails_every_trace_subcommand() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+    // A stderr that fails too: the error cannot be read, but the exit code is still the
+    // command's (not a panic's 101); svg still writes its file.
+    let o = crate::common::command()
+        .args(["trace", "summary", path_str(&f)])
+        .current_dir(dir.path())
+        .stdout(Stdio::from(full()))
+        .stderr(Stdio::from(full()))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let svg = dir.path().join("out.svg");
+    let o = crate::common::command()
+        .args(["trace", "svg", path_str(&f), "-o", path_str(&svg)])
+        .current_dir(dir.path())
+        .stderr(Stdio::from(full()))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(svg.is_file());
     for sub in ["svg", "convert"] {
         let o = crate::common::command()
             .args(["trace", sub, path_str(&f), "-o", "/dev/full"])
