@@ -121,8 +121,14 @@ impl std::fmt::Display for CoreType {
     }
 }
 
-/// A kernel entry point: `void kernel_entry(int64_t *args)`.
-pub type KernelEntry = unsafe extern "C" fn(args: *mut i64);
+/// A kernel entry point: `void kernel_entry(int64_t *args)`. `"C-unwind"`: an in-process
+/// Rust kernel that panics unwinds to the runtime, which fails its run with
+/// [`KERNEL_PANIC_FATAL_CODE`] and the panic's text (C kernels never unwind).
+pub type KernelEntry = unsafe extern "C-unwind" fn(args: *mut i64);
+
+/// The fatal code of a dispatch whose in-process kernel panicked: the run fails with
+/// KERNEL_FATAL and a message carrying the panic's text.
+pub const KERNEL_PANIC_FATAL_CODE: i32 = i32::MIN;
 
 /// One dispatch buffer of a core: the kernel and arguments the AICPU published for the
 /// AICore to run. 640 bytes; `args` starts on its own cache line.

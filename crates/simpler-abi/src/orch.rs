@@ -232,5 +232,7 @@ assert_layout!(
 );
 
 /// The orchestration entry: `int32_t entry(const SimplerOrchOps *ops, const SimplerOrchArgs *args)`.
-/// A non-zero return fails the run with [`ORCH_EXPLICIT_FATAL`](crate::ORCH_EXPLICIT_FATAL).
-pub type OrchEntry = unsafe extern "C" fn(ops: *const OrchOps, args: *const OrchArgs) -> i32;
+/// A non-zero return fails the run with [`ORCH_EXPLICIT_FATAL`](crate::ORCH_EXPLICIT_FATAL),
+/// and so does a panic of an in-process Rust orchestration (`"C-unwind"`: it unwinds to the
+/// runtime, whose message carries the panic's text).
+pub type OrchEntry = unsafe extern "C-unwind" fn(ops: *const OrchOps, args: *const OrchArgs) -> i32;

@@ -46,7 +46,7 @@ struct Span {
 
 /// Sleeps `scalars[1]` microseconds, noting its start and end in the [`Span`] at
 /// `scalars[0]` (the task has no tensors, so its scalars are its first argument slots).
-unsafe extern "C" fn sleep_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn sleep_kernel(args: *mut i64) {
     // SAFETY: slot 0 holds the address of a Span that outlives the run, slot 1 the sleep.
     let (span, us) = unsafe { (&*(*args as *const Span), *args.add(1) as u64) };
     let start = span.base.elapsed().as_nanos() as u64;
@@ -58,7 +58,7 @@ unsafe extern "C" fn sleep_kernel(args: *mut i64) {
 
 /// Submits one sleeping task per core of a chip of `scalars[2]` clusters (AIV, AIV, AIC
 /// per cluster), passing on the span address and the sleep (`scalars[0]`, `scalars[1]`).
-unsafe extern "C" fn balance_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn balance_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid tables and arguments.
     let (ops, a) = unsafe { (&*ops, &*args) };
     for _ in 0..a.scalars[2] {

@@ -105,7 +105,7 @@ pub struct Measurement {
 /// Nanoseconds the orchestration of the last run spent in its submit loop.
 static SUBMIT_NS: AtomicU64 = AtomicU64::new(0);
 
-unsafe extern "C" fn noop_kernel(_args: *mut i64) {}
+unsafe extern "C-unwind" fn noop_kernel(_args: *mut i64) {}
 
 fn desc() -> Box<TaskDesc> {
     // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.
@@ -118,7 +118,7 @@ fn desc() -> Box<TaskDesc> {
 
 /// Submits `scalars[0]` no-op tasks; with `scalars[1] == 1` each is INOUT on tensor 0, which
 /// chains them. Times the submit loop into `SUBMIT_NS`.
-unsafe extern "C" fn noop_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn noop_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid tables and arguments.
     let (ops, args) = unsafe { (&*ops, &*args) };
     let (tasks, chain) = (args.scalars[0], args.scalars[1] == 1);

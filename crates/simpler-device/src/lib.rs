@@ -38,5 +38,5 @@ pub use device::{Device, EventStatus, FaultCallback, FaultNotice};
 pub use error::DeviceError;
 pub use handle::{DevicePtr, EventId, StreamId};
 pub use kernel::{AicoreContext, AicoreKernel, AicpuContext, AicpuKernel};
-pub use regs::{CoreRegs, Doorbell};
+pub use regs::{is_reset_unwind, CoreRegs, Doorbell};
 pub use topology::Topology;

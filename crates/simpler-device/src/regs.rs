@@ -66,6 +66,13 @@ pub(crate) type KillSwitch = Arc<std::sync::atomic::AtomicBool>;
 /// Unwind payload of a kernel terminated by a reset; caught by the device thread.
 pub(crate) struct Killed;
 
+/// True when `payload` is the unwind of a kernel terminated by a reset (which its device
+/// thread catches), not a panic of the kernel's own: a runtime that catches a kernel's
+/// panics passes this one on.
+pub fn is_reset_unwind(payload: &(dyn std::any::Any + Send)) -> bool {
+    payload.is::<Killed>()
+}
+
 /// Terminates the calling kernel if a reset is in progress.
 fn check_kill(kill: &Option<KillSwitch>) {
     if kill.as_ref().is_some_and(|k| k.load(Ordering::Acquire)) {

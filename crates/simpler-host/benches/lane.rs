@@ -25,7 +25,7 @@ use simpler_host::*;
 const TILE: usize = 1024;
 
 /// One task per tile of `x`.
-unsafe extern "C" fn tiles_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn tiles_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
     unsafe {
         let a = &*args;
@@ -47,7 +47,7 @@ unsafe extern "C" fn tiles_orch(ops: *const OrchOps, args: *const OrchArgs) -> i
     0
 }
 
-unsafe extern "C" fn empty_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn empty_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
     0
 }
 

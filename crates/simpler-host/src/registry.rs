@@ -409,13 +409,13 @@ mod tests {
     use crate::{ArgDirection, ArgSpec, KernelSpec};
     use simpler_abi::{DataType, OrchArgs, OrchOps};
 
-    unsafe extern "C" fn orch_a(_: *const OrchOps, _: *const OrchArgs) -> i32 {
+    unsafe extern "C-unwind" fn orch_a(_: *const OrchOps, _: *const OrchArgs) -> i32 {
         0
     }
-    unsafe extern "C" fn orch_b(_: *const OrchOps, _: *const OrchArgs) -> i32 {
+    unsafe extern "C-unwind" fn orch_b(_: *const OrchOps, _: *const OrchArgs) -> i32 {
         1
     }
-    unsafe extern "C" fn kern(_: *mut i64) {}
+    unsafe extern "C-unwind" fn kern(_: *mut i64) {}
 
     fn spec(name: &str, orch: simpler_abi::OrchEntry) -> CallableSpec {
         CallableSpec {

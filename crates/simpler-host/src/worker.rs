@@ -850,10 +850,10 @@ pub(crate) mod tests {
     use simpler_device::Topology;
     use std::time::Duration;
 
-    unsafe extern "C" fn empty_orch(_: *const OrchOps, _: *const OrchArgs) -> i32 {
+    unsafe extern "C-unwind" fn empty_orch(_: *const OrchOps, _: *const OrchArgs) -> i32 {
         0
     }
-    unsafe extern "C" fn no_kernel(_: *mut i64) {}
+    unsafe extern "C-unwind" fn no_kernel(_: *mut i64) {}
 
     pub(crate) fn empty_spec() -> CallableSpec {
         CallableSpec {

@@ -309,10 +309,20 @@ impl Mailbox {
             // A kernel that may wait for other cores runs where that cannot hold up the
             // cores it waits for (`docs/sim-device.md` §11).
             let args = args as *mut i64;
-            if may_wait {
-                simpler_device::wait::blocking(|| entry(args));
-            } else {
-                entry(args);
+            let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if may_wait {
+                    simpler_device::wait::blocking(|| entry(args));
+                } else {
+                    entry(args);
+                }
+            }));
+            if let Err(payload) = called {
+                if simpler_device::is_reset_unwind(&*payload) {
+                    std::panic::resume_unwind(payload);
+                }
+                crate::panics::note(mailbox as usize, crate::panics::text(&*payload));
+                std::ptr::addr_of_mut!((*mailbox).global.fatal_code)
+                    .write_volatile(simpler_abi::KERNEL_PANIC_FATAL_CODE);
             }
             std::ptr::addr_of!((*mailbox).global.fatal_code).read_volatile() != 0
         }
@@ -330,6 +340,12 @@ impl Mailbox {
     }
 
     /// Scheduler side: a copy of the core's fatal code, read after its FIN_ERROR.
+    /// Scheduler side: the text of the panic that ended the dispatch whose fatal code is
+    /// [`simpler_abi::KERNEL_PANIC_FATAL_CODE`], taken once.
+    pub(crate) fn take_panic(&self) -> Option<String> {
+        crate::panics::take(self.ptr as usize)
+    }
+
     pub(crate) fn fatal_code(&self) -> i32 {
         // SAFETY: the mailbox array has one entry per core for the whole run; the core wrote
         // the code before its FIN (release), which the caller observed (acquire).

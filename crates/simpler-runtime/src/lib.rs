@@ -54,6 +54,7 @@ pub mod aicpu;
 mod devmem;
 pub mod handshake;
 pub mod hbg;
+mod panics;
 mod trace;
 
 pub use aicore::aicore_kernel;

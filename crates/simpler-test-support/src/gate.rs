@@ -67,7 +67,7 @@ impl Drop for Gate {
 ///
 /// # Safety
 /// As [`add_one`].
-unsafe extern "C" fn gated<const G: usize>(args: *mut i64) {
+unsafe extern "C-unwind" fn gated<const G: usize>(args: *mut i64) {
     while !OPEN[G].load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(1));
     }

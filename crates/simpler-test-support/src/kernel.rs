@@ -31,7 +31,7 @@ pub fn data<'a>(t: &ChipTensor) -> &'a mut [f32] {
 ///
 /// # Safety
 /// `args` is a kernel argument array whose first two tensors are such views.
-pub unsafe extern "C" fn add_one(args: *mut i64) {
+pub unsafe extern "C-unwind" fn add_one(args: *mut i64) {
     // SAFETY: the caller passes two 1-D f32 tensors first.
     let (x, y) = unsafe { (data(tensor(args, 0)), data(tensor(args, 1))) };
     for i in 0..y.len() {
@@ -43,7 +43,7 @@ pub unsafe extern "C" fn add_one(args: *mut i64) {
 ///
 /// # Safety
 /// `args` is a kernel argument array from the runtime.
-pub unsafe extern "C" fn fatal_42(args: *mut i64) {
+pub unsafe extern "C-unwind" fn fatal_42(args: *mut i64) {
     // SAFETY: the argument slot GLOBAL_CONTEXT_SLOT points to the core's GlobalContext.
     unsafe { (*(*args.add(GLOBAL_CONTEXT_SLOT) as *mut GlobalContext)).fatal_code = 42 };
 }

@@ -76,7 +76,7 @@ impl Endpoint for FakeChip {
     }
 }
 
-unsafe extern "C" fn no_orchestration(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn no_orchestration(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
     0
 }
 

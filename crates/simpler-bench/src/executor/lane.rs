@@ -22,10 +22,10 @@ const HEAP_BYTES: u64 = 1 << 20;
 /// Runs kept in flight by the short-runs figure.
 const IN_FLIGHT: usize = 2;
 
-unsafe extern "C" fn noop_kernel(_args: *mut i64) {}
+unsafe extern "C-unwind" fn noop_kernel(_args: *mut i64) {}
 
 /// Submits `scalars[0]` independent no-op AIV tasks (none for 0: an empty run).
-unsafe extern "C" fn noops_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn noops_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid tables and arguments.
     let (ops, args) = unsafe { (&*ops, &*args) };
     // SAFETY: TaskDesc is plain data; all-zero is a valid starting point.

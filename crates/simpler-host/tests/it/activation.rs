@@ -11,7 +11,7 @@ use simpler_device::{Device, Topology};
 use simpler_host::*;
 
 /// Submits nothing.
-unsafe extern "C" fn empty_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn empty_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
     0
 }
 

@@ -56,7 +56,7 @@ static CONSUMER_START: Mutex<Option<Instant>> = Mutex::new(None);
 static COUNTER_SET: Mutex<Option<Instant>> = Mutex::new(None);
 
 /// `b = a` by `scalar 0` SDMA copies of equal chunks (tensors a In, b OutputExisting).
-unsafe extern "C" fn sdma_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn sdma_kernel(args: *mut i64) {
     let (a, b) = (t(args, 0), t(args, 1));
     let chunks = scalar(args, 2).max(1);
     let bytes = a.shapes[0] * 4;
@@ -81,7 +81,7 @@ unsafe extern "C" fn sdma_kernel(args: *mut i64) {
 }
 
 /// `c = b + 1` (tensors b In, c OutputExisting); records when it started.
-unsafe extern "C" fn consume_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn consume_kernel(args: *mut i64) {
     *CONSUMER_START.lock().unwrap() = Some(Instant::now());
     let (b, c) = (t(args, 0), t(args, 1));
     for i in 0..b.shapes[0] {
@@ -109,14 +109,14 @@ fn copy_a_to_b(args: *mut i64) -> u64 {
 
 /// `b = a` at once, then defers completion until `flag[0] >= 1` (tensors a In, flag NoDep,
 /// b OutputExisting).
-unsafe extern "C" fn wait_counter_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn wait_counter_kernel(args: *mut i64) {
     let flag = copy_a_to_b(args);
     // SAFETY: the flag is a u64 tensor of the run, 8-byte aligned.
     unsafe { wait_counter(args, flag as *const u64, 1) };
 }
 
 /// Sleeps 40 ms, then sets `flag[0] = 1` (tensor flag NoDep).
-unsafe extern "C" fn set_counter_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn set_counter_kernel(args: *mut i64) {
     std::thread::sleep(Duration::from_millis(40));
     let flag = t(args, 0);
     *COUNTER_SET.lock().unwrap() = Some(Instant::now());
@@ -126,7 +126,7 @@ unsafe extern "C" fn set_counter_kernel(args: *mut i64) {
 
 /// `b = a` at once, then defers completion until the u32 `flag[0]` (the low half of the
 /// first u64) reaches 5 (tensors a In, flag NoDep, b OutputExisting).
-unsafe extern "C" fn wait_counter32_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn wait_counter32_kernel(args: *mut i64) {
     let flag = copy_a_to_b(args);
     // SAFETY: the flag's first u32 is 4-byte aligned memory of the run.
     unsafe { wait_counter32(args, flag as *const u32, 5) };
@@ -134,7 +134,7 @@ unsafe extern "C" fn wait_counter32_kernel(args: *mut i64) {
 
 /// Sets the u32 next to the awaited one to 1 at once (a 64-bit read of the pair would then
 /// hold), then 40 ms later the awaited u32 to 5 (tensor flag NoDep).
-unsafe extern "C" fn set_counter32_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn set_counter32_kernel(args: *mut i64) {
     let flag = base(&t(args, 0));
     // SAFETY: the flag is a u64 tensor of the run: two aligned u32s at its start.
     unsafe { (*((flag + 4) as *const AtomicU32)).store(1, Ordering::Release) };
@@ -146,7 +146,7 @@ unsafe extern "C" fn set_counter32_kernel(args: *mut i64) {
 
 /// Registers what mode `scalar 0` names (tensor flag NoDep): 0 a ROCE condition, 1 a
 /// misaligned counter, 2 65 counters, 3 a counter that is never set.
-unsafe extern "C" fn bad_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn bad_kernel(args: *mut i64) {
     let flag = t(args, 0);
     let counter = base(&flag);
     // SAFETY: slot 52 points to the dispatch's slab; the counter is the run's.
@@ -194,7 +194,7 @@ const SET_COUNTER32: i32 = 6;
 ///   `c = b + 1`;
 /// 2 a bad registration (`scalars[1]`: [`bad_kernel`]'s mode);
 /// 3 as 1 on a 32-bit counter whose neighbour is set first.
-unsafe extern "C" fn orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
     unsafe {
         let o = &*args;

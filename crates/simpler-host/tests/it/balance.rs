@@ -67,7 +67,7 @@ impl Meeting {
 }
 
 /// Meets at the [`Meeting`] whose address is scalar 0 (the task has no tensors).
-unsafe extern "C" fn meet_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn meet_kernel(args: *mut i64) {
     // SAFETY: scalar 0 of every task is the address of a Meeting that outlives the run, and
     // slot 49 points to the core's GlobalContext.
     let (meeting, g) = unsafe {
@@ -116,7 +116,7 @@ fn meet_task(meeting: u64, lanes: &[usize], blocks: u32) -> Box<TaskDesc> {
 
 /// Submits `scalars[2]`'s graph (a [`Graph`] index) for a chip of `scalars[1]` clusters,
 /// every kernel meeting at `scalars[0]`.
-unsafe extern "C" fn balance_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn balance_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid arguments.
     let a = unsafe { &*args };
     let (meeting, clusters) = (a.scalars[0], a.scalars[1] as u32);

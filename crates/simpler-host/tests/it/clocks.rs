@@ -31,7 +31,7 @@ static RELEASE_PRODUCER: AtomicBool = AtomicBool::new(false);
 
 /// Writes 3.0 into its tensor once `RELEASE_HELD` is set (waiting without touching any
 /// register: to the device, user code that does not return).
-unsafe extern "C" fn held_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn held_kernel(args: *mut i64) {
     while !RELEASE_HELD.load(Ordering::Acquire) {
         std::thread::sleep(MS(1));
     }
@@ -41,7 +41,7 @@ unsafe extern "C" fn held_kernel(args: *mut i64) {
 }
 
 /// As `held_kernel`, on `RELEASE_PRODUCER`.
-unsafe extern "C" fn held_producer(args: *mut i64) {
+unsafe extern "C-unwind" fn held_producer(args: *mut i64) {
     while !RELEASE_PRODUCER.load(Ordering::Acquire) {
         std::thread::sleep(MS(1));
     }
@@ -51,21 +51,21 @@ unsafe extern "C" fn held_producer(args: *mut i64) {
 }
 
 /// Never returns.
-unsafe extern "C" fn endless_kernel(_args: *mut i64) {
+unsafe extern "C-unwind" fn endless_kernel(_args: *mut i64) {
     loop {
         std::thread::sleep(MS(5));
     }
 }
 
 /// Writes 1.0 into its tensor.
-unsafe extern "C" fn ones_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn ones_kernel(args: *mut i64) {
     for v in data(tensor(args, 0)) {
         *v = 1.0;
     }
 }
 
 /// One task of func `scalars[0]` writing tensor 0.
-unsafe extern "C" fn one_task_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn one_task_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid tables and arguments.
     let (ops, a) = unsafe { (&*ops, &*args) };
     let mut d = task(a.scalars[0] as i32, LANE_AIV0);
@@ -75,7 +75,7 @@ unsafe extern "C" fn one_task_orch(ops: *const OrchOps, args: *const OrchArgs) -
 }
 
 /// One task of func `scalars[0]` writing tensor 0, then get_tensor_data of tensor 0.
-unsafe extern "C" fn task_then_get_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn task_then_get_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid tables and arguments.
     let (ops, a) = unsafe { (&*ops, &*args) };
     let mut d = task(a.scalars[0] as i32, LANE_AIV0);
@@ -97,7 +97,7 @@ unsafe extern "C" fn task_then_get_orch(ops: *const OrchOps, args: *const OrchAr
 }
 
 /// Never returns and never submits.
-unsafe extern "C" fn looping_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn looping_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
     loop {
         std::thread::sleep(MS(5));
     }

@@ -120,7 +120,7 @@ pub const fn always(point: FaultPoint, action: FaultAction) -> FaultRule {
 }
 
 /// y = x + 1 in `TILES` independent AIV tasks, with kernel func `scalars[0]`.
-pub unsafe extern "C" fn inc_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+pub unsafe extern "C-unwind" fn inc_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
     unsafe {
         let a = &*args;

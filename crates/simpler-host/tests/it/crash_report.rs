@@ -21,7 +21,7 @@ const CASE: &str = "SIMPLER_CRASH_CASE";
 const LEN: usize = 1000;
 
 /// `y[i] = 2 x[i]` for every element, then one more write at `y[len]`, past its end.
-unsafe extern "C" fn overrun_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn overrun_kernel(args: *mut i64) {
     let (x, y) = (tensor(args, 0), tensor(args, 1));
     let n = y.shapes[0] as usize;
     let (xp, yp) = (x.buffer_addr as *const f32, y.buffer_addr as *mut f32);
@@ -37,7 +37,7 @@ unsafe extern "C" fn overrun_kernel(args: *mut i64) {
 }
 
 /// One AIV task: x in, y out (existing).
-unsafe extern "C" fn one_task(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn one_task(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
     unsafe {
         let a = &*args;
@@ -49,7 +49,7 @@ unsafe extern "C" fn one_task(ops: *const OrchOps, args: *const OrchArgs) -> i32
 }
 
 /// `y = x` by one SDMA copy one element too long (its last 4 bytes land past y's end).
-unsafe extern "C" fn sdma_overrun_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn sdma_overrun_kernel(args: *mut i64) {
     let (x, y) = (tensor(args, 0), tensor(args, 1));
     let bytes = (y.shapes[0] + 1) * 4;
     // SAFETY: the copy past the end is the bug this test is about.
@@ -64,13 +64,13 @@ unsafe extern "C" fn sdma_overrun_kernel(args: *mut i64) {
 }
 
 /// Defers completion on a counter at address 8 (a wild pointer).
-unsafe extern "C" fn wild_counter_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn wild_counter_kernel(args: *mut i64) {
     // SAFETY: the wild address is the bug this test is about.
     unsafe { simpler_abi::deferred::wait_counter(args, std::ptr::dangling::<u64>(), 1) };
 }
 
 /// Ends the process with `exit(3)` from inside the kernel.
-unsafe extern "C" fn exiting_kernel(_args: *mut i64) {
+unsafe extern "C-unwind" fn exiting_kernel(_args: *mut i64) {
     // SAFETY: ending the process from a kernel is the bug this test is about.
     unsafe { libc::exit(3) };
 }

@@ -21,7 +21,7 @@ const ADD: i32 = 0;
 const FILL: i32 = 1;
 
 /// `c[0] += w[0]`: tensors `[w (INPUT), c (INOUT)]`, u32.
-unsafe extern "C" fn add_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn add_kernel(args: *mut i64) {
     let (w, c) = (tensor(args, 0), tensor(args, 1));
     // SAFETY: both are u32 views of live device (= host) memory checked by the runtime; `c`
     // is written by this task alone (its chain orders the others after it).
@@ -35,7 +35,7 @@ unsafe extern "C" fn add_kernel(args: *mut i64) {
 }
 
 /// Fills its only tensor (a runtime-allocated u32 output) with ones.
-unsafe extern "C" fn fill_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn fill_kernel(args: *mut i64) {
     let t = tensor(args, 0);
     // SAFETY: a contiguous u32 output of `numel` elements allocated for this task.
     unsafe {
@@ -50,7 +50,7 @@ unsafe extern "C" fn fill_kernel(args: *mut i64) {
 /// counter `i % CHAINS` — `CHAINS` dependency chains, and every task reads `w`. With
 /// `scalars[1]` non-zero, every `scalars[1]`-th task also allocates a one-element output
 /// (and so stays pinned by the outer scope).
-unsafe extern "C" fn flat_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn flat_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes its table and the run's arguments.
     let a = unsafe { &*args };
     let (n, heap_every) = (a.scalars[0], a.scalars[1]);

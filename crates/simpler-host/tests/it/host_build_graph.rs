@@ -275,7 +275,7 @@ fn a_corrupt_image_is_refused_before_any_task_runs() {
 }
 
 /// `scalars[0]` tasks each write one element of `y`, then one task reads all of `y`.
-unsafe extern "C" fn fan_in_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn fan_in_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
     unsafe {
         let a = &*args;
@@ -309,7 +309,7 @@ unsafe extern "C" fn fan_in_orch(ops: *const OrchOps, args: *const OrchArgs) -> 
 }
 
 /// Submits one task writing `y`, then reads `y` back with get_tensor_data.
-unsafe extern "C" fn tensor_data_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn tensor_data_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
     unsafe {
         let a = &*args;
@@ -443,7 +443,7 @@ fn a_recording_replays_only_on_the_worker_that_made_it() {
 static RELEASE_BUILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Does not return until the test releases it (an orchestration stuck in its own code).
-unsafe extern "C" fn stuck_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn stuck_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
     while !RELEASE_BUILD.load(std::sync::atomic::Ordering::Acquire) {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }

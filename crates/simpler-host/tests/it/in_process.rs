@@ -1,7 +1,8 @@
 //! Runs task graphs whose kernels and orchestration are in-process Rust functions: tiled
 //! vector add (independent tasks), a chain through an INOUT accumulator (RAW/WAW), a graph
 //! whose correctness needs WAR ordering, and run-level failures that must leave the worker
-//! usable and the host buffers untouched.
+//! usable and the host buffers untouched — a kernel or orchestration that panics among them
+//! (the entries are "C-unwind": the panic fails the run, naming its text).
 
 use crate::common::*;
 use simpler_abi::*;
@@ -11,7 +12,7 @@ const N: usize = 1 << 16;
 const TILE: usize = 1024;
 
 /// c = a + b
-unsafe extern "C" fn add_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn add_kernel(args: *mut i64) {
     let (a, b, c) = (tensor(args, 0), tensor(args, 1), tensor(args, 2));
     let (a, b, c) = (data(a), data(b), data(c));
     for i in 0..c.len() {
@@ -20,7 +21,7 @@ unsafe extern "C" fn add_kernel(args: *mut i64) {
 }
 
 /// acc += x (acc is INOUT)
-unsafe extern "C" fn accumulate_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn accumulate_kernel(args: *mut i64) {
     let (x, acc) = (data(tensor(args, 0)), data(tensor(args, 1)));
     for i in 0..acc.len() {
         acc[i] += x[i];
@@ -28,7 +29,7 @@ unsafe extern "C" fn accumulate_kernel(args: *mut i64) {
 }
 
 /// out = in * 2
-unsafe extern "C" fn double_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn double_kernel(args: *mut i64) {
     let (x, y) = (data(tensor(args, 0)), data(tensor(args, 1)));
     for i in 0..y.len() {
         y[i] = x[i] * 2.0;
@@ -36,14 +37,14 @@ unsafe extern "C" fn double_kernel(args: *mut i64) {
 }
 
 /// vector add tiled into N / TILE independent AIV tasks.
-unsafe extern "C" fn vadd_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn vadd_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes its table and valid args.
     unsafe { vadd_tiles(ops, args, false) }
 }
 
 /// [`vadd_orch`] with one runtime-allocated scratch output per task (unused by the kernel),
 /// so that the outer scope pins every task in its ring slot.
-unsafe extern "C" fn vadd_scratch_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn vadd_scratch_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes its table and valid args.
     unsafe { vadd_tiles(ops, args, true) }
 }
@@ -90,7 +91,7 @@ unsafe fn vadd_tiles(ops: *const OrchOps, args: *const OrchArgs, scratch: bool) 
 
 /// out = x + x + ... (8 times) through a zeroed accumulator: RAW/WAW chain on `out`;
 /// then y = 2*out on AIC (RAW across core types).
-unsafe extern "C" fn chain_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn chain_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args.
     let a = unsafe { &*args };
     for _ in 0..8 {
@@ -112,7 +113,7 @@ unsafe extern "C" fn chain_orch(ops: *const OrchOps, args: *const OrchArgs) -> i
 /// WAR: y = 2*x reads x, then x is overwritten (x = x + x via a runtime output would not
 /// test it) — here task 2 writes x = a + b while task 1 may still read it. Correct y needs
 /// task 2 to wait for task 1.
-unsafe extern "C" fn war_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn war_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args.
     let a = unsafe { &*args };
     let (x, y, p, q) = (a.tensors[0], a.tensors[1], a.tensors[2], a.tensors[3]);
@@ -131,7 +132,7 @@ unsafe extern "C" fn war_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32
     unsafe { submit(ops, &d) }
 }
 
-unsafe extern "C" fn failing_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn failing_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args.
     let a = unsafe { &*args };
     let mut d = task(3, LANE_AIV0);
@@ -140,16 +141,39 @@ unsafe extern "C" fn failing_orch(ops: *const OrchOps, args: *const OrchArgs) ->
     unsafe { submit(ops, &d) }
 }
 
-unsafe extern "C" fn returns_error_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+/// A kernel that panics (after writing, so a failed run is seen not to copy back).
+unsafe extern "C-unwind" fn panicking_kernel(args: *mut i64) {
+    data(tensor(args, 0))[0] = -1.0;
+    panic!("kernel boom {}", 42);
+}
+
+unsafe extern "C-unwind" fn panicking_task_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+    // SAFETY: the runtime passes valid args.
+    let a = unsafe { &*args };
+    let mut d = task(9, LANE_AIV0);
+    push(&mut d, a.tensors[0], TensorArgType::Inout);
+    // SAFETY: `ops` is the runtime's table.
+    unsafe { submit(ops, &d) }
+}
+
+unsafe extern "C-unwind" fn panicking_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+    panic!("orchestration boom");
+}
+
+unsafe extern "C-unwind" fn returns_error_orch(
+    _ops: *const OrchOps,
+    _args: *const OrchArgs,
+) -> i32 {
     7
 }
 
 fn spec(name: &str, orch: OrchEntry, sig: Vec<(&str, ArgDirection)>) -> CallableSpec {
-    let kernels: [(u32, CoreType, KernelEntry); 4] = [
+    let kernels: [(u32, CoreType, KernelEntry); 5] = [
         (0, CoreType::Aiv, add_kernel),
         (1, CoreType::Aiv, accumulate_kernel),
         (2, CoreType::Aic, double_kernel),
         (3, CoreType::Aiv, fatal_42),
+        (9, CoreType::Aiv, panicking_kernel),
     ];
     CallableSpec {
         name: name.into(),
@@ -336,6 +360,42 @@ fn kernel_fatal_fails_the_run_and_leaves_outputs_and_worker_intact() {
 }
 
 #[test]
+fn a_panicking_kernel_or_orchestration_fails_its_run_and_leaves_the_worker_usable() {
+    let w = ChipWorker::new(WorkerConfig::default()).unwrap();
+    let bad = w
+        .register(&spec("panics", panicking_task_orch, vec![("x", InOut)]))
+        .unwrap();
+    let mut x = vec![5.0f32; 16];
+    let err = w.run(bad, &mut [host_f32(&mut x)]).unwrap_err();
+    match &err {
+        HostError::RunFailed { code, message, .. } => {
+            assert_eq!(*code, -SCHED_KERNEL_FATAL, "{message}");
+            assert!(message.contains("panicked: kernel boom 42"), "{message}");
+            assert!(message.contains("func 9"), "the kernel is named: {message}");
+        }
+        other => panic!("unexpected {other}"),
+    }
+    assert!(
+        x.iter().all(|&v| v == 5.0),
+        "a failed run must not copy back"
+    );
+    let orch = w
+        .register(&spec("orch_panics", panicking_orch, vec![("x", InOut)]))
+        .unwrap();
+    let err = w.run(orch, &mut [host_f32(&mut x)]).unwrap_err();
+    assert!(
+        matches!(&err, HostError::RunFailed { code, .. } if *code == -ORCH_EXPLICIT_FATAL),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("the orchestration panicked: orchestration boom"),
+        "{err}"
+    );
+    assert_still_adds(&w);
+}
+
+#[test]
 fn arguments_are_checked_against_the_signature() {
     let w = ChipWorker::new(WorkerConfig::default()).unwrap();
     let mut s = spec("vadd", vadd_orch, vec![("a", In), ("b", In), ("c", Out)]);
@@ -500,7 +560,7 @@ fn runtime_env_sizes_the_rings_of_one_run() {
 
 /// Sleeps 600 ms, then writes 2.0 into its tensor: it reads its arguments long after a
 /// short scheduler timeout.
-unsafe extern "C" fn sleepy_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn sleepy_kernel(args: *mut i64) {
     std::thread::sleep(std::time::Duration::from_millis(600));
     for v in data(tensor(args, 0)) {
         *v = 2.0;
@@ -508,13 +568,16 @@ unsafe extern "C" fn sleepy_kernel(args: *mut i64) {
 }
 
 /// Sleeps 600 ms before submitting anything.
-unsafe extern "C" fn sleepy_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn sleepy_orch(_ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
     std::thread::sleep(std::time::Duration::from_millis(600));
     0
 }
 
 /// Submits one sleepy kernel writing x, then reads x back with get_tensor_data.
-unsafe extern "C" fn sleepy_then_get_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn sleepy_then_get_orch(
+    ops: *const OrchOps,
+    args: *const OrchArgs,
+) -> i32 {
     // SAFETY: the runtime passes valid tables and arguments.
     let (ops, a) = unsafe { (&*ops, &*args) };
     let mut d = task(4, LANE_AIV0);
@@ -613,7 +676,7 @@ fn get_tensor_data_times_out_with_tensor_wait_timeout() {
 }
 
 /// Records the tensor and scalar counts it was dispatched with into x[0], x[1].
-unsafe extern "C" fn count_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn count_kernel(args: *mut i64) {
     let x = data(tensor(args, 0));
     // SAFETY: slots 50 and 51 hold the counts.
     unsafe {
@@ -622,7 +685,7 @@ unsafe extern "C" fn count_kernel(args: *mut i64) {
     }
 }
 
-unsafe extern "C" fn count_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn count_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid tables and arguments.
     let (ops, a) = unsafe { (&*ops, &*args) };
     let mut d = task(5, LANE_AIV0);
@@ -634,7 +697,7 @@ unsafe extern "C" fn count_orch(ops: *const OrchOps, args: *const OrchArgs) -> i
 }
 
 /// Submits a task with an OUTPUT argument but no TaskOutputs.
-unsafe extern "C" fn null_outputs_orch(ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn null_outputs_orch(ops: *const OrchOps, _args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes a valid table.
     let ops = unsafe { &*ops };
     let mut d = task(0, LANE_AIV0);
@@ -674,7 +737,7 @@ fn kernels_see_their_argument_counts_and_errors_name_the_submit() {
 /// Abuses the API in ways that must fail cleanly: an output whose size overflows, an
 /// explicit dependency on a task never issued, a tensor-data view whose element count
 /// overflows. `scalars[0]` selects the case.
-unsafe extern "C" fn abuse_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn abuse_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid tables and arguments.
     let (ops, a) = unsafe { (&*ops, &*args) };
     let mut d = task(0, LANE_AIV0);
@@ -758,14 +821,14 @@ fn a_reset_while_the_orchestrator_waits_in_an_op_does_not_abort() {
 }
 
 /// Never returns and never touches a register: only leaving it behind ends the drop.
-unsafe extern "C" fn endless_kernel(_args: *mut i64) {
+unsafe extern "C-unwind" fn endless_kernel(_args: *mut i64) {
     loop {
         std::hint::spin_loop();
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
 
-unsafe extern "C" fn endless_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn endless_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid tables and arguments.
     let (ops, a) = unsafe { (&*ops, &*args) };
     let mut d = task(6, LANE_AIV0);

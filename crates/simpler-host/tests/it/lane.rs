@@ -23,7 +23,7 @@ static GATE: AtomicBool = AtomicBool::new(true);
 static MATRIX_GATE: AtomicBool = AtomicBool::new(true);
 
 /// Holds its core until [`GATE`] opens, then y = x + 1.
-unsafe extern "C" fn gated_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn gated_kernel(args: *mut i64) {
     while !GATE.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -32,7 +32,7 @@ unsafe extern "C" fn gated_kernel(args: *mut i64) {
 }
 
 /// Holds its core until [`MATRIX_GATE`] opens, then y = x + 1.
-unsafe extern "C" fn matrix_gated_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn matrix_gated_kernel(args: *mut i64) {
     while !MATRIX_GATE.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(1));
     }

@@ -131,18 +131,18 @@ unsafe fn mad(args: *mut i64, nsrc: usize) {
     }
 }
 
-unsafe extern "C" fn mad1(args: *mut i64) {
+unsafe extern "C-unwind" fn mad1(args: *mut i64) {
     // SAFETY: submitted with one source.
     unsafe { mad(args, 1) }
 }
 
-unsafe extern "C" fn mad2(args: *mut i64) {
+unsafe extern "C-unwind" fn mad2(args: *mut i64) {
     // SAFETY: submitted with two sources.
     unsafe { mad(args, 2) }
 }
 
 /// Submits the program whose address is scalar 0.
-unsafe extern "C" fn orchestration(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn orchestration(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes its table and the run's arguments; scalar 0 is the address
     // of a `Vec<Op>` that outlives the run.
     let (ops, args) = unsafe { (&*ops, &*args) };

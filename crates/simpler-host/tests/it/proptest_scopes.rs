@@ -204,12 +204,12 @@ unsafe fn mad(args: *mut i64, nsrc: usize) {
     }
 }
 
-unsafe extern "C" fn mad1(args: *mut i64) {
+unsafe extern "C-unwind" fn mad1(args: *mut i64) {
     // SAFETY: submitted with one source.
     unsafe { mad(args, 1) }
 }
 
-unsafe extern "C" fn mad2(args: *mut i64) {
+unsafe extern "C-unwind" fn mad2(args: *mut i64) {
     // SAFETY: submitted with two sources.
     unsafe { mad(args, 2) }
 }
@@ -253,7 +253,7 @@ fn mad_task(tensors: &[(ChipTensor, TensorArgType)], k: u32, inout: bool) -> Box
 }
 
 /// Runs the program whose [`Shared`] is at scalar 0.
-unsafe extern "C" fn orchestration(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn orchestration(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes its table and the run's arguments; scalar 0 is the address
     // of a `Shared` that outlives the run.
     let (ops, args) = unsafe { (&*ops, &*args) };

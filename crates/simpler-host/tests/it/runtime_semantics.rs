@@ -84,7 +84,7 @@ type KFn<'a> = &'a (dyn Fn(&K) + Sync);
 /// Fatal code of a kernel closure that panicked.
 const KERNEL_PANIC: i32 = 0x5eed;
 
-unsafe extern "C" fn tramp<const T: usize>(args: *mut i64) {
+unsafe extern "C-unwind" fn tramp<const T: usize>(args: *mut i64) {
     // SAFETY: `Task::desc` put the address of a `KFn` that outlives the run in slot T.
     let f: &KFn = unsafe { &*(*args.add(T) as *const KFn) };
     let k = K { args, tensors: T };
@@ -105,7 +105,7 @@ const FAIL_FUNC: i32 = 7;
 /// pre-load the next task into its core's pending slot).
 const SLOW_FAIL_FUNC: i32 = 8;
 
-unsafe extern "C" fn slow_failing_kernel(args: *mut i64) {
+unsafe extern "C-unwind" fn slow_failing_kernel(args: *mut i64) {
     sleep_ms(30);
     // SAFETY: same arguments as `fatal_42`.
     unsafe { fatal_42(args) }
@@ -199,7 +199,7 @@ type OFn<'a> = &'a (dyn Fn(&O) -> Result<(), i32> + Sync);
 /// Entry return value of an orchestration closure that panicked.
 const ORCH_PANIC: i32 = 0xbad;
 
-unsafe extern "C" fn orch_tramp(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn orch_tramp(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes its table and the run's arguments.
     let (ops, args) = unsafe { (&*ops, &*args) };
     let n = args.scalar_count as usize;

@@ -23,11 +23,11 @@ fn spin(d: Duration) {
 }
 
 /// Runs 50 ms: its consumers are submitted long before it ends, so their edges are wired.
-unsafe extern "C" fn slow_kernel(_args: *mut i64) {
+unsafe extern "C-unwind" fn slow_kernel(_args: *mut i64) {
     spin(Duration::from_millis(50));
 }
 
-unsafe extern "C" fn quick_kernel(_args: *mut i64) {
+unsafe extern "C-unwind" fn quick_kernel(_args: *mut i64) {
     spin(Duration::from_micros(20));
 }
 
@@ -57,7 +57,7 @@ unsafe fn submit_id(ops: *const OrchOps, d: &TaskDesc) -> u64 {
 /// T0 writes a (4 blocks, slow); T1 (AIC) reads a (RAW T0), writes b; T2 writes a (WAW T0,
 /// WAR T1); T3 depends explicitly on T1; T4 (MIX: AIC + AIV0 + AIV1, 2 blocks) reads b
 /// (RAW T1); then `EXTRA` independent AIV tasks.
-unsafe extern "C" fn graph_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn graph_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args.
     let g = unsafe { &*args };
     let (a, b) = (g.tensors[0], g.tensors[1]);
@@ -105,7 +105,7 @@ unsafe extern "C" fn graph_orch(ops: *const OrchOps, args: *const OrchArgs) -> i
 }
 
 /// `n` independent AIV tasks without tensors (scalar 0 of the run).
-unsafe extern "C" fn flat_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn flat_orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args.
     let n = unsafe { (*args).scalars[0] };
     for _ in 0..n {

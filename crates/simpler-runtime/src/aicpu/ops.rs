@@ -36,14 +36,29 @@ pub(crate) fn call_entry(o: &mut Orchestrator<'_>, entry_addr: u64) -> i32 {
         get_tensor_data: op_get_tensor_data,
         set_tensor_data: op_set_tensor_data,
     };
-    // SAFETY: `orch_entry` is the resolved entry of the registered orchestration, an
-    // `OrchEntry` keeping its contract (the launch argument contract); `ops` and the run's
-    // `OrchArgs` at `args` outlive the call, and `o` is used only through the table's
-    // `runtime` pointer until the entry returns.
-    unsafe {
-        let entry: OrchEntry = std::mem::transmute::<u64, OrchEntry>(entry_addr);
-        let _call = simpler_device::crash::enter_orchestration(entry_addr);
-        entry(&ops, args)
+    let called = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `orch_entry` is the resolved entry of the registered orchestration, an
+        // `OrchEntry` keeping its contract (the launch argument contract); `ops` and the run's
+        // `OrchArgs` at `args` outlive the call, and `o` is used only through the table's
+        // `runtime` pointer until the entry returns.
+        unsafe {
+            let entry: OrchEntry = std::mem::transmute::<u64, OrchEntry>(entry_addr);
+            let _call = simpler_device::crash::enter_orchestration(entry_addr);
+            entry(&ops, args)
+        }
+    }));
+    match called {
+        Ok(rc) => rc,
+        Err(payload) if simpler_device::is_reset_unwind(&*payload) => {
+            std::panic::resume_unwind(payload)
+        }
+        // An in-process Rust orchestration panicked (`OrchEntry` is "C-unwind").
+        Err(payload) => {
+            let text = crate::panics::text(&*payload);
+            o.fail(ORCH_EXPLICIT_FATAL, || {
+                format!("the orchestration panicked: {text}")
+            })
+        }
     }
 }
 

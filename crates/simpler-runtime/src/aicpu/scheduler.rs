@@ -414,8 +414,18 @@ impl Scheduler<'_, '_> {
         shared.running.fetch_sub(1, Ordering::AcqRel);
         if failed {
             let core_id = self.cores[core].id;
-            let code = shared.mem.mailbox(core_id).fatal_code();
+            let mailbox = shared.mem.mailbox(core_id);
+            let code = mailbox.fatal_code();
             let func = shared.task(sub.task).body().func_ids[usize::from(sub.lane)];
+            if code == simpler_abi::KERNEL_PANIC_FATAL_CODE {
+                let text = mailbox.take_panic().unwrap_or_default();
+                shared.errors.sched_fail(SCHED_KERNEL_FATAL, || {
+                    format!(
+                        "kernel func {func} (task {:#x}) on core {core_id} panicked: {text}",
+                        sub.task
+                    )
+                });
+            }
             shared.errors.sched_fail(SCHED_KERNEL_FATAL, || {
                 // A comm code is named (`docs/comm.md` §3).
                 let name = simpler_abi::comm::code_name(code)

@@ -26,7 +26,7 @@ fn tensor<'a>(args: *mut i64, i: usize) -> &'a ChipTensor {
 /// The allreduce kernel: tensor 0 the rank's window buffer (i32 × 32: element 0 the value,
 /// element 16 the signal), tensor 1 the output (f32 × 1); scalars: device_ctx, the rank's
 /// value, the wait timeout (µs).
-unsafe extern "C" fn sum_ranks(args: *mut i64) {
+unsafe extern "C-unwind" fn sum_ranks(args: *mut i64) {
     let r = std::panic::catch_unwind(|| {
         // SAFETY: the signature fixes two tensors and three scalars (slots 2..5).
         let (ctx, value, timeout) = unsafe {
@@ -75,7 +75,7 @@ unsafe extern "C" fn sum_ranks(args: *mut i64) {
 
 /// One sync-start AIV task (a blocking section on the sim) over the two tensors and three
 /// scalars.
-unsafe extern "C" fn orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
     unsafe {
         let a = &*args;

@@ -21,7 +21,7 @@ use simpler_worker::*;
 pub const FAIL: u64 = 1 + GATES as u64;
 
 /// One AIV task over the whole tensors, kernel `scalars[0]`.
-unsafe extern "C" fn orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
+unsafe extern "C-unwind" fn orch(ops: *const OrchOps, args: *const OrchArgs) -> i32 {
     // SAFETY: the runtime passes valid args and its own table.
     unsafe {
         let a = &*args;

@@ -188,13 +188,13 @@ fn device_memory_round_trips_through_malloc_copy_to_run_and_copy_from() {
     );
 
     // Callables of in-process functions cannot cross.
-    unsafe extern "C" fn orch(
+    unsafe extern "C-unwind" fn orch(
         _: *const simpler_abi::OrchOps,
         _: *const simpler_abi::OrchArgs,
     ) -> i32 {
         0
     }
-    unsafe extern "C" fn kernel(_: *mut i64) {}
+    unsafe extern "C-unwind" fn kernel(_: *mut i64) {}
     let spec = CallableSpec {
         name: "inproc".into(),
         signature: callable().signature.clone(),
