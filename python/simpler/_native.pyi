@@ -44,6 +44,18 @@ __all__ = [
     "decode_scalar",
     "encode_scalar",
     "parse_toml",
+    "CollectiveLayout",
+    "collective_check",
+    "collective_check_count",
+    "collective_check_dtype",
+    "collective_domain_layout",
+    "collective_rename",
+    "collective_timeout_us",
+    "COLLECTIVE_DEFAULT_TIMEOUT_S",
+    "COLLECTIVE_DTYPES",
+    "COLLECTIVE_MAX_TIMEOUT_S",
+    "COLLECTIVE_OPS",
+    "COLLECTIVE_SIGNAL_WORDS",
     "KernelCompiler",
     "compiler_words",
     "default_cache_dir",
@@ -625,6 +637,37 @@ def serve_chip_child() -> int: ...
 def encode_scalar(value: Union[int, float, RawScalar], dtype: Optional[int] = None) -> int: ...
 def decode_scalar(bits: int, dtype: int) -> Union[int, float]: ...
 def parse_toml(text: str) -> dict[str, Any]: ...
+
+# -- the collectives' rules (simpler_worker::collectives), for simpler.collectives -----------
+
+# Op name ("allreduce", "allgather", "reduce_scatter") -> the chip code's op scalar.
+COLLECTIVE_OPS: dict[str, int]
+# The supported dtypes' wire values (f32, i32).
+COLLECTIVE_DTYPES: list[int]
+COLLECTIVE_SIGNAL_WORDS: int
+COLLECTIVE_MAX_TIMEOUT_S: float
+COLLECTIVE_DEFAULT_TIMEOUT_S: float
+
+@final
+class CollectiveLayout:
+    @property
+    def scratch(self) -> int: ...
+    @property
+    def window(self) -> int: ...
+
+def collective_check_dtype(code: int) -> int: ...
+def collective_check_count(count: Any) -> int: ...
+def collective_domain_layout(n: int, count: Any, dtype: int) -> CollectiveLayout: ...
+def collective_timeout_us(seconds: Any) -> int: ...
+def collective_check(
+    op: int,
+    inputs: Sequence[Tuple[int, Sequence[int]]],
+    outputs: Sequence[Tuple[int, Sequence[int]]],
+    dtype: int,
+    scratch: int,
+    n: int,
+) -> None: ...
+def collective_rename(text: str) -> str: ...
 
 # -- the toolchain (crates/simpler-toolchain): compiler and cache, manifests, comparison ------
 

@@ -9,8 +9,10 @@ the worker goes on with the other chips."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -283,26 +285,42 @@ def test_collective_arguments_are_checked_before_anything_runs(eight):
     out = views(w, 2, (COUNT,), np.float32)
 
     def orch(o, _a, _c):
-        with pytest.raises(simpler.InvalidArgumentError, match="count"):
-            coll.allocate_domain(o, "c", [0, 1], 2.5, np.float32)
-        with pytest.raises(simpler.InvalidArgumentError, match="count"):
-            coll.allocate_domain(o, "c", [0, 1], 0, np.float32)
-        with pytest.raises(simpler.InvalidArgumentError, match="dtype"):
-            coll.allocate_domain(o, "c", [0, 1], 4, np.float64)
+        refused = [
+            (2.5, np.float32, "count"),
+            (0, np.float32, "count"),
+            (True, np.float32, "count"),
+            (-3, np.float32, "count"),
+            (4, np.float64, "dtype"),
+            (4, "nonsense", "dtype"),
+        ]
+        for count, dtype, arg in refused:
+            with pytest.raises(simpler.InvalidArgumentError, match=arg) as info:
+                coll.allocate_domain(o, "c", [0, 1], count, dtype)
+            assert info.value.arg == arg, (count, dtype, str(info.value))
         with coll.allocate_domain(o, "c", [0, 1], COUNT, np.float32) as dom:
             cases = [
-                ("inputs\\[1\\]", lambda: coll.allreduce(o, dom, [a[0], short[1]], [out[0], short[1]])),
-                ("outputs\\[0\\]", lambda: coll.allreduce(o, dom, a, [short[0], out[1]])),
-                ("outputs\\[0\\]", lambda: coll.allgather(o, dom, a, out)),  # needs 2 * COUNT
-                ("inputs\\[0\\]", lambda: coll.allreduce(o, dom, i32, out)),  # i32 on an f32 domain
+                ("inputs[1]", lambda: coll.allreduce(o, dom, [a[0], short[1]], [out[0], short[1]])),
+                ("outputs[0]", lambda: coll.allreduce(o, dom, a, [short[0], out[1]])),
+                ("outputs[0]", lambda: coll.allgather(o, dom, a, out)),  # needs 2 * COUNT
+                ("inputs[0]", lambda: coll.allreduce(o, dom, i32, out)),  # i32 on an f32 domain
+                ("inputs[0]", lambda: coll.reduce_scatter(o, dom, a, out)),  # needs 2 * COUNT in
                 ("outputs", lambda: coll.allreduce(o, dom, a, out[:1])),
+                ("inputs", lambda: coll.allreduce(o, dom, a[:1], out)),
+                ("inputs", lambda: coll.allreduce(o, dom, "ab", out)),
                 ("timeout_s", lambda: coll.allreduce(o, dom, a, out, timeout_s=float("inf"))),
+                ("timeout_s", lambda: coll.allreduce(o, dom, a, out, timeout_s=float("nan"))),
                 ("timeout_s", lambda: coll.allreduce(o, dom, a, out, timeout_s=41)),
+                ("timeout_s", lambda: coll.allreduce(o, dom, a, out, timeout_s=0)),
+                ("timeout_s", lambda: coll.allreduce(o, dom, a, out, timeout_s=-1.0)),
                 ("timeout_s", lambda: coll.allreduce(o, dom, a, out, timeout_s=True)),
+                ("timeout_s", lambda: coll.allreduce(o, dom, a, out, timeout_s="10")),
             ]
             for field, call in cases:
-                with pytest.raises(simpler.InvalidArgumentError, match=field):
+                with pytest.raises(simpler.InvalidArgumentError) as info:
                     call()
+                assert info.value.arg == field, (field, str(info.value))
+                text = str(info.value)
+                assert f"`{field}`" in text or text.startswith(field), text
             # The refused calls took no round: this one completes.
             coll.allreduce(o, dom, a, out, timeout_s=10)
             with pytest.raises(KeyError):
@@ -310,6 +328,68 @@ def test_collective_arguments_are_checked_before_anything_runs(eight):
 
     w.run(orch)
     np.testing.assert_allclose(out[0], a[0] + a[1], rtol=1e-6)
+
+
+def test_the_native_rules_are_rusts_and_agree_with_the_c_header():
+    """The collectives' rules and limits come from Rust (``simpler_worker::collectives``), with
+    Rust's messages; its constants agree with ``simpler/collectives.h``."""
+    from simpler import _native
+    from simpler import collectives as c
+
+    root = Path(__file__).resolve().parents[2]
+    header = (root / "include" / "simpler" / "collectives.h").read_text()
+    defines = dict(re.findall(r"#define (SIMPLER_COLLECTIVE_\w+) (\d+)", header))
+    assert (c.ALLREDUCE, c.ALLGATHER, c.REDUCE_SCATTER) == tuple(
+        int(defines[f"SIMPLER_COLLECTIVE_OP_{k}"])
+        for k in ("ALLREDUCE", "ALLGATHER", "REDUCE_SCATTER")
+    )
+    assert c.SIGNAL_WORDS == int(defines["SIMPLER_COLLECTIVE_SIGNAL_WORDS"])
+    assert c.MAX_TIMEOUT_S * 1e6 == int(defines["SIMPLER_COLLECTIVE_MAX_TIMEOUT_US"])
+    assert c.DTYPES == (simpler.DataType.FLOAT32, simpler.DataType.INT32)
+
+    assert _native.collective_timeout_us(40) == 40_000_000
+    assert _native.collective_timeout_us(np.float32(0.5)) == 500_000
+    assert _native.collective_timeout_us(1e-9) == 1
+    dt = simpler.DataType
+    f32, i32, f64 = int(dt.FLOAT32), int(dt.INT32), int(dt.FLOAT64)
+    check, c_count = _native.collective_check, _native.collective_check_count
+    in_range = "must be a number of seconds in (0, 40]"
+    layout = _native.collective_domain_layout(4, 10, f32)
+    assert (layout.scratch, layout.window) == (40, 320)
+    assert _native.collective_check_count(np.int64(3)) == 3
+    _native.collective_check(c.ALLGATHER, [(f32, [4])] * 2, [(f32, [8])] * 2, f32, 8, 2)
+
+    refusals = [
+        ("timeout_s", f"{in_range}, got 41 s", lambda: _native.collective_timeout_us(41)),
+        ("timeout_s", f"{in_range}, got 0 s", lambda: _native.collective_timeout_us(0)),
+        ("dtype", "support f32 and i32, not f64", lambda: _native.collective_check_dtype(f64)),
+        ("dtype", "99 is not a DataType wire value", lambda: _native.collective_check_dtype(99)),
+        ("count", "must be >= 1 (elements per rank), got 0", lambda: c_count(0)),
+        ("count", "do not fit a window", lambda: _native.collective_domain_layout(2, 2**63, f32)),
+        (
+            "outputs[1]",
+            "allgather over 2 ranks with 4-element inputs needs 8-element outputs, got 4",
+            lambda: check(c.ALLGATHER, [(f32, [4])] * 2, [(f32, [8]), (f32, [4])], f32, 8, 2),
+        ),
+        (
+            "inputs[0]",
+            "allreduce on this domain takes 1-D f32 vectors, got shape [4] of i32",
+            lambda: check(c.ALLREDUCE, [(i32, [4])] * 2, [(f32, [4])] * 2, f32, 8, 2),
+        ),
+        (
+            "inputs",
+            "allreduce needs 9 elements of scratch per rank; the domain has 8",
+            lambda: check(c.ALLREDUCE, [(f32, [9])] * 2, [(f32, [9])] * 2, f32, 8, 2),
+        ),
+        ("op", "not a collective op code", lambda: check(7, [], [], f32, 8, 0)),
+    ]
+    for arg, reason, call in refusals:
+        with pytest.raises(simpler.InvalidArgumentError) as info:
+            call()
+        assert info.value.arg == arg, (arg, str(info.value))
+        assert reason in info.value.reason, (reason, info.value.reason)
+        assert str(info.value).startswith(f"argument `{arg}`: "), str(info.value)
+    assert _native.collective_rename("args_list[1][0]: bad") == "inputs[1]: bad"
 
 
 def test_a_rank_that_fails_early_aborts_its_peers_waits(eight):

@@ -22,6 +22,7 @@
 //! - [`SimContext`](sim_context::NativeSimContext), `current_context` and
 //!   `set_current_context`: a caller-owned device context on the sim platform and the
 //!   thread's current context, for borrowed workers and caller streams (`simpler.sim`);
+//! - [`collectives`]: the collectives' argument rules and limits for `simpler.collectives`;
 //! - [`toolchain`]: the kernel compiler and cache, manifests, example builds, `allclose`
 //!   and scalar parsing of `simpler-toolchain`.
 //!
@@ -56,6 +57,7 @@
 mod args;
 mod array;
 mod callable;
+mod collectives;
 mod config;
 mod error;
 mod graph;
@@ -118,6 +120,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(args::decode_scalar, m)?)?;
     m.add_function(wrap_pyfunction!(toml_value::parse_toml, m)?)?;
     toolchain::register(m)?;
+    collectives::register(m)?;
     m.add("MAX_TENSOR_DIMS", simpler_abi::MAX_TENSOR_DIMS)?;
     m.add("MAX_CALLABLES", simpler_host::MAX_CALLABLES)?;
     m.add("MAX_FUNC_ID", simpler_abi::MAX_FUNC_ID)?;

@@ -14,8 +14,9 @@ every rank starts together; its kernels exchange data through the windows, synch
 notify/wait on a signal word and a closing barrier (``simpler/comm.h``). The chip code is
 ``kernels/collective.c`` and ``orchestration.c`` beside this file (their argument layout and
 op codes: ``simpler/collectives.h``); this module only builds it and submits the groups.
-Rust's ``simpler_worker::collectives`` compiles the same files and applies the same argument
-rules, listed once in ``docs/comm.md`` §4.
+Rust's ``simpler_worker::collectives`` compiles the same files and owns the argument rules
+(``docs/comm.md`` §4): this module converts its arguments (numpy dtypes, tensors' shapes) and
+calls those rules through the native module, so every refusal is Rust's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
 import numpy as np
 
+from .. import _native
 from ..callable import CallableHandle, ChipCallable, CoreCallable
 from ..comm import CommBufferSpec, CommDomainHandle
 from ..errors import InvalidArgumentError, SimplerError
@@ -41,111 +43,49 @@ __all__ = ["Collectives", "ALLREDUCE", "ALLGATHER", "REDUCE_SCATTER"]
 
 HERE = Path(__file__).resolve().parent
 
-ALLREDUCE = 0
+ALLREDUCE: int = _native.COLLECTIVE_OPS["allreduce"]
 """The ``op`` scalar of an allreduce (sum); the op codes are ``SIMPLER_COLLECTIVE_OP_*`` of
 ``simpler/collectives.h``."""
-ALLGATHER = 1
+ALLGATHER: int = _native.COLLECTIVE_OPS["allgather"]
 """The ``op`` scalar of an allgather."""
-REDUCE_SCATTER = 2
+REDUCE_SCATTER: int = _native.COLLECTIVE_OPS["reduce_scatter"]
 """The ``op`` scalar of a reduce-scatter (sum)."""
 
-SIGNAL_WORDS = 16
+SIGNAL_WORDS: int = _native.COLLECTIVE_SIGNAL_WORDS
 """int32 words of each rank's ``signal`` buffer (64 bytes)."""
 
-DTYPES = (DataType.FLOAT32, DataType.INT32)
+DTYPES = tuple(DataType(code) for code in _native.COLLECTIVE_DTYPES)
+"""The element types collectives support (f32, i32)."""
 
-
-MAX_TIMEOUT_S = 40.0
+MAX_TIMEOUT_S: float = _native.COLLECTIVE_MAX_TIMEOUT_S
 """The longest wait a collective may ask for: below the chip's default op-execute timeout
 (45 s), which would otherwise end a rank's kernel first and leave its chip unusable."""
 
-_OP_NAMES = {ALLREDUCE: "allreduce", ALLGATHER: "allgather", REDUCE_SCATTER: "reduce_scatter"}
+DEFAULT_TIMEOUT_S: float = _native.COLLECTIVE_DEFAULT_TIMEOUT_S
+"""The wait limit of a collective when none is given."""
 
 
 def _dtype(dtype: Any) -> DataType:
+    """``dtype`` (anything :meth:`DataType.of` takes) if collectives support it."""
     try:
         dt = DataType.of(dtype)
     except (SimplerError, TypeError, ValueError) as e:
         raise InvalidArgumentError(f"dtype: {e}", arg="dtype", reason="not a dtype") from None
-    if dt not in DTYPES:
-        raise InvalidArgumentError(
-            f"dtype: collectives support float32 and int32, not {dt.name}",
-            arg="dtype",
-            reason="unsupported dtype",
-        )
-    return dt
+    return DataType(_native.collective_check_dtype(int(dt)))
 
 
-def _elements(t: Any) -> int:
-    return int(np.prod(t.shape)) if len(t.shape) else 1
-
-
-def _check_sizes(op: int, args_list: Sequence[TaskArgs], dtype: DataType, scratch: int, n: int) -> None:
-    """Every rank's input and output have the domain's dtype, are 1-D, and have the sizes the
-    collective needs, the same on every rank: a mismatch would read or write past a peer's
-    data silently."""
-    name = _OP_NAMES[op]
-    count = None
-    for i, a in enumerate(args_list):
-        x, y = a.tensor(0), a.tensor(1)
-        for what, t in (("inputs", x), ("outputs", y)):
-            if t.dtype != dtype or len(t.shape) != 1:
-                raise InvalidArgumentError(
-                    f"{what}[{i}]: {name} on this domain takes 1-D {dtype.name} vectors, got "
-                    f"shape {tuple(t.shape)} of {t.dtype.name}",
-                    arg=f"{what}[{i}]",
-                    reason="wrong dtype or rank",
-                )
-        nx, ny = _elements(x), _elements(y)
-        per_rank = {ALLREDUCE: (nx, nx, nx), ALLGATHER: (nx, nx * n, nx), REDUCE_SCATTER: (ny * n, ny, ny)}
-        want_in, want_out, c = per_rank[op]
-        if count is not None and c != count:
-            side = "outputs" if op == REDUCE_SCATTER else "inputs"
-            raise InvalidArgumentError(
-                f"{side}[{i}]: rank {i} has {c} elements per rank but rank 0 has {count}; every "
-                "rank of a collective takes the same sizes",
-                arg=f"{side}[{i}]",
-                reason="ranks differ",
-            )
-        count = c
-        if op == REDUCE_SCATTER and nx != want_in:
-            raise InvalidArgumentError(
-                f"inputs[{i}]: {name} over {n} ranks with {ny}-element outputs needs "
-                f"{want_in}-element inputs, got {nx}",
-                arg=f"inputs[{i}]",
-                reason="size mismatch",
-            )
-        if ny != want_out:
-            raise InvalidArgumentError(
-                f"outputs[{i}]: {name} over {n} ranks with {nx}-element inputs needs "
-                f"{want_out}-element outputs, got {ny}",
-                arg=f"outputs[{i}]",
-                reason="size mismatch",
-            )
-    need = count * (n if op == REDUCE_SCATTER else 1) if count is not None else 0
-    if need > scratch:
-        raise InvalidArgumentError(
-            f"inputs: {name} needs {need} elements of scratch per rank; the domain has {scratch} "
-            "(make it with a larger count)",
-            arg="inputs",
-            reason="domain too small",
-        )
+def _described(seq: Sequence[Any]) -> list:
+    """Each tensor's ``(dtype wire value, shape)``, as the native rules take them."""
+    return [(int(t.dtype), [int(d) for d in t.shape]) for t in seq]
 
 
 def _renamed(e: Exception) -> Exception:
     """An engine error naming ``args_list[r][i]`` renamed to the collective's own arguments."""
-    import re
-
-    names = {0: "inputs", 1: "outputs", 2: "domain scratch", 3: "domain signal"}
-
-    def sub(m: "re.Match[str]") -> str:
-        return f"{names.get(int(m.group(2)), 'args')}[{m.group(1)}]"
-
-    text = re.sub(r"args_list\[(\d+)\]\[(\d+)\]", sub, str(e))
+    text = _native.collective_rename(str(e))
     if text == str(e):
         return e
     arg = getattr(e, "arg", None)
-    new_arg = re.sub(r"args_list\[(\d+)\]\[(\d+)\]", sub, arg) if isinstance(arg, str) else arg
+    new_arg = _native.collective_rename(arg) if isinstance(arg, str) else arg
     try:
         return type(e)(text, arg=new_arg, reason=getattr(e, "reason", text))
     except TypeError:
@@ -204,12 +144,7 @@ class Collectives:
         i32): buffers ``scratch`` (``len(workers) · count`` elements — room for an allreduce
         or allgather input of ``count`` and a reduce-scatter input of ``n · count``) and
         ``signal`` (16 int32)."""
-        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
-            raise InvalidArgumentError(
-                f"count must be an int >= 1 (elements per rank), got {count!r}",
-                arg="count",
-                reason="not a positive int",
-            )
+        _native.collective_check_count(count)
         dt = _dtype(dtype)
         if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence):
             raise InvalidArgumentError(
@@ -217,9 +152,8 @@ class Collectives:
                 arg="workers",
                 reason="not a sequence",
             )
-        n = len(workers)
-        scratch = max(1, n) * int(count)
-        window = (scratch * dt.itemsize + 63) // 64 * 64 + 64 * 2
+        layout = _native.collective_domain_layout(len(workers), count, int(dt))
+        scratch, window = layout.scratch, layout.window
         return orch.allocate_domain(
             name,
             workers,
@@ -246,26 +180,14 @@ class Collectives:
         ranks = list(domain)
         n = len(ranks)
         for what, seq in (("inputs", inputs), ("outputs", outputs)):
-            if isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence) or len(seq) != n:
-                got = len(seq) if isinstance(seq, Sequence) else type(seq).__name__
+            if isinstance(seq, (str, bytes)) or not isinstance(seq, Sequence):
                 raise InvalidArgumentError(
-                    f"{what}: {got} for a domain of {n} ranks; give one tensor per rank, in "
-                    "rank order",
+                    f"{what}: a {type(seq).__name__}; give one tensor per rank, in rank order",
                     arg=what,
-                    reason="one per rank",
+                    reason="not a sequence",
                 )
-        if (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, (int, float))
-            or not 0 < timeout_s <= MAX_TIMEOUT_S
-        ):
-            raise InvalidArgumentError(
-                f"timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got "
-                f"{timeout_s!r}",
-                arg="timeout_s",
-                reason="out of range",
-            )
-        scratch = ranks[0].buffers.get("scratch")
+        timeout_us = _native.collective_timeout_us(timeout_s)
+        scratch = ranks[0].buffers.get("scratch") if ranks else None
         if scratch is None or "signal" not in ranks[0].buffers:
             raise InvalidArgumentError(
                 f"domain `{domain.name}` has no `scratch` and `signal` buffers; make it with "
@@ -281,25 +203,35 @@ class Collectives:
                 arg="domain",
                 reason="unsupported dtype",
             )
-        round_ = domain._peek_round()
-        timeout_us = max(1, int(timeout_s * 1e6))
-        args_list = []
-        for i, ctx in enumerate(ranks):
+        tensors = {}
+        for what, seq, tag in (
+            ("inputs", inputs, T.INPUT),
+            ("outputs", outputs, T.OUTPUT_EXISTING),
+        ):
             args = TaskArgs()
-            for what, seq, tag in (("inputs", inputs, T.INPUT), ("outputs", outputs, T.OUTPUT_EXISTING)):
+            for i, t in enumerate(seq):
                 try:
-                    args.add_tensor(seq[i], tag)
+                    args.add_tensor(t, tag)
                 except SimplerError as e:
                     raise type(e)(f"{what}[{i}]: {e}", arg=f"{what}[{i}]", reason=str(e)) from None
-            args_list.append(
-                args.add_tensor(ctx.buffers["scratch"], T.INOUT)
-                .add_tensor(ctx.buffers["signal"], T.INOUT)
-                .add_scalar(ctx.device_ctx)
-                .add_scalar(op)
-                .add_scalar(round_)
-                .add_scalar(timeout_us)
-            )
-        _check_sizes(op, args_list, scratch.dtype, scratch.shape[0], n)
+            tensors[what] = [args.tensor(i) for i in range(args.tensor_count())]
+        xs, ys = tensors["inputs"], tensors["outputs"]
+        _native.collective_check(
+            op, _described(xs), _described(ys), int(scratch.dtype), scratch.shape[0], n
+        )
+        round_ = domain._peek_round()
+        args_list = [
+            TaskArgs()
+            .add_tensor(xs[i], T.INPUT)
+            .add_tensor(ys[i], T.OUTPUT_EXISTING)
+            .add_tensor(ctx.buffers["scratch"], T.INOUT)
+            .add_tensor(ctx.buffers["signal"], T.INOUT)
+            .add_scalar(ctx.device_ctx)
+            .add_scalar(op)
+            .add_scalar(round_)
+            .add_scalar(timeout_us)
+            for i, ctx in enumerate(ranks)
+        ]
         try:
             task = orch.submit_next_level_group(handle, args_list, config, workers=domain.workers)
         except SimplerError as e:
@@ -314,7 +246,7 @@ class Collectives:
         inputs: Sequence[Any],
         outputs: Sequence[Any],
         *,
-        timeout_s: float = 30.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         config: Optional["CallConfig"] = None,
     ) -> int:
         """``outputs[r] = Σ_p inputs[p]`` on every rank ``r`` (``count`` elements each, sums in
@@ -329,7 +261,7 @@ class Collectives:
         inputs: Sequence[Any],
         outputs: Sequence[Any],
         *,
-        timeout_s: float = 30.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         config: Optional["CallConfig"] = None,
     ) -> int:
         """``outputs[r][p * count : (p + 1) * count] = inputs[p]`` on every rank ``r``."""
@@ -342,7 +274,7 @@ class Collectives:
         inputs: Sequence[Any],
         outputs: Sequence[Any],
         *,
-        timeout_s: float = 30.0,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
         config: Optional["CallConfig"] = None,
     ) -> int:
         """``outputs[r] = Σ_p inputs[p][r * count : (r + 1) * count]``: input ``n * count``
