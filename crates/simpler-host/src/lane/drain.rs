@@ -196,11 +196,13 @@ impl Driver<'_, '_> {
         front: &Front,
         boundaries: Completion,
         streams: &BoundStreams,
+        user_deadline: Option<Instant>,
     ) -> Step<Verdict> {
         let mut pre_sync: Option<PairSync> = None;
         if self.lane.config.always_synchronize || boundaries != Completion::Complete {
-            // Measurement knob, or no completion proof: only the synchronize can answer.
-            pre_sync = Some(self.synchronize(&streams.bound));
+            // Measurement knob, or no completion proof: only the synchronize can answer. It
+            // ends by the caller's deadline (nothing was read yet: the next wait redoes it).
+            pre_sync = Some(self.synchronize(&streams.bound, user_deadline)?);
         }
         if let Some(ps) = pre_sync.as_ref().filter(|ps| !ps.quiescent) {
             let why = ps.error.clone().map_or_else(String::new, |e| e.to_string());
@@ -235,7 +237,8 @@ impl Driver<'_, '_> {
                 if !self.blocking && !streams_idle(&*self.device, &streams.bound) {
                     return Err(Progress::WouldBlock);
                 }
-                Some(self.synchronize(&streams.bound))
+                // After the record read: not cut short by the caller (one read per run).
+                Some(self.synchronize(&streams.bound, None)?)
             }
         };
         let sync = post_sync.or(pre_sync);

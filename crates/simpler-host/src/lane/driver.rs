@@ -80,11 +80,28 @@ impl<'g, 'l> Driver<'g, 'l> {
         }
     }
 
-    /// A bounded synchronize of `streams`, outside the lock when blocking.
-    pub(super) fn synchronize(&mut self, streams: &[StreamId]) -> PairSync {
+    /// A bounded synchronize of `streams`, outside the lock when blocking: at most the run
+    /// timeout, and at most until `user_deadline` — a synchronize that the caller's deadline
+    /// cut short is the caller's timeout (UserTimeout: the run goes on and stays waitable),
+    /// never evidence about the run.
+    pub(super) fn synchronize(
+        &mut self,
+        streams: &[StreamId],
+        user_deadline: Option<Instant>,
+    ) -> Step<PairSync> {
         let device = self.device.clone();
-        let timeout = self.lane.config.run_timeout;
-        self.outside_lock(|| sync_streams(&*device, streams, timeout))
+        let run_timeout = self.lane.config.run_timeout;
+        let user_left = user_deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let (timeout, cut_by_user) = match user_left {
+            Some(left) if left.is_zero() => return Err(Progress::UserTimeout),
+            Some(left) if left < run_timeout => (left, true),
+            _ => (run_timeout, false),
+        };
+        let ps = self.outside_lock(|| sync_streams(&*device, streams, timeout));
+        if cut_by_user && matches!(ps.error, Some(DeviceError::Timeout(_))) {
+            return Err(Progress::UserTimeout);
+        }
+        Ok(ps)
     }
 
     /// Gives up on the front run (see

@@ -57,7 +57,7 @@ impl Driver<'_, '_> {
         if !self.blocking {
             self.ready_without_blocking(front, boundaries, successor, &streams)?;
         }
-        let verdict = self.verdict(front, boundaries, &streams)?;
+        let verdict = self.verdict(front, boundaries, &streams, user_deadline)?;
         let finalize_start = self.lane.capture_of(front.dispatch).and_then(|c| {
             c.span("record read", epoch, read_start.take());
             c.now()
@@ -111,7 +111,7 @@ impl Driver<'_, '_> {
         if proven {
             return Ok(());
         }
-        if self.synchronize(&streams.all).quiescent {
+        if self.synchronize(&streams.all, None)?.quiescent {
             caller_stream::discharge_on_quiescence(&front.fence, &mut order);
             return Ok(());
         }
@@ -140,7 +140,7 @@ impl Driver<'_, '_> {
             });
         }
         if !discharged {
-            if self.synchronize(&streams.pair).quiescent {
+            if self.synchronize(&streams.pair, None)?.quiescent {
                 join::discharge_on_quiescence(&mut join);
             } else {
                 self.lane.put_join_back(successor, join);

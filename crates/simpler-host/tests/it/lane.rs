@@ -645,6 +645,34 @@ fn a_partial_launch_refuses_the_next_submit_at_once() {
     w.close().unwrap();
 }
 
+/// A bounded wait is bounded by its own timeout in every state, a Partial launch included:
+/// the drain's synchronize (the only proof left there) ends by the caller's deadline, the
+/// wait says WaitTimeout, and the run stays waitable until its own timeout decides it.
+#[test]
+fn a_bounded_wait_on_a_partial_launch_returns_by_its_own_timeout() {
+    let run_timeout = Duration::from_secs(6);
+    let (dev, w, id) = worker(2, run_timeout);
+    dev.inject(next(LaunchAicpu, Refuse));
+    let partial = w.submit(id, args(1.0, false)).unwrap();
+    for _ in 0..2 {
+        let t = Instant::now();
+        let r = partial.wait(Some(Duration::from_millis(300)));
+        let took = t.elapsed();
+        assert!(matches!(r, Err(HostError::WaitTimeout(_))), "{r:?}");
+        assert!(
+            took < run_timeout / 2,
+            "a 300 ms wait took {took:?} (the run timeout is {run_timeout:?})"
+        );
+    }
+    let r = partial.wait(None);
+    assert!(
+        matches!(&r, Err(HostError::Device { context, .. }) if context.contains("AICPU")),
+        "{r:?}"
+    );
+    w.recover_device().unwrap();
+    w.close().unwrap();
+}
+
 #[test]
 fn a_successor_starts_each_kernel_only_after_its_predecessor_finished_the_other() {
     let (dev, w, id) = worker(2, Duration::from_secs(30));
