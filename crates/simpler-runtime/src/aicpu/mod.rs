@@ -16,6 +16,7 @@
 //! state that kernel reads is never freed.
 
 mod deferred;
+mod drain;
 mod graph;
 mod handoff;
 mod idle;

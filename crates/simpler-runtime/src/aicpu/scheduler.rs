@@ -32,8 +32,9 @@ use simpler_abi::*;
 use simpler_device::AicpuContext;
 
 use super::deferred::Waiting;
+use super::drain::NO_DRAIN;
 use super::idle::preload_allowance;
-use super::state::{RunShared, NO_DRAIN};
+use super::state::RunShared;
 use super::task::{Shape, TaskId, LANE_BITS};
 use super::watchdog::{self, RunningDispatch};
 use crate::handshake::{
@@ -532,12 +533,10 @@ impl Scheduler<'_, '_> {
             let body = self.shared.task(task).body();
             if body.sync_start && fresh {
                 // Enter the drain; if another is active, retry later.
-                if self
+                if !self
                     .shared
                     .drain
-                    .task
-                    .compare_exchange(NO_DRAIN, task, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
+                    .enter(task, body.shape, body.lanes, body.block_num)
                 {
                     queue.push(task);
                     return any;
@@ -614,11 +613,20 @@ impl Scheduler<'_, '_> {
     /// left, else whether more blocks remain.
     fn claim_and_place(&mut self, task: TaskId, shape: Shape, place: usize) -> Option<bool> {
         let slot = self.shared.task(task);
-        let body = slot.body();
+        let block_num = slot.body().block_num;
         let block = slot.next_block.fetch_add(1, Ordering::AcqRel);
-        if block >= body.block_num {
+        if block >= block_num {
             return None;
         }
+        self.place_block(task, shape, place, block);
+        Some(block + 1 < block_num)
+    }
+
+    /// Dispatches block `block` of `task` (claimed by the caller: the task cannot finish
+    /// before it runs) at `place`.
+    fn place_block(&mut self, task: TaskId, shape: Shape, place: usize, block: u32) {
+        let slot = self.shared.task(task);
+        let lanes = slot.body().lanes;
         if block == 0 {
             if let Some(t) = trace::at(&mut self.tracer, TRACE_LEVEL_DISPATCH) {
                 let ready = slot.ready_ns.load(Ordering::Relaxed);
@@ -628,7 +636,7 @@ impl Scheduler<'_, '_> {
         match shape {
             Shape::Mix => {
                 for (lane, &bit) in LANE_BITS.iter().enumerate() {
-                    if body.lanes & bit != 0 {
+                    if lanes & bit != 0 {
                         let core = self.clusters[place][lane];
                         self.place(core, task, lane, block);
                     }
@@ -639,7 +647,6 @@ impl Scheduler<'_, '_> {
                 self.place(place, task, lane, block);
             }
         }
-        Some(block + 1 < body.block_num)
     }
 
     /// Writes one subtask into the core's next payload buffer and publishes its id.
@@ -700,24 +707,20 @@ impl Scheduler<'_, '_> {
     /// neither claim for the next drain nor end it (which would lose the next task).
     fn drain(&mut self) -> bool {
         let drain = &self.shared.drain;
-        let task = drain.task.load(Ordering::Acquire);
-        if task == NO_DRAIN {
+        // What the drain drains, from the drain's own words: never the task's slot, which a
+        // late step (the drain ended and the slot was reused) must not read.
+        let Some(view) = drain.view() else {
             return false;
-        }
-        let slot = self.shared.task(task);
-        let (shape, lanes, block_num) = {
-            let body = slot.body();
-            (body.shape, body.lanes, body.block_num)
         };
-        // The drain may have ended (and the slot been reused) since we read the task word.
-        if drain.task.load(Ordering::Acquire) != task || slot.id.load(Ordering::Acquire) != task {
-            return false;
-        }
         let mut places = std::mem::take(&mut self.places);
-        self.placements(shape, lanes, true, &mut places);
+        self.placements(view.shape, view.lanes, true, &mut places);
         drain.idle[self.index].store(places.len() as u32, Ordering::Release);
-        let remaining = block_num.saturating_sub(slot.next_block.load(Ordering::Acquire));
-        if drain.go.load(Ordering::Acquire) != task {
+        let Some(claimed) = drain.claimed(&view) else {
+            self.places = places;
+            return false;
+        };
+        let remaining = view.block_num.saturating_sub(claimed);
+        if drain.go.load(Ordering::Acquire) != view.task {
             let total: u32 = drain.idle.iter().map(|c| c.load(Ordering::Acquire)).sum();
             // Only from "no drain is go": a step of an ended drain (its task word read
             // before the next drain began) never starts anything.
@@ -725,7 +728,7 @@ impl Scheduler<'_, '_> {
                 || remaining == 0
                 || drain
                     .go
-                    .compare_exchange(NO_DRAIN, task, Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(NO_DRAIN, view.task, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
             {
                 self.places = places;
@@ -735,27 +738,15 @@ impl Scheduler<'_, '_> {
         }
         let mut any = false;
         for &place in &places {
-            match self.claim_and_place(task, shape, place) {
-                None => break,
-                Some(more) => {
-                    any = true;
-                    if !more {
-                        break;
-                    }
-                }
-            }
+            // A claimed block is unrun: the task cannot have finished, its slot is its own.
+            let Some(block) = drain.claim(&view) else {
+                break;
+            };
+            self.place_block(view.task, view.shape, place, block);
+            any = true;
         }
         self.places = places;
-        if slot.next_block.load(Ordering::Acquire) >= block_num
-            && drain
-                .go
-                .compare_exchange(task, NO_DRAIN, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
-            for c in drain.idle.iter() {
-                c.store(0, Ordering::Release);
-            }
-            drain.task.store(NO_DRAIN, Ordering::Release);
+        if drain.end_if_claimed(&view) {
             self.shared.ring_schedulers();
         }
         any

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use simpler_abi::RunLaunchDesc;
 use simpler_device::Doorbell;
 
+use super::drain::Drain;
 use super::idle::IdleMap;
 use super::ring::{TaskRing, RING_COUNT};
 use super::task::{local_of, ring_of, Shape, Task, TaskId};
@@ -91,25 +92,6 @@ impl ErrorWords {
         self.code().map(|c| (c, self.message.lock().clone()))
     }
 }
-
-/// The sync-start drain (`docs/chip-runtime.md`, scheduler): while a `require_sync_start`
-/// task waits for enough idle cores, no scheduler dispatches anything else; each publishes
-/// its idle capacity for the task's shape, and once the sum covers every block, each claims
-/// as many blocks as it has idle cores and dispatches them at once.
-#[derive(Default)]
-pub(crate) struct Drain {
-    /// Task in drain, or `NO_DRAIN`.
-    pub(crate) task: AtomicU64,
-    /// Idle capacity published per scheduler.
-    pub(crate) idle: Box<[AtomicU32]>,
-    /// The task whose blocks may be claimed (its published capacity covers them), or
-    /// `NO_DRAIN`. A task id rather than a flag: a scheduler still inside an ended drain's
-    /// step must neither claim for nor end the next task's drain.
-    pub(crate) go: AtomicU64,
-}
-
-/// [`Drain::task`] when no drain is active.
-pub(crate) const NO_DRAIN: u64 = u64::MAX;
 
 /// Everything the AICPU threads of one run share.
 pub(crate) struct RunShared {
@@ -236,11 +218,7 @@ impl RunShared {
             deferred_task: AtomicU64::new(u64::MAX),
             bells: (0..schedulers).map(|_| OnceLock::new()).collect(),
             orch_bell: OnceLock::new(),
-            drain: Drain {
-                task: AtomicU64::new(NO_DRAIN),
-                idle: (0..schedulers).map(|_| AtomicU32::new(0)).collect(),
-                go: AtomicU64::new(NO_DRAIN),
-            },
+            drain: Drain::new(schedulers),
             errors: ErrorWords::default(),
             exited: AtomicU32::new(0),
             unwound: AtomicBool::new(false),
