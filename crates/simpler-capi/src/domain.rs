@@ -296,90 +296,43 @@ unsafe fn collective(
     Ok(())
 }
 
-/// `simpler_domain_allreduce`: `outputs[r] = Σ_p inputs[p]`, `count` elements each.
-///
-/// # Safety
-/// See `include/simpler/domain.h`: `inputs`/`outputs` hold the domain's rank count of
-/// pointers to `count` elements of `dtype`.
-#[no_mangle]
-pub unsafe extern "C" fn simpler_domain_allreduce(
-    domain: *mut SimplerDomain,
-    dtype: u32,
-    inputs: *const *const c_void,
-    outputs: *const *mut c_void,
-    count: u64,
-    timeout_ms: u64,
-) -> i32 {
-    ffi_guard::run("simpler_domain_allreduce", || {
-        // SAFETY: the header's contract, passed on.
-        unsafe {
-            collective(
-                Op::AllReduce,
-                domain,
-                dtype,
-                inputs,
-                outputs,
-                count,
-                timeout_ms,
-            )
+/// Defines the C entry `$name` of collective `$op` (see `include/simpler/domain.h`).
+macro_rules! collective_entry {
+    ($(#[$doc:meta])* $name:ident, $op:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// See `include/simpler/domain.h`: `inputs`/`outputs` hold the domain's rank count of
+        /// pointers to the elements `count` gives for this collective.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            domain: *mut SimplerDomain,
+            dtype: u32,
+            inputs: *const *const c_void,
+            outputs: *const *mut c_void,
+            count: u64,
+            timeout_ms: u64,
+        ) -> i32 {
+            ffi_guard::run(stringify!($name), || {
+                // SAFETY: the header's contract, passed on.
+                unsafe { collective($op, domain, dtype, inputs, outputs, count, timeout_ms) }
+            })
         }
-    })
+    };
 }
 
-/// `simpler_domain_allgather`: `outputs[r][p·count ..][..count] = inputs[p]`.
-///
-/// # Safety
-/// See `include/simpler/domain.h`: `count` elements in, `ranks·count` out per rank.
-#[no_mangle]
-pub unsafe extern "C" fn simpler_domain_allgather(
-    domain: *mut SimplerDomain,
-    dtype: u32,
-    inputs: *const *const c_void,
-    outputs: *const *mut c_void,
-    count: u64,
-    timeout_ms: u64,
-) -> i32 {
-    ffi_guard::run("simpler_domain_allgather", || {
-        // SAFETY: the header's contract, passed on.
-        unsafe {
-            collective(
-                Op::AllGather,
-                domain,
-                dtype,
-                inputs,
-                outputs,
-                count,
-                timeout_ms,
-            )
-        }
-    })
-}
-
-/// `simpler_domain_reduce_scatter`: `outputs[r] = Σ_p inputs[p][r·count ..][..count]`.
-///
-/// # Safety
-/// See `include/simpler/domain.h`: `ranks·count` elements in, `count` out per rank.
-#[no_mangle]
-pub unsafe extern "C" fn simpler_domain_reduce_scatter(
-    domain: *mut SimplerDomain,
-    dtype: u32,
-    inputs: *const *const c_void,
-    outputs: *const *mut c_void,
-    count: u64,
-    timeout_ms: u64,
-) -> i32 {
-    ffi_guard::run("simpler_domain_reduce_scatter", || {
-        // SAFETY: the header's contract, passed on.
-        unsafe {
-            collective(
-                Op::ReduceScatter,
-                domain,
-                dtype,
-                inputs,
-                outputs,
-                count,
-                timeout_ms,
-            )
-        }
-    })
-}
+collective_entry!(
+    /// `simpler_domain_allreduce`: `outputs[r] = Σ_p inputs[p]`, `count` elements each.
+    simpler_domain_allreduce,
+    Op::AllReduce
+);
+collective_entry!(
+    /// `simpler_domain_allgather`: `outputs[r][p·count ..][..count] = inputs[p]`.
+    simpler_domain_allgather,
+    Op::AllGather
+);
+collective_entry!(
+    /// `simpler_domain_reduce_scatter`: `outputs[r] = Σ_p inputs[p][r·count ..][..count]`.
+    simpler_domain_reduce_scatter,
+    Op::ReduceScatter
+);
