@@ -11,10 +11,10 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::Doorbell;
 
@@ -42,8 +42,11 @@ struct Job {
 }
 
 struct Inner {
-    queue: Mutex<Queue>,
-    more: Condvar,
+    /// std's lock and condition variable, not parking_lot's: the engine thread sleeps here,
+    /// and a sleeper in parking_lot's process-wide table at a fork hangs the child
+    /// (`exec::sync::Flag`).
+    queue: std::sync::Mutex<Queue>,
+    more: std::sync::Condvar,
     /// Aborts so far ([`SdmaEngine::abort`]).
     aborts: AtomicU64,
     /// Held for the whole of each copy, so an abort can wait for the one in progress.
@@ -53,6 +56,13 @@ struct Inner {
     /// Copies landed so far, in ticket order.
     completed: AtomicU64,
     bells: Box<[Arc<Doorbell>]>,
+}
+
+impl Inner {
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        // Nothing panics under this lock: a poisoned queue is still consistent.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 #[derive(Default)]
@@ -90,8 +100,8 @@ impl SdmaEngine {
         faults: SdmaFaultHook,
     ) -> std::io::Result<Self> {
         let inner = Arc::new(Inner {
-            queue: Mutex::new(Queue::default()),
-            more: Condvar::new(),
+            queue: std::sync::Mutex::new(Queue::default()),
+            more: std::sync::Condvar::new(),
             aborts: AtomicU64::new(0),
             copying: Mutex::new(()),
             submitted: AtomicU64::new(0),
@@ -129,7 +139,7 @@ impl SdmaEngine {
             SdmaFault::Delay(d) => d,
             SdmaFault::None => Duration::ZERO,
         };
-        let mut q = self.inner.queue.lock();
+        let mut q = self.inner.lock_queue();
         if q.closed {
             return None;
         }
@@ -167,7 +177,7 @@ impl SdmaEngine {
     /// The device calls it on a reset and when it is dropped, before its memory is freed.
     pub fn abort(&self) {
         {
-            let mut q = self.inner.queue.lock();
+            let mut q = self.inner.lock_queue();
             self.inner.aborts.fetch_add(1, Ordering::AcqRel);
             let cancelled = q.jobs.len() as u64;
             q.jobs.clear();
@@ -187,7 +197,7 @@ impl Drop for SdmaEngine {
     /// Cancels what is queued ([`abort`](Self::abort)), then stops the thread.
     fn drop(&mut self) {
         self.abort();
-        self.inner.queue.lock().closed = true;
+        self.inner.lock_queue().closed = true;
         self.inner.more.notify_all();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -198,7 +208,7 @@ impl Drop for SdmaEngine {
 fn serve(inner: &Inner) {
     loop {
         let job = {
-            let mut q = inner.queue.lock();
+            let mut q = inner.lock_queue();
             loop {
                 if let Some(job) = q.jobs.pop_front() {
                     break job;
@@ -206,16 +216,25 @@ fn serve(inner: &Inner) {
                 if q.closed {
                     return;
                 }
-                inner.more.wait(&mut q);
+                q = inner.more.wait(q).unwrap_or_else(PoisonError::into_inner);
             }
         };
         if !job.delay.is_zero() {
             // A slow engine (fault injection); an abort ends the wait.
             let deadline = std::time::Instant::now() + job.delay;
-            let mut q = inner.queue.lock();
-            while inner.aborts.load(Ordering::Acquire) == job.epoch
-                && !inner.more.wait_until(&mut q, deadline).timed_out()
-            {}
+            let mut q = inner.lock_queue();
+            while inner.aborts.load(Ordering::Acquire) == job.epoch {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                let (next, r) = inner
+                    .more
+                    .wait_timeout(q, left)
+                    .unwrap_or_else(PoisonError::into_inner);
+                q = next;
+                if r.timed_out() {
+                    break;
+                }
+            }
+            drop(q);
         }
         {
             let _copying = inner.copying.lock();

@@ -31,11 +31,12 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use super::cpu::ThreadProbe;
 use super::fiber::{SliceEnd, Suspend, Task};
 use super::protocol::{AfterPark, Lifo, RunQueue, Search};
+use super::sync::Flag;
 
 /// How long a slice may keep its worker busy (its CPU time advances: a spin, a long
 /// computation, page faults) or blocked in the OS (a sleep, a lock, a blocking call) while
@@ -134,8 +135,7 @@ struct Workers {
 /// A retired worker's parking place.
 #[derive(Default)]
 struct Spare {
-    go: Mutex<bool>,
-    cv: Condvar,
+    go: Flag,
 }
 
 /// The pool (one per process).
@@ -162,9 +162,8 @@ pub(crate) struct Pool {
 
 #[derive(Default)]
 struct Monitor {
-    /// Watching (true) or asleep without a deadline.
-    armed: Mutex<bool>,
-    cv: Condvar,
+    /// Watching (raised) or asleep without a deadline.
+    armed: Flag,
     /// A lock-free copy of `armed`, read on every slice.
     armed_hint: AtomicBool,
     /// The monitor thread has been started.
@@ -300,8 +299,7 @@ impl Pool {
             if let Some(spare) = w.spares.pop() {
                 w.live += 1;
                 self.serving.store(w.live - w.out, Ordering::Release);
-                *spare.go.lock() = true;
-                spare.cv.notify_one();
+                spare.go.raise(|| {});
                 continue;
             }
             let slot = Arc::new(WorkerSlot::default());
@@ -487,10 +485,7 @@ impl Pool {
             if let Some(spare) = self.retire_if_surplus() {
                 // Only this thread puts into its slot: empty now, it stays empty.
                 self.queue.drain_lifo(&slot.lifo);
-                let mut go = spare.go.lock();
-                while !*go {
-                    spare.cv.wait(&mut go);
-                }
+                spare.go.wait_raised();
                 continue;
             }
             let Some(task) = self.next_task(slot, &mut streak) else {
@@ -560,12 +555,10 @@ impl Pool {
     }
 
     fn arm_monitor(&'static self) {
-        let mut armed = self.monitor.armed.lock();
-        if !*armed {
-            *armed = true;
-            self.monitor.armed_hint.store(true, Ordering::Release);
-            self.monitor.cv.notify_one();
-        }
+        let hint = &self.monitor.armed_hint;
+        self.monitor
+            .armed
+            .raise(|| hint.store(true, Ordering::Release));
     }
 
     /// One tick's look at one worker: counts it out once one slice has lasted
@@ -623,18 +616,15 @@ impl Pool {
         let ticks = |d: Duration| (d.as_nanos() / MONITOR_TICK.as_nanos()).max(1) as u64;
         let (stall_ticks, cohort_ticks) = (ticks(STALL_AFTER), ticks(COHORT_STALL_AFTER));
         loop {
-            {
-                let mut armed = self.monitor.armed.lock();
-                while !*armed {
-                    self.monitor.cv.wait(&mut armed);
-                }
-            }
+            self.monitor.armed.wait_raised();
             std::thread::sleep(MONITOR_TICK);
             let saturated = (self.queue.looks_busy() || self.queue.any_lifo_occupied())
                 && self.queue.none_sleeping();
             if !saturated {
-                *self.monitor.armed.lock() = false;
-                self.monitor.armed_hint.store(false, Ordering::Release);
+                let hint = &self.monitor.armed_hint;
+                self.monitor
+                    .armed
+                    .lower(|| hint.store(false, Ordering::Release));
                 continue;
             }
             let slots: Vec<Arc<WorkerSlot>> = self.workers.lock().slots.clone();

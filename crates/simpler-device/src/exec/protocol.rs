@@ -210,7 +210,10 @@ impl<T> Default for Lifo<T> {
 impl<T> Lifo<T> {
     #[cfg(not(all(test, feature = "loom")))]
     fn lock(&self) -> Guard<'_, LifoSlot<T>> {
-        self.slot.lock()
+        // A panic never holds this lock over a half-made change: the data stays usable.
+        self.slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     #[cfg(all(test, feature = "loom"))]
@@ -243,12 +246,18 @@ impl<T> Lifo<T> {
     }
 }
 
+// std's futex-based primitives, not parking_lot's: a worker sleeps here most of its life,
+// and parking_lot parks a sleeper in a process-wide table. A fork taken while a worker
+// sleeps copies its entry into the child, where glibc hands the dead worker's stack (and
+// the thread data the entry points to) to the child's next thread; that thread's first
+// park then corrupts the table and hangs the child (`docs/sim-device.md` §11). A std
+// sleeper is a futex word in the queue itself, which the child never uses.
 #[cfg(not(all(test, feature = "loom")))]
-type Lock<T> = parking_lot::Mutex<T>;
+type Lock<T> = std::sync::Mutex<T>;
 #[cfg(not(all(test, feature = "loom")))]
-type Guard<'a, T> = parking_lot::MutexGuard<'a, T>;
+type Guard<'a, T> = std::sync::MutexGuard<'a, T>;
 #[cfg(not(all(test, feature = "loom")))]
-type Cond = parking_lot::Condvar;
+type Cond = std::sync::Condvar;
 #[cfg(all(test, feature = "loom"))]
 type Lock<T> = Mutex<T>;
 #[cfg(all(test, feature = "loom"))]
@@ -287,7 +296,10 @@ impl<T> RunQueue<T> {
 
     #[cfg(not(all(test, feature = "loom")))]
     fn lock(&self) -> Guard<'_, QueueState<T>> {
-        self.state.lock()
+        // As for `Lifo::lock`.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     #[cfg(all(test, feature = "loom"))]
@@ -301,17 +313,24 @@ impl<T> RunQueue<T> {
     #[cfg(not(all(test, feature = "loom")))]
     fn wait<'a>(
         &self,
-        mut st: Guard<'a, QueueState<T>>,
+        st: Guard<'a, QueueState<T>>,
         deadline: Option<std::time::Instant>,
     ) -> (Guard<'a, QueueState<T>>, bool) {
-        let timed_out = match deadline {
-            Some(d) => self.work.wait_until(&mut st, d).timed_out(),
-            None => {
-                self.work.wait(&mut st);
-                false
+        use std::sync::PoisonError;
+        match deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(std::time::Instant::now());
+                let (st, r) = self
+                    .work
+                    .wait_timeout(st, left)
+                    .unwrap_or_else(PoisonError::into_inner);
+                (st, r.timed_out())
             }
-        };
-        (st, timed_out)
+            None => (
+                self.work.wait(st).unwrap_or_else(PoisonError::into_inner),
+                false,
+            ),
+        }
     }
 
     /// See the non-loom version.

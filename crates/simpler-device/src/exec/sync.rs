@@ -139,3 +139,49 @@ impl Countdown {
         }
     }
 }
+
+/// A flag an OS thread sleeps on until another raises it (a retired worker's go, the stall
+/// monitor's arming). On std's futex-based primitives, not parking_lot's: a thread asleep
+/// in parking_lot's process-wide table at a fork corrupts the child's table (see the run
+/// queue's lock in `protocol`).
+#[derive(Default)]
+pub(crate) struct Flag {
+    set: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Flag {
+    fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
+        // Nothing panics under this lock; a poisoned flag is still a flag.
+        self.set
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Raises the flag and wakes its sleeper, running `also` under the flag's lock when it
+    /// was lowered (a hint kept in step with the flag).
+    pub(crate) fn raise(&self, also: impl FnOnce()) {
+        let mut set = self.lock();
+        if !std::mem::replace(&mut *set, true) {
+            also();
+            self.cv.notify_one();
+        }
+    }
+
+    /// Lowers the flag, running `also` under its lock.
+    pub(crate) fn lower(&self, also: impl FnOnce()) {
+        *self.lock() = false;
+        also();
+    }
+
+    /// Sleeps until the flag is raised (returns at once if it is).
+    pub(crate) fn wait_raised(&self) {
+        let mut set = self.lock();
+        while !*set {
+            set = self
+                .cv
+                .wait(set)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+}
